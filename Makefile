@@ -1,0 +1,45 @@
+# The two commands of the README: `make run` (server with demo models) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+HTTP_PORT ?= 8000
+GRPC_PORT ?= 8001
+PG_URL ?= postgres://postgres@127.0.0.1:5432/test
+
+.PHONY: venv run demo test test-sqlite test-postgres bench proto lint clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -r requirements-dev.txt
+	touch $@
+
+demo: venv
+	$(PY) manage.py build_demo_repository var/demo_repository
+
+run: demo
+	$(PY) manage.py serve --model-repository var/demo_repository --host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT)
+
+test: test-sqlite test-postgres
+
+test-sqlite: venv
+	$(PY) -m pytest
+
+test-postgres: venv
+	DATABASE_URL=$(PG_URL) $(PY) -m pytest -m db
+
+bench: venv
+	$(PY) bench/run.py
+
+proto: venv
+	$(PY) -m grpc_tools.protoc -Imodels_store/config --python_out=models_store/config --pyi_out=models_store/config models_store/config/model_config.proto
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+clean:
+	rm -rf var/demo_repository

@@ -1,0 +1,239 @@
+"""The serving registry: an in-memory snapshot of the model registry.
+
+Requests resolve ``(model, version)`` against the snapshot without touching
+the database. The snapshot is rebuilt when the registry's change stamp moves:
+at once after a write committed in this process (``registry_changed``), and
+within ``REGISTRY_POLL_SECONDS`` for writes made by other processes (a daemon
+thread reads the one-row stamp). Loaded ONNX Runtime sessions are kept across
+rebuilds as long as their version still serves; the others are dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+
+from inference.protocol.datatypes import BY_NAME, Datatype
+from inference.protocol.errors import ModelNotFound, ModelNotReady
+from inference.protocol.types import MetadataTensor, ModelMetadata
+
+logger = logging.getLogger(__name__)
+
+READY = "READY"
+
+
+@dataclass(frozen=True, eq=False)
+class InputSpec:
+    name: str
+    datatype: Datatype
+    shape: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class VersionEntry:
+    """One model version as the data plane sees it.
+
+    ``serving`` is true when the version is READY and the version policy
+    serves it; ``reason`` explains why it does not serve otherwise.
+    """
+
+    model_name: str
+    number: int
+    state: str
+    reason: str
+    serving: bool
+    sha256: str
+    artifact: str
+    max_batch_size: int
+    inputs: tuple[MetadataTensor, ...]
+    outputs: tuple[MetadataTensor, ...]
+    properties: dict
+    input_specs: dict[str, InputSpec] = field(default_factory=dict)
+    output_types: dict[str, str] = field(default_factory=dict)
+    output_names: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.input_specs = {t.name: InputSpec(t.name, BY_NAME[t.datatype], t.shape) for t in self.inputs}
+        self.output_types = {t.name: t.datatype for t in self.outputs}
+        self.output_names = [t.name for t in self.outputs]
+
+    @property
+    def key(self) -> tuple[str, int, str]:
+        return (self.model_name, self.number, self.sha256)
+
+
+@dataclass(frozen=True, eq=False)
+class ModelEntry:
+    name: str
+    platform: str
+    versions: dict[int, VersionEntry]
+    served: tuple[int, ...]  # highest first
+    max_batch_size: int
+
+    @property
+    def default(self) -> VersionEntry | None:
+        return self.versions[self.served[0]] if self.served else None
+
+
+def _tensors(items: list) -> tuple[MetadataTensor, ...]:
+    return tuple(MetadataTensor(t["name"], t["datatype"], tuple(t["shape"])) for t in items)
+
+
+def build_snapshot(models) -> dict[str, ModelEntry]:
+    """Snapshot entries from registry rows (RegisteredModel with versions)."""
+    from models_store.version_policy import served_versions
+
+    snapshot: dict[str, ModelEntry] = {}
+    for model in models:
+        rows = list(model.versions.all())
+        ready = [v.number for v in rows if v.state == READY]
+        served = served_versions(model.version_policy, ready, model.latest_versions, model.specific_versions)
+        served_set = set(served)
+        versions = {}
+        for row in rows:
+            serving = row.number in served_set
+            reason = row.reason
+            if row.state == READY and not serving:
+                reason = f"version {row.number} is not served by the model's version policy ({model.version_policy})"
+            versions[row.number] = VersionEntry(
+                model_name=model.name,
+                number=row.number,
+                state=row.state,
+                reason=reason,
+                serving=serving,
+                sha256=row.sha256,
+                artifact=row.artifact,
+                max_batch_size=model.max_batch_size,
+                inputs=_tensors(row.inputs),
+                outputs=_tensors(row.outputs),
+                properties=row.properties,
+            )
+        snapshot[model.name] = ModelEntry(model.name, model.platform, versions, tuple(served), model.max_batch_size)
+    return snapshot
+
+
+class ModelRegistry:
+    """Resolves model names and versions from an in-memory snapshot.
+
+    ``loader`` returns registry rows and ``stamp`` the change counter; both
+    default to the Django selectors. Call :meth:`start` to follow changes.
+    """
+
+    def __init__(self, loader=None, stamp=None, poll_seconds: float = 1.0):
+        from models_store import selectors
+
+        self._loader = loader or selectors.registry_snapshot
+        self._stamp_reader = stamp or selectors.stamp_get
+        self._poll_seconds = poll_seconds
+        self._lock = threading.Lock()
+        self._listeners: list = []
+        self._stamp = -1
+        self._models: dict[str, ModelEntry] = {}
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.loaded = False
+
+    # -- change tracking -------------------------------------------------
+    def add_listener(self, callback) -> None:
+        """``callback(snapshot)`` runs after every rebuild (e.g. to drop stale sessions)."""
+        self._listeners.append(callback)
+
+    def refresh(self, force: bool = False) -> bool:
+        """Rebuild the snapshot if the stamp moved (or ``force``); True if rebuilt."""
+        with self._lock:
+            stamp = self._stamp_reader()
+            if stamp == self._stamp and not force and self.loaded:
+                return False
+            models = build_snapshot(self._loader())
+            self._models = models
+            self._stamp = stamp
+            self.loaded = True
+        for callback in self._listeners:
+            callback(models)
+        return True
+
+    def start(self) -> None:
+        """Load now and follow the change stamp from a daemon thread."""
+        from models_store.signals import registry_changed
+
+        registry_changed.connect(self._on_local_change, weak=False)
+        self.refresh(force=True)
+        if self._poll_seconds > 0 and self._thread is None:
+            self._thread = threading.Thread(target=self._poll, name="registry-poll", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _on_local_change(self, **_kwargs) -> None:
+        try:
+            self.refresh()
+        except Exception:  # the poller will retry
+            logger.exception("registry refresh after a local change failed")
+
+    def _poll(self) -> None:
+        from django.db import close_old_connections
+
+        while not self._stop.wait(self._poll_seconds):
+            try:
+                self.refresh()
+            except Exception:
+                logger.exception("registry refresh failed; serving the previous snapshot")
+            finally:
+                close_old_connections()
+
+    # -- lookups ---------------------------------------------------------
+    @property
+    def models(self) -> dict[str, ModelEntry]:
+        return self._models
+
+    def model(self, name: str) -> ModelEntry:
+        entry = self._models.get(name)
+        if entry is None:
+            raise ModelNotFound(f"unknown model '{name}'")
+        return entry
+
+    def version(self, name: str, version: str | None) -> VersionEntry:
+        """The entry for ``version`` of ``name`` (the default version when None),
+        whatever its state. Raises ModelNotFound, or ModelNotReady when no
+        version serves and none was named."""
+        model = self.model(name)
+        if version is None or version == "":
+            entry = model.default
+            if entry is None:
+                raise ModelNotReady(f"model '{name}' has no version that is ready to serve")
+            return entry
+        number = parse_version(version)
+        entry = model.versions.get(number)
+        if entry is None:
+            raise ModelNotFound(f"unknown version {version} of model '{name}'")
+        return entry
+
+    def resolve(self, name: str, version: str | None) -> VersionEntry:
+        """Like :meth:`version`, but the version must serve; raises ModelNotReady
+        (with the version's state and reason) when it does not."""
+        entry = self.version(name, version)
+        if not entry.serving:
+            detail = f": {entry.reason}" if entry.reason else ""
+            raise ModelNotReady(f"version {entry.number} of model '{name}' is not ready ({entry.state}){detail}")
+        return entry
+
+    def metadata(self, name: str, version: str | None) -> ModelMetadata:
+        model = self.model(name)
+        entry = self.version(name, version)
+        return ModelMetadata(
+            name=name,
+            versions=tuple(str(n) for n in model.served),
+            platform=model.platform,
+            inputs=entry.inputs,
+            outputs=entry.outputs,
+        )
+
+
+def parse_version(version: str) -> int:
+    """A version string as a positive integer; raises ModelNotFound otherwise
+    (no version can have such a name)."""
+    if not version.isdigit() or int(version) < 1:
+        raise ModelNotFound(f"unknown model version '{version}': versions are positive integers")
+    return int(version)

@@ -1,0 +1,48 @@
+"""Protocol errors to HTTP for the V2 REST API: ``{"error": "<message>"}``.
+
+INVALID_ARGUMENT 400, NOT_FOUND 404, UNAVAILABLE 503, RESOURCE_EXHAUSTED 413,
+DEADLINE_EXCEEDED 504, UNIMPLEMENTED 501; anything unexpected is logged and
+answered 500 without internals.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.http import Http404, HttpResponse
+from rest_framework.exceptions import APIException
+
+from inference.codecs.message import dumps
+from inference.protocol.errors import InferenceError
+
+logger = logging.getLogger(__name__)
+
+HTTP_STATUS = {
+    "INVALID_ARGUMENT": 400,
+    "NOT_FOUND": 404,
+    "UNAVAILABLE": 503,
+    "RESOURCE_EXHAUSTED": 413,
+    "DEADLINE_EXCEEDED": 504,
+    "UNIMPLEMENTED": 501,
+    "INTERNAL": 500,
+}
+
+
+def error_response(status: int, message: str, **extra) -> HttpResponse:
+    return HttpResponse(dumps({"error": message, **extra}), status=status, content_type="application/json")
+
+
+def exception_handler(exc: Exception, context) -> HttpResponse:
+    """DRF exception handler of the inference views (also used by TF Serving)."""
+    if isinstance(exc, InferenceError):
+        return error_response(HTTP_STATUS.get(exc.code, 500), exc.message)
+    if isinstance(exc, APIException):
+        detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        response = error_response(exc.status_code, detail)
+        if getattr(exc, "wait", None):
+            response["Retry-After"] = str(int(exc.wait))
+        return response
+    if isinstance(exc, Http404):
+        return error_response(404, "not found")
+    logger.exception("unexpected error in %s", type(context.get("view")).__name__)
+    return error_response(500, f"internal error ({type(exc).__name__}); see the server log")

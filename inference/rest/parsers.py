@@ -1,0 +1,73 @@
+"""DRF parser and content negotiation for V2 inference requests.
+
+The body is a JSON ``$inference_request``, optionally followed by binary
+tensor data (``Inference-Header-Content-Length`` gives the JSON length), or
+just one input's bytes (``Inference-Header-Content-Length: 0``, the raw
+binary request). Clients such as ``tritonclient`` send no Content-Type, so
+the parser accepts any media type and the negotiation always picks it.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.parsers import BaseParser
+
+from inference.codecs import binary, message
+from inference.protocol.errors import InvalidInput, RequestTooLarge
+
+
+class FirstChoiceNegotiation(BaseContentNegotiation):
+    """Use the view's first parser and renderer whatever the headers say."""
+
+    def select_parser(self, request, parsers):
+        return parsers[0]
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
+def read_body(request) -> bytes:
+    """The request body, refusing one above MAX_REQUEST_BYTES before reading it.
+
+    ``request`` is a Django HttpRequest. Raises RequestTooLarge, InvalidInput
+    for an empty body.
+    """
+    limit = settings.MAX_REQUEST_BYTES
+    length = request.META.get("CONTENT_LENGTH") or "0"
+    try:
+        declared = int(length)
+    except ValueError:
+        raise InvalidInput(f"Content-Length is not an integer: {length!r}") from None
+    if declared > limit:
+        raise RequestTooLarge(f"request body of {declared} bytes exceeds the limit of {limit} bytes")
+    body = request.body
+    if not body:
+        raise InvalidInput("the request body is empty; it must hold an inference request")
+    return body
+
+
+class InferenceRequestParser(BaseParser):
+    """Parses a V2 inference body into an :class:`InferenceRequest`."""
+
+    media_type = "*/*"
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        view = parser_context["view"]
+        django_request = parser_context["request"]._request
+        kwargs = parser_context["kwargs"]
+        body = read_body(django_request)
+        name, version = kwargs["model_name"], kwargs.get("model_version")
+        header_length = binary.parse_header_length(django_request.headers.get("Inference-Header-Content-Length"))
+        if header_length == 0:
+            entry = view.version_entry
+            if len(entry.inputs) != 1:
+                raise InvalidInput(
+                    f"a raw binary request (Inference-Header-Content-Length: 0) needs a model with exactly one "
+                    f"input; model '{name}' has {len(entry.inputs)}"
+                )
+            return message.decode_raw_request(
+                memoryview(body), name, version, entry.inputs[0], entry.max_batch_size > 0
+            )
+        header, tail = binary.split_body(body, header_length)
+        return message.decode_request(message.load_json(header), tail, name, version, settings.MAX_REQUEST_BYTES)

@@ -1,0 +1,136 @@
+"""ONNX Runtime sessions: options and execution providers from settings, the
+model signature, and one :class:`OnnxModel` per loaded model version.
+
+Execution providers come from ``ORT_EXECUTION_PROVIDERS`` (in order of
+preference); ``CUDAExecutionProvider`` gets ``device_id`` from
+``ORT_DEVICE_ID``. Threads: ``ORT_INTRA_OP_THREADS`` / ``ORT_INTER_OP_THREADS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from inference.protocol.datatypes import BY_ORT
+from inference.protocol.errors import InvalidInput
+from inference.protocol.types import MetadataTensor
+
+_OPT_LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+class ProviderError(RuntimeError):
+    """The configured execution providers are not available in this ONNX Runtime."""
+
+
+def session_options(intra_op: int = 1, inter_op: int = 1, optimization: str = "all") -> ort.SessionOptions:
+    """SessionOptions with the given thread counts (0 lets ONNX Runtime choose)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = intra_op
+    options.inter_op_num_threads = inter_op
+    options.graph_optimization_level = _OPT_LEVELS[optimization]
+    options.log_severity_level = 3
+    return options
+
+
+def provider_list(names: Sequence[str], device_id: int = 0) -> list:
+    """Providers with their options, refusing names this build lacks.
+
+    Raises ProviderError naming the missing providers and those available.
+    """
+    available = ort.get_available_providers()
+    missing = [name for name in names if name not in available]
+    if missing:
+        raise ProviderError(
+            f"execution provider(s) {', '.join(missing)} not available in this ONNX Runtime "
+            f"(available: {', '.join(available)})"
+        )
+    providers: list = []
+    for name in names:
+        if name == "CUDAExecutionProvider":
+            providers.append((name, {"device_id": device_id}))
+        else:
+            providers.append(name)
+    return providers
+
+
+def create_session(path: str | Path, options: ort.SessionOptions | None = None, providers: list | None = None):
+    """An InferenceSession for the model file at ``path``."""
+    return ort.InferenceSession(
+        str(path),
+        sess_options=options or session_options(),
+        providers=providers or ["CPUExecutionProvider"],
+    )
+
+
+def _dims(shape) -> tuple[int, ...]:
+    return tuple(d if isinstance(d, int) and d >= 0 else -1 for d in shape)
+
+
+def signature(session) -> tuple[tuple[MetadataTensor, ...], tuple[MetadataTensor, ...]]:
+    """Inputs and outputs of a session as protocol metadata (-1 for symbolic dims).
+
+    Raises TypeError for a tensor whose type the protocol cannot carry
+    (sequences, maps, optional types, bfloat16, ...).
+    """
+
+    def describe(args, kind):
+        out = []
+        for arg in args:
+            datatype = BY_ORT.get(arg.type)
+            if datatype is None:
+                raise TypeError(
+                    f"{kind} '{arg.name}' has type {arg.type}, which the inference protocol cannot carry "
+                    "(for scikit-learn classifiers export with zipmap=False)"
+                )
+            out.append(MetadataTensor(arg.name, datatype.name, _dims(arg.shape)))
+        return tuple(out)
+
+    return describe(session.get_inputs(), "input"), describe(session.get_outputs(), "output")
+
+
+class OnnxModel:
+    """A loaded model version: runs ONNX Runtime with protocol-shaped tensors.
+
+    BYTES inputs (``object`` arrays of ``bytes``) are decoded as UTF-8 text
+    for ONNX Runtime's string tensors; string outputs come back as ``object``
+    arrays of ``str``. Thread-safe (``InferenceSession.run`` is).
+    """
+
+    def __init__(self, session):
+        self.session = session
+        inputs, _ = signature(session)
+        self.string_inputs = frozenset(t.name for t in inputs if t.datatype == "BYTES")
+
+    def run(self, feeds: dict[str, np.ndarray], output_names: list[str]) -> list[np.ndarray]:
+        """Run the model; raises InvalidInput for BYTES input that is not UTF-8
+        and for errors ONNX Runtime reports about the inputs."""
+        if self.string_inputs:
+            feeds = dict(feeds)
+            for name in self.string_inputs:
+                feeds[name] = _to_text(name, feeds[name])
+        try:
+            return self.session.run(output_names, feeds)
+        except (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ort.capi.onnxruntime_pybind11_state.Fail) as exc:
+            raise InvalidInput(f"the model rejected the inputs: {exc}") from None
+
+
+def _to_text(name: str, array: np.ndarray) -> np.ndarray:
+    out = np.empty(array.shape, dtype=object)
+    flat_out = out.reshape(-1)
+    try:
+        for i, item in enumerate(array.flat):
+            flat_out[i] = item if isinstance(item, str) else bytes(item).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(
+            f"input '{name}': BYTES element {i} is not valid UTF-8 ({exc.reason} at byte {exc.start}); "
+            "this model's string tensors hold text"
+        ) from None
+    return out

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class ModelsStoreConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "models_store"
+    verbose_name = "Model store"

@@ -1,0 +1,136 @@
+"""Import a Triton-style model repository into the registry.
+
+Layout: ``<root>/<model>/config.pbtxt`` (optional) and
+``<root>/<model>/<version>/model.onnx`` (or the config's
+``default_model_filename``). Importing is idempotent: a file whose sha256
+the model already has is left alone. A new file gets the directory's number
+when that number is above every number the model has used, otherwise the
+next free number (numbers are never reused). A file that fails validation
+becomes a FAILED version with its reason; other models and versions still
+import and serve.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+
+from models_store import selectors, services, storage, validation
+from models_store.config import ConfigError, TritonConfig, parse_config
+from models_store.models import PLATFORM_ONNX, ModelVersion, model_name_validator
+
+SUPPORTED_BACKENDS = ("", "onnxruntime")
+SUPPORTED_PLATFORMS = ("", PLATFORM_ONNX)
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    model: str
+    directory: str  # the version directory name, or "" for model-level results
+    outcome: str  # created | unchanged | failed | skipped
+    version: int | None = None
+    message: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.model}/{self.directory}" if self.directory else self.model
+        version = f" -> version {self.version}" if self.version is not None else ""
+        message = f": {self.message}" if self.message else ""
+        return f"{self.outcome:9} {where}{version}{message}"
+
+
+def _read_config(model_dir: Path) -> tuple[TritonConfig | None, str]:
+    """(config, error): the parsed config.pbtxt, or the reason it is unusable."""
+    path = model_dir / "config.pbtxt"
+    if not path.is_file():
+        return None, ""
+    try:
+        config = parse_config(path.read_text(encoding="utf-8"))
+    except (ConfigError, UnicodeDecodeError) as exc:
+        return None, str(exc)
+    if config.platform not in SUPPORTED_PLATFORMS or config.backend not in SUPPORTED_BACKENDS:
+        what = config.platform or config.backend
+        return None, f"config.pbtxt asks for {what!r}; this server runs ONNX models (platform {PLATFORM_ONNX})"
+    if config.name and config.name != model_dir.name:
+        return None, f"config.pbtxt names the model {config.name!r} but its directory is {model_dir.name!r}"
+    return config, ""
+
+
+def _version_dirs(model_dir: Path) -> list[Path]:
+    dirs = [p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit() and int(p.name) > 0]
+    return sorted(dirs, key=lambda p: int(p.name))
+
+
+def _import_version(model, version_dir: Path, filename: str, config, config_error: str) -> ImportResult:
+    model_file = version_dir / filename
+    if not model_file.is_file():
+        return ImportResult(model.name, version_dir.name, "skipped", message=f"no {filename} in the directory")
+    try:
+        proto = onnx.load(str(model_file), load_external_data=False)
+        extra = validation.external_data_files(proto, version_dir)
+        reason = config_error
+    except validation.ValidationError as exc:
+        extra, reason = [], str(exc)
+    except Exception as exc:  # not ONNX at all: stored so that users can inspect it
+        extra, reason = [], f"not a readable ONNX model: {exc}"
+    sha256, _ = storage.digest_files([model_file, *extra])
+    existing = selectors.version_by_sha256(model, sha256)
+    if existing is not None:
+        return ImportResult(model.name, version_dir.name, "unchanged", existing.number)
+    stored = storage.store_files(model.name, model_file, extra)
+    signature = None
+    if not reason:
+        try:
+            signature = validation.validate_artifact(storage.artifact_path(stored.relpath), config)
+        except validation.ValidationError as exc:
+            reason = str(exc)
+    version = services.version_create(
+        model,
+        artifact=stored.relpath,
+        sha256=stored.sha256,
+        size=stored.size,
+        state=ModelVersion.State.FAILED if reason else ModelVersion.State.READY,
+        inputs=[_tensor_json(t) for t in signature.inputs] if signature else [],
+        outputs=[_tensor_json(t) for t in signature.outputs] if signature else [],
+        properties=signature.properties if signature else {},
+        reason=reason,
+        source=str(version_dir.resolve()),
+        preferred_number=int(version_dir.name),
+    )
+    message = reason
+    if version.number != int(version_dir.name):
+        message = f"directory {version_dir.name} holds new bytes; registered as version {version.number}" + (
+            f"; {reason}" if reason else ""
+        )
+    return ImportResult(model.name, version_dir.name, "failed" if reason else "created", version.number, message)
+
+
+def _tensor_json(tensor) -> dict:
+    return {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
+
+
+def import_repository(root: Path) -> list[ImportResult]:
+    """Import every model directory under ``root``; see the module docstring.
+
+    Raises FileNotFoundError when ``root`` is not a directory.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"model repository {root} is not a directory")
+    results: list[ImportResult] = []
+    for model_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        try:
+            model_name_validator(model_dir.name)
+        except Exception:
+            results.append(ImportResult(model_dir.name, "", "skipped", message="not a valid model name"))
+            continue
+        config, config_error = _read_config(model_dir)
+        model = services.model_upsert(model_dir.name, config)
+        filename = (config.default_model_filename if config else "") or storage.MODEL_FILENAME
+        versions = _version_dirs(model_dir)
+        if not versions:
+            results.append(ImportResult(model.name, "", "skipped", message="no numbered version directories"))
+        for version_dir in versions:
+            results.append(_import_version(model, version_dir, filename, config, config_error))
+    return results

@@ -1,0 +1,96 @@
+"""Writes to the model registry. Each write runs in a transaction and bumps the
+change stamp in it, so that every server process sees the change.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.db.models import F
+
+from models_store.config import TritonConfig
+from models_store.models import ModelVersion, RegisteredModel, RegistryStamp
+from models_store.signals import registry_changed
+
+
+class RegistryError(ValueError):
+    """A registry write was refused; the message says why."""
+
+
+def _bump_stamp() -> None:
+    """Advance the change stamp inside the current transaction."""
+    updated = RegistryStamp.objects.filter(pk=1).update(counter=F("counter") + 1)
+    if not updated:
+        RegistryStamp.objects.get_or_create(pk=1, defaults={"counter": 1})
+    transaction.on_commit(lambda: registry_changed.send(sender=RegistryStamp))
+
+
+@transaction.atomic
+def model_upsert(name: str, config: TritonConfig | None = None) -> RegisteredModel:
+    """Create the model ``name`` if needed; apply a Triton config when given."""
+    model, created = RegisteredModel.objects.select_for_update().get_or_create(name=name)
+    if config is not None:
+        model.max_batch_size = config.max_batch_size
+        model.version_policy = config.policy
+        model.latest_versions = config.latest_versions
+        model.specific_versions = list(config.specific_versions)
+        model.instance_group = list(config.instance_group)
+        model.config = config.raw
+        model.save()
+    if created or config is not None:
+        _bump_stamp()
+    return model
+
+
+@transaction.atomic
+def version_create(
+    model: RegisteredModel,
+    *,
+    artifact: str,
+    sha256: str,
+    size: int,
+    state: str,
+    inputs: list | None = None,
+    outputs: list | None = None,
+    properties: dict | None = None,
+    reason: str = "",
+    source: str = "",
+    preferred_number: int | None = None,
+) -> ModelVersion:
+    """Add a version. Its number is ``preferred_number`` when that is above
+    every number the model has used, else the next number (never reused).
+
+    Raises RegistryError when the model already has a version with these bytes.
+    """
+    locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+    existing = locked.versions.filter(sha256=sha256).first()
+    if existing is not None:
+        raise RegistryError(f"model '{locked.name}' already has these bytes as version {existing.number}")
+    number = locked.last_version_number + 1
+    if preferred_number is not None and preferred_number > locked.last_version_number:
+        number = preferred_number
+    locked.last_version_number = number
+    locked.save(update_fields=["last_version_number", "updated_at"])
+    version = ModelVersion.objects.create(
+        model=locked,
+        number=number,
+        artifact=artifact,
+        sha256=sha256,
+        size=size,
+        state=state,
+        inputs=inputs or [],
+        outputs=outputs or [],
+        properties=properties or {},
+        reason=reason,
+        source=source,
+    )
+    _bump_stamp()
+    return version
+
+
+@transaction.atomic
+def version_set_state(version: ModelVersion, state: str, reason: str = "") -> ModelVersion:
+    version.state = state
+    version.reason = reason
+    version.save(update_fields=["state", "reason", "updated_at"])
+    _bump_stamp()
+    return version

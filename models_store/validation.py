@@ -1,0 +1,180 @@
+"""Validate an ONNX artifact and extract its signature.
+
+:func:`validate_artifact` runs, in order: the external-data safety check, the
+ONNX checker, ONNX Runtime session creation (CPU), signature extraction, the
+check against a Triton ``config.pbtxt`` when one is given, and a warm-up
+inference on zero inputs. Any failure raises :class:`ValidationError` whose
+message is the reason shown to users for a FAILED version.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import external_data_helper
+
+from inference.protocol.datatypes import BY_NAME
+from inference.protocol.types import MetadataTensor
+from inference.runtime import onnx as onnx_runtime
+from models_store.config import TritonConfig
+
+
+class ValidationError(ValueError):
+    """The artifact cannot serve; the message says why."""
+
+
+@dataclass
+class Signature:
+    """What validation learned: tensors (config dims applied) and model properties."""
+
+    inputs: tuple[MetadataTensor, ...]
+    outputs: tuple[MetadataTensor, ...]
+    properties: dict = field(default_factory=dict)
+    log: list[str] = field(default_factory=list)
+
+
+def _all_tensors(graph: onnx.GraphProto):
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from _all_tensors(attr.g)
+            for sub in attr.graphs:
+                yield from _all_tensors(sub)
+
+
+def external_data_files(model: onnx.ModelProto, model_dir: Path) -> list[Path]:
+    """The files a model's external-data tensors reference, all inside ``model_dir``.
+
+    Raises ValidationError for an absolute location, a ``..`` component, a
+    symlink, a path resolving outside ``model_dir``, or a missing file: ONNX
+    Runtime would otherwise read arbitrary files of the server's disk.
+    """
+    root = model_dir.resolve()
+    files: list[Path] = []
+    for tensor in _all_tensors(model.graph):
+        if not external_data_helper.uses_external_data(tensor):
+            continue
+        info = external_data_helper.ExternalDataInfo(tensor)
+        location = info.location
+        parts = Path(location).parts
+        if not location or os.path.isabs(location) or ".." in parts or location.startswith(("/", "\\")):
+            raise ValidationError(
+                f"tensor '{tensor.name}' references external data at {location!r}, outside the model's directory"
+            )
+        candidate = model_dir / location
+        if candidate.is_symlink() or any((model_dir / Path(*parts[:i])).is_symlink() for i in range(1, len(parts))):
+            raise ValidationError(f"tensor '{tensor.name}' references external data through a symlink ({location!r})")
+        resolved = candidate.resolve()
+        if not resolved.is_relative_to(root):
+            raise ValidationError(
+                f"tensor '{tensor.name}' references external data at {location!r}, outside the model's directory"
+            )
+        if not resolved.is_file():
+            raise ValidationError(f"tensor '{tensor.name}' references missing external data file {location!r}")
+        if resolved not in files:
+            files.append(resolved)
+    return files
+
+
+def _apply_config(
+    tensors: tuple[MetadataTensor, ...], configured, max_batch_size: int, kind: str
+) -> tuple[MetadataTensor, ...]:
+    """Check config.pbtxt tensors against the graph; config dims win where given."""
+    by_name = {t.name: t for t in tensors}
+    merged = dict(by_name)
+    for conf in configured:
+        tensor = by_name.get(conf.name)
+        if tensor is None:
+            raise ValidationError(
+                f"config.pbtxt declares {kind} '{conf.name}', which the model does not have "
+                f"(model {kind}s: {', '.join(by_name) or 'none'})"
+            )
+        if conf.datatype and conf.datatype != tensor.datatype:
+            raise ValidationError(
+                f"config.pbtxt declares {kind} '{conf.name}' as {conf.datatype}, the model has {tensor.datatype}"
+            )
+        if not conf.dims:
+            continue
+        dims = ((-1,) if max_batch_size > 0 else ()) + tuple(conf.dims)
+        if len(dims) != len(tensor.shape) or any(
+            m >= 0 and c >= 0 and m != c for m, c in zip(tensor.shape, dims, strict=True)
+        ):
+            raise ValidationError(
+                f"config.pbtxt dims of {kind} '{conf.name}' {list(dims)} (batch dimension included) "
+                f"do not match the model's shape {list(tensor.shape)}"
+            )
+        merged[conf.name] = MetadataTensor(
+            tensor.name, tensor.datatype, tuple(m if m >= 0 else c for m, c in zip(tensor.shape, dims, strict=True))
+        )
+    return tuple(merged[t.name] for t in tensors)
+
+
+def _zero_feed(tensor: MetadataTensor) -> np.ndarray:
+    shape = tuple(d if d >= 0 else 1 for d in tensor.shape)
+    if tensor.datatype == "BYTES":
+        return np.full(shape, "", dtype=object)
+    return np.zeros(shape, dtype=BY_NAME[tensor.datatype].numpy)
+
+
+def validate_artifact(path: Path, config: TritonConfig | None = None) -> Signature:
+    """Validate the ONNX file at ``path`` (see module docstring).
+
+    Returns the Signature; raises ValidationError with a user-facing reason.
+    """
+    log: list[str] = []
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # onnx raises DecodeError, ValueError, OSError...
+        raise ValidationError(f"not a readable ONNX model: {exc}") from None
+    external_data_files(model, path.parent)
+    try:
+        onnx.checker.check_model(str(path))
+    except Exception as exc:
+        raise ValidationError(f"ONNX checker: {exc}") from None
+    log.append("ONNX checker passed")
+    try:
+        session = onnx_runtime.create_session(path)
+    except Exception as exc:
+        raise ValidationError(f"ONNX Runtime could not create a session: {exc}") from None
+    log.append("ONNX Runtime session created (CPUExecutionProvider)")
+    try:
+        inputs, outputs = onnx_runtime.signature(session)
+    except TypeError as exc:
+        raise ValidationError(str(exc)) from None
+    if config is not None:
+        inputs = _apply_config(inputs, config.inputs, config.max_batch_size, "input")
+        outputs = _apply_config(outputs, config.outputs, config.max_batch_size, "output")
+        if config.max_batch_size > 0:
+            for tensor in inputs + outputs:
+                if not tensor.shape or tensor.shape[0] >= 0:
+                    raise ValidationError(
+                        f"max_batch_size is {config.max_batch_size} but '{tensor.name}' has no variable "
+                        f"first (batch) dimension: {list(tensor.shape)}"
+                    )
+    log.append(
+        "signature: inputs "
+        + ", ".join(f"{t.name} {t.datatype} {list(t.shape)}" for t in inputs)
+        + "; outputs "
+        + ", ".join(f"{t.name} {t.datatype} {list(t.shape)}" for t in outputs)
+    )
+    try:
+        model_runner = onnx_runtime.OnnxModel(session)
+        results = model_runner.run({t.name: _zero_feed(t) for t in inputs}, [t.name for t in outputs])
+    except Exception as exc:
+        raise ValidationError(f"warm-up inference on zero inputs failed: {exc}") from None
+    log.append("warm-up inference on zero inputs: " + ", ".join(f"{r.shape}" for r in results))
+    properties = {
+        "ir_version": model.ir_version,
+        "opsets": {imp.domain or "ai.onnx": imp.version for imp in model.opset_import},
+        "producer": f"{model.producer_name} {model.producer_version}".strip(),
+        "metadata": {p.key: p.value for p in model.metadata_props},
+    }
+    return Signature(inputs, outputs, properties, log)

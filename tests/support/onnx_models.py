@@ -1,0 +1,114 @@
+"""Real ONNX models built in code for the tests (no downloads).
+
+Each builder returns serialized ONNX bytes. Datatype names are the protocol's
+(FP32, BYTES, ...).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from onnx import TensorProto, helper
+
+from inference.protocol.datatypes import BY_NAME, DATATYPES
+
+ALL_DATATYPES = [d.name for d in DATATYPES]
+
+
+def _model(nodes, inputs, outputs, opset: int = 17, initializers=()) -> bytes:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="tests")
+    model.ir_version = 9 if opset >= 20 else 8
+    return model.SerializeToString()
+
+
+def _vi(name: str, datatype: str, shape) -> object:
+    return helper.make_tensor_value_info(name, BY_NAME[datatype].onnx, list(shape))
+
+
+def identity(datatype: str, shape=("N", "M")) -> bytes:
+    """INPUT0 -> OUTPUT0 (Identity), any ``datatype``; default shape [-1, -1]."""
+    return _model(
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
+        [_vi("INPUT0", datatype, shape)],
+        [_vi("OUTPUT0", datatype, shape)],
+    )
+
+
+def add_sub(datatype: str = "INT32", width: int = 16) -> bytes:
+    """Triton's "simple": OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1, shape [-1, width]."""
+    shape = ("N", width)
+    return _model(
+        [
+            helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+            helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"]),
+        ],
+        [_vi("INPUT0", datatype, shape), _vi("INPUT1", datatype, shape)],
+        [_vi("OUTPUT0", datatype, shape), _vi("OUTPUT1", datatype, shape)],
+    )
+
+
+def affine(scale: float, offset: float, width: int = 4, batch="N") -> bytes:
+    """FP32 y = scale * x + offset, shape [batch, width]."""
+    shape = (batch, width)
+    init = [
+        helper.make_tensor("scale", TensorProto.FLOAT, [], [scale]),
+        helper.make_tensor("offset", TensorProto.FLOAT, [], [offset]),
+    ]
+    return _model(
+        [helper.make_node("Mul", ["x", "scale"], ["t"]), helper.make_node("Add", ["t", "offset"], ["y"])],
+        [_vi("x", "FP32", shape)],
+        [_vi("y", "FP32", shape)],
+        initializers=init,
+    )
+
+
+def string_suffix(suffix: str = "!") -> bytes:
+    """BYTES text -> text + suffix (StringConcat), shape [-1]: proves the model sees the text."""
+    const = helper.make_node(
+        "Constant", [], ["s"], value=helper.make_tensor("s", TensorProto.STRING, [], [suffix.encode()])
+    )
+    return _model(
+        [const, helper.make_node("StringConcat", ["text", "s"], ["out"])],
+        [_vi("text", "BYTES", ("N",))],
+        [_vi("out", "BYTES", ("N",))],
+        opset=20,
+    )
+
+
+def fixed_image(channels: int = 3, size: int = 224) -> bytes:
+    """FP32 [1, C, H, W] -> per-channel mean [1, C] (a CNN-sized input)."""
+    return _model(
+        [helper.make_node("ReduceMean", ["image"], ["mean"], axes=[2, 3], keepdims=0)],
+        [_vi("image", "FP32", (1, channels, size, size))],
+        [_vi("mean", "FP32", (1, channels))],
+        opset=17,
+    )
+
+
+def expected_identity_input(datatype: str, shape=(2, 3), seed: int = 0) -> np.ndarray:
+    """Deterministic sample data of ``datatype`` (BYTES: object array of bytes)."""
+    rng = np.random.default_rng(seed)
+    count = int(np.prod(shape))
+    dt = BY_NAME[datatype]
+    if datatype == "BYTES":
+        words = [f"wörd-{i}✓".encode() for i in range(count)]
+        return np.array(words, dtype=object).reshape(shape)
+    if datatype == "BOOL":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if dt.numpy.kind == "f":
+        return rng.standard_normal(shape).astype(dt.numpy)
+    info = np.iinfo(dt.numpy)
+    low, high = max(info.min, -1000), min(info.max, 1000)
+    return rng.integers(low, high, size=shape, endpoint=True).astype(dt.numpy)
+
+
+def write_model(root: Path, name: str, payload: bytes, version: int = 1, config: str | None = None) -> Path:
+    """Write ``root/name/version/model.onnx`` (and config.pbtxt when given)."""
+    target = root / name / str(version) / "model.onnx"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(payload)
+    if config is not None:
+        (root / name / "config.pbtxt").write_text(config)
+    return target

@@ -1,0 +1,41 @@
+"""The model repository used by the data-plane and interop tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support import onnx_models as m
+
+BATCHED_CONFIG = """name: "affine"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+model_warmup [ { name: "w" batch_size: 1 } ]
+"""
+
+ALL_POLICY = """version_policy: { all: { } }
+"""
+
+
+def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
+    """identity_<datatype> for all 13 datatypes, simple (INT32 add/sub),
+    affine (y = 2x + 1, max_batch_size 8), versioned (v1: x + 1, v2: x + 2,
+    policy all), strings (text + "!"), image ([1,3,224,224] -> channel means),
+    broken (not ONNX), and iris/digits from scikit-learn when ``with_sklearn``."""
+    for datatype in m.ALL_DATATYPES:
+        m.write_model(root, f"identity_{datatype.lower()}", m.identity(datatype))
+    m.write_model(root, "simple", m.add_sub("INT32"))
+    m.write_model(root, "affine", m.affine(2.0, 1.0), config=BATCHED_CONFIG)
+    m.write_model(root, "versioned", m.affine(1.0, 1.0), version=1, config=ALL_POLICY)
+    m.write_model(root, "versioned", m.affine(1.0, 2.0), version=2)
+    m.write_model(root, "strings", m.string_suffix("!"))
+    m.write_model(root, "image", m.fixed_image())
+    m.write_model(root, "broken", b"this is not an onnx model")
+    if with_sklearn:
+        from models_store.management.commands.build_demo_repository import CONFIG, build_models
+
+        for name, (payload, features) in build_models().items():
+            m.write_model(root, name, payload, config=CONFIG.format(name=name, features=features))
+    return root
