@@ -34,8 +34,11 @@ test-postgres: venv
 bench: venv
 	$(PY) bench/run.py
 
+PROTO_OUT ?= .
 proto: venv
-	$(PY) -m grpc_tools.protoc -Imodels_store/config --python_out=models_store/config --pyi_out=models_store/config models_store/config/model_config.proto
+	mkdir -p $(PROTO_OUT)/models_store/config
+	$(PY) -m grpc_tools.protoc -Imodels_store/config --python_out=$(PROTO_OUT)/models_store/config \
+		--pyi_out=$(PROTO_OUT)/models_store/config models_store/config/model_config.proto
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -164,6 +164,9 @@ class ModelRegistry:
             self._thread.start()
 
     def stop(self) -> None:
+        from models_store.signals import registry_changed
+
+        registry_changed.disconnect(self._on_local_change)
         self._stop.set()
 
     def _on_local_change(self, **_kwargs) -> None:
@@ -202,7 +205,7 @@ class ModelRegistry:
         if version is None or version == "":
             entry = model.default
             if entry is None:
-                raise ModelNotReady(f"model '{name}' has no version that is ready to serve")
+                raise ModelNotReady(f"model '{name}' has no version that is ready to serve{_why(model)}")
             return entry
         number = parse_version(version)
         entry = model.versions.get(number)
@@ -229,6 +232,14 @@ class ModelRegistry:
             inputs=entry.inputs,
             outputs=entry.outputs,
         )
+
+
+def _why(model: ModelEntry) -> str:
+    if not model.versions:
+        return " (it has no versions)"
+    newest = model.versions[max(model.versions)]
+    detail = f": {newest.reason}" if newest.reason else ""
+    return f" (newest: version {newest.number} {newest.state}{detail})"
 
 
 def parse_version(version: str) -> int:

@@ -1,0 +1,1 @@
+"""Reproducible REST benchmark of the server (``make bench`` runs bench/run.py)."""

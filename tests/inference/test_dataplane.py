@@ -1,0 +1,179 @@
+"""The DataPlane over a real registry (imported models, SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from inference.dataplane import DataPlane
+from inference.protocol.errors import InvalidInput, ModelNotFound, ModelNotReady
+from inference.protocol.types import InferenceRequest, RequestedOutput, RequestInput
+from inference.registry import ModelRegistry
+from inference.runtime.executors import InProcessExecutor, SessionCache
+from inference.runtime.loader import load_onnx_model
+from models_store import services
+from models_store.models import ModelVersion, RegisteredModel
+from models_store.repository import import_repository
+from tests.support import onnx_models as m
+
+pytestmark = [pytest.mark.db, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def repo(tmp_path):
+    root = tmp_path / "repo"
+    m.write_model(root, "simple", m.add_sub("INT32"))
+    m.write_model(root, "affine", m.affine(2.0, 1.0), config='max_batch_size: 2\ninput [ { name: "x" dims: [4] } ]')
+    m.write_model(root, "strings", m.string_suffix("?"))
+    m.write_model(root, "v", m.affine(1.0, 1.0), version=1)
+    m.write_model(root, "v", m.affine(1.0, 2.0), version=2)
+    m.write_model(root, "broken", b"nope")
+    import_repository(root)
+    return root
+
+
+@pytest.fixture
+def dataplane(repo):
+    registry = ModelRegistry(poll_seconds=0)
+    executor = InProcessExecutor(SessionCache(load_onnx_model))
+    registry.add_listener(executor.on_snapshot)
+    registry.start()
+    yield DataPlane(registry, executor, "modelhost", "test")
+    registry.stop()
+
+
+def _simple(a, b, **kwargs):
+    return InferenceRequest(
+        "simple",
+        [RequestInput("INPUT0", "INT32", a.shape, a), RequestInput("INPUT1", "INT32", b.shape, b)],
+        **kwargs,
+    )
+
+
+def test_infer_computes_and_echoes(dataplane):
+    a = np.arange(32, dtype=np.int32).reshape(2, 16)
+    b = np.full((2, 16), 7, dtype=np.int32)
+    response = dataplane.infer(_simple(a, b, id="x-1"))
+    assert (response.model_name, response.model_version, response.id) == ("simple", "1", "x-1")
+    outputs = {o.name: o for o in response.outputs}
+    np.testing.assert_array_equal(outputs["OUTPUT0"].data, a + b)
+    np.testing.assert_array_equal(outputs["OUTPUT1"].data, a - b)
+    assert outputs["OUTPUT0"].datatype == "INT32" and outputs["OUTPUT0"].shape == (2, 16)
+
+
+def test_requested_output_subset_and_order(dataplane):
+    a = np.ones((1, 16), dtype=np.int32)
+    response = dataplane.infer(_simple(a, a, outputs=[RequestedOutput("OUTPUT1"), RequestedOutput("OUTPUT0")]))
+    assert [o.name for o in response.outputs] == ["OUTPUT1", "OUTPUT0"]
+    np.testing.assert_array_equal(response.outputs[0].data, np.zeros((1, 16)))
+
+
+@pytest.mark.parametrize(
+    "mutate,needle",
+    [
+        (lambda r: r.inputs.pop(), "needs input(s) INPUT1"),
+        (lambda r: r.inputs.append(RequestInput("Z", "INT32", (1,), np.ones(1, np.int32))), "unknown input 'Z'"),
+        (lambda r: r.inputs.append(r.inputs[0]), "given twice"),
+        (lambda r: setattr(r.inputs[0], "datatype", "INT64"), "expects INT32"),
+        (lambda r: setattr(r.inputs[0], "shape", (1, 15)), "expects [-1, 16]"),
+        (lambda r: setattr(r.inputs[0], "shape", (16,)), "expects [-1, 16]"),
+        (lambda r: setattr(r, "outputs", [RequestedOutput("NOPE")]), "unknown output 'NOPE'"),
+        (lambda r: setattr(r, "outputs", [RequestedOutput("OUTPUT0")] * 2), "requested twice"),
+    ],
+)
+def test_invalid_requests(dataplane, mutate, needle):
+    a = np.ones((1, 16), dtype=np.int32)
+    request = _simple(a, a)
+    mutate(request)
+    with pytest.raises(InvalidInput) as info:
+        dataplane.infer(request)
+    assert needle in info.value.message
+
+
+def test_batch_limit(dataplane):
+    x = np.zeros((3, 4), dtype=np.float32)
+    with pytest.raises(InvalidInput, match="max_batch_size 2"):
+        dataplane.infer(InferenceRequest("affine", [RequestInput("x", "FP32", x.shape, x)]))
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    out = dataplane.infer(InferenceRequest("affine", [RequestInput("x", "FP32", x.shape, x)])).outputs[0]
+    np.testing.assert_allclose(out.data, 2 * x + 1)
+
+
+def test_strings_decoded_for_the_model_and_refused_when_not_utf8(dataplane):
+    text = np.array(["ça".encode(), b"ok"], dtype=object)
+    out = dataplane.infer(InferenceRequest("strings", [RequestInput("text", "BYTES", (2,), text)])).outputs[0]
+    assert list(out.data) == ["ça?", "ok?"]
+    bad = np.array([b"\xc3"], dtype=object)
+    with pytest.raises(InvalidInput, match="input 'text': BYTES element 0 is not valid UTF-8"):
+        dataplane.infer(InferenceRequest("strings", [RequestInput("text", "BYTES", (1,), bad)]))
+
+
+def test_versions_not_found_not_ready(dataplane):
+    x = np.zeros((1, 4), dtype=np.float32)
+    request = InferenceRequest("v", [RequestInput("x", "FP32", x.shape, x)])
+    assert dataplane.infer(request).model_version == "2"  # latest 1 by default
+    request.model_version = "1"
+    with pytest.raises(ModelNotReady, match="not served by the model's version policy"):
+        dataplane.infer(request)
+    request.model_version = "3"
+    with pytest.raises(ModelNotFound, match="unknown version 3"):
+        dataplane.infer(request)
+    with pytest.raises(ModelNotFound, match="unknown model 'nope'"):
+        dataplane.model_metadata("nope")
+    with pytest.raises(ModelNotReady, match="FAILED"):
+        dataplane.model_metadata("broken")
+    assert dataplane.model_ready("v") and dataplane.model_ready("v", "2")
+    assert not dataplane.model_ready("v", "1")
+    assert not dataplane.model_ready("broken")
+
+
+def test_metadata(dataplane):
+    meta = dataplane.model_metadata("affine")
+    assert meta.versions == ("1",)
+    assert [(t.name, t.datatype, t.shape) for t in meta.inputs] == [("x", "FP32", (-1, 4))]
+    server = dataplane.server_metadata()
+    assert server.name == "modelhost" and "binary_tensor_data" in server.extensions
+    assert dataplane.live() and dataplane.ready()
+
+
+def test_registry_follows_writes_and_drops_stale_sessions(dataplane, repo):
+    x = np.zeros((1, 4), dtype=np.float32)
+    request = InferenceRequest("v", [RequestInput("x", "FP32", x.shape, x)])
+    np.testing.assert_allclose(dataplane.infer(request).outputs[0].data, x + 2)
+    assert len(dataplane.executor.cache) == 1
+    # A new version imported in this process is served at once (registry_changed on commit).
+    m.write_model(repo, "v", m.affine(1.0, 3.0), version=3)
+    import_repository(repo)
+    response = dataplane.infer(request)
+    assert response.model_version == "3"
+    np.testing.assert_allclose(response.outputs[0].data, x + 3)
+    assert len(dataplane.executor.cache) == 1  # version 2's session was dropped
+    # A version that fails disappears; the policy falls back to the newest READY one.
+    services.version_set_state(ModelVersion.objects.get(model__name="v", number=3), "FAILED", "broken on purpose")
+    assert dataplane.infer(request).model_version == "2"
+    # A policy change takes effect too.
+    model = RegisteredModel.objects.get(name="v")
+    model.version_policy = "all"
+    model.save()
+    services.version_set_state(ModelVersion.objects.get(model__name="v", number=1), "READY")
+    assert dataplane.model_metadata("v").versions == ("2", "1")
+
+
+def test_registry_poll_sees_other_process_writes(repo):
+    """Without the local signal, the change stamp is what the poller reads."""
+    registry = ModelRegistry(poll_seconds=0)
+    registry.refresh(force=True)
+    assert "late" not in registry.models
+    m.write_model(repo, "late", m.identity("INT8"))
+    from models_store.signals import registry_changed
+
+    receivers = registry_changed.receivers
+    registry_changed.receivers = []  # as if the import ran in another process
+    try:
+        import_repository(repo)
+    finally:
+        registry_changed.receivers = receivers
+    assert "late" not in registry.models
+    assert registry.refresh() is True
+    assert registry.models["late"].default.number == 1
+    assert registry.refresh() is False  # stamp unchanged: no rebuild

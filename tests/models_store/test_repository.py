@@ -1,0 +1,189 @@
+"""Importing a Triton-style model repository (runs on SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from django.core.management import call_command
+from onnx import TensorProto, external_data_helper, helper, numpy_helper
+
+from models_store import selectors
+from models_store.models import ModelVersion, RegisteredModel
+from models_store.repository import import_repository
+from models_store.storage import artifact_path
+from tests.support import onnx_models as m
+
+pytestmark = [pytest.mark.db, pytest.mark.django_db]
+
+
+@pytest.fixture
+def repo(tmp_path):
+    path = tmp_path / "repo"
+    path.mkdir()
+    return path
+
+
+def _by_key(results):
+    return {(r.model, r.directory): r for r in results}
+
+
+def test_import_creates_ready_versions_with_signature(repo):
+    path = m.write_model(repo, "simple", m.add_sub("INT32"))
+    (result,) = import_repository(repo)
+    assert (result.outcome, result.version) == ("created", 1)
+    version = ModelVersion.objects.get(model__name="simple", number=1)
+    assert version.state == "READY" and version.reason == ""
+    assert version.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert version.size == path.stat().st_size
+    assert version.platform == "onnxruntime_onnx"
+    assert version.inputs == [
+        {"name": "INPUT0", "datatype": "INT32", "shape": [-1, 16]},
+        {"name": "INPUT1", "datatype": "INT32", "shape": [-1, 16]},
+    ]
+    assert [o["name"] for o in version.outputs] == ["OUTPUT0", "OUTPUT1"]
+    stored = artifact_path(version.artifact)
+    assert stored.read_bytes() == path.read_bytes()
+    assert version.artifact == f"simple/{version.sha256}/model.onnx"
+    assert version.source == str(path.parent.resolve())
+
+
+def test_import_is_idempotent(repo):
+    m.write_model(repo, "a", m.identity("FP32"))
+    m.write_model(repo, "a", m.affine(1, 1), version=2)
+    first = import_repository(repo)
+    assert [r.outcome for r in first] == ["created", "created"]
+    second = import_repository(repo)
+    assert [(r.outcome, r.version) for r in second] == [("unchanged", 1), ("unchanged", 2)]
+    assert ModelVersion.objects.filter(model__name="a").count() == 2
+
+
+def test_changed_bytes_in_an_old_directory_get_the_next_number(repo):
+    m.write_model(repo, "a", m.affine(1, 1), version=1)
+    m.write_model(repo, "a", m.affine(1, 2), version=3)
+    import_repository(repo)
+    m.write_model(repo, "a", m.affine(5, 5), version=1)  # new bytes under an old number
+    results = _by_key(import_repository(repo))
+    assert results[("a", "1")].outcome == "created"
+    assert results[("a", "1")].version == 4
+    assert "registered as version 4" in results[("a", "1")].message
+    assert list(selectors.version_list(RegisteredModel.objects.get(name="a")).values_list("number", flat=True)) == [
+        4,
+        3,
+        1,
+    ]
+
+
+def test_broken_model_fails_with_reason_and_others_import(repo):
+    m.write_model(repo, "good", m.identity("INT64"))
+    m.write_model(repo, "bad", b"\x08\x01garbage")
+    results = _by_key(import_repository(repo))
+    assert results[("good", "1")].outcome == "created"
+    assert results[("bad", "1")].outcome == "failed"
+    bad = ModelVersion.objects.get(model__name="bad")
+    assert bad.state == "FAILED"
+    assert bad.reason.startswith(("not a readable ONNX model", "ONNX checker"))
+    assert ModelVersion.objects.get(model__name="good").state == "READY"
+
+
+def test_config_is_applied_and_checked(repo):
+    m.write_model(
+        repo,
+        "batched",
+        m.affine(2, 1),
+        config="max_batch_size: 8\nversion_policy: { all: {} }\n"
+        'input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        "instance_group [ { kind: KIND_CPU count: 2 } ]",
+    )
+    m.write_model(repo, "wrong_dims", m.affine(2, 1), config='max_batch_size: 8\ninput [ { name: "x" dims: [ 5 ] } ]')
+    m.write_model(repo, "wrong_name", m.affine(2, 1), config='input [ { name: "nope" dims: [ 4 ] } ]')
+    m.write_model(repo, "wrong_type", m.affine(2, 1), config='input [ { name: "x" data_type: TYPE_INT32 } ]')
+    m.write_model(repo, "tf", m.affine(2, 1), config='platform: "tensorflow_savedmodel"')
+    m.write_model(repo, "fixed_batch", m.fixed_image(), config="max_batch_size: 4")
+    m.write_model(repo, "unparsable", m.affine(2, 1), config="max_batch_size: {")
+    import_repository(repo)
+    model = RegisteredModel.objects.get(name="batched")
+    assert (model.max_batch_size, model.version_policy) == (8, "all")
+    assert model.instance_group == [{"name": "", "kind": "KIND_CPU", "count": 2, "gpus": []}]
+    assert model.config["max_batch_size"] == 8
+    reasons = {v.model.name: (v.state, v.reason) for v in ModelVersion.objects.select_related("model")}
+    assert reasons["batched"] == ("READY", "")
+    assert reasons["wrong_dims"][0] == "FAILED" and "[-1, 5]" in reasons["wrong_dims"][1]
+    assert "declares input 'nope'" in reasons["wrong_name"][1]
+    assert "as INT32, the model has FP32" in reasons["wrong_type"][1]
+    assert "tensorflow_savedmodel" in reasons["tf"][1]
+    assert "batch" in reasons["fixed_batch"][1]
+    assert reasons["unparsable"][0] == "FAILED" and "config.pbtxt" in reasons["unparsable"][1]
+
+
+def _model_with_external_data(directory: Path, location: str) -> Path:
+    weights = numpy_helper.from_array(np.ones((4,), dtype=np.float32), name="w")
+    external_data_helper.set_external_data(weights, location=location, offset=0, length=16)
+    weights.ClearField("raw_data")
+    weights.data_location = TensorProto.EXTERNAL
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        initializer=[weights],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "model.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize("location", ["../../etc/passwd", "/etc/passwd", "link.bin"])
+def test_external_data_outside_the_model_directory_is_refused(tmp_path, location):
+    version_dir = tmp_path / "repo" / "sneaky" / "1"
+    _model_with_external_data(version_dir, location)
+    if location == "link.bin":
+        os.symlink("/etc/passwd", version_dir / "link.bin")
+    (result,) = import_repository(tmp_path / "repo")
+    assert result.outcome == "failed"
+    version = ModelVersion.objects.get(model__name="sneaky")
+    assert version.state == "FAILED"
+    assert "external data" in version.reason
+    stored_dir = artifact_path(version.artifact).parent
+    assert sorted(p.name for p in stored_dir.iterdir()) == ["model.onnx"]  # nothing else copied
+
+
+def test_external_data_inside_the_directory_is_copied(tmp_path):
+    version_dir = tmp_path / "repo" / "ext" / "1"
+    (version_dir / "data").mkdir(parents=True)
+    (version_dir / "data" / "w.bin").write_bytes(np.full(4, 2.0, dtype=np.float32).tobytes())
+    _model_with_external_data(version_dir, "data/w.bin")
+    (result,) = import_repository(tmp_path / "repo")
+    assert result.outcome == "created", result.message
+    version = ModelVersion.objects.get(model__name="ext")
+    stored = artifact_path(version.artifact)
+    assert (stored.parent / "data" / "w.bin").read_bytes() == (version_dir / "data" / "w.bin").read_bytes()
+    expected = hashlib.sha256((version_dir / "model.onnx").read_bytes() + (version_dir / "data" / "w.bin").read_bytes())
+    assert version.sha256 == expected.hexdigest()
+
+
+def test_skips_and_command_output(repo, capsys):
+    (repo / "empty_model").mkdir()
+    (repo / "bad name!").mkdir()
+    (repo / "nofile" / "1").mkdir(parents=True)
+    (repo / "nofile" / "notes").mkdir()
+    m.write_model(repo, "ok", m.identity("BOOL"))
+    call_command("import_repository", str(repo))
+    out = capsys.readouterr().out
+    assert "created   ok/1 -> version 1" in out
+    assert "skipped   bad name!: not a valid model name" in out
+    assert "skipped   empty_model: no numbered version directories" in out
+    assert "skipped   nofile/1: no model.onnx in the directory" in out
+    assert ModelVersion.objects.count() == 1
+
+
+def test_missing_repository_is_an_error(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        import_repository(tmp_path / "nowhere")
