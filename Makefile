@@ -36,9 +36,10 @@ bench: venv
 
 PROTO_OUT ?= .
 proto: venv
-	mkdir -p $(PROTO_OUT)/models_store/config
-	$(PY) -m grpc_tools.protoc -Imodels_store/config --python_out=$(PROTO_OUT)/models_store/config \
-		--pyi_out=$(PROTO_OUT)/models_store/config models_store/config/model_config.proto
+	mkdir -p $(PROTO_OUT)
+	$(PY) -m grpc_tools.protoc -I. --python_out=$(PROTO_OUT) --pyi_out=$(PROTO_OUT) models_store/config/model_config.proto
+	$(PY) -m grpc_tools.protoc -I. --python_out=$(PROTO_OUT) --pyi_out=$(PROTO_OUT) --grpc_python_out=$(PROTO_OUT) \
+		inference/grpc/proto/oip.proto
 
 lint: venv
 	$(VENV)/bin/ruff check .

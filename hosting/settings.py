@@ -131,6 +131,10 @@ REGISTRY_POLL_SECONDS = env.float("REGISTRY_POLL_SECONDS", default=1.0)
 HTTP_WORKERS = env.int("HTTP_WORKERS", default=2)
 HTTP_THREADS = env.int("HTTP_THREADS", default=8)
 
+#: gRPC server threads per process, and the grace period for in-flight calls on stop (s).
+GRPC_THREADS = env.int("GRPC_THREADS", default=16)
+GRPC_GRACE_SECONDS = env.float("GRPC_GRACE_SECONDS", default=10.0)
+
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 LOGGING = {
     "version": 1,

@@ -94,3 +94,17 @@ def version_set_state(version: ModelVersion, state: str, reason: str = "") -> Mo
     version.save(update_fields=["state", "reason", "updated_at"])
     _bump_stamp()
     return version
+
+
+@transaction.atomic
+def version_delete(version: ModelVersion) -> None:
+    """Delete a version row; its artifact directory is removed after commit
+    unless another version (of another model) still uses it. The number is
+    not reused."""
+    from models_store import storage
+
+    artifact = version.artifact
+    version.delete()
+    _bump_stamp()
+    if not ModelVersion.objects.filter(artifact=artifact).exists():
+        transaction.on_commit(lambda: storage.remove_artifact(artifact))

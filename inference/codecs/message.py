@@ -17,8 +17,9 @@ import orjson
 
 from inference.codecs import binary
 from inference.codecs import json as json_codec
+from inference.codecs.tensor import check_shape
 from inference.protocol.datatypes import BY_NAME
-from inference.protocol.errors import InvalidInput, RequestTooLarge
+from inference.protocol.errors import InvalidInput
 from inference.protocol.types import (
     InferenceRequest,
     InferenceResponse,
@@ -52,21 +53,6 @@ def _parameters(value: Any, where: str) -> dict:
         if not isinstance(item, (str, int, float, bool)):
             raise InvalidInput(f"{where}: parameter '{key}' must be a string, number or boolean")
     return value
-
-
-def _shape(value: Any, where: str, max_bytes: int, itemsize: int) -> tuple[int, ...]:
-    if not isinstance(value, list):
-        raise InvalidInput(f"{where}: 'shape' must be a JSON array of non-negative integers")
-    for dim in value:
-        if type(dim) is not int or dim < 0:
-            raise InvalidInput(f"{where}: 'shape' {value} must hold non-negative integers")
-    shape = tuple(value)
-    size = math.prod(shape) * max(itemsize, 1)
-    if size > max_bytes:
-        raise RequestTooLarge(
-            f"{where}: shape {value} needs {size} bytes, more than the request limit of {max_bytes} bytes"
-        )
-    return shape
 
 
 def decode_request(
@@ -105,7 +91,7 @@ def decode_request(
         datatype = BY_NAME.get(dt_name) if isinstance(dt_name, str) else None
         if datatype is None:
             raise InvalidInput(f"{where}: unknown datatype {dt_name!r}")
-        shape = _shape(raw.get("shape"), where, max_bytes, datatype.itemsize)
+        shape = check_shape(raw.get("shape"), where, max_bytes, datatype.itemsize)
         in_params = _parameters(raw.get("parameters"), where)
         size = in_params.get("binary_data_size")
         if size is not None:

@@ -32,6 +32,7 @@ class Datatype:
     ort: str  # ONNX Runtime NodeArg.type
     triton: str  # Triton model configuration DataType
     tf: str  # TensorFlow DataType enum name
+    contents: str  # gRPC InferTensorContents field ("" for FP16: raw contents only)
 
     @property
     def is_bytes(self) -> bool:
@@ -43,19 +44,19 @@ def _dt(spec: str) -> np.dtype:
 
 
 DATATYPES: tuple[Datatype, ...] = (
-    Datatype("BOOL", _dt("?"), 1, 9, "tensor(bool)", "TYPE_BOOL", "DT_BOOL"),
-    Datatype("UINT8", _dt("u1"), 1, 2, "tensor(uint8)", "TYPE_UINT8", "DT_UINT8"),
-    Datatype("UINT16", _dt("<u2"), 2, 4, "tensor(uint16)", "TYPE_UINT16", "DT_UINT16"),
-    Datatype("UINT32", _dt("<u4"), 4, 12, "tensor(uint32)", "TYPE_UINT32", "DT_UINT32"),
-    Datatype("UINT64", _dt("<u8"), 8, 13, "tensor(uint64)", "TYPE_UINT64", "DT_UINT64"),
-    Datatype("INT8", _dt("i1"), 1, 3, "tensor(int8)", "TYPE_INT8", "DT_INT8"),
-    Datatype("INT16", _dt("<i2"), 2, 5, "tensor(int16)", "TYPE_INT16", "DT_INT16"),
-    Datatype("INT32", _dt("<i4"), 4, 6, "tensor(int32)", "TYPE_INT32", "DT_INT32"),
-    Datatype("INT64", _dt("<i8"), 8, 7, "tensor(int64)", "TYPE_INT64", "DT_INT64"),
-    Datatype("FP16", _dt("<f2"), 2, 10, "tensor(float16)", "TYPE_FP16", "DT_HALF"),
-    Datatype("FP32", _dt("<f4"), 4, 1, "tensor(float)", "TYPE_FP32", "DT_FLOAT"),
-    Datatype("FP64", _dt("<f8"), 8, 11, "tensor(double)", "TYPE_FP64", "DT_DOUBLE"),
-    Datatype("BYTES", _dt("O"), 0, 8, "tensor(string)", "TYPE_STRING", "DT_STRING"),
+    Datatype("BOOL", _dt("?"), 1, 9, "tensor(bool)", "TYPE_BOOL", "DT_BOOL", "bool_contents"),
+    Datatype("UINT8", _dt("u1"), 1, 2, "tensor(uint8)", "TYPE_UINT8", "DT_UINT8", "uint_contents"),
+    Datatype("UINT16", _dt("<u2"), 2, 4, "tensor(uint16)", "TYPE_UINT16", "DT_UINT16", "uint_contents"),
+    Datatype("UINT32", _dt("<u4"), 4, 12, "tensor(uint32)", "TYPE_UINT32", "DT_UINT32", "uint_contents"),
+    Datatype("UINT64", _dt("<u8"), 8, 13, "tensor(uint64)", "TYPE_UINT64", "DT_UINT64", "uint64_contents"),
+    Datatype("INT8", _dt("i1"), 1, 3, "tensor(int8)", "TYPE_INT8", "DT_INT8", "int_contents"),
+    Datatype("INT16", _dt("<i2"), 2, 5, "tensor(int16)", "TYPE_INT16", "DT_INT16", "int_contents"),
+    Datatype("INT32", _dt("<i4"), 4, 6, "tensor(int32)", "TYPE_INT32", "DT_INT32", "int_contents"),
+    Datatype("INT64", _dt("<i8"), 8, 7, "tensor(int64)", "TYPE_INT64", "DT_INT64", "int64_contents"),
+    Datatype("FP16", _dt("<f2"), 2, 10, "tensor(float16)", "TYPE_FP16", "DT_HALF", ""),
+    Datatype("FP32", _dt("<f4"), 4, 1, "tensor(float)", "TYPE_FP32", "DT_FLOAT", "fp32_contents"),
+    Datatype("FP64", _dt("<f8"), 8, 11, "tensor(double)", "TYPE_FP64", "DT_DOUBLE", "fp64_contents"),
+    Datatype("BYTES", _dt("O"), 0, 8, "tensor(string)", "TYPE_STRING", "DT_STRING", "bytes_contents"),
 )
 
 BY_NAME: dict[str, Datatype] = {d.name: d for d in DATATYPES}

@@ -1,15 +1,15 @@
 """``manage.py serve``: migrate, import a model repository, and serve.
 
-The REST server runs as a gunicorn child process (see hosting/gunicorn_conf.py);
-this process supervises it: SIGTERM or SIGINT stops it cleanly, and serve
-exits with the child's status when it ends on its own.
+REST runs as a gunicorn child process (hosting/gunicorn_conf.py); with
+``--grpc-port`` the gRPC server runs as a second child (``manage.py
+rungrpc``). Both read the same registry. This process supervises them
+(hosting/supervisor.py): SIGTERM or SIGINT stops both cleanly; a child that
+crashes is restarted.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
+from hosting.supervisor import Child, Supervisor
 from models_store.repository import import_repository
 
 
@@ -30,7 +31,7 @@ class Command(BaseCommand):
         parser.add_argument("--http-port", type=int, default=8000)
         parser.add_argument("--grpc-port", type=int, default=None, help="also serve gRPC on this port")
         parser.add_argument("--workers", type=int, default=settings.HTTP_WORKERS, help="HTTP server processes")
-        parser.add_argument("--threads", type=int, default=settings.HTTP_THREADS, help="threads per process")
+        parser.add_argument("--threads", type=int, default=settings.HTTP_THREADS, help="threads per HTTP process")
 
     def handle(self, *args, **options):
         call_command("migrate", interactive=False, verbosity=0)
@@ -43,26 +44,24 @@ class Command(BaseCommand):
             for result in results:
                 self.stdout.write(str(result))
         connections.close_all()
-        env = dict(
-            os.environ,
-            HTTP_BIND=f"{options['host']}:{options['http_port']}",
+        host = options["host"]
+        base = str(settings.BASE_DIR)
+        env = dict(os.environ, DJANGO_SETTINGS_MODULE=os.environ.get("DJANGO_SETTINGS_MODULE", "hosting.settings"))
+        http_env = dict(
+            env,
+            HTTP_BIND=f"{host}:{options['http_port']}",
             HTTP_WORKERS=str(options["workers"]),
             HTTP_THREADS=str(options["threads"]),
-            DJANGO_SETTINGS_MODULE=os.environ.get("DJANGO_SETTINGS_MODULE", "hosting.settings"),
         )
-        base = Path(settings.BASE_DIR)
-        conf = str(base / "hosting" / "gunicorn_conf.py")
-        http = [sys.executable, "-m", "gunicorn", "-c", conf, "hosting.wsgi:application"]
-        self.stdout.write(f"serving V2 REST on http://{options['host']}:{options['http_port']}")
-        sys.stdout.flush()
-        child = subprocess.Popen(http, cwd=base, env=env)
-
-        def stop(signum, frame):
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-        code = child.wait()
-        if code not in (0, -signal.SIGTERM):
-            raise CommandError(f"the HTTP server exited with status {code}")
+        conf = str(Path(base) / "hosting" / "gunicorn_conf.py")
+        children = [
+            Child("http", [sys.executable, "-m", "gunicorn", "-c", conf, "hosting.wsgi:application"], http_env, base)
+        ]
+        self.stdout.write(f"serving V2 REST on http://{host}:{options['http_port']}")
+        if options["grpc_port"] is not None:
+            grpc = [sys.executable, "manage.py", "rungrpc", "--host", host, "--port", str(options["grpc_port"])]
+            children.append(Child("grpc", grpc, env, base))
+            self.stdout.write(f"serving V2 gRPC on {host}:{options['grpc_port']}")
+        self.stdout.flush()
+        if Supervisor(children).run() != 0:
+            raise CommandError("a server process kept failing; see the log above")

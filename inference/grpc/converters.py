@@ -1,0 +1,142 @@
+"""Protobuf messages of the OIP gRPC service <-> protocol types.
+
+Inputs come either all in ``raw_input_contents`` (one entry per input, the
+binary layout of the binary tensor data extension; numeric tensors become
+views of the received bytes) or each in its typed ``InferTensorContents``
+field (FP16 is raw only). Outputs always go in ``raw_output_contents``, as
+Triton does. Spec: seed 003 "ModelInfer", "Tensor Data".
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from inference.codecs import binary
+from inference.codecs.tensor import check_shape
+from inference.grpc.proto import oip_pb2 as pb
+from inference.protocol.datatypes import BY_NAME, Datatype
+from inference.protocol.errors import InvalidInput, RequestTooLarge
+from inference.protocol.types import (
+    InferenceRequest,
+    InferenceResponse,
+    ModelMetadata,
+    RequestedOutput,
+    RequestInput,
+)
+
+_CONTENT_FIELDS = tuple(pb.InferTensorContents.DESCRIPTOR.fields_by_name)
+
+
+def parameters_from_proto(params) -> dict:
+    """A ``map<string, InferParameter>`` as a dict of Python values."""
+    out = {}
+    for key, value in params.items():
+        choice = value.WhichOneof("parameter_choice")
+        out[key] = getattr(value, choice) if choice else None
+    return out
+
+
+def parameters_to_proto(values: dict, target) -> None:
+    for key, value in values.items():
+        param = target[key]
+        if isinstance(value, bool):
+            param.bool_param = value
+        elif isinstance(value, int):
+            if value < 2**63:
+                param.int64_param = value
+            else:
+                param.uint64_param = value
+        elif isinstance(value, float):
+            param.double_param = value
+        else:
+            param.string_param = str(value)
+
+
+def _typed(where: str, datatype: Datatype, shape: tuple[int, ...], contents) -> np.ndarray:
+    field = datatype.contents
+    if not field:
+        raise InvalidInput(f"{where}: FP16 data can only be sent in raw_input_contents")
+    used = [name for name in _CONTENT_FIELDS if len(getattr(contents, name))]
+    if used and used != [field]:
+        raise InvalidInput(f"{where}: {datatype.name} data goes in contents.{field}, got {', '.join(used)}")
+    values = getattr(contents, field)
+    count = math.prod(shape)
+    if len(values) != count:
+        raise InvalidInput(
+            f"{where}: contents.{field} has {len(values)} elements but shape {list(shape)} needs {count}"
+        )
+    if datatype.is_bytes:
+        array = np.empty(count, dtype=object)
+        array[:] = list(values)
+        return array.reshape(shape)
+    wide = np.array(values)
+    if wide.size and datatype.numpy.kind in "iu" and wide.dtype != datatype.numpy:
+        info = np.iinfo(datatype.numpy)
+        if wide.min() < info.min or wide.max() > info.max:
+            raise InvalidInput(f"{where}: a value is out of range for {datatype.name} [{info.min}, {info.max}]")
+    return wide.astype(datatype.numpy, copy=False).reshape(shape)
+
+
+def infer_request_from_proto(message: pb.ModelInferRequest, max_bytes: int) -> InferenceRequest:
+    """Decode a ModelInferRequest; raises InvalidInput / RequestTooLarge naming the input."""
+    raw = message.raw_input_contents
+    if raw:
+        if len(raw) != len(message.inputs):
+            raise InvalidInput(
+                f"raw_input_contents has {len(raw)} entries but the request has {len(message.inputs)} inputs"
+            )
+        total = sum(len(r) for r in raw)
+        if total > max_bytes:
+            raise RequestTooLarge(f"raw_input_contents hold {total} bytes, more than the limit of {max_bytes} bytes")
+    inputs = []
+    for index, tensor in enumerate(message.inputs):
+        where = f"input '{tensor.name}'"
+        datatype = BY_NAME.get(tensor.datatype)
+        if datatype is None:
+            raise InvalidInput(f"{where}: unknown datatype {tensor.datatype!r}")
+        shape = check_shape(list(tensor.shape), where, max_bytes, datatype.itemsize)
+        if raw:
+            if tensor.HasField("contents"):
+                raise InvalidInput(f"{where}: has typed contents while raw_input_contents is used; use one form")
+            data = binary.tensor_from_buffer(where, datatype, shape, memoryview(raw[index]))
+        else:
+            data = _typed(where, datatype, shape, tensor.contents)
+        inputs.append(RequestInput(tensor.name, datatype.name, shape, data, parameters_from_proto(tensor.parameters)))
+    outputs = None
+    if message.outputs:
+        outputs = [RequestedOutput(o.name, parameters_from_proto(o.parameters)) for o in message.outputs]
+    return InferenceRequest(
+        model_name=message.model_name,
+        model_version=message.model_version or None,
+        id=message.id or None,
+        parameters=parameters_from_proto(message.parameters),
+        inputs=inputs,
+        outputs=outputs,
+    )
+
+
+def infer_response_to_proto(response: InferenceResponse) -> pb.ModelInferResponse:
+    """Encode outputs in ``raw_output_contents`` (one copy into the message)."""
+    message = pb.ModelInferResponse(
+        model_name=response.model_name, model_version=response.model_version, id=response.id or ""
+    )
+    raw = []
+    for output in response.outputs:
+        tensor = message.outputs.add(name=output.name, datatype=output.datatype, shape=output.shape)
+        if output.parameters:
+            parameters_to_proto(output.parameters, tensor.parameters)
+        raw.append(bytes(binary.tensor_to_buffer(output.data, BY_NAME[output.datatype])))
+    message.raw_output_contents.extend(raw)
+    if response.parameters:
+        parameters_to_proto(response.parameters, message.parameters)
+    return message
+
+
+def model_metadata_to_proto(meta: ModelMetadata) -> pb.ModelMetadataResponse:
+    message = pb.ModelMetadataResponse(name=meta.name, versions=list(meta.versions), platform=meta.platform)
+    for target, tensors in ((message.inputs, meta.inputs), (message.outputs, meta.outputs)):
+        for t in tensors:
+            target.add(name=t.name, datatype=t.datatype, shape=t.shape)
+    return message

@@ -1,0 +1,88 @@
+"""The GRPCInferenceService servicer: converts messages and calls the DataPlane.
+
+Protocol errors become gRPC statuses with the same messages REST gives:
+INVALID_ARGUMENT (bad input, including a request above MAX_REQUEST_BYTES),
+NOT_FOUND (unknown model or version), UNAVAILABLE (not ready),
+DEADLINE_EXCEEDED, UNIMPLEMENTED; unexpected errors are logged and INTERNAL.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import grpc
+
+from inference.grpc import converters
+from inference.grpc.proto import oip_pb2 as pb
+from inference.grpc.proto import oip_pb2_grpc
+from inference.protocol.errors import InferenceError, ModelNotReady
+
+logger = logging.getLogger(__name__)
+
+GRPC_STATUS = {
+    "INVALID_ARGUMENT": grpc.StatusCode.INVALID_ARGUMENT,
+    "NOT_FOUND": grpc.StatusCode.NOT_FOUND,
+    "UNAVAILABLE": grpc.StatusCode.UNAVAILABLE,
+    # A request above the configured limit is the client's mistake (the gRPC
+    # transport's own, higher, limit still answers RESOURCE_EXHAUSTED).
+    "RESOURCE_EXHAUSTED": grpc.StatusCode.INVALID_ARGUMENT,
+    "DEADLINE_EXCEEDED": grpc.StatusCode.DEADLINE_EXCEEDED,
+    "UNIMPLEMENTED": grpc.StatusCode.UNIMPLEMENTED,
+    "INTERNAL": grpc.StatusCode.INTERNAL,
+}
+
+
+def _rpc(method):
+    """Map protocol errors to statuses; never leak an unexpected exception."""
+
+    @functools.wraps(method)
+    def wrapper(self, request, context):
+        try:
+            return method(self, request, context)
+        except InferenceError as exc:
+            context.abort(GRPC_STATUS.get(exc.code, grpc.StatusCode.INTERNAL), exc.message)
+        except Exception:
+            logger.exception("unexpected error in %s", method.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server log")
+
+    return wrapper
+
+
+class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
+    """Thin adapter from ``inference.GRPCInferenceService`` to a DataPlane."""
+
+    def __init__(self, dataplane, max_request_bytes: int):
+        self.dataplane = dataplane
+        self.max_request_bytes = max_request_bytes
+
+    @_rpc
+    def ServerLive(self, request, context):
+        return pb.ServerLiveResponse(live=self.dataplane.live())
+
+    @_rpc
+    def ServerReady(self, request, context):
+        return pb.ServerReadyResponse(ready=self.dataplane.ready())
+
+    @_rpc
+    def ModelReady(self, request, context):
+        try:
+            self.dataplane.model_version(request.name, request.version or None)
+        except ModelNotReady:
+            return pb.ModelReadyResponse(ready=False)
+        return pb.ModelReadyResponse(ready=True)
+
+    @_rpc
+    def ServerMetadata(self, request, context):
+        meta = self.dataplane.server_metadata()
+        return pb.ServerMetadataResponse(name=meta.name, version=meta.version, extensions=list(meta.extensions))
+
+    @_rpc
+    def ModelMetadata(self, request, context):
+        meta = self.dataplane.model_metadata(request.name, request.version or None)
+        return converters.model_metadata_to_proto(meta)
+
+    @_rpc
+    def ModelInfer(self, request, context):
+        infer_request = converters.infer_request_from_proto(request, self.max_request_bytes)
+        return converters.infer_response_to_proto(self.dataplane.infer(infer_request))

@@ -1,0 +1,21 @@
+"""``manage.py delete_version MODEL VERSION``: remove a version and its artifact."""
+
+from django.core.management.base import BaseCommand, CommandError
+
+from models_store import selectors, services
+
+
+class Command(BaseCommand):
+    help = "Delete a model version (its number is never reused)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("model")
+        parser.add_argument("version", type=int)
+
+    def handle(self, *args, model, version, **options):
+        registered = selectors.model_get(model)
+        row = selectors.version_get(registered, version) if registered else None
+        if row is None:
+            raise CommandError(f"no version {version} of model '{model}'")
+        services.version_delete(row)
+        self.stdout.write(f"deleted {model} version {version}")
