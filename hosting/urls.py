@@ -8,6 +8,7 @@ from inference.codecs.message import dumps
 
 urlpatterns = [
     path("", include("inference.rest.urls")),
+    path("", include("inference.tfserving.urls")),
     path("admin/", admin.site.urls),
 ]
 

@@ -65,6 +65,16 @@ class DataPlane:
         lists the served versions. Raises ModelNotFound / ModelNotReady."""
         return self.registry.metadata(name, version)
 
+    def version_for_label(self, name: str, label: str) -> str:
+        """The version a version label points at; raises ModelNotFound."""
+        return self.registry.label(name, label)
+
+    def model_versions(self, name: str) -> list[VersionEntry]:
+        """Every version of a model in the registry, highest first, whatever
+        its state (for status endpoints). Raises ModelNotFound."""
+        model = self.registry.model(name)
+        return [model.versions[n] for n in sorted(model.versions, reverse=True)]
+
     def model_version(self, name: str, version: str | None = None) -> VersionEntry:
         """The version entry that would serve a request (for transport codecs
         that need the signature, e.g. the raw binary request)."""

@@ -70,6 +70,7 @@ class ModelEntry:
     versions: dict[int, VersionEntry]
     served: tuple[int, ...]  # highest first
     max_batch_size: int
+    labels: dict[str, int] = field(default_factory=dict)  # version label -> version number
 
     @property
     def default(self) -> VersionEntry | None:
@@ -109,7 +110,10 @@ def build_snapshot(models) -> dict[str, ModelEntry]:
                 outputs=_tensors(row.outputs),
                 properties=row.properties,
             )
-        snapshot[model.name] = ModelEntry(model.name, model.platform, versions, tuple(served), model.max_batch_size)
+        labels = {label.name: label.version.number for label in model.labels.all()}
+        snapshot[model.name] = ModelEntry(
+            model.name, model.platform, versions, tuple(served), model.max_batch_size, labels
+        )
     return snapshot
 
 
@@ -212,6 +216,16 @@ class ModelRegistry:
         if entry is None:
             raise ModelNotFound(f"unknown version {version} of model '{name}'")
         return entry
+
+    def label(self, name: str, label: str) -> str:
+        """The version number (as a string) that ``label`` of model ``name``
+        points at. Raises ModelNotFound for an unknown model or label."""
+        model = self.model(name)
+        number = model.labels.get(label)
+        if number is None:
+            known = ", ".join(sorted(model.labels)) or "none"
+            raise ModelNotFound(f"unknown version label '{label}' of model '{name}' (labels: {known})")
+        return str(number)
 
     def resolve(self, name: str, version: str | None) -> VersionEntry:
         """Like :meth:`version`, but the version must serve; raises ModelNotReady

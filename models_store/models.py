@@ -107,3 +107,26 @@ class RegistryStamp(models.Model):
 
     counter = models.BigIntegerField(default=0)
     changed_at = models.DateTimeField(auto_now=True)
+
+
+label_validator = RegexValidator(
+    r"^[A-Za-z0-9_][A-Za-z0-9_\-]{0,63}$",
+    "A version label holds letters, digits, '_' and '-' (at most 64 characters).",
+)
+
+
+class VersionLabel(models.Model):
+    """A name (``stable``, ``canary``) for one version of a model, as TF
+    Serving's version labels. It may only be set on a READY version."""
+
+    model = models.ForeignKey(RegisteredModel, related_name="labels", on_delete=models.CASCADE)
+    name = models.CharField(max_length=64, validators=[label_validator])
+    version = models.ForeignKey(ModelVersion, related_name="labels", on_delete=models.CASCADE)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["model__name", "name"]
+        constraints = [models.UniqueConstraint(fields=["model", "name"], name="unique_label_per_model")]
+
+    def __str__(self) -> str:
+        return f"{self.model.name}@{self.name}"

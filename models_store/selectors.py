@@ -30,8 +30,8 @@ def version_by_sha256(model: RegisteredModel, sha256: str) -> ModelVersion | Non
 
 
 def registry_snapshot() -> list[RegisteredModel]:
-    """Every model with its versions prefetched (two queries), for the serving registry."""
-    return list(RegisteredModel.objects.prefetch_related("versions").order_by("name"))
+    """Every model with its versions and labels prefetched (three queries), for the serving registry."""
+    return list(RegisteredModel.objects.prefetch_related("versions", "labels__version").order_by("name"))
 
 
 def stamp_get() -> int:

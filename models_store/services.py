@@ -8,7 +8,7 @@ from django.db import transaction
 from django.db.models import F
 
 from models_store.config import TritonConfig
-from models_store.models import ModelVersion, RegisteredModel, RegistryStamp
+from models_store.models import ModelVersion, RegisteredModel, RegistryStamp, VersionLabel, label_validator
 from models_store.signals import registry_changed
 
 
@@ -108,3 +108,37 @@ def version_delete(version: ModelVersion) -> None:
     _bump_stamp()
     if not ModelVersion.objects.filter(artifact=artifact).exists():
         transaction.on_commit(lambda: storage.remove_artifact(artifact))
+
+
+@transaction.atomic
+def label_set(model: RegisteredModel, name: str, number: int) -> VersionLabel:
+    """Point label ``name`` at version ``number``; the version must be READY.
+
+    Raises RegistryError for a malformed name, a missing version, or a
+    version that is not READY.
+    """
+    from django.core.exceptions import ValidationError
+
+    try:
+        label_validator(name)
+    except ValidationError as exc:
+        raise RegistryError(exc.messages[0]) from None
+    version = model.versions.filter(number=number).first()
+    if version is None:
+        raise RegistryError(f"model '{model.name}' has no version {number}")
+    if version.state != ModelVersion.State.READY:
+        raise RegistryError(
+            f"label '{name}' may only point at a READY version; version {number} of '{model.name}' is {version.state}"
+        )
+    label, _ = VersionLabel.objects.update_or_create(model=model, name=name, defaults={"version": version})
+    _bump_stamp()
+    return label
+
+
+@transaction.atomic
+def label_delete(model: RegisteredModel, name: str) -> bool:
+    """Remove a label; False when the model has no such label."""
+    deleted, _ = VersionLabel.objects.filter(model=model, name=name).delete()
+    if deleted:
+        _bump_stamp()
+    return bool(deleted)

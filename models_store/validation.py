@@ -9,6 +9,7 @@ message is the reason shown to users for a FAILED version.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +118,32 @@ def _apply_config(
     return tuple(merged[t.name] for t in tensors)
 
 
+def class_labels(model: onnx.ModelProto) -> list[str]:
+    """Class labels of a classifier, in output column order.
+
+    From the model's metadata property ``labels`` (a JSON array, or one label
+    per line) when present, else from an ``ai.onnx.ml`` classifier node's
+    ``classlabels_strings`` / ``classlabels_int64s`` (scikit-learn exports).
+    Empty when neither exists.
+    """
+    for prop in model.metadata_props:
+        if prop.key == "labels":
+            text = prop.value.strip()
+            if text.startswith("["):
+                try:
+                    return [str(v) for v in json.loads(text)]
+                except ValueError:
+                    pass
+            return [line.strip() for line in text.splitlines() if line.strip()]
+    for node in model.graph.node:
+        for attr in node.attribute:
+            if attr.name == "classlabels_strings" and attr.strings:
+                return [v.decode("utf-8", "replace") for v in attr.strings]
+            if attr.name in ("classlabels_int64s", "classlabels_ints") and attr.ints:
+                return [str(v) for v in attr.ints]
+    return []
+
+
 def _zero_feed(tensor: MetadataTensor) -> np.ndarray:
     shape = tuple(d if d >= 0 else 1 for d in tensor.shape)
     if tensor.datatype == "BYTES":
@@ -176,5 +203,6 @@ def validate_artifact(path: Path, config: TritonConfig | None = None) -> Signatu
         "opsets": {imp.domain or "ai.onnx": imp.version for imp in model.opset_import},
         "producer": f"{model.producer_name} {model.producer_version}".strip(),
         "metadata": {p.key: p.value for p in model.metadata_props},
+        "labels": class_labels(model),
     }
     return Signature(inputs, outputs, properties, log)

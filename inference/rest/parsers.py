@@ -27,11 +27,11 @@ class FirstChoiceNegotiation(BaseContentNegotiation):
         return renderers[0], renderers[0].media_type
 
 
-def read_body(request) -> bytes:
+def read_body(request, allow_empty: bool = False) -> bytes:
     """The request body, refusing one above MAX_REQUEST_BYTES before reading it.
 
-    ``request`` is a Django HttpRequest. Raises RequestTooLarge, InvalidInput
-    for an empty body.
+    ``request`` is a Django HttpRequest. Raises RequestTooLarge, and
+    InvalidInput for an empty body unless ``allow_empty``.
     """
     limit = settings.MAX_REQUEST_BYTES
     length = request.META.get("CONTENT_LENGTH") or "0"
@@ -42,7 +42,7 @@ def read_body(request) -> bytes:
     if declared > limit:
         raise RequestTooLarge(f"request body of {declared} bytes exceeds the limit of {limit} bytes")
     body = request.body
-    if not body:
+    if not body and not allow_empty:
         raise InvalidInput("the request body is empty; it must hold an inference request")
     return body
 

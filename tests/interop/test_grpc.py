@@ -299,10 +299,9 @@ def test_registry_changes_reach_both_processes(model_server, client, tmp_path):
 
     def both_serve(version: str) -> bool:
         try:
-            return (
-                client.get_model_metadata("late_model").versions == [version]
-                and rest.get_model_metadata("late_model")["versions"] == [version]
-            )
+            return client.get_model_metadata("late_model").versions == [version] and rest.get_model_metadata(
+                "late_model"
+            )["versions"] == [version]
         except InferenceServerException:
             return False
 

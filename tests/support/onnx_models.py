@@ -112,3 +112,50 @@ def write_model(root: Path, name: str, payload: bytes, version: int = 1, config:
     if config is not None:
         (root / name / "config.pbtxt").write_text(config)
     return target
+
+
+def half_plus_two(rank: int = 1) -> bytes:
+    """TF Serving's example model: y = 0.5 x + 2, FP32, shape [-1] (rank 1) or [-1, -1]."""
+    shape = ("N",) if rank == 1 else ("N", "M")
+    init = [
+        helper.make_tensor("half", TensorProto.FLOAT, [], [0.5]),
+        helper.make_tensor("two", TensorProto.FLOAT, [], [2.0]),
+    ]
+    return _model(
+        [helper.make_node("Mul", ["x", "half"], ["t"]), helper.make_node("Add", ["t", "two"], ["y"])],
+        [_vi("x", "FP32", shape)],
+        [_vi("y", "FP32", shape)],
+        initializers=init,
+    )
+
+
+def tag_signal_sensor() -> bytes:
+    """The seed's three-input example: tag BYTES [N,1], signal FP32 [N,5],
+    sensor FP32 [N,2,2] -> tag_bytes (= tag), signal_sum [N], sensor_max [N]."""
+    axes1 = helper.make_tensor("axes1", TensorProto.INT64, [1], [1])
+    axes12 = helper.make_tensor("axes12", TensorProto.INT64, [2], [1, 2])
+    return _model(
+        [
+            helper.make_node("Identity", ["tag"], ["tag_bytes"]),
+            helper.make_node("ReduceSum", ["signal", "axes1"], ["signal_sum"], keepdims=0),
+            helper.make_node("ReduceMax", ["sensor", "axes12"], ["sensor_max"], keepdims=0),
+        ],
+        [_vi("tag", "BYTES", ("N", 1)), _vi("signal", "FP32", ("N", 5)), _vi("sensor", "FP32", ("N", 2, 2))],
+        [_vi("tag_bytes", "BYTES", ("N", 1)), _vi("signal_sum", "FP32", ("N",)), _vi("sensor_max", "FP32", ("N",))],
+        opset=18,
+        initializers=[axes1, axes12],
+    )
+
+
+def two_input_classifier(labels=("neg", "pos")) -> bytes:
+    """scores = softmax(a + b) over 2 classes, a and b FP32 [N, 2]; class labels in metadata."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Softmax", ["s"], ["scores"], axis=1)],
+        "g",
+        [_vi("a", "FP32", ("N", 2)), _vi("b", "FP32", ("N", 2))],
+        [_vi("scores", "FP32", ("N", 2))],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="tests")
+    model.ir_version = 8
+    helper.set_model_props(model, {"labels": "\n".join(labels)})
+    return model.SerializeToString()

@@ -19,6 +19,23 @@ ALL_POLICY = """version_policy: { all: { } }
 """
 
 
+def diabetes_regressor() -> bytes:
+    """LinearRegression on scikit-learn's bundled diabetes data; output "variable" [N, 1]."""
+    import numpy as np
+    from skl2onnx import to_onnx
+    from sklearn.datasets import load_diabetes
+    from sklearn.linear_model import LinearRegression
+
+    data = load_diabetes()
+    features = data.data.astype(np.float32)
+    estimator = LinearRegression().fit(features, data.target)
+    onnx_model = to_onnx(estimator, features[:1], target_opset={"": 17, "ai.onnx.ml": 3})
+    onnx_model.graph.input[0].name = "input"
+    for node in onnx_model.graph.node:
+        node.input[:] = ["input" if i == "X" else i for i in node.input]
+    return onnx_model.SerializeToString()
+
+
 def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
     """identity_<datatype> for all 13 datatypes, simple (INT32 add/sub),
     affine (y = 2x + 1, max_batch_size 8), versioned (v1: x + 1, v2: x + 2,
@@ -33,9 +50,14 @@ def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
     m.write_model(root, "strings", m.string_suffix("!"))
     m.write_model(root, "image", m.fixed_image())
     m.write_model(root, "broken", b"this is not an onnx model")
+    m.write_model(root, "half_plus_two", m.half_plus_two(rank=1))
+    m.write_model(root, "half_plus_two_2d", m.half_plus_two(rank=2))
+    m.write_model(root, "tag_signal_sensor", m.tag_signal_sensor())
+    m.write_model(root, "pair_classifier", m.two_input_classifier())
     if with_sklearn:
         from models_store.management.commands.build_demo_repository import CONFIG, build_models
 
         for name, (payload, features) in build_models().items():
             m.write_model(root, name, payload, config=CONFIG.format(name=name, features=features))
+        m.write_model(root, "diabetes", diabetes_regressor())
     return root

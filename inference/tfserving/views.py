@@ -1,0 +1,163 @@
+"""TensorFlow Serving v1 REST API (seed 004) over the DataPlane.
+
+One DRF view matches TF Serving's own URL grammar, so that a malformed path
+gets TF Serving's ``400 Malformed request: <METHOD> <path>``:
+
+- ``GET  /v1/models/<m>[/versions/<v>|/labels/<l>]``           model status
+- ``GET  /v1/models/<m>[/versions/<v>|/labels/<l>]/metadata``  signature (GetModelMetadataResponse)
+- ``POST /v1/models/<m>[/versions/<v>|/labels/<l>]:predict|:classify|:regress``
+
+Errors are ``{"error": "..."}``: invalid argument 400, not found 404,
+unavailable 503 (see inference/rest/exceptions.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+from django.http import HttpResponse
+
+from inference.codecs import tfserving as codec
+from inference.protocol.datatypes import BY_NAME
+from inference.protocol.errors import InvalidInput, ModelNotFound
+from inference.protocol.types import InferenceRequest, RequestedOutput
+from inference.registry import VersionEntry
+from inference.rest.parsers import read_body
+from inference.rest.renderers import json_response
+from inference.rest.views import ProtocolView
+
+_SPEC = r"(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?"
+POST_PATH = re.compile(r"(?i)/v1/models/([^/:]+)" + _SPEC + r":(classify|regress|predict)")
+GET_PATH = re.compile(r"(?i)/v1/models(?:/([^/:]+))?" + _SPEC + r"(?:/(metadata))?")
+
+#: Output names preferred for :classify scores and :regress values.
+SCORE_NAMES = ("probabilities", "scores", "probability", "output_probability")
+VALUE_NAMES = ("variable", "predictions", "outputs", "value")
+
+
+def _malformed(request) -> InvalidInput:
+    return InvalidInput(f"Malformed request: {request.method} {request.path}")
+
+
+def _pick(outputs, names: tuple[str, ...], accept) -> str | None:
+    candidates = [t for t in outputs if t.datatype in ("FP32", "FP64", "FP16") and accept(t.shape)]
+    for name in names:
+        for tensor in candidates:
+            if tensor.name == name:
+                return tensor.name
+    return candidates[0].name if candidates else None
+
+
+def _version_status(entry: VersionEntry) -> dict:
+    """TF Serving's ModelVersionStatus for a registry version."""
+    if entry.serving:
+        state, code, message = "AVAILABLE", "OK", ""
+    elif entry.state in ("UPLOADED", "VALIDATING", "LOADING"):
+        state, code, message = "LOADING", "OK", ""
+    elif entry.state == "FAILED":
+        state, code, message = "END", "UNKNOWN", entry.reason
+    else:  # retired, or READY but not served by the version policy
+        state, code, message = "END", "OK", ""
+    return {"version": str(entry.number), "state": state, "status": {"error_code": code, "error_message": message}}
+
+
+def _tensor_info(tensor) -> dict:
+    return {
+        "dtype": BY_NAME[tensor.datatype].tf,
+        "tensor_shape": {"dim": [{"size": str(d), "name": ""} for d in tensor.shape], "unknown_rank": False},
+        "name": tensor.name,
+    }
+
+
+class TFServingView(ProtocolView):
+    """All of ``/v1/...``; dispatches on TF Serving's path grammar."""
+
+    def http_method_not_allowed(self, request, *args, **kwargs):
+        raise _malformed(request)
+
+    def _version(self, name: str, version: str | None, label: str | None) -> str | None:
+        if label is not None:
+            return self.dataplane.version_for_label(name, label)
+        return version
+
+    # -- GET: status and metadata ------------------------------------------
+    def get(self, request, path=""):
+        match = GET_PATH.fullmatch(request.path)
+        if match is None:
+            raise _malformed(request)
+        name, version, label, sub = match.groups()
+        if not name:
+            raise InvalidInput("Missing model name in request.")
+        if sub == "metadata":
+            return self._metadata(name, self._version(name, version, label))
+        return self._status(name, self._version(name, version, label))
+
+    def _status(self, name: str, version: str | None) -> HttpResponse:
+        try:
+            versions = self.dataplane.model_versions(name)
+        except ModelNotFound:
+            raise ModelNotFound(f"Could not find any versions of model {name}") from None
+        if version is not None:
+            versions = [v for v in versions if str(v.number) == str(int(version))]
+            if not versions:
+                raise ModelNotFound(f"Could not find version {version} of model {name}")
+        return json_response({"model_version_status": [_version_status(v) for v in versions]})
+
+    def _metadata(self, name: str, version: str | None) -> HttpResponse:
+        entry = self.dataplane.model_version(name, version)
+        signature = {
+            "inputs": {t.name: _tensor_info(t) for t in entry.inputs},
+            "outputs": {t.name: _tensor_info(t) for t in entry.outputs},
+            "method_name": "tensorflow/serving/predict",
+            "defaults": {},
+        }
+        return json_response(
+            {
+                "model_spec": {"name": name, "signature_name": "", "version": str(entry.number)},
+                "metadata": {"signature_def": {"signature_def": {"serving_default": signature}}},
+            }
+        )
+
+    # -- POST: predict, classify, regress ----------------------------------
+    def post(self, request, path=""):
+        match = POST_PATH.fullmatch(request.path)
+        if match is None or match.group(4) not in ("predict", "classify", "regress"):
+            raise _malformed(request)
+        name, version, label, verb = match.groups()
+        doc = codec.loads(read_body(request._request, allow_empty=True))
+        entry = self.dataplane.model_version(name, self._version(name, version, label))
+        return getattr(self, f"_{verb}")(entry, doc)
+
+    def _run(self, entry: VersionEntry, inputs, outputs=None):
+        request = InferenceRequest(entry.model_name, inputs, model_version=str(entry.number), outputs=outputs)
+        return self.dataplane.infer(request).outputs
+
+    def _predict(self, entry: VersionEntry, doc) -> HttpResponse:
+        inputs, fmt = codec.decode_predict(doc, entry.inputs)
+        return HttpResponse(codec.encode_predict(self._run(entry, inputs), fmt), content_type="application/json")
+
+    def _classify(self, entry: VersionEntry, doc) -> HttpResponse:
+        inputs = codec.decode_examples(doc, entry.inputs, "classify")
+        score = _pick(entry.outputs, SCORE_NAMES, lambda shape: len(shape) == 2)
+        if score is None:
+            raise InvalidInput(
+                f"model '{entry.model_name}' has no class-score output (a float output of shape [batch, classes]) "
+                "for :classify"
+            )
+        (scores,) = self._run(entry, inputs, [RequestedOutput(score)])
+        classes = scores.shape[1]
+        labels = entry.properties.get("labels") or []
+        if len(labels) != classes:
+            labels = [str(j) for j in range(classes)]
+        return HttpResponse(codec.encode_classify(scores.data, labels), content_type="application/json")
+
+    def _regress(self, entry: VersionEntry, doc) -> HttpResponse:
+        inputs = codec.decode_examples(doc, entry.inputs, "regress")
+        value = _pick(entry.outputs, VALUE_NAMES, lambda s: len(s) == 1 or (len(s) == 2 and s[1] == 1))
+        if value is None:
+            raise InvalidInput(
+                f"model '{entry.model_name}' has no regression output (a float output of shape [batch] or [batch, 1]) "
+                "for :regress"
+            )
+        (values,) = self._run(entry, inputs, [RequestedOutput(value)])
+        return HttpResponse(codec.encode_regress(values.data), content_type="application/json")

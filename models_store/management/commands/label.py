@@ -1,0 +1,32 @@
+"""``manage.py label MODEL LABEL VERSION`` (or ``--delete``): version labels."""
+
+from django.core.management.base import BaseCommand, CommandError
+
+from models_store import selectors, services
+
+
+class Command(BaseCommand):
+    help = "Point a version label (e.g. stable, canary) at a READY version, or delete it."
+
+    def add_arguments(self, parser):
+        parser.add_argument("model")
+        parser.add_argument("label")
+        parser.add_argument("version", type=int, nargs="?")
+        parser.add_argument("--delete", action="store_true")
+
+    def handle(self, *args, model, label, version, delete, **options):
+        registered = selectors.model_get(model)
+        if registered is None:
+            raise CommandError(f"unknown model '{model}'")
+        if delete:
+            if not services.label_delete(registered, label):
+                raise CommandError(f"model '{model}' has no label '{label}'")
+            self.stdout.write(f"deleted label {label} of {model}")
+            return
+        if version is None:
+            raise CommandError("give the VERSION the label points at, or --delete")
+        try:
+            services.label_set(registered, label, version)
+        except services.RegistryError as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(f"{model}@{label} -> version {version}")
