@@ -133,9 +133,7 @@ class WrkLoader(Loader):
         if not script_path.exists():
             self.work_dir.mkdir(parents=True, exist_ok=True)
             body_path.write_bytes(request.body)
-            headers = "\n".join(
-                f"wrk.headers[{_lua_string(k)}] = {_lua_string(v)}" for k, v in request.headers.items()
-            )
+            headers = "\n".join(f"wrk.headers[{_lua_string(k)}] = {_lua_string(v)}" for k, v in request.headers.items())
             script_path.write_text(
                 LUA_TEMPLATE.format(body_path=_lua_string(str(body_path)), method=request.method, headers=headers)
             )

@@ -42,6 +42,13 @@ class BenchModel:
     def input_bytes(self) -> int:
         return int(np.prod(self.input_shape)) * 4
 
+    def describe(self) -> str:
+        """E.g. ``image [1, 3, 224, 224] (602,112 B) -> logits [1, 10]``."""
+        return (
+            f"{self.input_name} {list(self.input_shape)} ({self.input_bytes:,} B) -> "
+            f"{self.output_name} {list(self.output_shape)}"
+        )
+
     def sample_input(self) -> np.ndarray:
         """The deterministic input every request of the benchmark sends."""
         rng = np.random.default_rng(1000 + self.seed)

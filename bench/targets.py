@@ -42,6 +42,13 @@ class Target:
     def stop(self) -> None:
         raise NotImplementedError
 
+    def alive(self) -> bool:
+        return True
+
+    def exit_info(self) -> str:
+        """How the server ended, when it ended on its own."""
+        return ""
+
     def settings(self) -> dict[str, str]:
         """Settings worth recording next to the results."""
         return {}
@@ -150,6 +157,16 @@ class ServeTarget(Target):
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def exit_info(self) -> str:
+        if self.process is None or self.process.returncode is None:
+            return ""
+        code = self.process.returncode
+        how = f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+        return f"{how}; log: {os.path.relpath(self.log_path, ROOT)}"
 
     def settings(self) -> dict[str, str]:
         workers = str(self.workers) if self.workers is not None else self._resolved.get("HTTP_WORKERS", "default")

@@ -98,12 +98,11 @@ def test_b64_strings_reach_the_model_as_text(wire):
 
 def test_nan_and_infinity_in_and_out(wire):
     body = b'{"instances": [[1.5, NaN], [Infinity, -Infinity]]}'
-    status, headers, payload = wire.request("POST", "/v1/models/identity_fp32:predict", body)
+    status, _, payload = wire.request("POST", "/v1/models/identity_fp32:predict", body)
     assert status == 200
     assert payload == b'{"predictions":[[1.5,NaN],[Infinity,-Infinity]]}'
-    status, _headers, payload = wire.request(
-        "POST", "/v1/models/half_plus_two:predict", b'{"inputs": [NaN, -Infinity, 2.0]}'
-    )
+    status, _, payload = wire.request("POST", "/v1/models/half_plus_two:predict", b'{"inputs": [NaN, -Infinity, 2.0]}')
+    assert status == 200
     assert payload == b'{"outputs":[NaN,-Infinity,3.0]}'
 
 
@@ -159,8 +158,10 @@ def test_model_status(wire):
         },
     )
     status, body = get(wire, "/v1/models/versioned/versions/1")
+    assert status == 200
     assert [v["version"] for v in body["model_version_status"]] == ["1"]
-    _status, body = get(wire, "/v1/models/broken")
+    status, body = get(wire, "/v1/models/broken")
+    assert status == 200
     (entry,) = body["model_version_status"]
     assert entry["state"] == "END" and entry["status"]["error_code"] == "UNKNOWN"
     assert "ONNX" in entry["status"]["error_message"]
