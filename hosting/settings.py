@@ -88,6 +88,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 else:
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DB_CONN_MAX_AGE", default=60))
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+if env.str("TEST_DATABASE_NAME", default=""):
+    # Lets concurrent test runs (e.g. several checkouts) use separate test databases.
+    DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME")}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
