@@ -9,12 +9,15 @@ no padding; BOOL one byte; BYTES length-prefixed; FP16 native) and the
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
 from inference.codecs import bytes as bytes_codec
 from inference.protocol.datatypes import Datatype
 from inference.protocol.errors import InvalidInput
+
+_INTEGER = re.compile(r"-?[0-9]+", re.ASCII)
 
 
 def split_body(body: bytes | memoryview, header_length: int | None) -> tuple[memoryview, memoryview]:
@@ -40,10 +43,10 @@ def parse_header_length(value: str | None) -> int | None:
     """Parse the ``Inference-Header-Content-Length`` header value (None if absent)."""
     if value is None:
         return None
-    try:
-        return int(value.strip())
-    except ValueError:
-        raise InvalidInput(f"Inference-Header-Content-Length is not an integer: {value!r}") from None
+    text = value.strip()
+    if not _INTEGER.fullmatch(text):
+        raise InvalidInput(f"Inference-Header-Content-Length is not an integer: {value!r}")
+    return int(text)
 
 
 class BinaryTail:
@@ -102,4 +105,6 @@ def tensor_to_buffer(array: np.ndarray, datatype: Datatype) -> bytes | memoryvie
         return bytes_codec.serialize(array)
     if array.dtype != datatype.numpy or not array.flags.c_contiguous:
         array = np.ascontiguousarray(array, dtype=datatype.numpy)
-    return memoryview(array).cast("B")
+    if array.size == 0:
+        return b""
+    return memoryview(array.reshape(-1)).cast("B")

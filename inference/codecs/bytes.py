@@ -29,7 +29,9 @@ def serialize(array: np.ndarray) -> bytes:
     for item in array.flat:
         if isinstance(item, str):
             item = item.encode("utf-8")
-        elif not isinstance(item, (bytes, bytearray, memoryview)):
+        elif isinstance(item, (bytearray, memoryview)):
+            item = bytes(item)  # len() of a memoryview counts items, not bytes
+        elif not isinstance(item, bytes):
             raise InvalidInput(f"BYTES element of type {type(item).__name__} is neither bytes nor str")
         if len(item) > _MAX_ELEMENT:
             raise InvalidInput("BYTES element longer than 2**32 - 1 bytes")

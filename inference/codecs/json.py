@@ -19,31 +19,83 @@ from inference.protocol.errors import InvalidInput
 
 _INT_KINDS = frozenset("iu")
 _FLOAT_KINDS = frozenset("iuf")
+_PY_KINDS = {float: "floating-point", bool: "boolean", str: "string", dict: "object", type(None): "null"}
 
 
-def _flatten_strings(data: list, where: str) -> list[bytes]:
-    out: list[bytes] = []
-    stack = [iter(data)]
-    while stack:
-        for item in stack[-1]:
-            if isinstance(item, str):
-                out.append(item.encode("utf-8"))
-            elif isinstance(item, list):
-                stack.append(iter(item))
-                break
-            else:
-                raise InvalidInput(f"{where}: BYTES data must be strings, got {type(item).__name__}")
+def nested_leaves(where: str, value: Any, leaf) -> tuple[list, list[int]]:
+    """Flatten a regularly nested JSON list: (leaves mapped by ``leaf``, shape).
+
+    A scalar gives shape []. Raises InvalidInput for ragged nesting (lists of
+    different lengths at one level, or values and lists mixed).
+    """
+    shape: list[int] = []
+    out: list = []
+    append = out.append
+
+    def walk(item: Any, depth: int) -> None:
+        if isinstance(item, list):
+            if depth == len(shape):
+                if out:
+                    raise InvalidInput(f"{where}: ragged nesting (a list where a value was expected)")
+                shape.append(len(item))
+            elif shape[depth] != len(item):
+                raise InvalidInput(
+                    f"{where}: ragged nesting: a list of {len(item)} where {shape[depth]} were expected (level {depth})"
+                )
+            for element in item:
+                walk(element, depth + 1)
+        elif depth != len(shape):
+            raise InvalidInput(f"{where}: ragged nesting (a value where a list was expected)")
         else:
-            stack.pop()
-    return out
+            append(leaf(item))
+
+    walk(value, 0)
+    return out, shape
 
 
-def tensor_from_json(where: str, datatype: Datatype, shape: tuple[int, ...], data: Any) -> np.ndarray:
+def _text(where: str):
+    def leaf(item: Any) -> bytes:
+        if isinstance(item, str):
+            return item.encode("utf-8")
+        raise InvalidInput(f"{where}: BYTES data must be strings, got {type(item).__name__}")
+
+    return leaf
+
+
+def contains_bool(value: Any) -> bool:
+    """Whether a nested JSON list holds a boolean anywhere."""
+    if isinstance(value, list):
+        return any(contains_bool(item) for item in value)
+    return isinstance(value, bool)
+
+
+def exact_integers(where: str, datatype: Datatype, value: Any) -> np.ndarray:
+    """Integer data that numpy cannot type on its own (e.g. UINT64 values on
+    both sides of 2**63): checked element by element (the slow path)."""
+    info = np.iinfo(datatype.numpy)
+
+    def leaf(item: Any) -> int:
+        if type(item) is not int:
+            kind = _PY_KINDS.get(type(item), "non-numeric")
+            raise InvalidInput(f"{where}: 'data' holds {kind} values, which are not valid {datatype.name} values")
+        if not info.min <= item <= info.max:
+            raise InvalidInput(f"{where}: a value is out of range for {datatype.name} [{info.min}, {info.max}]")
+        return item
+
+    flat, _ = nested_leaves(where, value, leaf)
+    return np.array(flat, dtype=datatype.numpy)
+
+
+def tensor_from_json(
+    where: str, datatype: Datatype, shape: tuple[int, ...], data: Any, check_bools: bool = True
+) -> np.ndarray:
     """Decode JSON ``data`` (nested or flat list) into an array of ``shape``.
 
     Raises InvalidInput for FP16, non-list data, ragged nesting, values of the
-    wrong JSON type, integers out of the datatype's range, and an element
-    count that differs from ``prod(shape)``.
+    wrong JSON type (booleans among numbers included), integers out of the
+    datatype's range, and an element count that differs from ``prod(shape)``.
+    ``check_bools=False`` skips the scan for booleans among numbers (a
+    caller that saw no ``true``/``false`` token in the JSON text).
     """
     if datatype.name == "FP16":
         raise InvalidInput(
@@ -54,7 +106,7 @@ def tensor_from_json(where: str, datatype: Datatype, shape: tuple[int, ...], dat
         raise InvalidInput(f"{where}: 'data' must be a JSON array, got {type(data).__name__}")
     count = math.prod(shape)
     if datatype.is_bytes:
-        flat = _flatten_strings(data, where)
+        flat, _ = nested_leaves(where, data, _text(where))
         if len(flat) != count:
             raise _count_mismatch(where, len(flat), shape, count)
         array = np.empty(count, dtype=object)
@@ -66,12 +118,15 @@ def tensor_from_json(where: str, datatype: Datatype, shape: tuple[int, ...], dat
         raise InvalidInput(
             f"{where}: 'data' is not a regular array of {datatype.name} values (ragged nesting or mixed types)"
         ) from None
+    target = datatype.numpy
+    kind = array.dtype.kind
+    if target.kind in _INT_KINDS and kind in "fO" and array.size:
+        array = exact_integers(where, datatype, data)  # mixed magnitudes numpy could not type
+        kind = array.dtype.kind
     if array.size != count:
         raise _count_mismatch(where, array.size, shape, count)
     if count == 0:
-        return np.zeros(shape, dtype=datatype.numpy)
-    kind = array.dtype.kind
-    target = datatype.numpy
+        return np.zeros(shape, dtype=target)
     if target.kind == "b":
         ok = kind == "b"
     elif target.kind in _INT_KINDS:
@@ -86,6 +141,8 @@ def tensor_from_json(where: str, datatype: Datatype, shape: tuple[int, ...], dat
         raise InvalidInput(
             f"{where}: 'data' holds {_json_kind(kind)} values, which are not valid {datatype.name} values"
         )
+    if target.kind != "b" and check_bools and contains_bool(data):
+        raise InvalidInput(f"{where}: 'data' mixes booleans with numbers, which are not valid {datatype.name} values")
     return array.astype(target, copy=False).reshape(shape)
 
 

@@ -61,12 +61,15 @@ def decode_request(
     model_name: str,
     model_version: str | None,
     max_bytes: int,
+    check_bools: bool = True,
 ) -> InferenceRequest:
     """Build an InferenceRequest from the parsed JSON header and the binary tail.
 
     Inputs with ``parameters.binary_data_size`` take consecutive bytes of
     ``tail`` (numeric tensors stay views of it); the others carry JSON
     ``data``. ``binary_data_size`` is removed from the input parameters.
+    ``check_bools=False`` tells the JSON decoder that the text holds no
+    ``true``/``false`` token, so numeric data needs no scan for booleans.
     Raises InvalidInput for any malformed part, with the input named.
     """
     if not isinstance(header, dict):
@@ -78,6 +81,8 @@ def decode_request(
     if request_id is not None and not isinstance(request_id, str):
         raise InvalidInput("'id' must be a string")
     parameters = _parameters(header.get("parameters"), "request")
+    if not isinstance(parameters.get("binary_data_output", False), bool):
+        raise InvalidInput("parameter 'binary_data_output' must be a boolean")
     reader = binary.BinaryTail(tail)
     inputs = []
     for index, raw in enumerate(raw_inputs):
@@ -102,7 +107,7 @@ def decode_request(
             in_params = {k: v for k, v in in_params.items() if k != "binary_data_size"}
             data = binary.tensor_from_buffer(where, datatype, shape, reader.take(size, where))
         elif "data" in raw:
-            data = json_codec.tensor_from_json(where, datatype, shape, raw["data"])
+            data = json_codec.tensor_from_json(where, datatype, shape, raw["data"], check_bools)
         else:
             raise InvalidInput(f"{where}: needs 'data' or parameters.binary_data_size")
         inputs.append(RequestInput(name, datatype.name, shape, data, in_params))
@@ -117,7 +122,10 @@ def decode_request(
             if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
                 raise InvalidInput(f"outputs[{index}] must be an object with a string 'name'")
             where = f"output '{raw['name']}'"
-            outputs.append(RequestedOutput(raw["name"], _parameters(raw.get("parameters"), where)))
+            out_params = _parameters(raw.get("parameters"), where)
+            if not isinstance(out_params.get("binary_data", False), bool):
+                raise InvalidInput(f"{where}: parameter 'binary_data' must be a boolean")
+            outputs.append(RequestedOutput(raw["name"], out_params))
     return InferenceRequest(
         model_name=model_name,
         model_version=model_version,

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from inference.codecs.json import contains_bool, exact_integers, nested_leaves
 from inference.protocol.datatypes import BY_NAME, Datatype
 from inference.protocol.errors import InvalidInput
 from inference.protocol.types import MetadataTensor, RequestInput, ResponseOutput
@@ -100,29 +101,6 @@ def _b64decode(where: str, value: dict) -> bytes:
         raise InvalidInput(f"{where}: Unable to base64 decode {text[:40]!r} (standard base64 alphabet)") from None
 
 
-def _bytes_leaves(where: str, value: Any, depth: int, shape: list[int], out: list[bytes]) -> None:
-    if isinstance(value, list):
-        if depth == len(shape):
-            if out:
-                raise InvalidInput(f"{where}: ragged nesting (a list where a value was expected)")
-            shape.append(len(value))
-        elif shape[depth] != len(value):
-            raise InvalidInput(
-                f"{where}: ragged nesting: a list of {len(value)} where {shape[depth]} were expected (level {depth})"
-            )
-        for item in value:
-            _bytes_leaves(where, item, depth + 1, shape, out)
-        return
-    if depth != len(shape):
-        raise InvalidInput(f"{where}: ragged nesting (a value where a list was expected)")
-    if isinstance(value, str):
-        out.append(value.encode("utf-8"))
-    elif is_b64(value):
-        out.append(_b64decode(where, value))
-    else:
-        raise InvalidInput(f"{where}: {json.dumps(value)[:40]} is not a string or a b64 object")
-
-
 def to_array(where: str, datatype: Datatype, value: Any) -> np.ndarray:
     """A JSON value (scalar or nested list) as an array of ``datatype``.
 
@@ -132,9 +110,15 @@ def to_array(where: str, datatype: Datatype, value: Any) -> np.ndarray:
     values that cannot be converted.
     """
     if datatype.is_bytes:
-        shape: list[int] = []
-        leaves: list[bytes] = []
-        _bytes_leaves(where, value, 0, shape, leaves)
+
+        def leaf(item: Any) -> bytes:
+            if isinstance(item, str):
+                return item.encode("utf-8")
+            if is_b64(item):
+                return _b64decode(where, item)
+            raise InvalidInput(f"{where}: {json.dumps(item)[:40]} is not a string or a b64 object")
+
+        leaves, shape = nested_leaves(where, value, leaf)
         array = np.empty(len(leaves), dtype=object)
         array[:] = leaves
         return array.reshape(shape)
@@ -146,6 +130,9 @@ def to_array(where: str, datatype: Datatype, value: Any) -> np.ndarray:
     target = datatype.numpy
     if array.size == 0:
         return array.astype(target)
+    if target.kind in _INT_KINDS and kind in "fO":
+        array = exact_integers(where, datatype, value).reshape(array.shape if kind == "f" else -1)
+        kind = array.dtype.kind
     if target.kind == "b":
         ok = kind == "b"
     elif target.kind in _INT_KINDS:
@@ -162,6 +149,8 @@ def to_array(where: str, datatype: Datatype, value: Any) -> np.ndarray:
             f"{where}: JSON value {sample[:40]} is not of expected type {datatype.name}"
             + (" (ragged nesting?)" if kind == "O" else "")
         )
+    if target.kind != "b" and contains_bool(value):
+        raise InvalidInput(f"{where}: booleans mixed with numbers are not valid {datatype.name} values")
     return array.astype(target, copy=False)
 
 
