@@ -138,6 +138,24 @@ HTTP_THREADS = env.int("HTTP_THREADS", default=8)
 GRPC_THREADS = env.int("GRPC_THREADS", default=16)
 GRPC_GRACE_SECONDS = env.float("GRPC_GRACE_SECONDS", default=10.0)
 
+# --- Redis and Celery -----------------------------------------------------
+#: Unset: the embedded mode (Celery tasks run eagerly in process). Set, e.g.
+#: redis://127.0.0.1:6379/0: tasks go to Redis and run in workers.
+REDIS_URL = env.str("REDIS_URL", default="")
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_RESULT_BACKEND = REDIS_URL or None
+CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = False
+
+# --- Inference access control ----------------------------------------------
+#: When true, inference needs ``Authorization: Bearer <token>`` (REST) or the
+#: same ``authorization`` key in gRPC metadata; see inference/auth.py.
+INFERENCE_REQUIRE_TOKEN = env.bool("INFERENCE_REQUIRE_TOKEN", default=False)
+
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 LOGGING = {
     "version": 1,

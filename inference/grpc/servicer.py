@@ -12,7 +12,9 @@ import functools
 import logging
 
 import grpc
+from django.conf import settings
 
+from inference.auth import authorize, bearer_token
 from inference.grpc import converters
 from inference.grpc.proto import oip_pb2 as pb
 from inference.grpc.proto import oip_pb2_grpc
@@ -29,6 +31,8 @@ GRPC_STATUS = {
     "RESOURCE_EXHAUSTED": grpc.StatusCode.INVALID_ARGUMENT,
     "DEADLINE_EXCEEDED": grpc.StatusCode.DEADLINE_EXCEEDED,
     "UNIMPLEMENTED": grpc.StatusCode.UNIMPLEMENTED,
+    "UNAUTHENTICATED": grpc.StatusCode.UNAUTHENTICATED,
+    "PERMISSION_DENIED": grpc.StatusCode.PERMISSION_DENIED,
     "INTERNAL": grpc.StatusCode.INTERNAL,
 }
 
@@ -47,6 +51,14 @@ def _rpc(method):
             context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server log")
 
     return wrapper
+
+
+def _bearer(context) -> str | None:
+    """The bearer token of the call's ``authorization`` metadata, if any."""
+    for key, value in context.invocation_metadata():
+        if key == "authorization":
+            return bearer_token(value)
+    return None
 
 
 class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
@@ -84,5 +96,7 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     def ModelInfer(self, request, context):
+        if settings.INFERENCE_REQUIRE_TOKEN:
+            authorize(_bearer(context), request.model_name)
         infer_request = converters.infer_request_from_proto(request, self.max_request_bytes)
         return converters.infer_response_to_proto(self.dataplane.infer(infer_request))

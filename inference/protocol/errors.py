@@ -57,3 +57,15 @@ class Unsupported(InferenceError):
     """The request asks for something this server does not implement (HTTP 400)."""
 
     code = "UNIMPLEMENTED"
+
+
+class Unauthenticated(InferenceError):
+    """No valid credentials were given (HTTP 401)."""
+
+    code = "UNAUTHENTICATED"
+
+
+class PermissionDenied(InferenceError):
+    """The credentials do not allow this model (HTTP 403)."""
+
+    code = "PERMISSION_DENIED"

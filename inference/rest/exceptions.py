@@ -1,8 +1,9 @@
 """Protocol errors to HTTP for the V2 REST API: ``{"error": "<message>"}``.
 
-INVALID_ARGUMENT 400, NOT_FOUND 404, UNAVAILABLE 503, RESOURCE_EXHAUSTED 413,
-DEADLINE_EXCEEDED 504, UNIMPLEMENTED 501; anything unexpected is logged and
-answered 500 without internals.
+INVALID_ARGUMENT 400, UNAUTHENTICATED 401, PERMISSION_DENIED 403, NOT_FOUND
+404, RESOURCE_EXHAUSTED 413, UNIMPLEMENTED 501, UNAVAILABLE 503,
+DEADLINE_EXCEEDED 504; anything unexpected is logged and answered 500
+without internals.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ HTTP_STATUS = {
     "RESOURCE_EXHAUSTED": 413,
     "DEADLINE_EXCEEDED": 504,
     "UNIMPLEMENTED": 501,
+    "UNAUTHENTICATED": 401,
+    "PERMISSION_DENIED": 403,
     "INTERNAL": 500,
 }
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from rest_framework.views import APIView
 
+from inference.auth import authorize, bearer_token
 from inference.codecs import message
 from inference.dataplane import get_dataplane
 from inference.protocol.errors import InvalidInput, ModelNotReady
@@ -97,6 +98,7 @@ class InferView(ProtocolView):
     JSON or JSON + binary out (seeds 000, 001, 002)."""
 
     def post(self, request, model_name, model_version=None):
+        authorize(bearer_token(request.META.get("HTTP_AUTHORIZATION")), model_name)
         self.version_entry = self.dataplane.model_version(model_name, model_version)  # 404/503 before the body
         infer_request = request.data
         if not isinstance(infer_request, InferenceRequest):

@@ -17,6 +17,7 @@ import re
 
 from django.http import HttpResponse
 
+from inference.auth import authorize, bearer_token
 from inference.codecs import tfserving as codec
 from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InvalidInput, ModelNotFound
@@ -124,6 +125,7 @@ class TFServingView(ProtocolView):
         if match is None or match.group(4) not in ("predict", "classify", "regress"):
             raise _malformed(request)
         name, version, label, verb = match.groups()
+        authorize(bearer_token(request.META.get("HTTP_AUTHORIZATION")), name)
         doc = codec.loads(read_body(request._request, allow_empty=True))
         entry = self.dataplane.model_version(name, self._version(name, version, label))
         return getattr(self, f"_{verb}")(entry, doc)
