@@ -7,7 +7,7 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 PG_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: venv run demo test test-sqlite test-postgres bench proto lint clean
+.PHONY: venv test-tools run demo test test-sqlite test-postgres bench proto lint clean
 
 venv: $(VENV)/.installed
 
@@ -25,7 +25,12 @@ run: demo
 
 test: test-sqlite test-postgres
 
-test-sqlite: venv
+# What the tests drive besides Python packages: Debian packages and Triton's perf_analyzer.
+test-tools: venv
+	scripts/install_system_deps.sh libb64-0d
+	scripts/install_perf_analyzer.sh $(VENV)
+
+test-sqlite: test-tools
 	$(PY) -m pytest
 
 test-postgres: venv

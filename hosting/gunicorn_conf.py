@@ -25,3 +25,10 @@ def post_worker_init(worker):
     from inference.dataplane import get_dataplane
 
     get_dataplane()
+
+
+def child_exit(server, worker):
+    """Drop a dead worker's live gauges (Prometheus multiprocess mode)."""
+    from inference.observability import mark_process_dead
+
+    mark_process_dead(worker.pid)

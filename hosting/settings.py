@@ -156,6 +156,15 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = False
 #: same ``authorization`` key in gRPC metadata; see inference/auth.py.
 INFERENCE_REQUIRE_TOKEN = env.bool("INFERENCE_REQUIRE_TOKEN", default=False)
 
+#: Level of the one-line-per-request log (logger inference.request); DEBUG keeps
+#: it quiet under LOG_LEVEL=INFO.
+REQUEST_LOG_LEVEL = env.str("REQUEST_LOG_LEVEL", default="DEBUG")
+#: How often each process adds its inference statistics to the database (s).
+STATISTICS_FLUSH_SECONDS = env.float("STATISTICS_FLUSH_SECONDS", default=1.0)
+#: Server-side bound on an inference in seconds (0: none); a request's own
+#: ``timeout`` parameter (microseconds, as Triton) can only shorten it.
+INFERENCE_TIMEOUT_SECONDS = env.float("INFERENCE_TIMEOUT_SECONDS", default=0.0)
+
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 LOGGING = {
     "version": 1,

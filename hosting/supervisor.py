@@ -34,8 +34,17 @@ class Child:
 
 
 class Supervisor:
-    def __init__(self, children: list[Child], max_restarts: int = 5, window: float = 60.0, grace: float = 25.0):
+    def __init__(
+        self,
+        children: list[Child],
+        max_restarts: int = 5,
+        window: float = 60.0,
+        grace: float = 25.0,
+        on_exit=None,
+    ):
+        """``on_exit(pid)`` runs after a child process ends (e.g. metrics cleanup)."""
         self.children = children
+        self.on_exit = on_exit
         self.max_restarts = max_restarts
         self.window = window
         self.grace = grace
@@ -56,6 +65,8 @@ class Supervisor:
                 code = child.process.poll()
                 if code is None or self._stopping:
                     continue
+                if self.on_exit:
+                    self.on_exit(child.process.pid)
                 now = time.monotonic()
                 child.deaths = [t for t in child.deaths if now - t < self.window] + [now]
                 if len(child.deaths) > self.max_restarts:

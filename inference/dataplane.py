@@ -3,19 +3,25 @@
 REST, gRPC and TF Serving adapters decode their wire format into protocol
 types, call a :class:`DataPlane` method, and encode what it returns. The data
 plane checks requests against the model's signature, resolves versions
-through the in-memory :class:`~inference.registry.ModelRegistry`, and runs
-the model through an executor. It raises only protocol errors
-(:mod:`inference.protocol.errors`).
+through the in-memory :class:`~inference.registry.ModelRegistry`, runs the
+model through an executor, and counts statistics. It raises only protocol
+errors (:mod:`inference.protocol.errors`).
 
-Spec: seed 002 / 003, "Health", "Server Metadata", "Model Metadata",
-"Inference".
+Spec: seed 002 / 003 ("Health", "Server Metadata", "Model Metadata",
+"Inference") and Triton's extensions: classification, model repository,
+model configuration, statistics, parameters.
 """
 
 from __future__ import annotations
 
+import json
 import threading
+import time
+from dataclasses import dataclass
 
-from inference.protocol.errors import InvalidInput
+from inference import classification
+from inference.protocol.datatypes import BY_NAME
+from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound
 from inference.protocol.types import (
     InferenceRequest,
     InferenceResponse,
@@ -23,18 +29,53 @@ from inference.protocol.types import (
     ResponseOutput,
     ServerMetadata,
 )
-from inference.registry import ModelRegistry, VersionEntry
+from inference.registry import ModelEntry, ModelRegistry, VersionEntry, parse_version
+from inference.statistics import ModelStatistics, StatisticsRecorder
 
-#: Extensions this server implements, as listed in server metadata.
-EXTENSIONS = ("binary_tensor_data",)
+#: Extensions this server implements, exactly, as listed in server metadata.
+EXTENSIONS = (
+    "binary_tensor_data",
+    "classification",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "model_configuration",
+    "statistics",
+    "parameters",
+)
+
+#: Reserved names Triton accepts (gRPC clients such as perf_analyzer send it); ignored here.
+ALLOWED_RESERVED = frozenset({"triton_enable_empty_final_response"})
+
+_now = time.perf_counter_ns
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One row of the model repository index (Triton's ``ModelIndex``)."""
+
+    name: str
+    version: str
+    state: str  # READY, UNAVAILABLE, LOADING
+    reason: str
 
 
 class DataPlane:
-    """Health, metadata and inference over a registry and an executor."""
+    """Health, metadata, inference and the Triton extensions over a registry
+    and an executor."""
 
-    def __init__(self, registry: ModelRegistry, executor, server_name: str, server_version: str):
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        executor,
+        server_name: str,
+        server_version: str,
+        statistics: StatisticsRecorder | None = None,
+        timeout_seconds: float = 0.0,
+    ):
         self.registry = registry
         self.executor = executor
+        self.statistics = statistics or StatisticsRecorder(flush_seconds=0)
+        self.timeout_seconds = timeout_seconds
         self._metadata = ServerMetadata(server_name, server_version, EXTENSIONS)
 
     # -- health and metadata --------------------------------------------
@@ -86,27 +127,47 @@ class DataPlane:
 
         Checks: every model input given once with the model's datatype and a
         compatible shape (fixed dimensions equal, batch at most
-        ``max_batch_size``), no unknown inputs, requested outputs known.
-        Raises InvalidInput, ModelNotFound or ModelNotReady.
+        ``max_batch_size``), no unknown inputs, requested outputs known,
+        request parameters (``timeout`` in microseconds and ``priority``
+        non-negative integers, names starting with ``triton_`` reserved;
+        others are passed to the executor and ignored). Outputs requested with
+        ``classification: N`` come back as their top N (Triton's
+        classification extension). Raises InvalidInput, ModelNotFound,
+        ModelNotReady or DeadlineExceeded.
         """
+        started = _now()
         entry = self.registry.resolve(request.model_name, request.model_version)
-        feeds = self._check_inputs(entry, request)
-        if request.outputs is None:
-            names = entry.output_names
-        else:
-            names = []
-            for output in request.outputs:
-                if output.name not in entry.output_types:
-                    raise InvalidInput(
-                        f"unknown output '{output.name}' for model '{entry.model_name}' "
-                        f"(outputs: {', '.join(entry.output_names)})"
-                    )
-                if output.name in names:
-                    raise InvalidInput(f"output '{output.name}' is requested twice")
-                names.append(output.name)
-        arrays = self.executor.run(entry, feeds, names)
-        types = entry.output_types
-        outputs = [ResponseOutput(name, types[name], array.shape, array) for name, array in zip(names, arrays)]
+        try:
+            deadline = self._deadline(request.parameters, started)
+            feeds, batch = self._check_inputs(entry, request)
+            names, classify = self._check_outputs(entry, request)
+            computed = _now()
+            arrays = self.executor.run(entry, feeds, names, deadline, request.parameters)
+            executed = _now()
+            types = entry.output_types
+            outputs = []
+            for name, array in zip(names, arrays):
+                count = classify.get(name)
+                if count:
+                    labels = entry.properties.get("labels") or []
+                    array = classification.classify(array, count, entry.max_batch_size > 0, labels)
+                    outputs.append(ResponseOutput(name, "BYTES", array.shape, array))
+                else:
+                    outputs.append(ResponseOutput(name, types[name], array.shape, array))
+            finished = _now()
+        except InferenceError:
+            self.statistics.record(entry.model_name, entry.number, ok=False, batch=0, total_ns=_now() - started)
+            raise
+        self.statistics.record(
+            entry.model_name,
+            entry.number,
+            ok=True,
+            batch=batch,
+            total_ns=finished - started,
+            input_ns=computed - started,
+            infer_ns=executed - computed,
+            output_ns=finished - executed,
+        )
         return InferenceResponse(
             model_name=entry.model_name,
             model_version=str(entry.number),
@@ -114,8 +175,34 @@ class DataPlane:
             id=request.id,
         )
 
+    def _deadline(self, parameters: dict, started_ns: int) -> float | None:
+        """The run's deadline on the time.monotonic() clock, or None."""
+        timeout = self.timeout_seconds
+        if parameters:
+            for key in parameters:
+                if key.startswith("triton_") and key not in ALLOWED_RESERVED:
+                    raise InvalidInput(
+                        f"parameter '{key}': parameter keys starting with 'triton_' are reserved "
+                        "for Triton usage and should not be specified"
+                    )
+            priority = parameters.get("priority")
+            if priority is not None and (type(priority) is not int or priority < 0):
+                raise InvalidInput(f"parameter 'priority' must be a non-negative integer, got {priority!r}")
+            micros = parameters.get("timeout")
+            if micros is not None:
+                if type(micros) is not int or micros < 0:
+                    raise InvalidInput(
+                        f"parameter 'timeout' must be a non-negative integer (microseconds), got {micros!r}"
+                    )
+                if micros and (not timeout or micros / 1e6 < timeout):
+                    timeout = micros / 1e6
+        if not timeout:
+            return None
+        return time.monotonic() - (_now() - started_ns) / 1e9 + timeout
+
     @staticmethod
-    def _check_inputs(entry: VersionEntry, request: InferenceRequest) -> dict:
+    def _check_inputs(entry: VersionEntry, request: InferenceRequest) -> tuple[dict, int]:
+        """(feeds, batch size) after checking the inputs against the signature."""
         specs = entry.input_specs
         feeds = {}
         batch = None
@@ -152,7 +239,187 @@ class DataPlane:
         if len(feeds) != len(specs):
             missing = [name for name in specs if name not in feeds]
             raise InvalidInput(f"model '{entry.model_name}' needs input(s) {', '.join(missing)}, not given")
-        return feeds
+        return feeds, (batch if batch is not None else 1)
+
+    @staticmethod
+    def _check_outputs(entry: VersionEntry, request: InferenceRequest) -> tuple[list[str], dict[str, int]]:
+        """(output names to run, {name: classification count})."""
+        if request.outputs is None:
+            return entry.output_names, {}
+        names: list[str] = []
+        classify: dict[str, int] = {}
+        for output in request.outputs:
+            datatype = entry.output_types.get(output.name)
+            if datatype is None:
+                raise InvalidInput(
+                    f"unknown output '{output.name}' for model '{entry.model_name}' "
+                    f"(outputs: {', '.join(entry.output_names)})"
+                )
+            if output.name in names:
+                raise InvalidInput(f"output '{output.name}' is requested twice")
+            names.append(output.name)
+            if output.parameters:
+                count = classification.requested_count(output.name, datatype, output.parameters)
+                if count:
+                    classify[output.name] = count
+        return names, classify
+
+    # -- model repository extension --------------------------------------
+    def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
+        """Every model version with its state (READY, UNAVAILABLE, LOADING)
+        and the reason it does not serve; only READY ones with ``ready_only``."""
+        entries = []
+        for name in sorted(self.registry.models):
+            model = self.registry.models[name]
+            for number in sorted(model.versions):
+                version = model.versions[number]
+                if version.serving:
+                    state, reason = "READY", ""
+                elif version.state in ("UPLOADED", "VALIDATING", "LOADING"):
+                    state, reason = "LOADING", version.state.lower()
+                else:
+                    state, reason = "UNAVAILABLE", version.reason or version.state
+                if ready_only and state != "READY":
+                    continue
+                entries.append(IndexEntry(name, str(number), state, reason))
+        return entries
+
+    def load(self, name: str, parameters: dict | None = None) -> None:
+        """Load ``name`` in every server process (its policy's READY versions
+        serve again). Parameters: ``config`` (a JSON model configuration; its
+        ``version_policy`` is applied). Raises ModelNotFound, InvalidInput."""
+        policy = None
+        for key, value in (parameters or {}).items():
+            if key == "config":
+                policy = _policy_from_config(value)
+            elif key.startswith("file:"):
+                raise InvalidInput(
+                    "load with file: parameters is not supported; upload new versions through the model store"
+                )
+            else:
+                raise InvalidInput(f"unrecognized load parameter '{key}'")
+        self.registry.model(name)
+        if policy is not None:
+            self.registry.set_policy(name, *policy)
+        self.registry.set_loaded(name, True)
+
+    def unload(self, name: str, parameters: dict | None = None) -> None:
+        """Unload ``name`` in every server process; stored versions stay.
+        ``unload_dependents`` is accepted (there are no ensembles to unload).
+        Raises ModelNotFound, InvalidInput."""
+        for key, value in (parameters or {}).items():
+            if key != "unload_dependents":
+                raise InvalidInput(f"unrecognized unload parameter '{key}'")
+            if not isinstance(value, bool):
+                raise InvalidInput("parameter 'unload_dependents' must be a boolean")
+        self.registry.model(name)
+        self.registry.set_loaded(name, False)
+
+    # -- model configuration extension -----------------------------------
+    def model_config(self, name: str, version: str | None = None) -> dict:
+        """Triton's model configuration of a model as JSON-ready data (snake
+        case, ``data_type`` as ``TYPE_*``, dims without the batch dimension
+        when ``max_batch_size > 0``). The signature is the given version's,
+        else the default version's, else the newest version's. Raises
+        ModelNotFound."""
+        model = self.registry.model(name)
+        entry = self._config_version(model, version)
+        kind, latest, specific = model.policy
+        if kind == "all":
+            policy: dict = {"all": {}}
+        elif kind == "specific":
+            policy = {"specific": {"versions": list(specific)}}
+        else:
+            policy = {"latest": {"num_versions": latest}}
+        batched = model.max_batch_size > 0
+
+        def tensors(items, output: bool) -> list[dict]:
+            out = []
+            for t in items:
+                item = {
+                    "name": t.name,
+                    "data_type": BY_NAME[t.datatype].triton,
+                    "dims": list(t.shape[1:] if batched else t.shape),
+                    "is_shape_tensor": False,
+                }
+                if output:
+                    item["label_filename"] = ""
+                else:
+                    item.update(format="FORMAT_NONE", allow_ragged_batch=False, optional=False)
+                out.append(item)
+            return out
+
+        groups = [
+            {"name": g.get("name") or f"{name}_{i}", "kind": g.get("kind", "KIND_CPU"), "count": g.get("count", 1),
+             "gpus": list(g.get("gpus", []))}
+            for i, g in enumerate(model.instance_group or ({"kind": "KIND_CPU", "count": 1},))
+        ]  # fmt: skip
+        return {
+            "name": name,
+            "platform": model.platform,
+            "backend": "onnxruntime",
+            "runtime": "",
+            "version_policy": policy,
+            "max_batch_size": model.max_batch_size,
+            "input": tensors(entry.inputs, False) if entry else [],
+            "output": tensors(entry.outputs, True) if entry else [],
+            "instance_group": groups,
+            "default_model_filename": "model.onnx",
+            "parameters": {},
+            "model_transaction_policy": {"decoupled": False},
+            "response_cache": {"enable": False},
+        }
+
+    def _config_version(self, model: ModelEntry, version: str | None) -> VersionEntry | None:
+        if version:
+            number = parse_version(version)
+            if number not in model.versions:
+                raise ModelNotFound(f"unknown version {version} of model '{model.name}'")
+            return model.versions[number]
+        if model.default is not None:
+            return model.default
+        return model.versions[max(model.versions)] if model.versions else None
+
+    # -- statistics extension ----------------------------------------------
+    def model_statistics(self, name: str | None = None, version: str | None = None) -> list[ModelStatistics]:
+        """Statistics across all server processes: of every served version
+        (no name), of a model's served versions, or of one version. Raises
+        ModelNotFound."""
+        if name:
+            model = self.registry.model(name)
+            if version:
+                number = parse_version(version)
+                if number not in model.versions:
+                    raise ModelNotFound(f"unknown version {version} of model '{name}'")
+                keys = [(name, number)]
+            else:
+                keys = [(name, n) for n in sorted(model.served)]
+        else:
+            keys = [(m.name, n) for m in self.registry.models.values() for n in sorted(m.served)]
+        return self.statistics.read(keys)
+
+
+def _policy_from_config(text) -> tuple | None:
+    if not isinstance(text, str):
+        raise InvalidInput("parameter 'config' must be a JSON string")
+    try:
+        config = json.loads(text)
+    except ValueError as exc:
+        raise InvalidInput(f"parameter 'config' is not valid JSON: {exc}") from None
+    policy = config.get("version_policy") if isinstance(config, dict) else None
+    if policy is None:
+        return None
+    if not isinstance(policy, dict) or len(policy) != 1:
+        raise InvalidInput("config.version_policy must hold one of latest, all, specific")
+    kind, body = next(iter(policy.items()))
+    body = body or {}
+    if kind == "latest":
+        return ("latest", int(body.get("num_versions", 1)), [])
+    if kind == "all":
+        return ("all", 1, [])
+    if kind == "specific":
+        return ("specific", 1, [int(v) for v in body.get("versions", [])])
+    raise InvalidInput(f"unknown version policy {kind!r}")
 
 
 _dataplane: DataPlane | None = None
@@ -161,7 +428,7 @@ _dataplane_lock = threading.Lock()
 
 def get_dataplane() -> DataPlane:
     """The process-wide DataPlane built from settings (created on first use,
-    so that each server process, after a fork, starts its own poller)."""
+    so that each server process, after a fork, starts its own threads)."""
     global _dataplane
     if _dataplane is None:
         with _dataplane_lock:
@@ -181,4 +448,13 @@ def build_dataplane() -> DataPlane:
     executor = InProcessExecutor(SessionCache(load_onnx_model))
     registry.add_listener(executor.on_snapshot)
     registry.start()
-    return DataPlane(registry, executor, hosting.SERVER_NAME, hosting.__version__)
+    statistics = StatisticsRecorder(settings.STATISTICS_FLUSH_SECONDS)
+    statistics.start()
+    return DataPlane(
+        registry,
+        executor,
+        hosting.SERVER_NAME,
+        hosting.__version__,
+        statistics=statistics,
+        timeout_seconds=settings.INFERENCE_TIMEOUT_SECONDS,
+    )

@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass, field
 
 from inference.protocol.datatypes import BY_NAME, Datatype
-from inference.protocol.errors import ModelNotFound, ModelNotReady
+from inference.protocol.errors import InvalidInput, ModelNotFound, ModelNotReady
 from inference.protocol.types import MetadataTensor, ModelMetadata
 
 logger = logging.getLogger(__name__)
@@ -71,6 +71,10 @@ class ModelEntry:
     served: tuple[int, ...]  # highest first
     max_batch_size: int
     labels: dict[str, int] = field(default_factory=dict)  # version label -> version number
+    loaded: bool = True
+    policy: tuple = ("latest", 1, ())  # (kind, latest N, specific versions)
+    instance_group: tuple = ()
+    config: dict = field(default_factory=dict)  # the imported config.pbtxt, as JSON
 
     @property
     def default(self) -> VersionEntry | None:
@@ -88,14 +92,16 @@ def build_snapshot(models) -> dict[str, ModelEntry]:
     snapshot: dict[str, ModelEntry] = {}
     for model in models:
         rows = list(model.versions.all())
-        ready = [v.number for v in rows if v.state == READY]
+        ready = [v.number for v in rows if v.state == READY] if model.loaded else []
         served = served_versions(model.version_policy, ready, model.latest_versions, model.specific_versions)
         served_set = set(served)
         versions = {}
         for row in rows:
             serving = row.number in served_set
             reason = row.reason
-            if row.state == READY and not serving:
+            if row.state == READY and not model.loaded:
+                reason = "the model is unloaded (repository API); load it to serve"
+            elif row.state == READY and not serving:
                 reason = f"version {row.number} is not served by the model's version policy ({model.version_policy})"
             versions[row.number] = VersionEntry(
                 model_name=model.name,
@@ -112,7 +118,16 @@ def build_snapshot(models) -> dict[str, ModelEntry]:
             )
         labels = {label.name: label.version.number for label in model.labels.all()}
         snapshot[model.name] = ModelEntry(
-            model.name, model.platform, versions, tuple(served), model.max_batch_size, labels
+            model.name,
+            model.platform,
+            versions,
+            tuple(served),
+            model.max_batch_size,
+            labels,
+            loaded=model.loaded,
+            policy=(model.version_policy, model.latest_versions, tuple(model.specific_versions)),
+            instance_group=tuple(model.instance_group),
+            config=model.config,
         )
     return snapshot
 
@@ -189,6 +204,29 @@ class ModelRegistry:
                 logger.exception("registry refresh failed; serving the previous snapshot")
             finally:
                 close_old_connections()
+
+    # -- repository control ---------------------------------------------
+    def set_loaded(self, name: str, loaded: bool) -> None:
+        """Load or unload ``name`` in every process (a registry write); raises ModelNotFound."""
+        from models_store import selectors, services
+
+        model = selectors.model_get(name)
+        if model is None:
+            raise ModelNotFound(f"unknown model '{name}'")
+        services.model_set_loaded(model, loaded)  # the snapshot follows on commit
+
+    def set_policy(self, name: str, policy: str, latest: int = 1, specific: list[int] | None = None) -> None:
+        """Change a model's version policy in every process; raises
+        ModelNotFound, InvalidInput (a policy the registry refuses)."""
+        from models_store import selectors, services
+
+        model = selectors.model_get(name)
+        if model is None:
+            raise ModelNotFound(f"unknown model '{name}'")
+        try:
+            services.model_set_policy(model, policy, latest, specific)
+        except services.RegistryError as exc:
+            raise InvalidInput(str(exc)) from None
 
     # -- lookups ---------------------------------------------------------
     @property

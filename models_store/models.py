@@ -48,6 +48,8 @@ class RegisteredModel(models.Model):
     specific_versions = models.JSONField(default=list, blank=True)
     instance_group = models.JSONField(default=list, blank=True)
     config = models.JSONField(default=dict, blank=True)
+    #: False after a repository "unload": nothing serves until "load"; no version is deleted.
+    loaded = models.BooleanField(default=True)
     last_version_number = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -142,3 +142,36 @@ def label_delete(model: RegisteredModel, name: str) -> bool:
     if deleted:
         _bump_stamp()
     return bool(deleted)
+
+
+@transaction.atomic
+def model_set_loaded(model: RegisteredModel, loaded: bool) -> RegisteredModel:
+    """Load or unload a model (Triton's repository extension): an unloaded
+    model serves no version in any process; its versions stay stored."""
+    locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+    if locked.loaded != loaded:
+        locked.loaded = loaded
+        locked.save(update_fields=["loaded", "updated_at"])
+        _bump_stamp()
+    return locked
+
+
+@transaction.atomic
+def model_set_policy(
+    model: RegisteredModel, policy: str, latest: int = 1, specific: list[int] | None = None
+) -> RegisteredModel:
+    """Change a model's version policy. Raises RegistryError for an unknown
+    policy or a latest count below 1."""
+    from models_store.version_policy import served_versions
+
+    try:
+        served_versions(policy, [], latest, specific or [])
+    except ValueError as exc:
+        raise RegistryError(str(exc)) from None
+    locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+    locked.version_policy = policy
+    locked.latest_versions = latest
+    locked.specific_versions = list(specific or [])
+    locked.save(update_fields=["version_policy", "latest_versions", "specific_versions", "updated_at"])
+    _bump_stamp()
+    return locked

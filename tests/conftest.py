@@ -22,7 +22,7 @@ def test_repository(tmp_path_factory):
 @pytest.fixture(scope="session")
 def model_server(test_repository, tmp_path_factory):
     """``manage.py serve`` on the test repository (SQLite, in-process ONNX Runtime)."""
-    server = LiveServer(test_repository, tmp_path_factory.mktemp("live"))
+    server = LiveServer(test_repository, tmp_path_factory.mktemp("live"), extra_env={"REQUEST_LOG_LEVEL": "INFO"})
     server.start()
     yield server
     code = server.stop()

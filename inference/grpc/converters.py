@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from google.protobuf import json_format
 
 from inference.codecs import binary
 from inference.codecs.tensor import check_shape
@@ -140,3 +141,41 @@ def model_metadata_to_proto(meta: ModelMetadata) -> pb.ModelMetadataResponse:
         for t in tensors:
             target.add(name=t.name, datatype=t.datatype, shape=t.shape)
     return message
+
+
+def model_config_to_proto(config: dict) -> pb.ModelConfigResponse:
+    """The data plane's model configuration (Triton's JSON form) as a message
+    wire-compatible with Triton's ``inference.ModelConfig``."""
+    message = pb.ModelConfigResponse()
+    json_format.ParseDict(config, message.config, ignore_unknown_fields=True)
+    return message
+
+
+def statistics_to_proto(stats) -> pb.ModelStatisticsResponse:
+    message = pb.ModelStatisticsResponse()
+    for s in stats:
+        item = message.model_stats.add(
+            name=s.name,
+            version=s.version,
+            last_inference=s.last_inference,
+            inference_count=s.inference_count,
+            execution_count=s.execution_count,
+        )
+        for stage, duration in s.stages.items():
+            target = getattr(item.inference_stats, stage)
+            target.count, target.ns = duration.count, duration.ns
+        for size, stages in s.batch_stats:
+            batch = item.batch_stats.add(batch_size=size)
+            for stage, duration in stages.items():
+                target = getattr(batch, stage)
+                target.count, target.ns = duration.count, duration.ns
+    return message
+
+
+def repository_parameters(params) -> dict:
+    """A ``map<string, ModelRepositoryParameter>`` as a dict of Python values."""
+    out = {}
+    for key, value in params.items():
+        choice = value.WhichOneof("parameter_choice")
+        out[key] = getattr(value, choice) if choice else None
+    return out

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 
 import grpc
 from django.conf import settings
 
+from inference import observability
 from inference.auth import authorize, bearer_token
 from inference.grpc import converters
 from inference.grpc.proto import oip_pb2 as pb
 from inference.grpc.proto import oip_pb2_grpc
-from inference.protocol.errors import InferenceError, ModelNotReady
+from inference.protocol.errors import InferenceError, ModelNotReady, Unsupported
 
 logger = logging.getLogger(__name__)
 
@@ -94,9 +96,69 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
         meta = self.dataplane.model_metadata(request.name, request.version or None)
         return converters.model_metadata_to_proto(meta)
 
-    @_rpc
     def ModelInfer(self, request, context):
+        """Inference, observed in metrics and the request log."""
+        started = time.perf_counter()
+        outcome, version, response = "internal", "", None
+        try:
+            response = self._infer(request, context)
+            outcome, version = "success", response.model_version
+            return response
+        except InferenceError as exc:
+            outcome = exc.code.lower()
+            context.abort(GRPC_STATUS.get(exc.code, grpc.StatusCode.INTERNAL), exc.message)
+        except Exception:
+            logger.exception("unexpected error in ModelInfer")
+            context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server log")
+        finally:
+            known = request.model_name in self.dataplane.registry.models
+            observability.observe(
+                "grpc",
+                request.model_name if known else "",
+                version,
+                outcome,
+                time.perf_counter() - started,
+                sum(map(len, request.raw_input_contents)),
+                sum(map(len, response.raw_output_contents)) if response is not None else 0,
+                outcome,
+                request.id,
+            )
+
+    def _infer(self, request, context):
         if settings.INFERENCE_REQUIRE_TOKEN:
             authorize(_bearer(context), request.model_name)
         infer_request = converters.infer_request_from_proto(request, self.max_request_bytes)
         return converters.infer_response_to_proto(self.dataplane.infer(infer_request))
+
+    # -- extensions ----------------------------------------------------------
+    @_rpc
+    def ModelConfig(self, request, context):
+        return converters.model_config_to_proto(self.dataplane.model_config(request.name, request.version or None))
+
+    @_rpc
+    def ModelStatistics(self, request, context):
+        stats = self.dataplane.model_statistics(request.name or None, request.version or None)
+        return converters.statistics_to_proto(stats)
+
+    @_rpc
+    def RepositoryIndex(self, request, context):
+        if request.repository_name:
+            raise Unsupported("repository_name is not supported: this server has one model repository")
+        response = pb.RepositoryIndexResponse()
+        for entry in self.dataplane.repository_index(request.ready):
+            response.models.add(name=entry.name, version=entry.version, state=entry.state, reason=entry.reason)
+        return response
+
+    @_rpc
+    def RepositoryModelLoad(self, request, context):
+        if request.repository_name:
+            raise Unsupported("repository_name is not supported: this server has one model repository")
+        self.dataplane.load(request.model_name, converters.repository_parameters(request.parameters))
+        return pb.RepositoryModelLoadResponse()
+
+    @_rpc
+    def RepositoryModelUnload(self, request, context):
+        if request.repository_name:
+            raise Unsupported("repository_name is not supported: this server has one model repository")
+        self.dataplane.unload(request.model_name, converters.repository_parameters(request.parameters))
+        return pb.RepositoryModelUnloadResponse()

@@ -2,8 +2,9 @@
 
 INVALID_ARGUMENT 400, UNAUTHENTICATED 401, PERMISSION_DENIED 403, NOT_FOUND
 404, RESOURCE_EXHAUSTED 413, UNIMPLEMENTED 501, UNAVAILABLE 503,
-DEADLINE_EXCEEDED 504; anything unexpected is logged and answered 500
-without internals.
+DEADLINE_EXCEEDED 504; an unknown Content-Encoding 415 with
+``Accept-Encoding: gzip, deflate``; anything unexpected is logged and
+answered 500 without internals.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from rest_framework.exceptions import APIException
 
 from inference.codecs.message import dumps
 from inference.protocol.errors import InferenceError
+from inference.rest.compression import UnsupportedEncoding
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +39,10 @@ def error_response(status: int, message: str, **extra) -> HttpResponse:
 
 def exception_handler(exc: Exception, context) -> HttpResponse:
     """DRF exception handler of the inference views (also used by TF Serving)."""
+    if isinstance(exc, UnsupportedEncoding):
+        response = error_response(415, exc.message)
+        response["Accept-Encoding"] = "gzip, deflate"
+        return response
     if isinstance(exc, InferenceError):
         return error_response(HTTP_STATUS.get(exc.code, 500), exc.message)
     if isinstance(exc, APIException):

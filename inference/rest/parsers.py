@@ -15,6 +15,7 @@ from rest_framework.parsers import BaseParser
 
 from inference.codecs import binary, message
 from inference.protocol.errors import InvalidInput, RequestTooLarge
+from inference.rest import compression
 
 
 class FirstChoiceNegotiation(BaseContentNegotiation):
@@ -30,7 +31,8 @@ class FirstChoiceNegotiation(BaseContentNegotiation):
 def read_body(request, allow_empty: bool = False) -> bytes:
     """The request body, refusing one above MAX_REQUEST_BYTES before reading it.
 
-    ``request`` is a Django HttpRequest. Raises RequestTooLarge, and
+    ``request`` is a Django HttpRequest. A gzip/deflate body is inflated
+    (inference/rest/compression.py). Raises RequestTooLarge, and
     InvalidInput for an empty body unless ``allow_empty``.
     """
     limit = settings.MAX_REQUEST_BYTES
@@ -41,7 +43,7 @@ def read_body(request, allow_empty: bool = False) -> bytes:
         raise InvalidInput(f"Content-Length is not an integer: {length!r}") from None
     if declared > limit:
         raise RequestTooLarge(f"request body of {declared} bytes exceeds the limit of {limit} bytes")
-    body = request.body
+    body = compression.decompress(request.body, request.META.get("HTTP_CONTENT_ENCODING"), limit)
     if not body and not allow_empty:
         raise InvalidInput("the request body is empty; it must hold an inference request")
     return body

@@ -12,11 +12,21 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+import onnxruntime as ort
 
-from inference.protocol.errors import ModelNotReady
+from inference.protocol.errors import DeadlineExceeded, ModelNotReady
+from inference.runtime.deadlines import watchdog
 from inference.runtime.onnx import OnnxModel
 
 logger = logging.getLogger(__name__)
+
+
+def _observe_load(entry, seconds: float, loaded: int) -> None:
+    from inference import observability
+
+    if entry is not None:
+        observability.LOAD_TIME.labels(entry.model_name, str(entry.number)).observe(seconds)
+    observability.LOADED_SESSIONS.set(loaded)
 
 
 class SessionCache:
@@ -47,6 +57,7 @@ class SessionCache:
                         f"version {entry.number} of model '{entry.model_name}' failed to load: {exc}"
                     ) from None
                 self._models[entry.key] = model
+                _observe_load(entry, time.perf_counter() - started, len(self._models))
                 logger.info(
                     "loaded %s version %s in %.1f ms",
                     entry.model_name,
@@ -62,6 +73,7 @@ class SessionCache:
                 del self._models[key]
                 self._locks.pop(key, None)
                 logger.info("unloaded %s version %s", key[0], key[1])
+            _observe_load(None, 0.0, len(self._models))
 
     def __len__(self) -> int:
         return len(self._models)
@@ -73,8 +85,29 @@ class InProcessExecutor:
     def __init__(self, cache: SessionCache):
         self.cache = cache
 
-    def run(self, entry, feeds: dict[str, np.ndarray], output_names: list[str]) -> list[np.ndarray]:
-        return self.cache.get(entry).run(feeds, output_names)
+    def run(
+        self,
+        entry,
+        feeds: dict[str, np.ndarray],
+        output_names: list[str],
+        deadline: float | None = None,
+        parameters: dict | None = None,
+    ) -> list[np.ndarray]:
+        """Run ``entry``'s session. ``deadline`` (time.monotonic()) stops a run
+        that outlives it (DeadlineExceeded); ``parameters`` are the request's,
+        which an ONNX model ignores."""
+        model = self.cache.get(entry)
+        if deadline is None:
+            return model.run(feeds, output_names)
+        if time.monotonic() >= deadline:
+            raise DeadlineExceeded("the request's deadline passed before the model ran")
+        options = ort.RunOptions()
+        options.log_severity_level = 4  # a terminated run is expected here, not an error to log
+        token = watchdog.watch(deadline, options)
+        try:
+            return model.run(feeds, output_names, options)
+        finally:
+            watchdog.done(token)
 
     def on_snapshot(self, snapshot: dict) -> None:
         """Keep only sessions of versions that still serve."""

@@ -15,7 +15,7 @@ import numpy as np
 import onnxruntime as ort
 
 from inference.protocol.datatypes import BY_ORT
-from inference.protocol.errors import InvalidInput
+from inference.protocol.errors import DeadlineExceeded, InvalidInput
 from inference.protocol.types import MetadataTensor
 
 _OPT_LEVELS = {
@@ -109,16 +109,19 @@ class OnnxModel:
         inputs, _ = signature(session)
         self.string_inputs = frozenset(t.name for t in inputs if t.datatype == "BYTES")
 
-    def run(self, feeds: dict[str, np.ndarray], output_names: list[str]) -> list[np.ndarray]:
+    def run(self, feeds: dict[str, np.ndarray], output_names: list[str], run_options=None) -> list[np.ndarray]:
         """Run the model; raises InvalidInput for BYTES input that is not UTF-8
-        and for errors ONNX Runtime reports about the inputs."""
+        and for errors ONNX Runtime reports about the inputs, DeadlineExceeded
+        when ``run_options`` was terminated by the deadline watchdog."""
         if self.string_inputs:
             feeds = dict(feeds)
             for name in self.string_inputs:
                 feeds[name] = _to_text(name, feeds[name])
         try:
-            return self.session.run(output_names, feeds)
+            return self.session.run(output_names, feeds, run_options)
         except (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ort.capi.onnxruntime_pybind11_state.Fail) as exc:
+            if run_options is not None and run_options.terminate:
+                raise DeadlineExceeded("the request's deadline passed while the model was running") from None
             raise InvalidInput(f"the model rejected the inputs: {exc}") from None
 
 

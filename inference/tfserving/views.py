@@ -25,7 +25,7 @@ from inference.protocol.types import InferenceRequest, RequestedOutput
 from inference.registry import VersionEntry
 from inference.rest.parsers import read_body
 from inference.rest.renderers import json_response
-from inference.rest.views import ProtocolView
+from inference.rest.views import ObservedView
 
 _SPEC = r"(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?"
 POST_PATH = re.compile(r"(?i)/v1/models/([^/:]+)" + _SPEC + r":(classify|regress|predict)")
@@ -70,8 +70,10 @@ def _tensor_info(tensor) -> dict:
     }
 
 
-class TFServingView(ProtocolView):
+class TFServingView(ObservedView):
     """All of ``/v1/...``; dispatches on TF Serving's path grammar."""
+
+    protocol = "tfserving"
 
     def http_method_not_allowed(self, request, *args, **kwargs):
         raise _malformed(request)
@@ -127,7 +129,7 @@ class TFServingView(ProtocolView):
         name, version, label, verb = match.groups()
         authorize(bearer_token(request.META.get("HTTP_AUTHORIZATION")), name)
         doc = codec.loads(read_body(request._request, allow_empty=True))
-        entry = self.dataplane.model_version(name, self._version(name, version, label))
+        entry = self.version_entry = self.dataplane.model_version(name, self._version(name, version, label))
         return getattr(self, f"_{verb}")(entry, doc)
 
     def _run(self, entry: VersionEntry, inputs, outputs=None):

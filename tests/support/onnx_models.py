@@ -159,3 +159,36 @@ def two_input_classifier(labels=("neg", "pos")) -> bytes:
     model.ir_version = 8
     helper.set_model_props(model, {"labels": "\n".join(labels)})
     return model.SerializeToString()
+
+
+def slow_loop(width: int = 256) -> bytes:
+    """y = tanh(tanh(x W) W ...), ``n`` (INT64 scalar input) iterations: a
+    model whose run time the caller chooses (about n x 20 us here)."""
+    rng = np.random.default_rng(0)
+    weight = helper.make_tensor(
+        "W", TensorProto.FLOAT, [width, width], (rng.standard_normal((width, width)) / width).astype(np.float32).ravel()
+    )
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("MatMul", ["y_in", "W"], ["m"]),
+            helper.make_node("Tanh", ["m"], ["y_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("y_in", TensorProto.FLOAT, [1, width]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("y_out", TensorProto.FLOAT, [1, width]),
+        ],
+    )
+    cond = helper.make_tensor("cond", TensorProto.BOOL, [], [True])
+    return _model(
+        [helper.make_node("Loop", ["n", "cond", "x"], ["y"], body=body)],
+        [_vi("x", "FP32", (1, width)), _vi("n", "INT64", ())],
+        [_vi("y", "FP32", (1, width))],
+        initializers=[weight, cond],
+    )

@@ -54,6 +54,10 @@ def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
     m.write_model(root, "half_plus_two_2d", m.half_plus_two(rank=2))
     m.write_model(root, "tag_signal_sensor", m.tag_signal_sensor())
     m.write_model(root, "pair_classifier", m.two_input_classifier())
+    m.write_model(root, "slow", m.slow_loop())
+    # Used only by the statistics / metrics tests, so their counts are exact.
+    m.write_model(root, "stats_probe", m.affine(1.0, 0.0), config=BATCHED_CONFIG.replace('"affine"', '"stats_probe"'))
+    m.write_model(root, "repo_probe", m.identity("FP32"))
     if with_sklearn:
         from models_store.management.commands.build_demo_repository import CONFIG, build_models
 

@@ -10,6 +10,7 @@ crashes is restarted.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -20,6 +21,21 @@ from django.db import connections
 
 from hosting.supervisor import Child, Supervisor
 from models_store.repository import import_repository
+
+
+def _fresh_metrics_dir() -> Path:
+    """An empty directory for Prometheus multiprocess files of this run."""
+    path = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or Path(settings.VAR_DIR) / "metrics")
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+def _metrics_process_dead(pid: int) -> None:
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(pid, os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 
 
 class Command(BaseCommand):
@@ -46,7 +62,11 @@ class Command(BaseCommand):
         connections.close_all()
         host = options["host"]
         base = str(settings.BASE_DIR)
-        env = dict(os.environ, DJANGO_SETTINGS_MODULE=os.environ.get("DJANGO_SETTINGS_MODULE", "hosting.settings"))
+        env = dict(
+            os.environ,
+            DJANGO_SETTINGS_MODULE=os.environ.get("DJANGO_SETTINGS_MODULE", "hosting.settings"),
+            PROMETHEUS_MULTIPROC_DIR=str(_fresh_metrics_dir()),
+        )
         http_env = dict(
             env,
             HTTP_BIND=f"{host}:{options['http_port']}",
@@ -63,5 +83,5 @@ class Command(BaseCommand):
             children.append(Child("grpc", grpc, env, base))
             self.stdout.write(f"serving V2 gRPC on {host}:{options['grpc_port']}")
         self.stdout.flush()
-        if Supervisor(children).run() != 0:
+        if Supervisor(children, on_exit=_metrics_process_dead).run() != 0:
             raise CommandError("a server process kept failing; see the log above")

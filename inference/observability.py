@@ -1,0 +1,119 @@
+"""Per-request observability shared by every transport: Prometheus metrics and
+one structured log line per request (never tensor contents).
+
+Metrics (``prometheus_client``; multiprocess mode when
+``PROMETHEUS_MULTIPROC_DIR`` is set, which ``manage.py serve`` does so that
+REST workers and the gRPC process add up):
+
+- ``modelhost_inference_requests_total{model, version, protocol, outcome}``
+- ``modelhost_inference_request_duration_seconds{model, version, protocol, outcome}`` (histogram)
+- ``modelhost_inference_request_bytes_total{protocol, direction}``
+- ``modelhost_model_load_duration_seconds{model, version}`` (histogram)
+- ``modelhost_loaded_sessions`` (gauge, summed over live processes)
+
+``outcome`` is ``success`` or the protocol error code in lower case
+(``invalid_argument``, ``not_found``, ``unavailable``, ...). Requests for a
+model that does not exist are counted under ``model=""`` so that clients
+cannot inflate the label set.
+
+The request log line goes to the ``inference.request`` logger at
+``REQUEST_LOG_LEVEL`` (default DEBUG, i.e. off under LOG_LEVEL=INFO), as
+``key=value`` pairs: protocol, model, version, status, outcome, latency_ms,
+bytes_in, bytes_out, id.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from django.conf import settings
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
+
+request_logger = logging.getLogger("inference.request")
+
+_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+REQUESTS = Counter("modelhost_inference_requests", "Inference requests", ["model", "version", "protocol", "outcome"])
+LATENCY = Histogram(
+    "modelhost_inference_request_duration_seconds",
+    "Inference request latency inside the server",
+    ["model", "version", "protocol", "outcome"],
+    buckets=_BUCKETS,
+)
+BYTES = Counter("modelhost_inference_request_bytes", "Request and response body bytes", ["protocol", "direction"])
+LOAD_TIME = Histogram(
+    "modelhost_model_load_duration_seconds",
+    "Time to create an ONNX Runtime session",
+    ["model", "version"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+LOADED_SESSIONS = Gauge("modelhost_loaded_sessions", "ONNX Runtime sessions loaded", multiprocess_mode="livesum")
+
+_children: dict[tuple, tuple] = {}
+
+
+def _series(model: str, version: str, protocol: str, outcome: str):
+    key = (model, version, protocol, outcome)
+    pair = _children.get(key)
+    if pair is None:
+        pair = _children[key] = (REQUESTS.labels(*key), LATENCY.labels(*key))
+    return pair
+
+
+def observe(
+    protocol: str,
+    model: str,
+    version: str,
+    outcome: str,
+    seconds: float,
+    bytes_in: int,
+    bytes_out: int,
+    status: int | str = "",
+    request_id: str | None = None,
+) -> None:
+    """Record one inference request (metrics, and the log line when enabled)."""
+    counter, histogram = _series(model, version, protocol, outcome)
+    counter.inc()
+    histogram.observe(seconds)
+    if bytes_in:
+        BYTES.labels(protocol, "in").inc(bytes_in)
+    if bytes_out:
+        BYTES.labels(protocol, "out").inc(bytes_out)
+    level = _log_level()
+    if request_logger.isEnabledFor(level):
+        request_logger.log(
+            level,
+            "protocol=%s model=%s version=%s status=%s outcome=%s latency_ms=%.3f bytes_in=%d bytes_out=%d id=%s",
+            protocol,
+            model or "-",
+            version or "-",
+            status,
+            outcome,
+            seconds * 1e3,
+            bytes_in,
+            bytes_out,
+            request_id or "-",
+        )
+
+
+def _log_level() -> int:
+    return logging.getLevelName(settings.REQUEST_LOG_LEVEL.upper())
+
+
+def render_metrics() -> bytes:
+    """The Prometheus exposition text for this server (all processes in
+    multiprocess mode)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry)
+    from prometheus_client import REGISTRY
+
+    return generate_latest(REGISTRY)
+
+
+def mark_process_dead(pid: int) -> None:
+    """Drop a dead process's live gauges (gunicorn's child_exit hook)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess.mark_process_dead(pid)
