@@ -7,7 +7,7 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 PG_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: venv test-tools run demo test test-sqlite test-postgres bench proto lint clean
+.PHONY: venv test-tools run demo test test-sqlite test-postgres test-worker-mode bench proto lint clean
 
 venv: $(VENV)/.installed
 
@@ -23,7 +23,10 @@ demo: venv
 run: demo
 	$(PY) manage.py serve --model-repository var/demo_repository --host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT)
 
-test: test-sqlite test-postgres
+# Everything on SQLite (in-process ONNX Runtime; tests/workers start their own
+# Celery workers on the Redis at 127.0.0.1:6379), the registry tests again on
+# PostgreSQL, and every live-server test again through a pinned Celery worker.
+test: test-sqlite test-postgres test-worker-mode
 
 # What the tests drive besides Python packages: Debian packages and Triton's perf_analyzer.
 test-tools: venv
@@ -35,6 +38,9 @@ test-sqlite: test-tools
 
 test-postgres: venv
 	DATABASE_URL=$(PG_URL) $(PY) -m pytest -m db
+
+test-worker-mode: test-tools
+	MODELHOST_TEST_EXECUTOR=celery $(PY) -m pytest -m interop
 
 bench: venv
 	$(PY) bench/run.py

@@ -132,7 +132,7 @@ class ServeTarget(Target):
     def start(self, timeout: float = 120) -> None:
         self.var_dir.mkdir(parents=True, exist_ok=True)
         self._resolved = self._server_defaults()
-        log = open(self.log_path, "wb")
+        log = open(self.log_path, "ab")  # a restart appends
         self.process = subprocess.Popen(self.command(), cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + timeout

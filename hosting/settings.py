@@ -148,8 +148,26 @@ CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
-CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_ACCEPT_CONTENT = ["json", "modelhost"]  # modelhost: inference/runtime/wire.py, never pickle
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = False
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_PUBLISH_RETRY = False
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 3, "socket_timeout": 10}
+
+# --- Execution mode and workers ---------------------------------------------
+#: inprocess (default: ONNX Runtime in each server process) or celery (pinned
+#: workers started with `manage.py runworker --device ...`, needs REDIS_URL).
+INFERENCE_EXECUTOR = env.str("INFERENCE_EXECUTOR", default="inprocess")
+#: Inferences a worker runs at once on its device.
+WORKER_CONCURRENCY = env.int("WORKER_CONCURRENCY", default=2)
+#: Memory a worker's loaded sessions may use (estimated: 2 x artifact size), MiB.
+WORKER_MEMORY_BUDGET_MB = env.int("WORKER_MEMORY_BUDGET_MB", default=4096)
+#: Where a worker caches artifacts by sha256 (no shared disk needed).
+WORKER_CACHE_DIR = Path(env.str("WORKER_CACHE_DIR", default=str(VAR_DIR / "worker-cache")))
+#: A cuda:<n> worker without the CUDA provider runs on the CPU instead of refusing to start.
+WORKER_CPU_FALLBACK = env.bool("WORKER_CPU_FALLBACK", default=False)
+#: In worker mode, the deadline of a request that sets none (s).
+WORKER_TIMEOUT_SECONDS = env.float("WORKER_TIMEOUT_SECONDS", default=30.0)
 
 # --- Inference access control ----------------------------------------------
 #: When true, inference needs ``Authorization: Bearer <token>`` (REST) or the

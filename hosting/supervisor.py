@@ -51,6 +51,7 @@ class Supervisor:
         self._stopping = False
 
     def _stop(self, signum, frame) -> None:
+        logger.info("received %s; stopping %s", signal.Signals(signum).name, ", ".join(c.name for c in self.children))
         self._stopping = True
 
     def run(self) -> int:

@@ -445,7 +445,17 @@ def build_dataplane() -> DataPlane:
     from inference.runtime.loader import load_onnx_model
 
     registry = ModelRegistry(poll_seconds=settings.REGISTRY_POLL_SECONDS)
-    executor = InProcessExecutor(SessionCache(load_onnx_model))
+    if settings.INFERENCE_EXECUTOR == "celery":
+        import redis
+
+        from hosting.celery import app
+        from inference.runtime.celery_executor import CeleryExecutor
+
+        client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=3, socket_timeout=10)
+        executor = CeleryExecutor(app, client, registry, settings.WORKER_TIMEOUT_SECONDS)
+        executor.start()
+    else:
+        executor = InProcessExecutor(SessionCache(load_onnx_model))
     registry.add_listener(executor.on_snapshot)
     registry.start()
     statistics = StatisticsRecorder(settings.STATISTICS_FLUSH_SECONDS)

@@ -10,6 +10,7 @@ REST workers and the gRPC process add up):
 - ``modelhost_inference_request_bytes_total{protocol, direction}``
 - ``modelhost_model_load_duration_seconds{model, version}`` (histogram)
 - ``modelhost_loaded_sessions`` (gauge, summed over live processes)
+- ``modelhost_worker_queue_depth{queue}`` (gauge, worker mode: messages waiting per device queue)
 
 ``outcome`` is ``success`` or the protocol error code in lower case
 (``invalid_argument``, ``not_found``, ``unavailable``, ...). Requests for a
@@ -49,6 +50,12 @@ LOAD_TIME = Histogram(
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
 LOADED_SESSIONS = Gauge("modelhost_loaded_sessions", "ONNX Runtime sessions loaded", multiprocess_mode="livesum")
+QUEUE_DEPTH = Gauge(
+    "modelhost_worker_queue_depth",
+    "Requests waiting in a device queue (worker mode)",
+    ["queue"],
+    multiprocess_mode="max",
+)
 
 _children: dict[tuple, tuple] = {}
 

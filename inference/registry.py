@@ -46,6 +46,7 @@ class VersionEntry:
     sha256: str
     artifact: str
     max_batch_size: int
+    size: int
     inputs: tuple[MetadataTensor, ...]
     outputs: tuple[MetadataTensor, ...]
     properties: dict
@@ -112,6 +113,7 @@ def build_snapshot(models) -> dict[str, ModelEntry]:
                 sha256=row.sha256,
                 artifact=row.artifact,
                 max_batch_size=model.max_batch_size,
+                size=row.size,
                 inputs=_tensors(row.inputs),
                 outputs=_tensors(row.outputs),
                 properties=row.properties,
@@ -177,7 +179,12 @@ class ModelRegistry:
         from models_store.signals import registry_changed
 
         registry_changed.connect(self._on_local_change, weak=False)
-        self.refresh(force=True)
+        try:
+            self.refresh(force=True)
+        except Exception:
+            if self._poll_seconds <= 0:
+                raise
+            logger.exception("loading the model registry failed; retrying every %s s", self._poll_seconds)
         if self._poll_seconds > 0 and self._thread is None:
             self._thread = threading.Thread(target=self._poll, name="registry-poll", daemon=True)
             self._thread.start()

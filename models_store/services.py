@@ -175,3 +175,32 @@ def model_set_policy(
     locked.save(update_fields=["version_policy", "latest_versions", "specific_versions", "updated_at"])
     _bump_stamp()
     return locked
+
+
+INSTANCE_KINDS = ("KIND_AUTO", "KIND_GPU", "KIND_CPU")
+
+
+@transaction.atomic
+def model_set_instance_group(model: RegisteredModel, groups: list[dict]) -> RegisteredModel:
+    """Replace a model's instance groups (Triton's ``instance_group``): each
+    ``{"kind": KIND_AUTO|KIND_GPU|KIND_CPU, "count": n >= 1, "gpus": [ints]}``
+    (``gpus`` only for KIND_GPU). Raises RegistryError for anything else."""
+    clean = []
+    for index, group in enumerate(groups):
+        kind = group.get("kind", "KIND_AUTO")
+        if kind not in INSTANCE_KINDS:
+            raise RegistryError(f"instance group {index}: kind must be one of {', '.join(INSTANCE_KINDS)}")
+        count = group.get("count", 1)
+        gpus = group.get("gpus", [])
+        if type(count) is not int or count < 1:
+            raise RegistryError(f"instance group {index}: count must be a positive integer")
+        if not isinstance(gpus, list) or any(type(g) is not int or g < 0 for g in gpus):
+            raise RegistryError(f"instance group {index}: gpus must be a list of GPU numbers")
+        if gpus and kind != "KIND_GPU":
+            raise RegistryError(f"instance group {index}: gpus are only for KIND_GPU")
+        clean.append({"name": group.get("name", ""), "kind": kind, "count": count, "gpus": gpus})
+    locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+    locked.instance_group = clean
+    locked.save(update_fields=["instance_group", "updated_at"])
+    _bump_stamp()
+    return locked

@@ -103,3 +103,27 @@ def remove_artifact(relpath: str) -> None:
     directory = artifact_path(relpath).parent
     if directory.is_dir() and directory.parent.parent == store_root():
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def copy_artifact(relpath: str, target_dir: Path) -> Path:
+    """Copy a stored artifact's files (model and external data) into
+    ``target_dir`` (atomically: a temporary sibling renamed into place);
+    returns the local model path. Used by workers to cache artifacts by sha256."""
+    target_dir = Path(target_dir)
+    model_path = target_dir / MODEL_FILENAME
+    if model_path.is_file():
+        return model_path
+    source = artifact_path(relpath).parent
+    target_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".fetch-", dir=target_dir.parent))
+    try:
+        shutil.copytree(source, tmp, dirs_exist_ok=True)
+        try:
+            os.rename(tmp, target_dir)
+        except OSError:
+            if not model_path.is_file():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return model_path

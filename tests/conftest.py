@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.support.repository import build_test_repository
@@ -19,11 +21,28 @@ def test_repository(tmp_path_factory):
     return build_test_repository(tmp_path_factory.mktemp("repository"))
 
 
+#: MODELHOST_TEST_EXECUTOR=celery runs the live-server tests through pinned
+#: Celery workers (real Redis, database TEST_REDIS_DB) instead of in process.
+EXECUTOR = os.environ.get("MODELHOST_TEST_EXECUTOR", "inprocess")
+TEST_REDIS_URL = f"redis://127.0.0.1:6379/{os.environ.get('TEST_REDIS_DB', '9')}"
+
+
 @pytest.fixture(scope="session")
 def model_server(test_repository, tmp_path_factory):
-    """``manage.py serve`` on the test repository (SQLite, in-process ONNX Runtime)."""
-    server = LiveServer(test_repository, tmp_path_factory.mktemp("live"), extra_env={"REQUEST_LOG_LEVEL": "INFO"})
+    """``manage.py serve`` on the test repository (SQLite; ONNX Runtime in
+    process, or in a CPU worker when MODELHOST_TEST_EXECUTOR=celery)."""
+    env = {"REQUEST_LOG_LEVEL": "INFO"}
+    devices: tuple[str, ...] = ()
+    if EXECUTOR == "celery":
+        import redis
+
+        redis.Redis.from_url(TEST_REDIS_URL).flushdb()
+        env.update(INFERENCE_EXECUTOR="celery", REDIS_URL=TEST_REDIS_URL)
+        devices = ("cpu",)
+    server = LiveServer(test_repository, tmp_path_factory.mktemp("live"), extra_env=env, devices=devices)
     server.start()
+    if devices:
+        server.wait_for_workers()
     yield server
     code = server.stop()
     assert code == 0, f"serve did not stop cleanly on SIGTERM (status {code}):\n{server.log()}"

@@ -23,7 +23,18 @@ def free_port() -> int:
 class LiveServer:
     """A ``serve`` process on free ports with its own VAR_DIR (SQLite, store)."""
 
-    def __init__(self, repository: Path, var_dir: Path, extra_env: dict | None = None, workers: int = 2):
+    def __init__(
+        self,
+        repository: Path,
+        var_dir: Path,
+        extra_env: dict | None = None,
+        workers: int = 2,
+        devices: tuple[str, ...] = (),
+    ):
+        """``devices``: inference workers (``runworker --device``) to start too;
+        give ``extra_env`` INFERENCE_EXECUTOR=celery and REDIS_URL with them."""
+        self.devices = devices
+        self.worker_processes: dict[str, subprocess.Popen] = {}
         self.http_port = free_port()
         self.grpc_port = free_port()
         self.repository = repository
@@ -59,12 +70,60 @@ class LiveServer:
             try:
                 with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=2) as response:
                     if response.status == 200 and self._grpc_listening():
+                        for device in self.devices:
+                            self.start_worker(device)
                         return self
             except OSError:
                 pass
             time.sleep(0.2)
         self.stop()
         raise RuntimeError(f"serve did not become ready in {timeout}s:\n{self.log()}")
+
+    def worker_log_path(self, device: str) -> Path:
+        return self.var_dir / f"worker-{device.replace(':', '')}.log"
+
+    def start_worker(self, device: str, extra_env: dict | None = None) -> subprocess.Popen:
+        """Start (or restart) the worker for ``device``; returns its process."""
+        log = open(self.worker_log_path(device), "ab")
+        env = dict(self.env, **(extra_env or {}))
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "runworker", "--device", device, "--concurrency", "4"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        self.worker_processes[device] = process
+        return process
+
+    def wait_for_workers(self, devices: tuple[str, ...] | None = None, timeout: float = 60) -> None:
+        """Until every worker's heartbeat is in Redis and the front end has seen it."""
+        import redis
+
+        from inference.runtime.placement import HEARTBEAT_PREFIX, queue_for
+
+        client = redis.Redis.from_url(self.env["REDIS_URL"])
+        wanted = {queue_for(d) for d in (devices or self.devices)}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            keys = {
+                k.decode()[len(HEARTBEAT_PREFIX) :].rsplit(":", 1)[0] for k in client.scan_iter(f"{HEARTBEAT_PREFIX}*")
+            }
+            if wanted <= keys:
+                time.sleep(1.0)  # the front end refreshes its view every 0.5 s
+                return
+            for device, process in self.worker_processes.items():
+                if process.poll() is not None:
+                    raise RuntimeError(f"worker {device} exited:\n{self.worker_log_path(device).read_text()}")
+            time.sleep(0.2)
+        raise RuntimeError(f"workers {sorted(wanted)} did not start in {timeout}s")
+
+    def stop_workers(self) -> None:
+        for process in self.worker_processes.values():
+            if process.poll() is None:
+                process.terminate()
+        for process in self.worker_processes.values():
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
 
     def _grpc_listening(self) -> bool:
         try:
@@ -77,6 +136,7 @@ class LiveServer:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self, timeout: float = 30) -> int | None:
+        self.stop_workers()
         if self.process is None or self.process.poll() is not None:
             return self.process.returncode if self.process else None
         self.process.send_signal(signal.SIGTERM)

@@ -23,6 +23,22 @@ from hosting.supervisor import Child, Supervisor
 from models_store.repository import import_repository
 
 
+def _check_executor() -> None:
+    """Worker mode needs Redis: a clear error at start-up, not failing workers."""
+    if settings.INFERENCE_EXECUTOR == "inprocess":
+        return
+    if settings.INFERENCE_EXECUTOR != "celery":
+        raise CommandError(f"INFERENCE_EXECUTOR must be inprocess or celery, not {settings.INFERENCE_EXECUTOR!r}")
+    if not settings.REDIS_URL:
+        raise CommandError("INFERENCE_EXECUTOR=celery needs REDIS_URL (e.g. redis://127.0.0.1:6379/0)")
+    import redis
+
+    try:
+        redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=3).ping()
+    except redis.RedisError as exc:
+        raise CommandError(f"Redis at {settings.REDIS_URL} is unreachable: {exc}") from None
+
+
 def _fresh_metrics_dir() -> Path:
     """An empty directory for Prometheus multiprocess files of this run."""
     path = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or Path(settings.VAR_DIR) / "metrics")
@@ -50,6 +66,7 @@ class Command(BaseCommand):
         parser.add_argument("--threads", type=int, default=settings.HTTP_THREADS, help="threads per HTTP process")
 
     def handle(self, *args, **options):
+        _check_executor()
         call_command("migrate", interactive=False, verbosity=0)
         repository = options["model_repository"]
         if repository is not None:

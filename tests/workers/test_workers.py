@@ -1,0 +1,280 @@
+"""Worker mode end to end: real Redis, real `runworker` processes started by
+the tests. Two workers on two queues (cpu, and cuda:0 running on the CPU
+with WORKER_CPU_FALLBACK since this machine has no GPU): placement, no live
+worker, a worker killed mid-request, a restarted worker, stale versions,
+and Redis missing at start-up or going away mid-run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import redis
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.support import onnx_models as m
+from tests.support.server import ROOT, LiveServer, free_port
+
+pytestmark = pytest.mark.workers
+
+REDIS_URL = f"redis://127.0.0.1:6379/{os.environ.get('TEST_WORKER_REDIS_DB', '10')}"
+
+
+def manage(server: LiveServer, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT, env=dict(server.env, **(env or {})), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def wait_for(predicate, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory):
+    root = tmp_path_factory.mktemp("worker-repo")
+    m.write_model(root, "on_gpu", m.affine(2.0, 1.0))
+    m.write_model(root, "on_cpu", m.affine(3.0, 0.0))
+    m.write_model(root, "anywhere", m.affine(1.0, 5.0))
+    m.write_model(root, "on_gpu3", m.affine(1.0, 1.0))
+    m.write_model(root, "slow", m.slow_loop())
+    m.write_model(root, "growing", m.affine(1.0, 1.0), version=1)
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(repository, tmp_path_factory):
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    live = LiveServer(
+        repository,
+        tmp_path_factory.mktemp("workers"),
+        extra_env={"INFERENCE_EXECUTOR": "celery", "REDIS_URL": REDIS_URL, "WORKER_CPU_FALLBACK": "true"},
+        devices=("cpu", "cuda:0"),
+    )
+    live.start()
+    for name, args in (
+        ("on_gpu", ["--kind", "GPU", "--gpus", "0"]),
+        ("on_cpu", ["--kind", "CPU"]),
+        ("on_gpu3", ["--kind", "GPU", "--gpus", "3"]),
+        ("slow", ["--kind", "GPU", "--gpus", "0"]),
+    ):
+        done = manage(live, "set_instance_group", name, *args)
+        assert done.returncode == 0, done.stderr
+    live.wait_for_workers()
+    yield live
+    assert live.stop() == 0
+
+
+def _affine(client, module, model: str, rows: int = 2):
+    x = np.arange(rows * 4, dtype=np.float32).reshape(rows, 4)
+    inp = module.InferInput("x", [rows, 4], "FP32")
+    inp.set_data_from_numpy(x)
+    return x, client.infer(model, [inp]).as_numpy("y")
+
+
+def _loaded(server: LiveServer, device: str, model: str) -> bool:
+    return f"loaded {model}/" in server.worker_log_path(device).read_text()
+
+
+def test_placement_follows_the_instance_group(server):
+    http = httpclient.InferenceServerClient(server.http_url)
+    grpc_c = grpcclient.InferenceServerClient(server.grpc_url)
+    for _ in range(3):
+        x, y = _affine(http, httpclient, "on_gpu")
+        np.testing.assert_allclose(y, 2 * x + 1)
+        x, y = _affine(grpc_c, grpcclient, "on_cpu")
+        np.testing.assert_allclose(y, 3 * x)
+    assert _loaded(server, "cuda:0", "on_gpu") and not _loaded(server, "cpu", "on_gpu")
+    assert _loaded(server, "cpu", "on_cpu") and not _loaded(server, "cuda:0", "on_cpu")
+    for _ in range(4):  # no instance group: round robin over every live queue
+        x, y = _affine(http, httpclient, "anywhere")
+        np.testing.assert_allclose(y, x + 5)
+    assert _loaded(server, "cpu", "anywhere") and _loaded(server, "cuda:0", "anywhere")
+
+
+def test_no_live_worker_for_the_device_is_503_at_once(server):
+    http = httpclient.InferenceServerClient(server.http_url)
+    started = time.monotonic()
+    with pytest.raises(InferenceServerException) as info:
+        _affine(http, httpclient, "on_gpu3")
+    assert info.value.status() == "503"
+    assert "no live worker serves cuda:3" in info.value.message()
+    assert time.monotonic() - started < 1.0
+
+
+def test_killed_worker_fails_its_request_and_a_restart_serves_again(server):
+    http = httpclient.InferenceServerClient(server.http_url)
+    outcome: dict = {}
+
+    def slow_request():
+        inputs = [httpclient.InferInput("x", [1, 256], "FP32"), httpclient.InferInput("n", [], "INT64")]
+        inputs[0].set_data_from_numpy(np.ones((1, 256), dtype=np.float32))
+        inputs[1].set_data_from_numpy(np.array(3_000_000, dtype=np.int64))  # ~12 s on the cuda:0 worker
+        started = time.monotonic()
+        try:
+            httpclient.InferenceServerClient(server.http_url, network_timeout=60).infer("slow", inputs)
+            outcome["result"] = "answered"
+        except InferenceServerException as exc:
+            outcome["result"] = (exc.status(), exc.message())
+        outcome["seconds"] = time.monotonic() - started
+
+    thread = threading.Thread(target=slow_request)
+    thread.start()
+    log = server.worker_log_path("cuda:0")
+    assert wait_for(lambda: "loaded slow/" in log.read_text())
+    time.sleep(0.5)
+    server.worker_processes["cuda:0"].send_signal(signal.SIGKILL)
+    # Others are unaffected while it is gone.
+    for _ in range(5):
+        x, y = _affine(http, httpclient, "on_cpu")
+        np.testing.assert_allclose(y, 3 * x)
+    thread.join(30)
+    assert outcome["result"][0] == "503", outcome
+    assert "stopped before answering" in outcome["result"][1]
+    assert outcome["seconds"] < 10  # the heartbeat expires in 3 s; the request's deadline is 30 s
+    with pytest.raises(InferenceServerException) as info:
+        _affine(http, httpclient, "on_gpu")
+    assert info.value.status() == "503"
+    server.start_worker("cuda:0")
+    server.wait_for_workers(("cuda:0",))
+    x, y = _affine(http, httpclient, "on_gpu")  # the same front end, no restart
+    np.testing.assert_allclose(y, 2 * x + 1)
+
+
+def test_new_and_retired_versions_reach_the_workers(server, repository):
+    http = httpclient.InferenceServerClient(server.http_url)
+    for _ in range(4):
+        x, y = _affine(http, httpclient, "growing")
+        np.testing.assert_allclose(y, x + 1)
+    m.write_model(repository, "growing", m.affine(1.0, 2.0), version=2)
+    done = manage(server, "import_repository", str(repository))
+    assert "created   growing/2 -> version 2" in done.stdout, done.stdout + done.stderr
+
+    def serves_v2():
+        x, y = _affine(http, httpclient, "growing")
+        return np.allclose(y, x + 2)
+
+    assert wait_for(serves_v2)
+    logs = server.worker_log_path("cpu").read_text() + server.worker_log_path("cuda:0").read_text()
+    assert wait_for(
+        lambda: (
+            "unloaded growing version 1 (no longer serving)"
+            in server.worker_log_path("cpu").read_text() + server.worker_log_path("cuda:0").read_text()
+        )
+    ), logs
+    manage(server, "delete_version", "growing", "2")
+    assert wait_for(
+        lambda: np.allclose(_affine(http, httpclient, "growing")[1], _affine(http, httpclient, "growing")[0] + 1)
+    )
+
+
+def test_redis_unreachable_at_start_up(repository, tmp_path):
+    closed = f"redis://127.0.0.1:{free_port()}/0"
+    env = dict(os.environ, VAR_DIR=str(tmp_path), INFERENCE_EXECUTOR="celery", REDIS_URL=closed)
+    env.pop("DATABASE_URL", None)
+    for args in (
+        ["serve", "--model-repository", str(repository), "--http-port", str(free_port())],
+        ["runworker", "--device", "cpu"],
+    ):
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode != 0
+        assert "unreachable" in done.stderr, done.stderr
+        assert time.monotonic() - started < 30
+    bad = subprocess.run(
+        [sys.executable, "manage.py", "runworker", "--device", "tpu:0"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode != 0 and "unknown device 'tpu:0'" in bad.stderr
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    """A Redis of our own, so the test can stop it without disturbing others."""
+    port = free_port()
+    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+    args = [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(tmp_path),
+    ]
+
+    def start():
+        process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(port=port)
+        assert wait_for(lambda: _pings(client), timeout=10)
+        return process
+
+    state = {"process": start(), "start": start, "port": port}
+    yield state
+    state["process"].terminate()
+    state["process"].wait()
+
+
+def _pings(client) -> bool:
+    try:
+        return client.ping()
+    except redis.RedisError:
+        return False
+
+
+def test_redis_going_away_mid_run(repository, tmp_path, private_redis):
+    url = f"redis://127.0.0.1:{private_redis['port']}/0"
+    live = LiveServer(
+        repository, tmp_path / "live", extra_env={"INFERENCE_EXECUTOR": "celery", "REDIS_URL": url}, devices=("cpu",)
+    )
+    live.start()
+    try:
+        live.wait_for_workers()
+        http = httpclient.InferenceServerClient(live.http_url)
+        x, y = _affine(http, httpclient, "anywhere")
+        np.testing.assert_allclose(y, x + 5)
+        private_redis["process"].kill()
+        private_redis["process"].wait()
+        time.sleep(3.5)  # the front end's view of live workers goes stale
+        started = time.monotonic()
+        with pytest.raises(InferenceServerException) as info:
+            _affine(http, httpclient, "anywhere")
+        assert info.value.status() == "503" and "Redis" in info.value.message()
+        assert time.monotonic() - started < 5
+        assert http.is_server_live()
+        private_redis["process"] = private_redis["start"]()
+
+        def serves():
+            try:
+                x, y = _affine(http, httpclient, "anywhere")
+                return np.allclose(y, x + 5)
+            except InferenceServerException:
+                return False
+
+        assert wait_for(serves, timeout=60), live.worker_log_path("cpu").read_text()[-3000:]
+    finally:
+        assert live.stop() == 0
