@@ -130,9 +130,9 @@ ORT_INTER_OP_THREADS = env.int("ORT_INTER_OP_THREADS", default=1)
 ORT_GRAPH_OPTIMIZATION = env.str("ORT_GRAPH_OPTIMIZATION", default="all")
 #: How often each server process checks the registry's change stamp, in seconds.
 REGISTRY_POLL_SECONDS = env.float("REGISTRY_POLL_SECONDS", default=1.0)
-#: HTTP server (gunicorn) processes and threads per process.
+#: HTTP server (granian) processes and threads per process.
 HTTP_WORKERS = env.int("HTTP_WORKERS", default=2)
-HTTP_THREADS = env.int("HTTP_THREADS", default=8)
+HTTP_THREADS = env.int("HTTP_THREADS", default=4)
 
 #: gRPC server threads per process, and the grace period for in-flight calls on stop (s).
 GRPC_THREADS = env.int("GRPC_THREADS", default=16)

@@ -1,5 +1,5 @@
 """Run several server processes as one: ``manage.py serve`` uses it for the
-REST (gunicorn) and gRPC processes.
+REST (granian) and gRPC processes.
 
 SIGTERM/SIGINT stop every child (SIGTERM, then SIGKILL after a grace period).
 A child that dies on its own is restarted, unless it died ``max_restarts``

@@ -4,23 +4,19 @@ from django.contrib import admin
 from django.http import HttpResponse, HttpResponseNotFound
 from django.urls import include, path
 
-from inference.codecs.message import dumps
+from hosting.wsgi_dispatch import PROTOCOL_PREFIXES
+from inference.rest.exceptions import not_found as protocol_not_found
 
 urlpatterns = [
-    path("", include("inference.rest.urls")),
-    path("", include("inference.tfserving.urls")),
+    path("", include("inference.urls")),
     path("admin/", admin.site.urls),
 ]
 
 
 def not_found(request, exception=None) -> HttpResponse:
     """JSON 404 for the protocol APIs, plain for the rest."""
-    if request.path.startswith(("/v1/", "/v2")):
-        return HttpResponse(
-            dumps({"error": f"not found: {request.method} {request.path}"}),
-            status=404,
-            content_type="application/json",
-        )
+    if request.path.startswith(PROTOCOL_PREFIXES):
+        return protocol_not_found(request, exception)
     return HttpResponseNotFound("<h1>Not found</h1>")
 
 

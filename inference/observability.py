@@ -58,6 +58,8 @@ QUEUE_DEPTH = Gauge(
 )
 
 _children: dict[tuple, tuple] = {}
+_bytes_children: dict[str, tuple] = {}
+_level: int | None = None
 
 
 def _series(model: str, version: str, protocol: str, outcome: str):
@@ -65,6 +67,13 @@ def _series(model: str, version: str, protocol: str, outcome: str):
     pair = _children.get(key)
     if pair is None:
         pair = _children[key] = (REQUESTS.labels(*key), LATENCY.labels(*key))
+    return pair
+
+
+def _bytes(protocol: str):
+    pair = _bytes_children.get(protocol)
+    if pair is None:
+        pair = _bytes_children[protocol] = (BYTES.labels(protocol, "in"), BYTES.labels(protocol, "out"))
     return pair
 
 
@@ -83,11 +92,12 @@ def observe(
     counter, histogram = _series(model, version, protocol, outcome)
     counter.inc()
     histogram.observe(seconds)
+    counted_in, counted_out = _bytes(protocol)
     if bytes_in:
-        BYTES.labels(protocol, "in").inc(bytes_in)
+        counted_in.inc(bytes_in)
     if bytes_out:
-        BYTES.labels(protocol, "out").inc(bytes_out)
-    level = _log_level()
+        counted_out.inc(bytes_out)
+    level = _level if _level is not None else _log_level()
     if request_logger.isEnabledFor(level):
         request_logger.log(
             level,
@@ -105,7 +115,9 @@ def observe(
 
 
 def _log_level() -> int:
-    return logging.getLevelName(settings.REQUEST_LOG_LEVEL.upper())
+    global _level
+    _level = logging.getLevelName(settings.REQUEST_LOG_LEVEL.upper())
+    return _level
 
 
 def render_metrics() -> bytes:
@@ -121,6 +133,6 @@ def render_metrics() -> bytes:
 
 
 def mark_process_dead(pid: int) -> None:
-    """Drop a dead process's live gauges (gunicorn's child_exit hook)."""
+    """Drop a dead process's live gauges (Prometheus multiprocess mode)."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         multiprocess.mark_process_dead(pid)

@@ -55,3 +55,8 @@ def exception_handler(exc: Exception, context) -> HttpResponse:
         return error_response(404, "not found")
     logger.exception("unexpected error in %s", type(context.get("view")).__name__)
     return error_response(500, f"internal error ({type(exc).__name__}); see the server log")
+
+
+def not_found(request, exception=None) -> HttpResponse:
+    """JSON 404 for a URL no protocol route matches."""
+    return error_response(404, f"not found: {request.method} {request.path}")

@@ -60,7 +60,7 @@ class InferenceRequestParser(BaseParser):
         kwargs = parser_context["kwargs"]
         body = read_body(django_request)
         name, version = kwargs["model_name"], kwargs.get("model_version")
-        header_length = binary.parse_header_length(django_request.headers.get("Inference-Header-Content-Length"))
+        header_length = binary.parse_header_length(django_request.META.get("HTTP_INFERENCE_HEADER_CONTENT_LENGTH"))
         if header_length == 0:
             entry = view.version_entry
             if len(entry.inputs) != 1:

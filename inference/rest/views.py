@@ -42,6 +42,16 @@ class ProtocolView(APIView):
     def get_exception_handler(self):
         return exception_handler
 
+    # The protocol views use no authentication classes, permissions,
+    # throttling, versioning or content negotiation: skip DRF's per-request
+    # steps for them (access control is inference/auth.py).
+    def initial(self, request, *args, **kwargs):
+        pass
+
+    @property
+    def default_response_headers(self):
+        return {}
+
 
 def _tensors(tensors: tuple[MetadataTensor, ...]) -> list[dict]:
     return [{"name": t.name, "datatype": t.datatype, "shape": t.shape} for t in tensors]

@@ -24,7 +24,7 @@ class Wire:
         try:
             conn.request(method, path, body=body, headers=headers or {})
             response = conn.getresponse()
-            return response.status, dict(response.getheaders()), response.read()
+            return response.status, response.msg, response.read()  # headers: case-insensitive
         finally:
             conn.close()
 

@@ -1,10 +1,11 @@
 """``manage.py serve``: migrate, import a model repository, and serve.
 
-REST runs as a gunicorn child process (hosting/gunicorn_conf.py); with
-``--grpc-port`` the gRPC server runs as a second child (``manage.py
-rungrpc``). Both read the same registry. This process supervises them
-(hosting/supervisor.py): SIGTERM or SIGINT stops both cleanly; a child that
-crashes is restarted.
+REST (V2 and TF Serving) runs in granian, a Rust HTTP server driving the
+Django WSGI application (HTTP_WORKERS processes x HTTP_THREADS threads;
+chosen by measurement, see bench/README.md); with ``--grpc-port`` the gRPC
+server runs as a second child (``manage.py rungrpc``). Both read the same
+registry. This process supervises them (hosting/supervisor.py): SIGTERM or
+SIGINT stops both cleanly; a child that crashes is restarted.
 """
 
 from __future__ import annotations
@@ -84,16 +85,15 @@ class Command(BaseCommand):
             DJANGO_SETTINGS_MODULE=os.environ.get("DJANGO_SETTINGS_MODULE", "hosting.settings"),
             PROMETHEUS_MULTIPROC_DIR=str(_fresh_metrics_dir()),
         )
-        http_env = dict(
-            env,
-            HTTP_BIND=f"{host}:{options['http_port']}",
-            HTTP_WORKERS=str(options["workers"]),
-            HTTP_THREADS=str(options["threads"]),
-        )
-        conf = str(Path(base) / "hosting" / "gunicorn_conf.py")
-        children = [
-            Child("http", [sys.executable, "-m", "gunicorn", "-c", conf, "hosting.wsgi:application"], http_env, base)
-        ]
+        http = [
+            sys.executable, "-m", "granian", "--interface", "wsgi", "--http", "1", "--no-ws",
+            "--host", host, "--port", str(options["http_port"]),
+            "--workers", str(options["workers"]), "--blocking-threads", str(options["threads"]),
+            "--runtime-threads", "1", "--backlog", "2048", "--workers-kill-timeout", "20",
+            "--log-level", settings.LOG_LEVEL.lower(), "--respawn-failed-workers",
+            "hosting.wsgi:application",
+        ]  # fmt: skip
+        children = [Child("http", http, env, base)]
         self.stdout.write(f"serving V2 REST on http://{host}:{options['http_port']}")
         if options["grpc_port"] is not None:
             grpc = [sys.executable, "manage.py", "rungrpc", "--host", host, "--port", str(options["grpc_port"])]

@@ -1,0 +1,45 @@
+"""Two Django handlers behind one WSGI callable.
+
+Requests for the inference protocols (``/v2...``, ``/v1/...``, ``/metrics``)
+go to :class:`ProtocolHandler`: the same Django project, but no middleware
+(the protocol views use no sessions, CSRF, user authentication, messages or
+page security headers) and the protocol-only URLconf ``inference.urls``. This
+keeps per-request work on the inference path to what the protocol needs.
+Everything else (web UI, admin, management API) goes to Django's standard
+handler with the full middleware stack.
+"""
+
+from __future__ import annotations
+
+from django.core.handlers.exception import convert_exception_to_response
+from django.core.handlers.wsgi import WSGIHandler
+
+PROTOCOL_PREFIXES = ("/v2", "/v1/", "/metrics")
+PROTOCOL_URLCONF = "inference.urls"
+
+
+class ProtocolHandler(WSGIHandler):
+    """Django's WSGI handler without middleware, resolving ``inference.urls``."""
+
+    def load_middleware(self, is_async=False):
+        self._view_middleware = []
+        self._template_response_middleware = []
+        self._exception_middleware = []
+        self._middleware_chain = convert_exception_to_response(self._get_response)
+
+    def get_response(self, request):
+        request.urlconf = PROTOCOL_URLCONF
+        return super().get_response(request)
+
+
+class Dispatcher:
+    """WSGI callable: protocol paths to the lean handler, the rest to the full one."""
+
+    def __init__(self, protocol, site):
+        self.protocol = protocol
+        self.site = site
+
+    def __call__(self, environ, start_response):
+        if environ.get("PATH_INFO", "").startswith(PROTOCOL_PREFIXES):
+            return self.protocol(environ, start_response)
+        return self.site(environ, start_response)

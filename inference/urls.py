@@ -1,0 +1,41 @@
+"""URLconf of the inference protocols: V2 REST (and Triton's extensions), TF
+Serving v1, and /metrics. The protocol handler (hosting/wsgi.py) resolves
+against this list only; the full site's URLconf includes it too.
+
+Flat and hottest first (inference, then TF Serving), since Django tries the
+patterns in order.
+"""
+
+from django.urls import re_path
+
+from inference.rest import views
+from inference.rest.exceptions import not_found
+from inference.tfserving.views import TFServingView
+
+_M = r"^v2/models/(?P<model_name>[^/]+)"
+_V = r"^v2/models/(?P<model_name>[^/]+)/versions/(?P<model_version>[^/]+)"
+
+urlpatterns = [
+    re_path(_M + r"/infer$", views.InferView.as_view(), name="v2-infer"),
+    re_path(_V + r"/infer$", views.InferView.as_view(), name="v2-infer-version"),
+    re_path(r"^v1(?P<path>/.*)?$", TFServingView.as_view(), name="tfserving"),
+    re_path(r"^v2/health/live$", views.ServerLiveView.as_view(), name="v2-live"),
+    re_path(r"^v2/health/ready$", views.ServerReadyView.as_view(), name="v2-ready"),
+    re_path(r"^v2$", views.ServerMetadataView.as_view(), name="v2-server-metadata"),
+    re_path(r"^v2/repository/index$", views.RepositoryIndexView.as_view(), name="v2-repository-index"),
+    re_path(r"^v2/repository/models/(?P<model_name>[^/]+)/load$", views.RepositoryLoadView.as_view(), name="v2-load"),
+    re_path(
+        r"^v2/repository/models/(?P<model_name>[^/]+)/unload$", views.RepositoryUnloadView.as_view(), name="v2-unload"
+    ),
+    re_path(r"^v2/models/stats$", views.ModelStatisticsView.as_view(), name="v2-stats-all"),
+    re_path(r"^metrics$", views.metrics_view, name="metrics"),
+]
+for prefix, suffix in ((_M, ""), (_V, "-version")):
+    urlpatterns += [
+        re_path(prefix + "$", views.ModelMetadataView.as_view(), name=f"v2-model-metadata{suffix}"),
+        re_path(prefix + "/ready$", views.ModelReadyView.as_view(), name=f"v2-model-ready{suffix}"),
+        re_path(prefix + "/config$", views.ModelConfigView.as_view(), name=f"v2-model-config{suffix}"),
+        re_path(prefix + "/stats$", views.ModelStatisticsView.as_view(), name=f"v2-stats{suffix}"),
+    ]
+
+handler404 = not_found
