@@ -134,7 +134,9 @@ REGISTRY_POLL_SECONDS = env.float("REGISTRY_POLL_SECONDS", default=1.0)
 HTTP_WORKERS = env.int("HTTP_WORKERS", default=2)
 HTTP_THREADS = env.int("HTTP_THREADS", default=4)
 
-#: gRPC server threads per process, and the grace period for in-flight calls on stop (s).
+#: gRPC server processes (sharing the port), threads per process for worker
+#: mode, and the grace period for in-flight calls on stop (s).
+GRPC_PROCESSES = env.int("GRPC_PROCESSES", default=2)
 GRPC_THREADS = env.int("GRPC_THREADS", default=16)
 GRPC_GRACE_SECONDS = env.float("GRPC_GRACE_SECONDS", default=10.0)
 

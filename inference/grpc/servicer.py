@@ -1,4 +1,10 @@
-"""The GRPCInferenceService servicer: converts messages and calls the DataPlane.
+"""The GRPCInferenceService servicer (grpc.aio): converts messages and calls
+the DataPlane.
+
+Handlers are coroutines that do the (CPU-bound, short) work inline: with the
+in-process executor a thread hop would only add latency. When the executor
+waits on I/O (worker mode), inference runs in a thread pool instead so the
+event loop keeps serving.
 
 Protocol errors become gRPC statuses with the same messages REST gives:
 INVALID_ARGUMENT (bad input, including a request above MAX_REQUEST_BYTES),
@@ -8,6 +14,7 @@ DEADLINE_EXCEEDED, UNIMPLEMENTED; unexpected errors are logged and INTERNAL.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -39,18 +46,24 @@ GRPC_STATUS = {
 }
 
 
-def _rpc(method):
-    """Map protocol errors to statuses; never leak an unexpected exception."""
+def _rpc(method=None, *, database: bool = False):
+    """Run a handler body; map protocol errors to statuses and never leak an
+    unexpected exception. ``database=True`` runs it in a thread: Django's ORM
+    may not be used from the event loop's thread."""
+    if method is None:
+        return functools.partial(_rpc, database=database)
 
     @functools.wraps(method)
-    def wrapper(self, request, context):
+    async def wrapper(self, request, context):
         try:
+            if database:
+                return await asyncio.to_thread(method, self, request, context)
             return method(self, request, context)
         except InferenceError as exc:
-            context.abort(GRPC_STATUS.get(exc.code, grpc.StatusCode.INTERNAL), exc.message)
+            await context.abort(GRPC_STATUS.get(exc.code, grpc.StatusCode.INTERNAL), exc.message)
         except Exception:
             logger.exception("unexpected error in %s", method.__name__)
-            context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server log")
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server log")
 
     return wrapper
 
@@ -66,9 +79,12 @@ def _bearer(context) -> str | None:
 class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
     """Thin adapter from ``inference.GRPCInferenceService`` to a DataPlane."""
 
-    def __init__(self, dataplane, max_request_bytes: int):
+    def __init__(self, dataplane, max_request_bytes: int, pool=None):
+        """``pool``: a thread pool for inference when the executor blocks on
+        I/O (worker mode); None runs it inline."""
         self.dataplane = dataplane
         self.max_request_bytes = max_request_bytes
+        self.pool = pool
 
     @_rpc
     def ServerLive(self, request, context):
@@ -96,20 +112,25 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
         meta = self.dataplane.model_metadata(request.name, request.version or None)
         return converters.model_metadata_to_proto(meta)
 
-    def ModelInfer(self, request, context):
+    async def ModelInfer(self, request, context):
         """Inference, observed in metrics and the request log."""
         started = time.perf_counter()
         outcome, version, response = "internal", "", None
         try:
-            response = self._infer(request, context)
+            if self.pool is None:
+                response = self._infer(request, context)
+            else:
+                response = await asyncio.get_running_loop().run_in_executor(self.pool, self._infer, request, context)
             outcome, version = "success", response.model_version
             return response
         except InferenceError as exc:
             outcome = exc.code.lower()
-            context.abort(GRPC_STATUS.get(exc.code, grpc.StatusCode.INTERNAL), exc.message)
+            await context.abort(GRPC_STATUS.get(exc.code, grpc.StatusCode.INTERNAL), exc.message)
+        except grpc.aio.AbortError:
+            raise
         except Exception:
             logger.exception("unexpected error in ModelInfer")
-            context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server log")
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server log")
         finally:
             known = request.model_name in self.dataplane.registry.models
             observability.observe(
@@ -135,7 +156,7 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
     def ModelConfig(self, request, context):
         return converters.model_config_to_proto(self.dataplane.model_config(request.name, request.version or None))
 
-    @_rpc
+    @_rpc(database=True)
     def ModelStatistics(self, request, context):
         stats = self.dataplane.model_statistics(request.name or None, request.version or None)
         return converters.statistics_to_proto(stats)
@@ -149,14 +170,14 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
             response.models.add(name=entry.name, version=entry.version, state=entry.state, reason=entry.reason)
         return response
 
-    @_rpc
+    @_rpc(database=True)
     def RepositoryModelLoad(self, request, context):
         if request.repository_name:
             raise Unsupported("repository_name is not supported: this server has one model repository")
         self.dataplane.load(request.model_name, converters.repository_parameters(request.parameters))
         return pb.RepositoryModelLoadResponse()
 
-    @_rpc
+    @_rpc(database=True)
     def RepositoryModelUnload(self, request, context):
         if request.repository_name:
             raise Unsupported("repository_name is not supported: this server has one model repository")

@@ -1,7 +1,13 @@
-"""``manage.py rungrpc``: the OIP gRPC server alone, on the same registry."""
+"""``manage.py rungrpc``: the OIP gRPC server alone, on the same registry.
+
+With ``--processes N`` (default GRPC_PROCESSES) N server processes share the
+port (SO_REUSEPORT), supervised like ``serve``'s children.
+"""
+
+import sys
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from inference.grpc.server import serve_forever
 
@@ -12,9 +18,23 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8001)
-        parser.add_argument("--threads", type=int, default=settings.GRPC_THREADS)
+        parser.add_argument("--processes", type=int, default=settings.GRPC_PROCESSES)
+        parser.add_argument("--threads", type=int, default=settings.GRPC_THREADS, help="worker mode only")
 
-    def handle(self, *args, host, port, threads, **options):
-        self.stdout.write(f"serving OIP gRPC on {host}:{port}")
+    def handle(self, *args, host, port, processes, threads, **options):
+        if processes < 1:
+            raise CommandError("--processes must be at least 1")
+        self.stdout.write(f"serving OIP gRPC on {host}:{port} ({processes} process(es))")
         self.stdout.flush()
-        serve_forever(f"{host}:{port}", threads)
+        if processes == 1:
+            serve_forever(f"{host}:{port}", threads)
+            return
+        import os
+
+        from hosting.supervisor import Child, Supervisor
+
+        argv = [sys.executable, "manage.py", "rungrpc", "--host", host, "--port", str(port), "--processes", "1",
+                "--threads", str(threads)]  # fmt: skip
+        children = [Child(f"grpc-{i}", argv, dict(os.environ), str(settings.BASE_DIR)) for i in range(processes)]
+        if Supervisor(children).run() != 0:
+            raise CommandError("a gRPC server process kept failing")
