@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from inference.codecs.large_json import LazyData
 from inference.protocol.datatypes import Datatype
 from inference.protocol.errors import InvalidInput
 
@@ -102,6 +103,13 @@ def tensor_from_json(
             f"{where}: FP16 data cannot be sent as JSON; send it as binary data "
             "(parameters.binary_data_size, binary tensor data extension)"
         )
+    if isinstance(data, LazyData):  # a large body parsed with simdjson
+        flat = data.numeric(datatype.numpy) if datatype.numpy.kind in "iuf" else None
+        if flat is not None:
+            if flat.size != math.prod(shape):
+                raise _count_mismatch(where, flat.size, shape, math.prod(shape))
+            return flat.reshape(shape)
+        data = data.as_list()
     if not isinstance(data, list):
         raise InvalidInput(f"{where}: 'data' must be a JSON array, got {type(data).__name__}")
     count = math.prod(shape)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from inference.codecs import binary
+from inference.codecs import binary, large_json
 from inference.codecs import json as json_codec
 from inference.codecs.tensor import check_shape
 from inference.protocol.datatypes import BY_NAME
@@ -37,6 +37,18 @@ def load_json(data: bytes | memoryview, what: str = "request body") -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise InvalidInput(f"malformed JSON in the {what}: {exc}") from None
+
+
+def load_request_json(data: bytes | memoryview) -> Any:
+    """An inference request's JSON: orjson for small bodies; for large ones
+    simdjson, whose tensor data the JSON codec exports without Python objects
+    (inference/codecs/large_json.py)."""
+    if len(data) < large_json.THRESHOLD:
+        return load_json(data)
+    try:
+        return large_json.loads(data)
+    except ValueError:
+        return load_json(data)  # the error message orjson gives
 
 
 def dumps(obj: Any) -> bytes:

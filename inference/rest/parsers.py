@@ -93,7 +93,12 @@ class InferenceRequestParser(BaseParser):
             head, tail = read_split(django_request, header_length)
             check_bools = b"true" in head or b"false" in head
             return message.decode_request(
-                message.load_json(head), memoryview(tail), name, version, settings.MAX_REQUEST_BYTES, check_bools
+                message.load_request_json(head),
+                memoryview(tail),
+                name,
+                version,
+                settings.MAX_REQUEST_BYTES,
+                check_bools,
             )
         body = read_body(django_request)
         if header_length == 0:
@@ -109,5 +114,5 @@ class InferenceRequestParser(BaseParser):
         header, tail = binary.split_body(body, header_length)
         check_bools = b"true" in body or b"false" in body  # C-speed search; a stray match only costs a scan
         return message.decode_request(
-            message.load_json(header), tail, name, version, settings.MAX_REQUEST_BYTES, check_bools
+            message.load_request_json(header), tail, name, version, settings.MAX_REQUEST_BYTES, check_bools
         )
