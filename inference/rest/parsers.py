@@ -13,7 +13,7 @@ from django.conf import settings
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.parsers import BaseParser
 
-from inference.codecs import binary, message
+from inference.codecs import binary, large_json, message
 from inference.protocol.errors import InvalidInput, RequestTooLarge
 from inference.rest import compression
 
@@ -47,6 +47,16 @@ def read_body(request, allow_empty: bool = False) -> bytes:
     if not body and not allow_empty:
         raise InvalidInput("the request body is empty; it must hold an inference request")
     return body
+
+
+def _may_hold_booleans(text: bytes) -> bool:
+    """Whether numeric JSON data must be scanned for booleans. Small bodies:
+    a text search decides (a stray match only costs the scan). Large ones
+    (simdjson's typed export refuses booleans itself): always, since the
+    search is slow on long runs of numbers with exponents."""
+    if len(text) >= large_json.THRESHOLD:
+        return True
+    return b"true" in text or b"false" in text
 
 
 def read_split(request, header_length: int) -> tuple[bytes, bytes]:
@@ -91,7 +101,7 @@ class InferenceRequestParser(BaseParser):
         header_length = binary.parse_header_length(meta.get("HTTP_INFERENCE_HEADER_CONTENT_LENGTH"))
         if header_length and not meta.get("HTTP_CONTENT_ENCODING"):
             head, tail = read_split(django_request, header_length)
-            check_bools = b"true" in head or b"false" in head
+            check_bools = _may_hold_booleans(head)
             return message.decode_request(
                 message.load_request_json(head),
                 memoryview(tail),
@@ -112,7 +122,7 @@ class InferenceRequestParser(BaseParser):
                 memoryview(body), name, version, entry.inputs[0], entry.max_batch_size > 0
             )
         header, tail = binary.split_body(body, header_length)
-        check_bools = b"true" in body or b"false" in body  # C-speed search; a stray match only costs a scan
+        check_bools = _may_hold_booleans(body)
         return message.decode_request(
             message.load_request_json(header), tail, name, version, settings.MAX_REQUEST_BYTES, check_bools
         )
