@@ -43,6 +43,7 @@ test-worker-mode: test-tools
 	MODELHOST_TEST_EXECUTOR=celery $(PY) -m pytest -m interop
 
 bench: venv
+	scripts/install_system_deps.sh wrk nghttp2-client
 	$(PY) bench/run.py
 
 PROTO_OUT ?= .

@@ -5,15 +5,24 @@ request at a target for a fixed time with N connections and returns a
 :class:`WrkLoader` (HTTP/1.1, for the REST transports) runs ``wrk`` with a
 generated Lua script that POSTs the fixed body, counts non-200 responses in
 the ``response`` hook, and prints one machine-readable line from ``done``.
-A gRPC loader (h2load / ghz) would be another Loader registered in LOADERS.
+
+:class:`H2LoadLoader` (HTTP/2, for gRPC) runs ``h2load`` posting one
+prebuilt gRPC-framed request (``-d``) with ``content-type: application/grpc``
+and ``te: trailers``, one stream per connection, and reads per-request
+latencies from its ``--log-file``. h2load only sees HTTP statuses (always 200
+in gRPC); the grpc-status trailer is checked on a sample before the load
+(run.py), and during the load every answer must carry the expected number
+of message bytes (a failed call is trailers-only: no message).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import shutil
+import statistics
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +30,7 @@ from pathlib import Path
 from bench.workloads import Request
 
 WRK_INSTALL = "apt-get install -y wrk"
+H2LOAD_INSTALL = "apt-get install -y nghttp2-client"
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,7 @@ class LoadResult:
     non200: int  # responses with a status other than 200
     socket_errors: int  # connect/read/write errors and timeouts
     first_bad_status: int = 0  # the first non-200 status seen, 0 when none
+    no_message: int = 0  # gRPC: 200 answers short of the expected message bytes (grpc-status != 0)
 
     @property
     def rps(self) -> float:
@@ -40,7 +51,7 @@ class LoadResult:
 
     @property
     def errors(self) -> int:
-        return self.non200 + self.socket_errors
+        return self.non200 + self.socket_errors + self.no_message
 
 
 class Loader:
@@ -170,6 +181,106 @@ class WrkLoader(Loader):
         )
 
 
+def _body_file(work_dir: Path, request: Request) -> Path:
+    """Write a request body once (named by its digest) and return its path."""
+    path = work_dir / f"body-{hashlib.sha256(request.body).hexdigest()[:16]}.bin"
+    if not path.exists():
+        work_dir.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(request.body)
+    return path
+
+
+_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+class H2LoadLoader(Loader):
+    """h2load -c<concurrency> -m1 -t<threads> -D<seconds> -d <body> -H ... --log-file <log> <url>.
+
+    One stream per connection (``-m1``), so concurrency means the same as
+    for wrk; threads: 1 for one connection, else 2.
+    """
+
+    name = "h2load"
+
+    def __init__(self, work_dir: Path, max_threads: int = 2):
+        self.work_dir = work_dir
+        self.max_threads = max_threads
+        self.last_output = ""
+
+    def available(self) -> str | None:
+        if shutil.which("h2load") is None:
+            return f"h2load is not installed; install it with: {H2LOAD_INSTALL}"
+        return None
+
+    def version(self) -> str:
+        out = subprocess.run(["h2load", "--version"], capture_output=True, text=True)
+        match = re.search(r"nghttp2/(\S+)", out.stdout + out.stderr)
+        return match.group(1) if match else "unknown"
+
+    def run(self, base_url: str, request: Request, concurrency: int, seconds: float) -> LoadResult:
+        threads = max(1, min(self.max_threads, concurrency))
+        log_path = self.work_dir / "requests.log"
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        log_path.unlink(missing_ok=True)
+        command = [
+            "h2load",
+            f"-c{concurrency}",
+            "-m1",
+            f"-t{threads}",
+            f"-D{max(1, round(seconds))}",
+            "-d", str(_body_file(self.work_dir, request)),
+            *[arg for key, value in request.headers.items() for arg in ("-H", f"{key}: {value}")],
+            f"--log-file={log_path}",
+            base_url + request.path,
+        ]  # fmt: skip
+        out = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 120)
+        self.last_output = out.stdout + out.stderr
+        finished = re.search(r"^finished in ([\d.]+)(us|ms|s),", out.stdout, re.MULTILINE)
+        counts = re.search(
+            r"^requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, "
+            r"(\d+) errored, (\d+) timeout",
+            out.stdout,
+            re.MULTILINE,
+        )
+        codes = re.search(r"^status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out.stdout, re.MULTILINE)
+        data = re.search(r"^traffic: .*?, .*? headers .*?, .*?\((\d+)\) data", out.stdout, re.MULTILINE)
+        if out.returncode != 0 or not (finished and counts and codes and data):
+            raise RuntimeError(f"h2load failed (status {out.returncode}): {' '.join(command)}\n{self.last_output}")
+        done, errored, timeout = (int(counts.group(i)) for i in (3, 6, 7))
+        ok, non2xx = int(codes.group(1)), sum(int(codes.group(i)) for i in (2, 3, 4))
+        data_bytes = int(data.group(1))
+        # A gRPC failure is a trailers-only answer (no DATA); every success carries
+        # the same framed message, so the missing bytes count the failed calls.
+        no_message = 0
+        if request.response_bytes:
+            missing = ok * request.response_bytes - data_bytes
+            no_message = max(0, math.ceil(missing / request.response_bytes))
+        latencies = []
+        if log_path.exists():
+            for line in log_path.read_text().splitlines():
+                parts = line.split("\t")
+                if len(parts) >= 3:
+                    latencies.append(int(parts[2]) / 1e3)
+        latencies.sort()
+
+        def percentile(q: float) -> float:
+            if not latencies:
+                return 0.0
+            return latencies[min(len(latencies) - 1, round(q / 100 * (len(latencies) - 1)))]
+
+        return LoadResult(
+            requests=done,
+            seconds=float(finished.group(1)) * _UNITS[finished.group(2)],
+            p50_ms=percentile(50),
+            p99_ms=percentile(99),
+            mean_ms=statistics.fmean(latencies) if latencies else 0.0,
+            non200=non2xx,
+            socket_errors=errored + timeout,
+            first_bad_status=0,
+            no_message=no_message,
+        )
+
+
 def make_loaders(work_dir: Path) -> dict[str, Loader]:
     """The loaders by name (a Transport's ``loader`` attribute picks one)."""
-    return {"wrk": WrkLoader(work_dir / "wrk")}
+    return {"wrk": WrkLoader(work_dir / "wrk"), "h2load": H2LoadLoader(work_dir / "h2load")}

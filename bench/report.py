@@ -6,6 +6,7 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -14,6 +15,7 @@ from bench.loads import LoadResult
 from bench.models import Floor
 
 COLUMNS = (
+    "server",
     "workload",
     "transport",
     "concurrency",
@@ -25,6 +27,12 @@ COLUMNS = (
     "overhead p50 - floor",
 )
 
+#: Ratio columns: (header, the server compared with, which rows get it).
+#: A ratio is this row's req/s over the other server's in the same
+#: workload, transport and concurrency (above 1: this row is faster).
+PEERS = (("vs Triton", "triton"), ("vs MLServer", "mlserver"))
+WORKERS = ("workers / in-process", "serve", "serve-workers")
+
 
 @dataclass
 class Cell:
@@ -35,7 +43,12 @@ class Cell:
     transport: str
     concurrency: int
     floor: Floor
+    ours: bool = False  # this project's server (gets ratios against the peers)
     results: list[LoadResult] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.model, self.transport, self.concurrency)
 
     @property
     def label(self) -> str:
@@ -66,21 +79,24 @@ class Cell:
             return "0"
         non200 = sum(r.non200 for r in self.results)
         sock = sum(r.socket_errors for r in self.results)
+        no_message = sum(r.no_message for r in self.results)
         status = next((r.first_bad_status for r in self.results if r.first_bad_status), 0)
         parts = []
         if non200:
             parts.append(f"{non200} non-200" + (f" (first {status})" if status else ""))
+        if no_message:
+            parts.append(f"{no_message} without a message (grpc-status not OK)")
         if sock:
             parts.append(f"{sock} socket/timeout")
         return "**" + ", ".join(parts) + "** of " + str(self.requests)
 
-    def row(self, multi_target: bool) -> list[str]:
-        workload = f"{self.target}: {self.model}" if multi_target else self.model
+    def row(self) -> list[str]:
         if not self.results:
             floor = f"{self.floor.median_ms:.3f}"
-            return [workload, self.transport, str(self.concurrency), "-", "-", "-", "-", floor, "-"]
+            return [self.target, self.model, self.transport, str(self.concurrency), "-", "-", "-", "-", floor, "-"]
         return [
-            workload + (" ⚠" if self.errors else ""),
+            self.target + (" ⚠" if self.errors else ""),
+            self.model,
             self.transport,
             str(self.concurrency),
             f"{self.rps:,.0f}",
@@ -95,16 +111,70 @@ class Cell:
         return " / ".join(f"{r.rps:,.0f}" for r in self.results)
 
 
+def ratio_columns(cells: list[Cell]) -> list[tuple[str, str, Callable[[Cell], bool]]]:
+    """The ratio columns this run has: (header, other server, rows that get it)."""
+    names = {c.target for c in cells}
+    columns: list[tuple[str, str, Callable[[Cell], bool]]] = [
+        (header, peer, lambda c: c.ours) for header, peer in PEERS if peer in names and any(c.ours for c in cells)
+    ]
+    header, base, variant = WORKERS
+    if base in names and variant in names:
+        columns.append((header, base, lambda c, v=variant: c.target == v))
+    return columns
+
+
+def ratio_text(cell: Cell, other: Cell | None) -> str:
+    if other is None:
+        return "n/a"  # the other server does not speak this transport
+    if not cell.results or not other.results or other.rps <= 0:
+        return "-"
+    return f"{cell.rps / other.rps:.2f}x" + (" ⚠" if other.errors else "")
+
+
+def table(cells: list[Cell]) -> tuple[list[str], list[list[str]]]:
+    """The results table: every cell with its ratio columns."""
+    by_key = {(c.target, *c.key): c for c in cells}
+    extra = ratio_columns(cells)
+    header = [*COLUMNS, *(h for h, _, _ in extra)]
+    rows = []
+    for cell in cells:
+        row = cell.row()
+        for _, other, applies in extra:
+            row.append(ratio_text(cell, by_key.get((other, *cell.key))) if applies(cell) else "")
+        rows.append(row)
+    return header, rows
+
+
+def summary(cells: list[Cell]) -> tuple[list[str], list[list[str]]]:
+    """req/s (median) by server: one row per workload, transport and concurrency."""
+    targets = list(dict.fromkeys(c.target for c in cells))
+    by_key = {(c.target, *c.key): c for c in cells}
+    keys = list(dict.fromkeys(c.key for c in cells))
+    rows = []
+    for model, transport, concurrency in keys:
+        row = [model, transport, str(concurrency)]
+        for target in targets:
+            cell = by_key.get((target, model, transport, concurrency))
+            if cell is None:
+                row.append("n/a")
+            elif not cell.results:
+                row.append("-")
+            else:
+                row.append(f"{cell.rps:,.0f}" + (" ⚠" if cell.errors else ""))
+        rows.append(row)
+    return ["workload", "transport", "concurrency", *targets], rows
+
+
 def markdown_table(header: list[str] | tuple[str, ...], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
 
 
-def text_table(header: list[str] | tuple[str, ...], rows: list[list[str]]) -> str:
+def text_table(header: list[str] | tuple[str, ...], rows: list[list[str]], left: int = 4) -> str:
     rows = [[c.replace("**", "") for c in row] for row in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    fmt = "  ".join(f"{{:<{w}}}" if i < 3 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    fmt = "  ".join(f"{{:<{w}}}" if i < left else f"{{:>{w}}}" for i, w in enumerate(widths))
     out = [fmt.format(*header), "  ".join("-" * w for w in widths)]
     out += [fmt.format(*row) for row in rows]
     return "\n".join(out)
@@ -135,31 +205,51 @@ def machine_info() -> dict[str, str]:
         "onnxruntime": version("onnxruntime"),
         "numpy": version("numpy"),
         "Django": version("django"),
-        "gunicorn": version("gunicorn"),
+        **{name: version(name) for name in ("granian", "gunicorn") if version(name) != "not installed"},
+        "grpcio": version("grpcio"),
+        "tritonclient (checks, gRPC messages)": version("tritonclient"),
     }
 
 
 HOW_TO_READ = """\
 How to read it:
 
-* **req/s**, **p50 ms**, **p99 ms** are medians over the rounds (rounds are
-  interleaved: every cell runs once per round, so slow drift of a noisy
-  machine spreads over all cells instead of hitting one). Latency is what
-  wrk measures per request, from writing the request to the last response
-  byte, over a keep-alive connection.
+* One row per server, workload, transport and concurrency. Servers:
+  `serve` (this project, inference in process), `serve-workers` (this
+  project in worker mode: Celery over Redis to one `runworker` process),
+  `triton` and `mlserver` (the peers, see their sections above). Every
+  server runs the same ONNX model files with the same ONNX Runtime version
+  and thread settings, on the same machine, loaded by the same tools.
+* **req/s**, **p50 ms**, **p99 ms** are medians over the rounds. Rounds are
+  interleaved: in every round each cell runs once, and the servers take
+  turns on the same workload, transport and concurrency, so slow drift of a
+  noisy machine spreads over all of them instead of hitting one. Latency is
+  the load generator's, per request, from sending the request to the last
+  byte of the answer, over a kept-alive connection (wrk: HTTP/1.1; h2load:
+  HTTP/2, one stream per connection).
 * **floor** is the median in-process `InferenceSession.run` time of the same
-  model and input with the server's ONNX Runtime settings (1 intra-op and 1
-  inter-op thread): what a request would cost with no server at all.
-* **overhead p50 - floor** is what the server adds on top (HTTP, Django/DRF,
-  decoding the request, encoding the response, copies). It is meaningful at
+  model and input with the same ONNX Runtime settings: what a request would
+  cost with no server at all.
+* **overhead p50 - floor** is what the server adds on top (protocol,
+  framework, decoding the request, encoding the answer, copies, and in
+  worker mode the round trip through Redis). It is meaningful at
   concurrency 1; at concurrency 8 p50 also holds queueing (8 requests share
-  the cores), so the difference there is mostly waiting, not work.
-* With concurrency 1 the client waits for each answer, so req/s ≈ 1000 / mean
-  latency. With concurrency 8 req/s shows the server's throughput on this
-  machine; wrk runs on the same cores as the server and takes part of them.
-* **errors**: non-200 responses (counted by the Lua `response` hook) plus
-  socket errors and timeouts, summed over all rounds; a row with errors is
-  marked ⚠ and its figures should not be trusted.
+  2 cores with the load generator), so there it is mostly waiting.
+* **vs Triton**, **vs MLServer**: this row's req/s over the peer's in the
+  same workload, transport and concurrency (above 1x: this row is faster);
+  `n/a` where the peer does not speak the transport (MLServer has no binary
+  tensor extension). **workers / in-process**: worker mode's req/s over the
+  in-process server's, the cost of the worker hop.
+* With concurrency 1 the client waits for each answer, so req/s ≈ 1000 /
+  mean latency. With concurrency 8 req/s is the server's throughput on this
+  machine; the load generator runs on the same 2 cores and takes part of
+  them.
+* **errors**, summed over all rounds: non-200 responses (wrk: counted by the
+  Lua `response` hook; h2load: its status counts), socket errors and
+  timeouts, and for gRPC answers without a message (h2load cannot see
+  `grpc-status`; a failed call is trailers-only, so answers short of the
+  expected message bytes are counted). A row with errors is marked ⚠ and
+  its figures should not be trusted.
 """
 
 
@@ -172,32 +262,38 @@ def write_results(
     load_settings: dict[str, str],
     models_text: list[str],
     started: float,
+    finished: float,
     aborted: str = "",
+    notes: list[str] | None = None,
     appendix: str = "",
 ) -> None:
-    multi = len(target_settings) > 1
-    rows = [cell.row(multi) for cell in cells]
     info = machine_info()
     lines = [
         "# Benchmark results",
         "",
-        f"Date: {time.strftime('%Y-%m-%d %H:%M:%S %Z', time.localtime(started))}",
+        f"Date: {time.strftime('%Y-%m-%d %H:%M:%S %Z', time.localtime(started))} "
+        f"(took {(finished - started) / 60:.1f} min)",
         "",
         f"Command: `{command}`",
         "",
     ]
     if aborted:
         lines += [f"**The run was cut short: {aborted}**", ""]
+    if notes:
+        lines += [f"**{note}**" for note in notes] + [""]
     lines += ["## Machine", ""]
     lines += [f"* {key}: {value}" for key, value in info.items()]
-    for name, settings in target_settings.items():
-        lines += ["", f"## Server `{name}`", ""]
-        lines += [f"* {key}: {value}" for key, value in settings.items()]
     lines += ["", "## Load", ""]
     lines += [f"* {key}: {value}" for key, value in load_settings.items()]
     lines += ["", "## Models", ""]
     lines += [f"* {text}" for text in models_text]
-    lines += ["", "## Results", "", markdown_table(COLUMNS, rows), "", HOW_TO_READ]
+    for name, settings in target_settings.items():
+        lines += ["", f"## Server `{name}`", ""]
+        lines += [f"* {key}: {value}" for key, value in settings.items()]
+    header, rows = table(cells)
+    lines += ["", "## Results", "", markdown_table(header, rows), "", HOW_TO_READ]
+    header, rows = summary(cells)
+    lines += ["## req/s by server", "", "The same medians side by side.", "", markdown_table(header, rows), ""]
     lines += [
         "## req/s per round",
         "",
@@ -211,5 +307,10 @@ def write_results(
     path.write_text("\n".join(lines))
 
 
-def print_table(cells: list[Cell], multi_target: bool) -> None:
-    print(text_table(COLUMNS, [cell.row(multi_target) for cell in cells]))
+def print_table(cells: list[Cell]) -> None:
+    header, rows = table(cells)
+    print(text_table(header, rows))
+    print()
+    header, rows = summary(cells)
+    print("req/s (median) by server")
+    print(text_table(header, rows, left=3))

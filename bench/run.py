@@ -1,8 +1,11 @@
 """Benchmark entry point (``make bench``): build the models, measure the
-in-process floor, start the server(s), check correctness, load every cell
-with wrk in interleaved rounds, print the table and write bench/RESULTS.md.
+in-process floor, start every server (this project in process and in worker
+mode, Triton, MLServer), check their answers, load every cell in interleaved
+rounds (wrk for REST, h2load for gRPC), print one table and write
+bench/RESULTS.md.
 
-    .venv/bin/python bench/run.py [--duration S] [--rounds N] [--only TEXT] [--quick]
+    .venv/bin/python bench/run.py [--servers serve,serve-workers,triton,mlserver] [--no-peers]
+                                  [--duration S] [--rounds N] [--only TEXT] [--quick]
 
 See bench/README.md.
 """
@@ -10,12 +13,12 @@ See bench/README.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
+import signal
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,14 +28,17 @@ if str(ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 
 from bench import models as bench_models  # noqa: E402
+from bench.checks import CheckFailed, check_grpc, check_rest  # noqa: E402
 from bench.loads import Loader, LoadResult, make_loaders  # noqa: E402
 from bench.report import Cell, print_table, write_results  # noqa: E402
-from bench.targets import ServeTarget, Target  # noqa: E402
-from bench.workloads import TRANSPORTS, Transport, Workload, workloads  # noqa: E402
+from bench.targets import ServeTarget, Target, WorkerServeTarget, ort_env  # noqa: E402
+from bench.workloads import TRANSPORTS, Grpc, Workload, workloads  # noqa: E402
 
 WORK = ROOT / "bench" / "work"
 RESULTS = ROOT / "bench" / "RESULTS.md"
 CONCURRENCIES = [1, 8]
+SERVERS = ("serve", "serve-workers", "triton", "mlserver")
+PEERS = ("triton", "mlserver")
 
 
 class TargetDied(RuntimeError):
@@ -45,12 +51,22 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=1, help="warm-up seconds before each measurement (1; 0: none)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported (3)")
     parser.add_argument(
+        "--servers", default=",".join(SERVERS), help=f"comma-separated servers to run, of {','.join(SERVERS)} (all)"
+    )
+    parser.add_argument("--no-peers", action="store_true", help="leave out the peers (triton, mlserver)")
+    parser.add_argument(
         "--only", action="append", default=[], help="run only cells whose label (e.g. serve/cnn/rest-binary/c8) "
         "contains this text; repeatable (any match)"
     )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 round of 2 s (results to bench/work/)")
-    parser.add_argument("--workers", type=int, default=None, help="server --workers (default: its HTTP_WORKERS)")
-    parser.add_argument("--threads", type=int, default=None, help="server --threads (default: its HTTP_THREADS)")
+    parser.add_argument("--workers", type=int, default=None, help="serve --workers (default: its HTTP_WORKERS)")
+    parser.add_argument("--threads", type=int, default=None, help="serve --threads (default: its HTTP_THREADS)")
+    parser.add_argument("--worker-concurrency", type=int, default=4, help="runworker --concurrency (4)")
+    parser.add_argument("--triton-instances", type=int, default=2, help="Triton instance_group count per model (2)")
+    parser.add_argument(
+        "--mlserver-workers", type=int, default=0, help="MLServer parallel_workers (0: inference in the server "
+        "process; MLServer's own default, 1, adds an inference process and measured about half as fast here)"
+    )  # fmt: skip
     parser.add_argument(
         "--max-restarts", type=int, default=2, help="restart a server that exits mid-run this many times, "
         "redoing the cell (recorded as an incident); then give up (2)"
@@ -64,33 +80,34 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.results = WORK / "RESULTS-quick.md" if args.quick else RESULTS
     if args.rounds < 1 or args.duration < 1:
         parser.error("--rounds and --duration must be at least 1")
+    args.server_names = [s.strip() for s in args.servers.split(",") if s.strip()]
+    unknown = sorted(set(args.server_names) - set(SERVERS))
+    if unknown:
+        parser.error(f"unknown servers {unknown}; choose from {', '.join(SERVERS)}")
+    if args.no_peers:
+        args.server_names = [s for s in args.server_names if s not in PEERS]
+    if not args.server_names:
+        parser.error("no server left to run")
     return args
 
 
-def check_correctness(target: Target, transport: Transport, model: bench_models.BenchModel, expected) -> None:
-    """One request; the output must match in-process ONNX Runtime. Exits on mismatch."""
-    request = transport.build_request(model, model.sample_input())
-    http = urllib.request.Request(
-        target.base_url + request.path, data=request.body, headers=request.headers, method=request.method
-    )
-    what = f"{target.name}/{model.name}/{transport.name}"
-    try:
-        with urllib.request.urlopen(http, timeout=60) as response:
-            status, headers, body = response.status, dict(response.headers), response.read()
-    except urllib.error.HTTPError as exc:
-        status, headers, body = exc.code, dict(exc.headers), exc.read()
-    if status != 200:
-        sys.exit(f"CORRECTNESS CHECK FAILED for {what}: HTTP {status}: {body[:500]!r}")
-    try:
-        got = transport.decode_response(model, headers, body)
-    except (ValueError, KeyError) as exc:
-        sys.exit(f"CORRECTNESS CHECK FAILED for {what}: cannot decode the response ({exc}): {body[:300]!r}")
-    if got.shape != expected.shape or not np.allclose(got, expected, rtol=1e-5, atol=1e-5):
-        sys.exit(
-            f"CORRECTNESS CHECK FAILED for {what}: the output differs from in-process ONNX Runtime\n"
-            f"  got      {got.shape} {got.ravel()[:8]}\n  expected {expected.shape} {expected.ravel()[:8]}"
+def make_target(name: str, args: argparse.Namespace, repository: Path) -> Target:
+    models = list(bench_models.MODELS.values())
+    if name == "serve":
+        return ServeTarget(repository, WORK, workers=args.workers, threads=args.threads)
+    if name == "serve-workers":
+        return WorkerServeTarget(
+            repository, WORK, workers=args.workers, threads=args.threads, worker_concurrency=args.worker_concurrency
         )
-    print(f"  ok  {what}: output {list(got.shape)} matches onnxruntime")
+    if name == "triton":
+        from bench.peers.triton import TritonTarget
+
+        return TritonTarget(repository, WORK, models, instances=args.triton_instances)
+    if name == "mlserver":
+        from bench.peers.mlserver import MLServerTarget
+
+        return MLServerTarget(repository, WORK, models, parallel_workers=args.mlserver_workers)
+    raise ValueError(name)
 
 
 class Bench:
@@ -101,13 +118,12 @@ class Bench:
         self.loaders: dict[str, Loader] = make_loaders(WORK)
         self.transports = list(TRANSPORTS.values())
         self.repository = WORK / "repository"
-        self.targets: list[Target] = [
-            ServeTarget(self.repository, WORK, workers=args.workers, threads=args.threads),
-        ]
+        self.targets: list[Target] = [make_target(name, args, self.repository) for name in args.server_names]
+        # Servers take turns on each workload x transport x concurrency.
         self.plan: list[tuple[Target, Workload]] = [
             (target, w)
-            for target in self.targets
             for w in workloads(list(bench_models.MODELS.values()), self.transports, CONCURRENCIES)
+            for target in self.targets
             if w.transport.name in target.transports
         ]
         if args.only:
@@ -116,44 +132,104 @@ class Bench:
         self.models = {w.model.name: w.model for _, w in self.plan}
         self.floors: dict[str, bench_models.Floor] = {}
         self.expected: dict[str, np.ndarray] = {}
+        self.response_bytes: dict[tuple[str, str], int] = {}  # (target, model) -> framed gRPC answer size
         self.cells: list[Cell] = []
         self.incidents: list[str] = []  # servers that exited mid-run (with their log tails)
+        self.notes: list[str] = []  # peers left out (could not be installed, started or checked)
+        self.started: list[Target] = []
         self.restarts = 0
 
     def missing_tools(self) -> list[str]:
         names = {w.transport.loader for _, w in self.plan}
         return [problem for name in sorted(names) if (problem := self.loaders[name].available())]
 
+    def drop(self, target: Target, reason: str) -> None:
+        """Leave a peer out of the run (this project's servers are never dropped)."""
+        if target.ours:
+            sys.exit(f"{target.name}: {reason}")
+        note = f"{target.name} was left out of this run: {reason}"
+        print(f"WARNING: {note}", file=sys.stderr)
+        self.notes.append(note.splitlines()[0])
+        self.plan = [(t, w) for t, w in self.plan if t is not target]
+        self.targets = [t for t in self.targets if t is not target]
+
     def prepare(self) -> None:
-        """Write the repository and measure the floor of every model in the plan."""
+        """Write the repository, measure the floor of every model in the plan,
+        build the peers' virtualenvs (cached)."""
         bench_models.write_repository(self.repository, list(bench_models.MODELS.values()))
-        print(f"models in {self.repository.relative_to(ROOT)}; measuring the floor (in-process session.run, 1 thread)")
+        threads = ort_env()
+        print(
+            f"models in {self.repository.relative_to(ROOT)}; measuring the floor (in-process session.run, "
+            f"intra-op {threads['ORT_INTRA_OP_THREADS']}, inter-op {threads['ORT_INTER_OP_THREADS']})"
+        )
         for model in self.models.values():
             path = bench_models.model_path(self.repository, model)
             self.floors[model.name] = floor = bench_models.measure_floor(path, model)
             self.expected[model.name] = bench_models.reference_output(path, model, model.sample_input())
             print(f"  {model.name}: {floor.median_ms:.3f} ms median over {floor.runs} runs")
+        for target in list(self.targets):
+            venv = getattr(target, "venv", None)
+            if venv is not None:
+                try:
+                    venv.ensure()
+                except RuntimeError as exc:
+                    self.drop(target, f"its virtualenv could not be built ({exc})")
+        probe = TRANSPORTS["rest-binary"].build_request(
+            bench_models.MODELS["tiny"], bench_models.MODELS["tiny"].sample_input()
+        )
+        for target in self.targets:
+            if isinstance(target, WorkerServeTarget):
+                target.probe = (probe.path, probe.body, probe.headers)
+
+    def make_cells(self) -> None:
         self.cells = [
-            Cell(t.name, w.model.name, w.transport.name, w.concurrency, self.floors[w.model.name]) for t, w in self.plan
+            Cell(t.name, w.model.name, w.transport.name, w.concurrency, self.floors[w.model.name], ours=t.ours)
+            for t, w in self.plan
         ]
 
-    def start(self, target: Target) -> None:
-        print(f"starting {target.name} ...")
-        target.start()
-        print(f"  ready at {target.base_url}  {target.settings()}")
+    def check(self, target: Target) -> None:
+        """Every model and transport this target is loaded with; raises CheckFailed."""
         print("  correctness check")
         checks = {(w.model.name, w.transport.name): w for t, w in self.plan if t is target}
         for _, w in sorted(checks.items()):
-            check_correctness(target, w.transport, w.model, self.expected[w.model.name])
+            what = f"{target.name}/{w.model.name}/{w.transport.name}"
+            expected = self.expected[w.model.name]
+            if isinstance(w.transport, Grpc):
+                text, size = check_grpc(target, w.transport, w.model, expected)
+                self.response_bytes[(target.name, w.model.name)] = size
+            else:
+                text = check_rest(target, w.transport, w.model, expected)
+            print(f"  ok  {what}: {text}")
+
+    def start(self, target: Target) -> None:
+        """Start and check a target; a peer that fails is dropped, our server's failure ends the run."""
+        print(f"starting {target.name} ...", flush=True)
+        self.started.append(target)
+        try:
+            target.start()
+        except RuntimeError as exc:
+            target.stop()
+            self.drop(target, f"it did not start: {exc}")
+            return
+        print(f"  ready: REST {target.base_url}, gRPC {target.grpc_address}")
+        try:
+            self.check(target)
+        except CheckFailed as exc:
+            target.stop()
+            self.drop(target, f"CORRECTNESS CHECK FAILED: {exc}")
 
     def measure(self, target: Target, workload: Workload) -> LoadResult | None:
         """Warm-up then one measurement; None when the target exited meanwhile."""
         loader = self.loaders[workload.transport.loader]
         request = workload.transport.build_request(workload.model, workload.model.sample_input())
+        request = dataclasses.replace(
+            request, response_bytes=self.response_bytes.get((target.name, workload.model.name), 0)
+        )
+        url = target.url_for(workload.transport.name)
         try:
             if self.args.warmup > 0:
-                loader.run(target.base_url, request, workload.concurrency, self.args.warmup)
-            result = loader.run(target.base_url, request, workload.concurrency, self.args.duration)
+                loader.run(url, request, workload.concurrency, self.args.warmup)
+            result = loader.run(url, request, workload.concurrency, self.args.duration)
         except RuntimeError:
             if target.alive():
                 raise
@@ -176,13 +252,16 @@ class Bench:
             print(f"restarting {target.name} and redoing the cell (restart {self.restarts}/{self.args.max_restarts})")
             target.stop()
             self.start(target)
+            if target not in self.targets:
+                raise TargetDied(f"{what}; the restart failed")
 
     def run(self) -> str:
         """All rounds; returns why the run was cut short, or ""."""
         args = self.args
         try:
-            for target in self.targets:
+            for target in list(self.targets):
                 self.start(target)
+            self.make_cells()
             total = len(self.plan) * args.rounds * (args.duration + args.warmup)
             print(f"load: {len(self.plan)} cells x {args.rounds} rounds x ({args.warmup} s warm-up + "
                   f"{args.duration} s) ≈ {total / 60:.1f} min")  # fmt: skip
@@ -192,7 +271,7 @@ class Bench:
                     cell.results.append(result)
                     flag = f"  ERRORS {result.errors}" if result.errors else ""
                     print(
-                        f"  round {round_no}/{args.rounds}  {cell.label:<32} {result.rps:9,.0f} req/s"
+                        f"  round {round_no}/{args.rounds}  {cell.label:<40} {result.rps:9,.0f} req/s"
                         f"  p50 {result.p50_ms:8.2f} ms  p99 {result.p99_ms:8.2f} ms{flag}",
                         flush=True,
                     )
@@ -202,7 +281,7 @@ class Bench:
         except TargetDied as exc:
             return f"{exc}; gave up after {self.restarts} restart(s)"
         finally:
-            for target in self.targets:
+            for target in self.started:
                 target.stop()
         return ""
 
@@ -229,8 +308,16 @@ def load_average_text() -> str:
     return text
 
 
+def _interrupt(signum, frame) -> None:
+    """SIGTERM/SIGHUP end the run like Ctrl-C: the servers run in their own
+    sessions, so only run()'s clean-up stops them."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
     started = time.time()
     load_before = load_average_text()
     command = shlex.join([".venv/bin/python", "bench/run.py", *argv])
@@ -250,16 +337,25 @@ def main(argv: list[str]) -> int:
         return 1
 
     print()
-    print_table(cells, len(bench.targets) > 1)
-    wrk = bench.loaders["wrk"]
+    print_table(cells)
+    wrk, h2load = bench.loaders["wrk"], bench.loaders["h2load"]
+    threads = ort_env()
     load_settings = {
-        "loader": f"wrk {wrk.version()} (HTTP/1.1 keep-alive), Lua script POSTs one prebuilt body",
-        "connections": "concurrency 1: wrk -t1 -c1; concurrency 8: wrk -t2 -c8",
+        "REST": f"wrk {wrk.version()} (HTTP/1.1 keep-alive), a Lua script POSTs one prebuilt body, non-200 "
+        "counted as errors; concurrency 1: wrk -t1 -c1, 8: wrk -t2 -c8",
+        "gRPC": f"h2load (nghttp2 {h2load.version()}, HTTP/2 cleartext) POSTs one prebuilt gRPC-framed "
+        "ModelInferRequest to /inference.GRPCInferenceService/ModelInfer (content-type: application/grpc, "
+        "te: trailers), one stream per connection; concurrency 1: h2load -c1 -m1 -t1, 8: -c8 -m1 -t2; latency "
+        "percentiles from its --log-file; answers without the expected message bytes counted as errors",
         "per cell": f"{args.warmup} s warm-up (discarded) + {args.duration} s measured",
-        "rounds": f"{args.rounds} (interleaved; medians reported)",
+        "rounds": f"{args.rounds} (interleaved, servers taking turns on each cell; medians reported)",
+        "ONNX Runtime threads (every server)": f"ORT_INTRA_OP_THREADS={threads['ORT_INTRA_OP_THREADS']}, "
+        f"ORT_INTER_OP_THREADS={threads['ORT_INTER_OP_THREADS']}",
         "machine load average before the run (1/5/15 min)": load_before,
         "machine load average after the run (1/5/15 min)": load_average_text(),
-        "correctness": "one request per model and transport checked against in-process onnxruntime (allclose)",
+        "correctness": "before load, every server x model x transport checked against in-process onnxruntime "
+        "(allclose): REST with the exact request wrk sends; gRPC with tritonclient.grpc and with the exact "
+        "h2load body through grpcio (grpc-status OK, 3 calls)",
     }
     appendix = ""
     if bench.incidents:
@@ -276,12 +372,17 @@ def main(argv: list[str]) -> int:
         load_settings=load_settings,
         models_text=bench.models_text(),
         started=started,
+        finished=time.time(),
         aborted=aborted,
+        notes=bench.notes,
         appendix=appendix,
     )
     print(f"\nwrote {results.relative_to(ROOT) if results.is_relative_to(ROOT) else results}")
+    print(f"took {(time.time() - started) / 60:.1f} min")
     if any(cell.errors for cell in cells):
         print("WARNING: some cells had errors (marked ⚠)")
+    for note in bench.notes:
+        print(f"WARNING: {note}")
     if bench.incidents:
         print(f"WARNING: {len(bench.incidents)} server exit(s) during the run; see Incidents in the results")
     if aborted:

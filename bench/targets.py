@@ -1,23 +1,34 @@
-"""Targets: the servers under test. Each has a name, a base URL, the
-transports it speaks, and start/stop.
+"""Targets: the servers under test. Each has a name, the transports it
+speaks, where each transport is served, and start/stop.
 
-:class:`ServeTarget` runs this project's ``manage.py serve`` as a
-subprocess with its own fresh VAR_DIR. Peers (Triton, MLServer) or a
-worker-mode variant would be further Target subclasses.
+* :class:`ServeTarget` runs this project's ``manage.py serve`` (REST and
+  gRPC) as a subprocess with its own fresh VAR_DIR, inference in process.
+* :class:`WorkerServeTarget` is the same server in worker mode
+  (``INFERENCE_EXECUTOR=celery``, Redis database 12) plus one
+  ``manage.py runworker --device cpu`` process.
+* The peers, Triton and MLServer, are in ``bench/peers/``.
+
+Every server gets ONNX Runtime's thread counts from the environment
+(``ORT_INTRA_OP_THREADS``, ``ORT_INTER_OP_THREADS``; :func:`ort_env`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+#: Redis database of the worker-mode runs (the tests use others).
+WORKER_REDIS_URL = "redis://127.0.0.1:6379/12"
 
 
 def free_port() -> int:
@@ -26,15 +37,73 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def ort_env() -> dict[str, str]:
+    """ONNX Runtime threads for every server: the caller's environment, else 1 and 1."""
+    return {
+        "ORT_INTRA_OP_THREADS": os.environ.get("ORT_INTRA_OP_THREADS", "1"),
+        "ORT_INTER_OP_THREADS": os.environ.get("ORT_INTER_OP_THREADS", "1"),
+    }
+
+
+def port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def http_ok(url: str, timeout: float = 2) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status == 200
+    except (OSError, urllib.error.HTTPError):
+        return False
+
+
+def http_server() -> str:
+    """The HTTP server ``serve`` runs for REST, read from its source (it has changed before)."""
+    source = (ROOT / "inference" / "management" / "commands" / "serve.py").read_text()
+    for name in ("granian", "gunicorn", "uvicorn"):
+        if f'"{name}"' in source:
+            try:
+                from importlib import metadata
+
+                return f"{name} {metadata.version(name)}"
+            except Exception:
+                return name
+    return "its HTTP server"
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    if not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
 class Target:
-    """Base of the servers under test."""
+    """Base of the servers under test.
+
+    ``ours``: this project's server (its rows get ratios against the peers).
+    """
 
     name = ""
     transports: tuple[str, ...] = ()
+    ours = False
 
     @property
     def base_url(self) -> str:
+        """Where the REST transports are served."""
         raise NotImplementedError
+
+    @property
+    def grpc_address(self) -> str:
+        """host:port of the gRPC service."""
+        raise NotImplementedError
+
+    def url_for(self, transport: str) -> str:
+        """The loader's base URL for a transport (gRPC: h2c on the gRPC port)."""
+        return f"http://{self.grpc_address}" if transport == "grpc" else self.base_url
 
     def start(self) -> None:
         raise NotImplementedError
@@ -50,113 +119,70 @@ class Target:
         return ""
 
     def settings(self) -> dict[str, str]:
-        """Settings worth recording next to the results."""
+        """Settings and versions worth recording next to the results."""
         return {}
 
     def log_tail(self, lines: int = 40) -> str:
         return ""
 
 
-class ServeTarget(Target):
-    """``manage.py serve --model-repository <repo> --http-port <free port>``
-    with VAR_DIR under ``work_dir`` and one ONNX Runtime thread per session.
+class ProcessTarget(Target):
+    """A target that is one server process started here (in its own session,
+    so that stopping it can also reap whatever it started), with a log file,
+    an HTTP readiness URL and a gRPC port."""
 
-    ``workers``/``threads`` (None: the server's defaults, HTTP_WORKERS /
-    HTTP_THREADS from settings) are passed as ``--workers``/``--threads``.
-    """
-
-    transports = ("rest-json", "rest-binary")
-
-    def __init__(
-        self,
-        repository: Path,
-        work_dir: Path,
-        name: str = "serve",
-        workers: int | None = None,
-        threads: int | None = None,
-        extra_env: dict[str, str] | None = None,
-    ):
+    def __init__(self, name: str, log_path: Path):
         self.name = name
-        self.repository = repository
-        self.port = free_port()
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        self.var_dir = work_dir / f"var-{name}-{stamp}-{os.getpid()}"
-        self.log_path = self.var_dir / "serve.log"
-        self.workers = workers
-        self.threads = threads
-        self.env = dict(os.environ)
-        for key in ("DATABASE_URL", "HTTP_BIND"):
-            self.env.pop(key, None)
-        self.env.update(
-            VAR_DIR=str(self.var_dir),
-            ORT_INTRA_OP_THREADS="1",
-            ORT_INTER_OP_THREADS="1",
-            **(extra_env or {}),
-        )
+        self.log_path = log_path
+        self.http_port = free_port()
+        self.grpc_port = free_port()
         self.process: subprocess.Popen | None = None
-        self._resolved: dict[str, str] = {}
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://127.0.0.1:{self.http_port}"
 
-    def command(self) -> list[str]:
-        command = [
-            sys.executable, "manage.py", "serve",
-            "--model-repository", str(self.repository),
-            "--http-port", str(self.port),
-        ]  # fmt: skip
-        if self.workers is not None:
-            command += ["--workers", str(self.workers)]
-        if self.threads is not None:
-            command += ["--threads", str(self.threads)]
-        return command
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
 
-    def _server_defaults(self) -> dict[str, str]:
-        """HTTP_WORKERS / HTTP_THREADS as the server's settings resolve them."""
-        code = "from django.conf import settings as s; print(s.HTTP_WORKERS, s.HTTP_THREADS)"
-        out = subprocess.run(
-            [sys.executable, "manage.py", "shell", "-c", code],
-            cwd=ROOT,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        try:
-            workers, threads = out.stdout.split()[-2:]
-        except ValueError:
-            return {}
-        return {"HTTP_WORKERS": workers, "HTTP_THREADS": threads}
+    def spawn(self, command: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> subprocess.Popen:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:  # a restart appends
+            return subprocess.Popen(
+                command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
-    def start(self, timeout: float = 120) -> None:
-        self.var_dir.mkdir(parents=True, exist_ok=True)
-        self._resolved = self._server_defaults()
-        log = open(self.log_path, "ab")  # a restart appends
-        self.process = subprocess.Popen(self.command(), cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
-        log.close()
+    def wait_ready(self, timeout: float, ready_path: str = "/v2/health/ready") -> None:
+        """Until REST answers 200 on ``ready_path`` and the gRPC port accepts connections."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"serve exited early (status {self.process.returncode}):\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.base_url}/v2/health/ready", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.2)
+            if self.process is None or self.process.poll() is not None:
+                code = self.process.returncode if self.process else None
+                raise RuntimeError(f"{self.name} exited early (status {code}):\n{self.log_tail()}")
+            if http_ok(self.base_url + ready_path) and port_open(self.grpc_port):
+                return
+            time.sleep(0.25)
         self.stop()
-        raise RuntimeError(f"serve did not become ready in {timeout:.0f}s:\n{self.log_tail()}")
+        raise RuntimeError(f"{self.name} did not become ready in {timeout:.0f}s:\n{self.log_tail()}")
 
-    def stop(self, timeout: float = 30) -> None:
-        if self.process is None or self.process.poll() is not None:
+    @staticmethod
+    def terminate(process: subprocess.Popen | None, timeout: float = 30) -> None:
+        """SIGTERM the process; after ``timeout``, SIGKILL its whole session (ours)."""
+        if process is None or process.poll() is not None:
             return
-        self.process.send_signal(signal.SIGTERM)
+        process.send_signal(signal.SIGTERM)
         try:
-            self.process.wait(timeout)
+            process.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait()
+
+    def stop(self) -> None:
+        self.terminate(self.process)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -168,19 +194,193 @@ class ServeTarget(Target):
         how = f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
         return f"{how}; log: {os.path.relpath(self.log_path, ROOT)}"
 
+    def log_tail(self, lines: int = 40) -> str:
+        return tail(self.log_path, lines)
+
+
+class ServeTarget(ProcessTarget):
+    """``manage.py serve --model-repository <repo> --http-port P --grpc-port Q``
+    with VAR_DIR under ``work_dir`` and the ONNX Runtime threads of :func:`ort_env`.
+
+    ``workers``/``threads`` (None: the server's defaults, HTTP_WORKERS /
+    HTTP_THREADS from settings) are passed as ``--workers``/``--threads``.
+    """
+
+    transports = ("rest-json", "rest-binary", "grpc")
+    ours = True
+
+    def __init__(
+        self,
+        repository: Path,
+        work_dir: Path,
+        name: str = "serve",
+        workers: int | None = None,
+        threads: int | None = None,
+        extra_env: dict[str, str] | None = None,
+    ):
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.var_dir = work_dir / f"var-{name}-{stamp}-{os.getpid()}"
+        super().__init__(name, self.var_dir / "serve.log")
+        self.repository = repository
+        self.workers = workers
+        self.threads = threads
+        self.env = dict(os.environ)
+        for key in ("DATABASE_URL", "HTTP_BIND", "REDIS_URL", "INFERENCE_EXECUTOR"):
+            self.env.pop(key, None)
+        self.env.update(VAR_DIR=str(self.var_dir), **ort_env(), **(extra_env or {}))
+        self._resolved: dict[str, str] = {}
+
+    def command(self) -> list[str]:
+        command = [
+            sys.executable, "manage.py", "serve",
+            "--model-repository", str(self.repository),
+            "--http-port", str(self.http_port),
+            "--grpc-port", str(self.grpc_port),
+        ]  # fmt: skip
+        if self.workers is not None:
+            command += ["--workers", str(self.workers)]
+        if self.threads is not None:
+            command += ["--threads", str(self.threads)]
+        return command
+
+    #: Server settings recorded next to the results, as the server resolves them.
+    RECORDED = ("HTTP_WORKERS", "HTTP_THREADS", "GRPC_PROCESSES", "GRPC_THREADS")
+
+    def _server_defaults(self) -> dict[str, str]:
+        """RECORDED settings as the server resolves them (absent ones are left out)."""
+        code = (
+            "import json; from django.conf import settings as s; "
+            f"print(json.dumps({{k: str(getattr(s, k)) for k in {self.RECORDED!r} if hasattr(s, k)}}))"
+        )
+        out = subprocess.run(
+            [sys.executable, "manage.py", "shell", "-c", code],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        try:
+            return json.loads(out.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return {}
+
+    def start(self, timeout: float = 120) -> None:
+        self.var_dir.mkdir(parents=True, exist_ok=True)
+        self._resolved = self._server_defaults()
+        self.process = self.spawn(self.command(), self.env, ROOT, self.log_path)
+        self.wait_ready(timeout)
+
     def settings(self) -> dict[str, str]:
-        workers = str(self.workers) if self.workers is not None else self._resolved.get("HTTP_WORKERS", "default")
-        threads = str(self.threads) if self.threads is not None else self._resolved.get("HTTP_THREADS", "default")
+        resolved = dict(self._resolved)
+        if self.workers is not None:
+            resolved["HTTP_WORKERS"] = str(self.workers)
+        if self.threads is not None:
+            resolved["HTTP_THREADS"] = str(self.threads)
+        commit = subprocess.run(
+            ["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
         return {
-            "server": "manage.py serve (gunicorn, " + ("gthread" if threads not in ("1",) else "sync") + " workers)",
-            "HTTP_WORKERS": workers,
-            "HTTP_THREADS": threads,
+            "server": f"manage.py serve: REST in {http_server()}, gRPC (grpcio) in separate processes",
+            "version": f"this repository at {commit or 'unknown'}",
+            "inference": "in process (ONNX Runtime in every REST and gRPC process)",
+            **resolved,
             "ORT_INTRA_OP_THREADS": self.env["ORT_INTRA_OP_THREADS"],
             "ORT_INTER_OP_THREADS": self.env["ORT_INTER_OP_THREADS"],
             "VAR_DIR": os.path.relpath(self.var_dir, ROOT),
         }
 
+
+class WorkerServeTarget(ServeTarget):
+    """The same server in worker mode: ``INFERENCE_EXECUTOR=celery`` with
+    REDIS_URL (database 12, flushed first) and one ``manage.py runworker
+    --device cpu --concurrency N`` process with the same environment, started
+    once the server is ready. Ready means an inference has gone through."""
+
+    def __init__(
+        self,
+        repository: Path,
+        work_dir: Path,
+        name: str = "serve-workers",
+        redis_url: str = WORKER_REDIS_URL,
+        worker_concurrency: int = 4,
+        **kwargs,
+    ):
+        super().__init__(
+            repository,
+            work_dir,
+            name=name,
+            extra_env={"INFERENCE_EXECUTOR": "celery", "REDIS_URL": redis_url},
+            **kwargs,
+        )
+        self.redis_url = redis_url
+        self.worker_concurrency = worker_concurrency
+        self.worker_log_path = self.var_dir / "worker-cpu.log"
+        self.worker: subprocess.Popen | None = None
+        self.probe: tuple[str, bytes, dict[str, str]] | None = None  # (path, body, headers), set by run.py
+
+    def flush_redis(self) -> None:
+        import redis
+
+        redis.Redis.from_url(self.redis_url, socket_connect_timeout=3).flushdb()
+
+    def worker_command(self) -> list[str]:
+        return [
+            sys.executable, "manage.py", "runworker", "--device", "cpu",
+            "--concurrency", str(self.worker_concurrency),
+        ]  # fmt: skip
+
+    def start(self, timeout: float = 120) -> None:
+        self.flush_redis()
+        super().start(timeout)
+        self.worker = self.spawn(self.worker_command(), self.env, ROOT, self.worker_log_path)
+        self.wait_inference(timeout)
+
+    def wait_inference(self, timeout: float) -> None:
+        """Until one inference request answers 200 (the worker has registered and loaded)."""
+        if self.probe is None:
+            return
+        path, body, headers = self.probe
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise RuntimeError(f"{self.name} exited while waiting for its worker ({self.exit_info()})")
+            request = urllib.request.Request(self.base_url + path, data=body, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    if response.status == 200:
+                        return
+            except urllib.error.HTTPError as exc:
+                last = f"HTTP {exc.code}: {exc.read()[:200]!r}"
+            except OSError as exc:
+                last = str(exc)
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"{self.name}: no inference succeeded in {timeout:.0f}s ({last}):\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        self.terminate(self.worker)
+        super().stop()
+
+    def alive(self) -> bool:
+        return super().alive() and self.worker is not None and self.worker.poll() is None
+
+    def exit_info(self) -> str:
+        if self.worker is not None and self.worker.returncode is not None:
+            return f"the worker ended with status {self.worker.returncode}; log: " + os.path.relpath(
+                self.worker_log_path, ROOT
+            )
+        return super().exit_info()
+
+    def settings(self) -> dict[str, str]:
+        settings = super().settings()
+        settings["inference"] = (
+            f"worker mode: INFERENCE_EXECUTOR=celery, REDIS_URL={self.redis_url} (flushed at start), "
+            f"one `manage.py runworker --device cpu --concurrency {self.worker_concurrency}`"
+        )
+        settings["worker log"] = os.path.relpath(self.worker_log_path, ROOT)
+        return settings
+
     def log_tail(self, lines: int = 40) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return f"{super().log_tail(lines)}\n--- worker ---\n{tail(self.worker_log_path, lines)}"

@@ -2,6 +2,7 @@
 # System packages the tests need (Debian): installed only when missing.
 #   libb64-0d  - perf_analyzer (model configuration extension test)
 #   chromium   - browser tests of the web UI (Playwright drives it)
+#   wrk, nghttp2-client (h2load) - load generators of `make bench`
 set -euo pipefail
 missing=()
 for pkg in "$@"; do

@@ -1,0 +1,137 @@
+"""Triton Inference Server as a peer: the ``tritonserver`` binary shipped in
+the ``nvidia-pytriton`` wheel (Triton 2.51 in 0.5.14), in its own
+virtualenv, serving each benchmark model through the Python backend with a
+model.py that runs ONNX Runtime (``triton_model.py``).
+
+Set-up, done here rather than by pytriton's own launcher:
+
+* the wheel keeps one backend stub per Python version under
+  ``pytriton/tritonserver/python_backend_stubs/<X.Y>/``; the venv's
+  post-install copies the one of this Python next to ``libtriton_python.so``
+  (as pytriton does in its workspace);
+* ``LD_LIBRARY_PATH``: the running Python's lib directory (the stub links
+  libpython) and the wheel's ``nvidia_pytriton.libs``;
+* ``BENCH_SITE_PACKAGES``: the venv's site-packages, put first on the
+  model's sys.path (see triton_model.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from bench.models import BenchModel, model_path
+from bench.peers.venvs import PY_VERSION, PeerVenv, our_onnxruntime
+from bench.targets import ROOT, ProcessTarget, free_port, ort_env
+
+PYTRITON = "nvidia-pytriton==0.5.14"  # ships tritonserver 2.51.0
+MODEL_PY = Path(__file__).with_name("triton_model.py")
+
+
+def _install_stub(venv: PeerVenv) -> None:
+    dist = venv.site_packages / "pytriton" / "tritonserver"
+    stub = dist / "python_backend_stubs" / PY_VERSION / "triton_python_backend_stub"
+    if not stub.exists():
+        raise RuntimeError(f"{PYTRITON} has no Python backend stub for Python {PY_VERSION} ({stub})")
+    shutil.copy2(stub, dist / "backends" / "python" / "triton_python_backend_stub")
+
+
+def triton_venv(peers_dir: Path) -> PeerVenv:
+    return PeerVenv("triton", [PYTRITON, f"onnxruntime=={our_onnxruntime()}"], peers_dir, _install_stub)
+
+
+def python_libdir(python: Path) -> str:
+    code = "import sysconfig; print(sysconfig.get_config_var('LIBDIR'))"
+    return subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def config_pbtxt(model: BenchModel, onnx_path: Path, instances: int) -> str:
+    def dims(shape: tuple[int, ...]) -> str:
+        return ", ".join(str(d) for d in shape)
+
+    return f"""name: "{model.name}"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "{model.input_name}" data_type: TYPE_FP32 dims: [ {dims(model.input_shape)} ] }} ]
+output [ {{ name: "{model.output_name}" data_type: TYPE_FP32 dims: [ {dims(model.output_shape)} ] }} ]
+instance_group [ {{ kind: KIND_CPU count: {instances} }} ]
+parameters: {{ key: "onnx_path" value: {{ string_value: "{onnx_path}" }} }}
+"""
+
+
+class TritonTarget(ProcessTarget):
+    transports = ("rest-json", "rest-binary", "grpc")
+
+    def __init__(self, onnx_repository: Path, work_dir: Path, models: list[BenchModel], instances: int = 2):
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.run_dir = work_dir / f"var-triton-{stamp}-{os.getpid()}"
+        super().__init__("triton", self.run_dir / "tritonserver.log")
+        self.venv = triton_venv(work_dir / "peers")
+        self.onnx_repository = onnx_repository
+        self.models = models
+        self.instances = instances
+        self.metrics_port = free_port()
+        self.server_version = ""
+
+    @property
+    def dist(self) -> Path:
+        return self.venv.site_packages / "pytriton" / "tritonserver"
+
+    def prepare(self) -> None:
+        """Build the virtualenv (cached) and write the Python-backend model repository."""
+        self.venv.ensure()
+        repository = self.run_dir / "repository"
+        for model in self.models:
+            version = repository / model.name / "1"
+            version.mkdir(parents=True, exist_ok=True)
+            onnx_path = model_path(self.onnx_repository, model).resolve()
+            (repository / model.name / "config.pbtxt").write_text(config_pbtxt(model, onnx_path, self.instances))
+            shutil.copy2(MODEL_PY, version / "model.py")
+
+    def command(self) -> list[str]:
+        return [
+            str(self.dist / "bin" / "tritonserver"),
+            "--model-repository", str(self.run_dir / "repository"),
+            "--backend-directory", str(self.dist / "backends"),
+            "--http-address", "127.0.0.1", "--http-port", str(self.http_port),
+            "--grpc-address", "127.0.0.1", "--grpc-port", str(self.grpc_port),
+            "--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port),
+            "--exit-timeout-secs", "10",
+            "--log-verbose", "0",
+        ]  # fmt: skip
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        libs = [python_libdir(self.venv.python), str(self.venv.site_packages / "nvidia_pytriton.libs")]
+        if env.get("LD_LIBRARY_PATH"):
+            libs.append(env["LD_LIBRARY_PATH"])
+        env.update(LD_LIBRARY_PATH=":".join(libs), BENCH_SITE_PACKAGES=str(self.venv.site_packages), **ort_env())
+        env.pop("PYTHONPATH", None)
+        return env
+
+    def start(self, timeout: float = 180) -> None:
+        self.prepare()
+        self.process = self.spawn(self.command(), self.env(), self.run_dir, self.log_path)
+        self.wait_ready(timeout)
+        with urllib.request.urlopen(self.base_url + "/v2", timeout=5) as response:
+            self.server_version = json.loads(response.read()).get("version", "")
+
+    def settings(self) -> dict[str, str]:
+        env = self.env()
+        return {
+            "server": f"tritonserver {self.server_version or '?'} from {PYTRITON} (C++ HTTP and gRPC front ends)",
+            "inference": f"Python backend, model.py running ONNX Runtime; instance_group KIND_CPU count "
+            f"{self.instances} (stub processes per model), max_batch_size 0, no dynamic batching",
+            "virtualenv": f"{os.path.relpath(self.venv.path, ROOT)} (Python {sys.version.split()[0]}, "
+            f"onnxruntime {self.venv.version('onnxruntime')}, numpy {self.venv.version('numpy')})",
+            "ORT_INTRA_OP_THREADS": env["ORT_INTRA_OP_THREADS"],
+            "ORT_INTER_OP_THREADS": env["ORT_INTER_OP_THREADS"],
+            "LD_LIBRARY_PATH": env["LD_LIBRARY_PATH"],
+            "log": os.path.relpath(self.log_path, ROOT),
+        }
