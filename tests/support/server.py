@@ -58,12 +58,21 @@ class LiveServer:
                 raise RuntimeError(f"serve exited early:\n{self.log()}")
             try:
                 with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=2) as response:
-                    if response.status == 200:
+                    if response.status == 200 and self._grpc_listening():
                         return self
             except OSError:
-                time.sleep(0.2)
+                pass
+            time.sleep(0.2)
         self.stop()
         raise RuntimeError(f"serve did not become ready in {timeout}s:\n{self.log()}")
+
+    def _grpc_listening(self) -> bool:
+        """The gRPC child starts independently of the HTTP one: wait for both."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.grpc_port), timeout=1):
+                return True
+        except OSError:
+            return False
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
