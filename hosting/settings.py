@@ -153,6 +153,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "PREPROCESSING_HOOKS": ["models_store.openapi.only_management_api"],
 }
 
 # --- Inference -------------------------------------------------------------
@@ -179,7 +180,7 @@ GRPC_GRACE_SECONDS = env.float("GRPC_GRACE_SECONDS", default=10.0)
 #: Unset: the embedded mode (Celery tasks run eagerly in process). Set, e.g.
 #: redis://127.0.0.1:6379/0: tasks go to Redis and run in workers.
 REDIS_URL = env.str("REDIS_URL", default="")
-CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
 CELERY_RESULT_BACKEND = REDIS_URL or None
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
 CELERY_TASK_EAGER_PROPAGATES = True

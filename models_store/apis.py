@@ -14,6 +14,7 @@ import logging
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.permissions import IsAuthenticated
@@ -22,8 +23,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from models_store import actions, selectors, uploads
-from models_store.authentication import BearerTokenAuthentication, CsrfSessionAuthentication
+from models_store import actions, openapi, selectors, uploads  # noqa: F401 (openapi: the token scheme)
+from models_store.authentication import BearerTokenAuthentication
 from models_store.models import ApiToken, ModelVersion
 from models_store.serializers import (
     AuditEventSerializer,
@@ -57,7 +58,8 @@ def api_exception_handler(exc, context) -> Response:
 
 
 class ManagementView(APIView):
-    authentication_classes = [BearerTokenAuthentication, CsrfSessionAuthentication]
+    # The session is the web UI's (its scripts call the API); DRF enforces CSRF for it.
+    authentication_classes = [BearerTokenAuthentication, SessionAuthentication]
     permission_classes = [IsAuthenticated]
     renderer_classes = [JSONRenderer]
     parser_classes = [JSONParser]

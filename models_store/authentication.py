@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rest_framework.authentication import BaseAuthentication, SessionAuthentication
+from rest_framework.authentication import BaseAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
 from models_store import accounts, selectors, tokens
@@ -31,8 +31,3 @@ class BearerTokenAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request) -> str:
         return 'Bearer realm="modelhost"'
-
-
-class CsrfSessionAuthentication(SessionAuthentication):
-    """The web UI's session (its scripts call the API); CSRF is enforced for
-    unsafe methods, as DRF's SessionAuthentication does."""

@@ -117,7 +117,8 @@ def _tritonclient(module: str, alias: str, address: str, model: str, version: st
             f"tensor.set_data_from_numpy({_numpy_expr(tensor)})",
             "inputs.append(tensor)",
         ]
-    headers = f', headers={{"Authorization": "Bearer " + os.environ["{TOKEN_ENV}"]}}' if token else ""
+    key = "authorization" if alias == "grpcclient" else "Authorization"  # gRPC metadata keys are lowercase
+    headers = f', headers={{"{key}": "Bearer " + os.environ["{TOKEN_ENV}"]}}' if token else ""
     lines.append(f'result = client.infer("{model}", inputs, model_version="{version}"{headers})')
     lines += [f'print(result.as_numpy("{t["name"]}"))' for t in outputs]
     return "\n".join(lines)

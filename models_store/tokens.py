@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "mh_"
 DISPLAY_CHARS = 10
+#: A token the checker does not know reloads the scopes at most this often (per process), in seconds.
+MISS_RELOAD_SECONDS = 1.0
 
 
 def generate() -> str:
@@ -120,11 +122,21 @@ class TokenCache:
             self._scopes = None
 
     def get(self) -> Scopes:
-        scopes = self._scopes
-        if scopes is None:
+        """The current scopes, reloaded first when older than the TTL."""
+        if self._scopes is None:
             return self.refresh()
-        if time.monotonic() - scopes.loaded_at >= self._ttl and self._lock.acquire(blocking=False):
-            try:  # one thread reloads; the others keep answering from the current snapshot
+        return self.reload_if_older(self._ttl)
+
+    def reload_if_older(self, seconds: float) -> Scopes:
+        """Reload unless the snapshot is younger than ``seconds``. One thread
+        reloads; the others keep answering from the current snapshot, which
+        also stays when the reload fails. The checker calls it with a short
+        age for a token it does not know (perhaps created a moment ago): at
+        most one reload per that many seconds and process, so made-up tokens
+        cannot turn into one query each."""
+        scopes = self._scopes or self.refresh()
+        if time.monotonic() - scopes.loaded_at >= seconds and self._lock.acquire(blocking=False):
+            try:
                 self._scopes = scopes = self._loader()
             except Exception:
                 logger.exception("reloading API token scopes failed; keeping the previous ones")
@@ -137,7 +149,8 @@ class InferenceTokenChecker:
     """``(token, model_name) -> None``; raises Unauthenticated (no, unknown
     or revoked token; an inactive user) or PermissionDenied (the token may
     not call this model, or the model does not exist: the two answers are the
-    same, so a token cannot probe other teams' model names)."""
+    same, so a team token cannot probe other teams' model names; a token
+    that reaches every model gets the data plane's 404 instead)."""
 
     def __init__(self, cache: TokenCache):
         self.cache = cache
@@ -148,10 +161,16 @@ class InferenceTokenChecker:
                 "inference requires an API token: send 'Authorization: Bearer <token>' "
                 "(gRPC: metadata 'authorization: Bearer <token>')"
             )
+        key = hash_token(token)
         scopes = self.cache.get()
-        scope = scopes.tokens.get(hash_token(token))
+        scope = scopes.tokens.get(key)
+        if scope is None:  # perhaps created a moment ago, before this process saw the change
+            scopes = self.cache.reload_if_older(MISS_RELOAD_SECONDS)
+            scope = scopes.tokens.get(key)
         if scope is None:
             raise Unauthenticated("invalid or revoked API token")
+        if scope.all_models:
+            return
         if model_name not in scopes.model_teams or not scope.allows(scopes.model_teams[model_name]):
             raise PermissionDenied(
                 f"{scope.label} may not call model '{model_name}'; it may call {scopes.describe(scope)}"

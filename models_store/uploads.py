@@ -78,7 +78,8 @@ class StagingUploadHandler(FileUploadHandler):
 
     def __init__(self, request=None):
         super().__init__(request)
-        self.file = None  # Django's parser closes ``handler.file`` on errors
+        # ``self.file`` (the open staged file) exists only once a file started:
+        # Django's parser closes ``handler.file`` whenever the attribute exists.
         self.staging_dir: Path | None = None
         self.too_large = False
         self.staged: StagedFile | None = None
@@ -128,7 +129,7 @@ class StagingUploadHandler(FileUploadHandler):
         self._drop()
 
     def _drop(self) -> None:
-        if self.file is not None:
+        if hasattr(self, "file"):
             self.file.close()
         if self.staging_dir is not None:
             shutil.rmtree(self.staging_dir, ignore_errors=True)

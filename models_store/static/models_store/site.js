@@ -56,7 +56,12 @@ if (stateBox) {
 // "Try it": send the request to the public V2 REST API and show both sides.
 const tryit = document.getElementById("tryit");
 if (tryit) {
-  const pretty = (text) => { try { return JSON.stringify(JSON.parse(text), null, 2); } catch (e) { return text; } };
+  // Indented JSON with arrays of numbers or strings kept on one line.
+  const pretty = (text) => {
+    let doc;
+    try { doc = JSON.parse(text); } catch (e) { return text; }
+    return JSON.stringify(doc, null, 2).replace(/\[[^\[\]{}]*\]/g, (list) => list.replace(/\s*\n\s*/g, " ").replace("[ ", "[").replace(" ]", "]"));
+  };
   document.getElementById("tryit-send").addEventListener("click", async () => {
     const body = document.getElementById("tryit-body").value;
     const headers = { "Content-Type": "application/json" };
