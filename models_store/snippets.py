@@ -73,11 +73,15 @@ def _curl(url: str, body: dict, token: bool, flat_python: str) -> str:
     return f"{head} \\\n  -d {shlex.quote(json.dumps(body))}"
 
 
-def _python_zeros(tensor: dict) -> str:
+def _zeros_expr(tensor: dict, as_list: bool) -> str:
+    """Python for the example data of a tensor: a numpy array, or (``as_list``)
+    its nested list for a JSON body."""
     shape = concrete_shape(tensor["shape"])
     if tensor["datatype"] == "BYTES":
-        return f'np.full({shape}, "", dtype=object).tolist()'
-    return f"np.zeros({shape}, dtype=np.{np.dtype(BY_NAME[tensor['datatype']].numpy).name}).tolist()"
+        expr = f'np.full({shape}, {"" if as_list else "b"}"", dtype=np.object_)'
+    else:
+        expr = f"np.zeros({shape}, dtype=np.{np.dtype(BY_NAME[tensor['datatype']].numpy).name})"
+    return expr + ".tolist()" if as_list else expr
 
 
 def _python_body(kind: str, inputs: list[dict]) -> str:
@@ -85,20 +89,14 @@ def _python_body(kind: str, inputs: list[dict]) -> str:
     if kind == "v2":
         items = ", ".join(
             f'{{"name": {json.dumps(t["name"])}, "shape": {concrete_shape(t["shape"])}, '
-            f'"datatype": {json.dumps(t["datatype"])}, "data": {_python_zeros(t)}}}'
+            f'"datatype": {json.dumps(t["datatype"])}, "data": {_zeros_expr(t, as_list=True)}}}'
             for t in inputs
         )
         body = f'{{"inputs": [{items}]}}'
     else:
-        body = '{"inputs": {' + ", ".join(f"{json.dumps(t['name'])}: {_python_zeros(t)}" for t in inputs) + "}}"
+        items = ", ".join(f"{json.dumps(t['name'])}: {_zeros_expr(t, as_list=True)}" for t in inputs)
+        body = f'{{"inputs": {{{items}}}}}'
     return f"import json, numpy as np; print(json.dumps({body}))"
-
-
-def _numpy_expr(tensor: dict) -> str:
-    shape = concrete_shape(tensor["shape"])
-    if tensor["datatype"] == "BYTES":
-        return f'np.full({shape}, b"", dtype=np.object_)'
-    return f"np.zeros({shape}, dtype=np.{np.dtype(BY_NAME[tensor['datatype']].numpy).name})"
 
 
 def _tritonclient(module: str, alias: str, address: str, model: str, version: str, inputs, outputs, token) -> str:
@@ -114,7 +112,7 @@ def _tritonclient(module: str, alias: str, address: str, model: str, version: st
         shape = concrete_shape(tensor["shape"])
         lines += [
             f'tensor = {alias}.InferInput("{tensor["name"]}", {shape}, "{tensor["datatype"]}")',
-            f"tensor.set_data_from_numpy({_numpy_expr(tensor)})",
+            f"tensor.set_data_from_numpy({_zeros_expr(tensor, as_list=False)})",
             "inputs.append(tensor)",
         ]
     key = "authorization" if alias == "grpcclient" else "Authorization"  # gRPC metadata keys are lowercase

@@ -22,7 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 from models_store.snippets import snippets
 from tests.support import onnx_models as m
-from tests.support.live import bearer, manage, multipart, request, serving_everywhere
+from tests.support.live import bearer, manage, multipart, request, serving_everywhere, wait_for
 from tests.support.server import LiveServer
 
 pytestmark = pytest.mark.interop
@@ -182,20 +182,11 @@ def _start_upload(server, token, model: str, size: int) -> tuple[socket.socket, 
     return sock, body
 
 
-def _wait_for(predicate, timeout: float = 15) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_a_client_that_disconnects_mid_upload_leaves_nothing(server, tokens):
     sock, _ = _start_upload(server, tokens["alice"], "killed", 8 * 1024 * 1024)
-    assert _wait_for(lambda: _staging(server) != []), "the upload never reached the staging area"
+    assert wait_for(lambda: _staging(server) != []), "the upload never reached the staging area"
     sock.close()  # the client goes away mid-body
-    assert _wait_for(lambda: _staging(server) == []), f"staged files left behind: {_staging(server)}"
+    assert wait_for(lambda: _staging(server) == []), f"staged files left behind: {_staging(server)}"
     assert request(server, "GET", "/api/models/killed/", headers=bearer(tokens["alice"]))[0] == 404
     assert not (_store(server) / "killed").exists()
     assert _infer(server, tokens["alice"], "double", np.ones((1, 4), np.float32))[0] in (200, 403, 404)  # still up
@@ -216,7 +207,7 @@ def _worker_holding(path_prefix: Path) -> int | None:
 def test_an_http_worker_killed_mid_upload_leaves_an_orphan_that_cleanup_store_removes(server, tokens):
     sock, _body = _start_upload(server, tokens["alice"], "crashed", 8 * 1024 * 1024)
     try:
-        assert _wait_for(lambda: _staging(server) != [])
+        assert wait_for(lambda: _staging(server) != [])
         pid = _worker_holding(_store(server) / ".tmp")
         assert pid is not None and pid != server.process.pid
         os.kill(pid, signal.SIGKILL)  # the gunicorn worker dies mid-upload (gunicorn starts a new one)
@@ -228,4 +219,4 @@ def test_an_http_worker_killed_mid_upload_leaves_an_orphan_that_cleanup_store_re
     assert out.splitlines() == [f"removed .tmp/{staged[0]}", "1 orphan(s) removed, 0 missing artifact(s)"]
     assert _staging(server) == []
     assert request(server, "GET", "/api/models/crashed/", headers=bearer(tokens["alice"]))[0] == 404
-    assert _wait_for(lambda: request(server, "GET", "/v2/health/ready")[0] == 200)
+    assert wait_for(lambda: request(server, "GET", "/v2/health/ready")[0] == 200)

@@ -13,7 +13,8 @@ from django.test import Client
 from models_store import accounts, storage
 from models_store.models import AuditEvent, ModelVersion, RegisteredModel
 from tests.support import onnx_models as m
-from tests.support.store import PASSWORD, external_data_model, failing_model, person
+from tests.support.onnx_models import external_data_model, failing_model
+from tests.support.store import PASSWORD, person
 
 pytestmark = [pytest.mark.db, pytest.mark.django_db(transaction=True)]
 

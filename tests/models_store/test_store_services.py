@@ -13,7 +13,8 @@ from models_store.models import AuditEvent, ModelVersion, RegisteredModel, Regis
 from models_store.repository import import_repository
 from models_store.uploads import UploadRefused
 from tests.support import onnx_models as m
-from tests.support.store import external_data_model, failing_model, person, stage
+from tests.support.onnx_models import external_data_model, failing_model
+from tests.support.store import person, stage
 
 pytestmark = [pytest.mark.db, pytest.mark.django_db(transaction=True)]
 

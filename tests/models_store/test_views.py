@@ -12,7 +12,8 @@ from django.test import Client
 from models_store import storage
 from models_store.models import ApiToken, AuditEvent, ModelVersion, RegisteredModel, VersionLabel
 from tests.support import onnx_models as m
-from tests.support.store import PASSWORD, external_data_model, failing_model, person
+from tests.support.onnx_models import external_data_model, failing_model
+from tests.support.store import PASSWORD, person
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

@@ -60,13 +60,20 @@ def bearer(token: str) -> dict:
     return {"Authorization": f"Bearer {token}"}
 
 
+def wait_for(predicate, timeout: float = 15.0, interval: float = 0.05) -> bool:
+    """Poll ``predicate`` until it is true (True) or ``timeout`` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
+
+
 def serving_everywhere(server: LiveServer, model: str, timeout: float = 15) -> bool:
     """Wait until every HTTP worker serves ``model``: each server process
     follows a registry change within REGISTRY_POLL_SECONDS, so right after an
     upload one worker may know the new version and the other not yet."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if all(request(server, "GET", f"/v2/models/{model}/ready")[0] == 200 for _ in range(6)):
-            return True
-        time.sleep(0.1)
-    return False
+    return wait_for(
+        lambda: all(request(server, "GET", f"/v2/models/{model}/ready")[0] == 200 for _ in range(6)), timeout
+    )
