@@ -112,7 +112,8 @@ def test_upload_iris_watch_it_validate_and_try_it(page, ui_server, iris_onnx, sh
     assert serving_everywhere(ui_server, "iris")
 
     features, labels, probabilities = _expected_iris(IRIS_ROWS)
-    request = {"inputs": [{"name": "input", "shape": [3, 4], "datatype": "FP32", "data": features.tolist()}]}
+    rows = features.astype(np.float64).round(4).tolist()  # the dataset's decimals, as a person types them
+    request = {"inputs": [{"name": "input", "shape": [3, 4], "datatype": "FP32", "data": rows}]}
     page.fill("#tryit-body", json.dumps(request))
     page.click("#tryit-send")
     answer_box = page.locator("#tryit-response")
