@@ -36,11 +36,13 @@ class LabelForm(forms.Form):
     """Point a version label at a READY version."""
 
     label = forms.CharField(max_length=64, validators=[label_validator], help_text="e.g. stable, canary")
-    version = forms.TypedChoiceField(coerce=int, choices=())
+    # A select of the READY versions; any number is accepted here, so that the
+    # registry answers a missing or not READY version with its own message.
+    version = forms.IntegerField(min_value=1, widget=forms.Select())
 
     def __init__(self, *args, ready_versions: list[int] = (), **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["version"].choices = [(n, f"version {n}") for n in ready_versions]
+        self.fields["version"].widget.choices = [(n, f"version {n}") for n in ready_versions]
 
 
 class UploadForm(forms.Form):

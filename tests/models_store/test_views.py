@@ -166,7 +166,11 @@ def test_settings_labels_and_version_actions(alice):
 
     assert _post(alice, "/models/p/labels", {"label": "stable", "version": 3}).status_code == 302
     failed_label = _post(alice, "/models/p/labels", {"label": "canary", "version": 2})
-    assert failed_label.status_code == 400 and "Select a valid choice" in _text(failed_label)  # only READY versions
+    assert failed_label.status_code == 400 and "version 2 of &#x27;p&#x27; is FAILED" in _text(failed_label)
+    missing = _post(alice, "/models/p/labels", {"label": "canary", "version": 9})
+    assert missing.status_code == 400 and "has no version 9" in _text(missing)
+    options = re.findall(r'<option value="(\d+)"', _text(alice.get("/models/p/")))
+    assert options.count("2") == 0 and "3" in options  # the select offers READY versions only
     assert dict(VersionLabel.objects.values_list("name", "version__number")) == {"stable": 3}
     retire = _post(alice, "/models/p/versions/3/retire", {})
     assert retire.status_code == 400 and "stable point at version 3" in _text(retire)
