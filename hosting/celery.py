@@ -12,6 +12,8 @@ from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hosting.settings")
 
+import inference.runtime.wire  # noqa: F401  (registers the "modelhost" serializer named in CELERY_ACCEPT_CONTENT)
+
 app = Celery("hosting")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()

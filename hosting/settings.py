@@ -43,12 +43,17 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "models_store",
     "inference",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Serves /static/ from the apps' static folders (no collectstatic needed);
+    # for any other path it is one dict lookup.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -70,6 +75,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "models_store.context_processors.ui",
             ],
         },
     },
@@ -107,7 +113,26 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT = VAR_DIR / "static"  # only for `collectstatic`; WhiteNoise serves from the apps' folders
+STATIC_ROOT.mkdir(exist_ok=True)
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+# --- The web UI --------------------------------------------------------------
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "model-list"
+LOGOUT_REDIRECT_URL = "login"
+#: Set SECURE_COOKIES=true behind HTTPS: session and CSRF cookies are then sent over HTTPS only.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env.bool("SECURE_COOKIES", default=False)
+CSRF_COOKIE_HTTPONLY = True  # the pages' scripts read the token from the form, not the cookie
+SESSION_COOKIE_AGE = env.int("SESSION_COOKIE_AGE", default=12 * 3600)
+#: Origins (scheme://host[:port]) trusted for CSRF behind a proxy, e.g. https://models.example.com
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+#: Largest model file accepted by an upload (web UI and management API), in bytes.
+MAX_UPLOAD_BYTES = env.int("MAX_UPLOAD_BYTES", default=1024 * 1024 * 1024)
+#: Team given to models imported from a repository directory (serve --model-repository,
+#: import_repository) that have none; empty: such models are operator-owned (superusers change them).
+REPOSITORY_TEAM = env.str("REPOSITORY_TEAM", default="")
 
 # Request bodies are bounded by MAX_REQUEST_BYTES in the inference views,
 # which answer with a protocol error; Django's own cap would answer 400 HTML.
@@ -116,6 +141,19 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = None
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "modelhost management API",
+    "DESCRIPTION": "Models, model versions, version labels and version policies of the model store. "
+    "Authenticate with 'Authorization: Bearer <API token>' (create tokens on the web UI's Tokens page).",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "PREPROCESSING_HOOKS": ["models_store.openapi.only_management_api"],
 }
 
 # --- Inference -------------------------------------------------------------
@@ -144,7 +182,7 @@ GRPC_GRACE_SECONDS = env.float("GRPC_GRACE_SECONDS", default=10.0)
 #: Unset: the embedded mode (Celery tasks run eagerly in process). Set, e.g.
 #: redis://127.0.0.1:6379/0: tasks go to Redis and run in workers.
 REDIS_URL = env.str("REDIS_URL", default="")
-CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
 CELERY_RESULT_BACKEND = REDIS_URL or None
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
 CELERY_TASK_EAGER_PROPAGATES = True
@@ -175,6 +213,9 @@ WORKER_TIMEOUT_SECONDS = env.float("WORKER_TIMEOUT_SECONDS", default=30.0)
 #: When true, inference needs ``Authorization: Bearer <token>`` (REST) or the
 #: same ``authorization`` key in gRPC metadata; see inference/auth.py.
 INFERENCE_REQUIRE_TOKEN = env.bool("INFERENCE_REQUIRE_TOKEN", default=False)
+INFERENCE_TOKEN_CHECKER = "models_store.tokens.check_inference_token"
+#: Token scopes are reloaded when the registry stamp moves, and at the latest after this many seconds.
+INFERENCE_TOKEN_CACHE_SECONDS = env.float("INFERENCE_TOKEN_CACHE_SECONDS", default=30.0)
 
 #: Level of the one-line-per-request log (logger inference.request); DEBUG keeps
 #: it quiet under LOG_LEVEL=INFO.

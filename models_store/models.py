@@ -8,6 +8,7 @@ same transaction so that server processes notice the change (see
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 
@@ -29,6 +30,43 @@ class VersionPolicy(models.TextChoices):
     SPECIFIC = "specific", "Specific"
 
 
+team_name_validator = RegexValidator(
+    r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$",
+    "A team name starts with a letter or digit and holds only letters, digits, '_', '.' and '-' "
+    "(at most 64 characters).",
+)
+
+
+class Team(models.Model):
+    """A group of people who own models: its members upload and change them."""
+
+    name = models.CharField(max_length=64, unique=True, validators=[team_name_validator])
+    description = models.TextField(blank=True)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="TeamMembership", related_name="teams")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TeamMembership(models.Model):
+    """A user's membership of a team."""
+
+    team = models.ForeignKey(Team, related_name="memberships", on_delete=models.CASCADE)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, related_name="team_memberships", on_delete=models.CASCADE)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["team__name", "user__username"]
+        constraints = [models.UniqueConstraint(fields=["team", "user"], name="unique_team_member")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team}"
+
+
 class RegisteredModel(models.Model):
     """A named model; its versions hold the artifacts.
 
@@ -36,11 +74,17 @@ class RegisteredModel(models.Model):
     which READY versions serve; ``max_batch_size`` and ``instance_group``
     follow Triton's model configuration; ``config`` keeps the imported
     config.pbtxt as JSON. ``last_version_number`` only grows, so version
-    numbers are never reused, even after a delete.
+    numbers are never reused, even after a delete. ``team`` owns the model
+    (its members change it); a model without a team is operator-owned:
+    only superusers change it.
     """
 
     name = models.CharField(max_length=128, unique=True, validators=[model_name_validator])
     description = models.TextField(blank=True)
+    team = models.ForeignKey(Team, related_name="models", null=True, blank=True, on_delete=models.PROTECT)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, related_name="+", null=True, blank=True, on_delete=models.SET_NULL
+    )
     platform = models.CharField(max_length=64, default=PLATFORM_ONNX)
     max_batch_size = models.PositiveIntegerField(default=0)
     version_policy = models.CharField(max_length=16, choices=VersionPolicy.choices, default=VersionPolicy.LATEST)
@@ -67,7 +111,10 @@ class ModelVersion(models.Model):
     ``artifact`` is a path relative to MODEL_STORE_DIR (content-addressed by
     sha256). ``inputs``/``outputs`` are the signature extracted from the ONNX
     graph: lists of ``{"name", "datatype", "shape"}`` with ``-1`` for
-    variable dimensions. ``reason`` explains a FAILED or UNAVAILABLE state.
+    variable dimensions. ``reason`` explains a FAILED or UNAVAILABLE state;
+    ``log`` holds the validation steps (one line each). An upload goes
+    UPLOADED -> VALIDATING -> READY or FAILED; a retired version is
+    UNAVAILABLE.
     """
 
     class State(models.TextChoices):
@@ -89,7 +136,11 @@ class ModelVersion(models.Model):
     properties = models.JSONField(default=dict, blank=True)
     state = models.CharField(max_length=16, choices=State.choices, default=State.UPLOADED, db_index=True)
     reason = models.TextField(blank=True)
+    log = models.JSONField(default=list, blank=True)
     source = models.CharField(max_length=1024, blank=True)
+    uploaded_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, related_name="+", null=True, blank=True, on_delete=models.SET_NULL
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -132,3 +183,56 @@ class VersionLabel(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model.name}@{self.name}"
+
+
+class ApiToken(models.Model):
+    """A personal API token for scripts: the management API and inference.
+
+    Only the sha256 of the token is stored (``key_hash``); ``prefix`` (its
+    first characters) identifies it in lists. With ``team`` set the token
+    only reaches that team's models; otherwise every model its user may
+    reach. A revoked token (``revoked_at`` set) is refused.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, related_name="api_tokens", on_delete=models.CASCADE)
+    name = models.CharField(max_length=64)
+    team = models.ForeignKey(Team, related_name="+", null=True, blank=True, on_delete=models.CASCADE)
+    prefix = models.CharField(max_length=16)
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["user__username", "-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…, {self.user})"
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None
+
+
+class AuditEvent(models.Model):
+    """Who changed what, when. Written by the services in the transaction of
+    the change; ``actor_name`` keeps the name after a user is deleted and
+    ``model_name`` after a model is."""
+
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, related_name="+", null=True, on_delete=models.SET_NULL)
+    actor_name = models.CharField(max_length=150)
+    action = models.CharField(max_length=32, db_index=True)
+    model = models.ForeignKey(
+        RegisteredModel, related_name="audit_events", null=True, blank=True, on_delete=models.SET_NULL
+    )
+    model_name = models.CharField(max_length=128, blank=True, db_index=True)
+    version_number = models.PositiveIntegerField(null=True, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        target = self.model_name + (f":{self.version_number}" if self.version_number else "")
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {target}".strip()

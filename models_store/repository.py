@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
+from django.conf import settings
 
 from models_store import selectors, services, storage, validation
 from models_store.config import ConfigError, TritonConfig, parse_config
@@ -110,14 +111,26 @@ def _tensor_json(tensor) -> dict:
     return {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
 
 
-def import_repository(root: Path) -> list[ImportResult]:
+def _import_team(name: str | None):
+    """The team that imported models without one get: ``name``, else the
+    REPOSITORY_TEAM setting; None (operator-owned models) when both are empty."""
+    from models_store.accounts import team_get_or_create
+
+    name = name if name is not None else settings.REPOSITORY_TEAM
+    return team_get_or_create(name) if name else None
+
+
+def import_repository(root: Path, team: str | None = None) -> list[ImportResult]:
     """Import every model directory under ``root``; see the module docstring.
+    Models that have no team get ``team`` (default: the REPOSITORY_TEAM
+    setting; empty: they stay operator-owned, changed by superusers only).
 
     Raises FileNotFoundError when ``root`` is not a directory.
     """
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"model repository {root} is not a directory")
+    owner = _import_team(team)
     results: list[ImportResult] = []
     for model_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         try:
@@ -126,7 +139,7 @@ def import_repository(root: Path) -> list[ImportResult]:
             results.append(ImportResult(model_dir.name, "", "skipped", message="not a valid model name"))
             continue
         config, config_error = _read_config(model_dir)
-        model = services.model_upsert(model_dir.name, config)
+        model = services.model_upsert(model_dir.name, config, owner)
         filename = (config.default_model_filename if config else "") or storage.MODEL_FILENAME
         versions = _version_dirs(model_dir)
         if not versions:

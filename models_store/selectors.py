@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from dataclasses import dataclass
 
-from models_store.models import ModelVersion, RegisteredModel, RegistryStamp
+from django.db.models import Prefetch, QuerySet
+
+from models_store.models import (
+    ApiToken,
+    AuditEvent,
+    ModelVersion,
+    RegisteredModel,
+    RegistryStamp,
+    Team,
+    TeamMembership,
+    VersionLabel,
+)
+from models_store.version_policy import served_versions
 
 
 def model_get(name: str) -> RegisteredModel | None:
@@ -37,3 +49,85 @@ def registry_snapshot() -> list[RegisteredModel]:
 def stamp_get() -> int:
     """The registry's change counter (0 before the first write)."""
     return RegistryStamp.objects.filter(pk=1).values_list("counter", flat=True).first() or 0
+
+
+def _models_with_versions() -> QuerySet[RegisteredModel]:
+    versions = ModelVersion.objects.select_related("uploaded_by").order_by("-number")
+    labels = VersionLabel.objects.select_related("version").order_by("name")
+    return RegisteredModel.objects.select_related("team", "created_by").prefetch_related(
+        Prefetch("versions", queryset=versions), Prefetch("labels", queryset=labels)
+    )
+
+
+def model_overview() -> list[RegisteredModel]:
+    """Every model with its team, versions (highest first, with uploader) and
+    labels prefetched, for the model list (three queries)."""
+    return list(_models_with_versions().order_by("name"))
+
+
+def model_detail(name: str) -> RegisteredModel | None:
+    """One model prefetched like :func:`model_overview`, or None."""
+    return _models_with_versions().filter(name=name).first()
+
+
+def served_numbers(model: RegisteredModel) -> list[int]:
+    """The version numbers the model's version policy serves now, highest first
+    (uses prefetched versions when there are)."""
+    ready = [v.number for v in model.versions.all() if v.state == ModelVersion.State.READY]
+    return served_versions(model.version_policy, ready, model.latest_versions, model.specific_versions)
+
+
+def audit_for_model(model: RegisteredModel, limit: int = 100) -> list[AuditEvent]:
+    """The newest audit events of a model (also those of deleted versions)."""
+    return list(AuditEvent.objects.filter(model_name=model.name).order_by("-created_at", "-id")[:limit])
+
+
+def tokens_for_user(user) -> QuerySet[ApiToken]:
+    """A user's API tokens, active first, newest first."""
+    return ApiToken.objects.filter(user=user).select_related("team").order_by("revoked_at", "-created_at")
+
+
+def token_by_hash(key_hash: str) -> ApiToken | None:
+    """The active token with this hash whose user is active, or None."""
+    return (
+        ApiToken.objects.select_related("user", "team")
+        .filter(key_hash=key_hash, revoked_at__isnull=True, user__is_active=True)
+        .first()
+    )
+
+
+def team_get(name: str) -> Team | None:
+    return Team.objects.filter(name=name).first()
+
+
+def teams_for_user(user) -> QuerySet[Team]:
+    """The teams a user may create models for: all for a superuser, else theirs."""
+    if user.is_superuser:
+        return Team.objects.order_by("name")
+    return Team.objects.filter(memberships__user=user).order_by("name")
+
+
+@dataclass(frozen=True)
+class InferenceAccess:
+    tokens: list[ApiToken]  # active tokens of active users, with .user
+    memberships: dict[int, frozenset[int]]  # user id -> team ids
+    model_teams: dict[str, int | None]  # model name -> team id
+    team_names: dict[int, str]
+
+
+def inference_access() -> InferenceAccess:
+    """What the inference token checker needs, in four queries."""
+    tokens = list(ApiToken.objects.select_related("user").filter(revoked_at__isnull=True, user__is_active=True))
+    members: dict[int, set[int]] = {}
+    for user_id, team_id in TeamMembership.objects.values_list("user_id", "team_id"):
+        members.setdefault(user_id, set()).add(team_id)
+    return InferenceAccess(
+        tokens=tokens,
+        memberships={user: frozenset(teams) for user, teams in members.items()},
+        model_teams=dict(RegisteredModel.objects.values_list("name", "team_id")),
+        team_names=dict(Team.objects.values_list("id", "name")),
+    )
+
+
+def token_get(token_id: int) -> ApiToken | None:
+    return ApiToken.objects.select_related("user", "team").filter(pk=token_id).first()

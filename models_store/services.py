@@ -1,46 +1,166 @@
-"""Writes to the model registry. Each write runs in a transaction and bumps the
-change stamp in it, so that every server process sees the change.
+"""Writes to the model registry. Each write runs in a transaction, bumps the
+change stamp in it (so that every server process sees the change) and, for
+changes people make, records an audit event (``actor`` None: the system).
+
+Permission checks happen before a service is called
+(:mod:`models_store.permissions`); services trust their caller.
 """
 
 from __future__ import annotations
 
-from django.db import transaction
-from django.db.models import F
+import logging
 
-from models_store.config import TritonConfig
-from models_store.models import ModelVersion, RegisteredModel, RegistryStamp, VersionLabel, label_validator
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from models_store import audit, storage, validation
+from models_store.config import TritonConfig, config_from_raw
+from models_store.models import (
+    ModelVersion,
+    RegisteredModel,
+    RegistryStamp,
+    Team,
+    VersionLabel,
+    VersionPolicy,
+    label_validator,
+    model_name_validator,
+)
 from models_store.signals import registry_changed
+from models_store.uploads import StagedFile, preflight
+from models_store.version_policy import served_versions
+
+logger = logging.getLogger(__name__)
+
+State = ModelVersion.State
 
 
 class RegistryError(ValueError):
-    """A registry write was refused; the message says why."""
+    """A registry write was refused; the message says why (HTTP 400)."""
 
 
-def _bump_stamp() -> None:
-    """Advance the change stamp inside the current transaction."""
+class DuplicateVersion(RegistryError):
+    """The model already has a version with these bytes (HTTP 409)."""
+
+
+def bump_stamp() -> None:
+    """Advance the change stamp inside the current transaction; every server
+    process rebuilds its registry snapshot (and token scopes) after it."""
     updated = RegistryStamp.objects.filter(pk=1).update(counter=F("counter") + 1)
     if not updated:
         RegistryStamp.objects.get_or_create(pk=1, defaults={"counter": 1})
     transaction.on_commit(lambda: registry_changed.send(sender=RegistryStamp))
 
 
+# -- models -------------------------------------------------------------------
 @transaction.atomic
-def model_upsert(name: str, config: TritonConfig | None = None) -> RegisteredModel:
-    """Create the model ``name`` if needed; apply a Triton config when given."""
-    model, created = RegisteredModel.objects.select_for_update().get_or_create(name=name)
-    if config is not None:
+def model_upsert(name: str, config: TritonConfig | None = None, team: Team | None = None) -> RegisteredModel:
+    """Create the model ``name`` if needed (the repository import).
+
+    A Triton config is applied when the model is created or when it differs
+    from the one applied last, so that a version policy changed in the UI
+    survives restarts until config.pbtxt itself changes. ``team`` is given
+    to a model that has none.
+    """
+    model, created = RegisteredModel.objects.select_for_update().get_or_create(name=name, defaults={"team": team})
+    changed = created
+    if config is not None and (created or config.raw != model.config):
         model.max_batch_size = config.max_batch_size
         model.version_policy = config.policy
         model.latest_versions = config.latest_versions
         model.specific_versions = list(config.specific_versions)
         model.instance_group = list(config.instance_group)
         model.config = config.raw
+        changed = True
+    if team is not None and model.team_id is None:
+        model.team = team
+        changed = True
+    if changed:
         model.save()
-    if created or config is not None:
-        _bump_stamp()
+        bump_stamp()
     return model
 
 
+def _model_create(name: str, team: Team, actor, description: str = "") -> RegisteredModel:
+    try:
+        model_name_validator(name)
+    except DjangoValidationError as exc:
+        raise RegistryError(exc.messages[0]) from None
+    try:
+        with transaction.atomic():
+            model = RegisteredModel.objects.create(name=name, team=team, description=description, created_by=actor)
+    except IntegrityError:
+        raise RegistryError(f"a model named '{name}' already exists") from None
+    audit.record(actor, "model.create", model, team=team.name)
+    bump_stamp()
+    return model
+
+
+@transaction.atomic
+def model_create(name: str, team: Team, actor, description: str = "") -> RegisteredModel:
+    """Register an empty model owned by ``team``. Raises RegistryError for a
+    malformed or taken name."""
+    return _model_create(name, team, actor, description)
+
+
+@transaction.atomic
+def model_update(model: RegisteredModel, actor, *, description: str) -> RegisteredModel:
+    """Change a model's description."""
+    model.description = description
+    model.save(update_fields=["description", "updated_at"])
+    audit.record(actor, "model.update", model, description=description)
+    bump_stamp()
+    return model
+
+
+def check_version_policy(model: RegisteredModel, policy: str, latest: int, specific: list[int]) -> None:
+    """Raise RegistryError unless the policy is well formed and serves at
+    least one READY version (a ``latest`` or ``all`` policy of a model
+    without READY versions is accepted: it serves the first one to come)."""
+    if policy not in VersionPolicy.values:
+        raise RegistryError(f"unknown version policy '{policy}' (one of: {', '.join(VersionPolicy.values)})")
+    if policy == VersionPolicy.LATEST and latest < 1:
+        raise RegistryError("a latest policy serves at least 1 version")
+    states = dict(model.versions.values_list("number", "state"))
+    if policy == VersionPolicy.SPECIFIC:
+        if not specific:
+            raise RegistryError("a specific policy lists at least one version number")
+        missing = sorted(n for n in set(specific) if n not in states)
+        if missing:
+            raise RegistryError(f"model '{model.name}' has no version {', '.join(map(str, missing))}")
+    ready = [n for n, state in states.items() if state == State.READY]
+    if not served_versions(policy, ready, latest, specific) and (ready or policy == VersionPolicy.SPECIFIC):
+        listed = ", ".join(f"{n} ({states[n]})" for n in sorted(set(specific)))
+        raise RegistryError(
+            f"this version policy would serve no version of '{model.name}': "
+            + (f"it lists {listed}; " if policy == VersionPolicy.SPECIFIC else "")
+            + f"READY versions: {', '.join(map(str, sorted(ready))) or 'none'}"
+        )
+
+
+@transaction.atomic
+def model_set_policy(
+    model: RegisteredModel, policy: str, latest: int = 1, specific: list[int] = (), actor=None
+) -> RegisteredModel:
+    """Set the version policy (``latest`` N, ``all``, ``specific`` numbers).
+
+    Raises RegistryError for a malformed policy or one that serves nothing
+    (see :func:`check_version_policy`).
+    """
+    model = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+    specific = sorted({int(n) for n in specific})
+    check_version_policy(model, policy, latest, specific)
+    model.version_policy = policy
+    model.latest_versions = latest if policy == VersionPolicy.LATEST else model.latest_versions
+    model.specific_versions = specific if policy == VersionPolicy.SPECIFIC else []
+    model.save(update_fields=["version_policy", "latest_versions", "specific_versions", "updated_at"])
+    audit.record(actor, "model.policy", model, policy=policy, latest=latest, specific=specific)
+    bump_stamp()
+    return model
+
+
+# -- versions -----------------------------------------------------------------
 @transaction.atomic
 def version_create(
     model: RegisteredModel,
@@ -53,18 +173,25 @@ def version_create(
     outputs: list | None = None,
     properties: dict | None = None,
     reason: str = "",
+    log: list[str] | None = None,
     source: str = "",
+    uploaded_by=None,
     preferred_number: int | None = None,
+    action: str = "version.import",
 ) -> ModelVersion:
     """Add a version. Its number is ``preferred_number`` when that is above
     every number the model has used, else the next number (never reused).
+    The audit event ``action`` is recorded with ``uploaded_by`` as the actor.
 
-    Raises RegistryError when the model already has a version with these bytes.
+    Raises DuplicateVersion when the model already has a version with these bytes.
     """
     locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
     existing = locked.versions.filter(sha256=sha256).first()
     if existing is not None:
-        raise RegistryError(f"model '{locked.name}' already has these bytes as version {existing.number}")
+        raise DuplicateVersion(
+            f"model '{locked.name}' already has these bytes (sha256 {sha256[:12]}…) as version "
+            f"{existing.number} ({existing.state})"
+        )
     number = locked.last_version_number + 1
     if preferred_number is not None and preferred_number > locked.last_version_number:
         number = preferred_number
@@ -81,9 +208,127 @@ def version_create(
         outputs=outputs or [],
         properties=properties or {},
         reason=reason,
+        log=log or [],
         source=source,
+        uploaded_by=uploaded_by,
     )
-    _bump_stamp()
+    audit.record(uploaded_by, action, locked, number, sha256=sha256, size=size, state=state, source=source)
+    bump_stamp()
+    return version
+
+
+def version_upload(
+    model_name: str, staged: StagedFile, actor, *, team: Team | None = None, description: str = ""
+) -> ModelVersion:
+    """Register an uploaded file as the next version of ``model_name``.
+
+    When the model does not exist it is created for ``team`` (required then),
+    in the same transaction as the version. Order: :func:`uploads.preflight`
+    (empty, not ONNX, external data: UploadRefused), the duplicate check
+    (DuplicateVersion), the move of the staged file into the store, then the
+    version row (state UPLOADED) and its audit event in one transaction;
+    validation is scheduled when that commits. If the row cannot be written
+    the moved artifact is removed again, so an error leaves neither a version
+    nor a file (a crash in between leaves an orphan that ``cleanup_store``
+    removes).
+
+    Raises UploadRefused, DuplicateVersion or RegistryError.
+    """
+    preflight(staged)
+    model = RegisteredModel.objects.filter(name=model_name).first()
+    if model is None and team is None:
+        raise RegistryError(f"unknown model '{model_name}': give a team to create it")
+    if model is not None:
+        duplicate = model.versions.filter(sha256=staged.sha256).first()
+        if duplicate is not None:
+            raise DuplicateVersion(
+                f"model '{model.name}' already has these bytes (sha256 {staged.sha256[:12]}…) as version "
+                f"{duplicate.number} ({duplicate.state})"
+            )
+    else:
+        try:
+            model_name_validator(model_name)
+        except DjangoValidationError as exc:
+            raise RegistryError(exc.messages[0]) from None
+    stored = storage.commit_staged(model_name, staged.directory, staged.sha256, staged.size)
+    try:
+        with transaction.atomic():
+            if model is None:
+                model = _model_create(model_name, team, actor, description)
+            version = version_create(
+                model,
+                artifact=stored.relpath,
+                sha256=stored.sha256,
+                size=stored.size,
+                state=State.UPLOADED,
+                source=f"upload: {staged.name}",
+                uploaded_by=actor,
+                action="version.upload",
+            )
+            transaction.on_commit(lambda: _schedule_validation(version.pk), robust=True)
+    except BaseException:
+        _remove_if_unreferenced(stored.relpath)
+        raise
+    return version
+
+
+def _schedule_validation(version_id: int) -> None:
+    from models_store.tasks import validate_version
+
+    validate_version.delay(version_id)
+
+
+def _remove_if_unreferenced(relpath: str) -> None:
+    if not ModelVersion.objects.filter(artifact=relpath).exists():
+        storage.remove_artifact(relpath)
+
+
+def version_validate(version_id: int) -> ModelVersion | None:
+    """Validate an UPLOADED version: VALIDATING, then READY with its
+    signature and validation log, or FAILED with the reason (and the log of
+    the steps that passed). Returns the version (None when it was deleted);
+    a version in another state is left alone, so running it twice is harmless.
+    """
+    version = ModelVersion.objects.select_related("model").filter(pk=version_id).first()
+    if version is None or version.state != State.UPLOADED:
+        return version
+    version_set_state(version, State.VALIDATING)
+    log: list[str] = []
+    try:
+        config = config_from_raw(version.model.config)
+        signature = validation.validate_artifact(storage.artifact_path(version.artifact), config, log)
+    except validation.ValidationError as exc:
+        return _version_validated(version_id, State.FAILED, reason=str(exc), log=[*log, f"failed: {exc}"])
+    except Exception as exc:  # never leave a version VALIDATING
+        logger.exception("validation of version %s crashed", version_id)
+        reason = f"internal error during validation ({type(exc).__name__}); see the server log"
+        return _version_validated(version_id, State.FAILED, reason=reason, log=[*log, f"failed: {reason}"])
+    return _version_validated(
+        version_id,
+        State.READY,
+        log=log,
+        inputs=[_tensor_json(t) for t in signature.inputs],
+        outputs=[_tensor_json(t) for t in signature.outputs],
+        properties=signature.properties,
+    )
+
+
+def _tensor_json(tensor) -> dict:
+    return {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
+
+
+@transaction.atomic
+def _version_validated(version_id: int, state: str, *, log: list[str], reason: str = "", **signature):
+    version = ModelVersion.objects.select_for_update().select_related("model").filter(pk=version_id).first()
+    if version is None:  # deleted while it was validated
+        return None
+    version.state, version.reason, version.log = state, reason, log
+    for key, value in signature.items():
+        setattr(version, key, value)
+    version.save()
+    action = "version.ready" if state == State.READY else "version.failed"
+    audit.record(None, action, version.model, version.number, reason=reason)
+    bump_stamp()
     return version
 
 
@@ -92,88 +337,100 @@ def version_set_state(version: ModelVersion, state: str, reason: str = "") -> Mo
     version.state = state
     version.reason = reason
     version.save(update_fields=["state", "reason", "updated_at"])
-    _bump_stamp()
+    bump_stamp()
     return version
 
 
 @transaction.atomic
-def version_delete(version: ModelVersion) -> None:
-    """Delete a version row; its artifact directory is removed after commit
-    unless another version (of another model) still uses it. The number is
-    not reused."""
-    from models_store import storage
+def version_retire(version: ModelVersion, actor) -> ModelVersion:
+    """Stop serving a READY version (state UNAVAILABLE); it can be restored.
+    Raises RegistryError when it is not READY or a version label points at it."""
+    version = ModelVersion.objects.select_for_update().select_related("model").get(pk=version.pk)
+    if version.state != State.READY:
+        raise RegistryError(f"only a READY version can be retired; version {version.number} is {version.state}")
+    labels = sorted(version.labels.values_list("name", flat=True))
+    if labels:
+        raise RegistryError(
+            f"version label(s) {', '.join(labels)} point at version {version.number}; move or delete them first"
+        )
+    when = timezone.now().strftime("%Y-%m-%d %H:%M UTC")
+    who = actor.get_username() if actor is not None else audit.SYSTEM
+    version_set_state(version, State.UNAVAILABLE, f"retired by {who} on {when}")
+    audit.record(actor, "version.retire", version.model, version.number)
+    return version
 
+
+@transaction.atomic
+def version_restore(version: ModelVersion, actor) -> ModelVersion:
+    """Serve a retired version again (UNAVAILABLE -> READY).
+    Raises RegistryError for a version that is not retired."""
+    version = ModelVersion.objects.select_for_update().select_related("model").get(pk=version.pk)
+    if version.state != State.UNAVAILABLE:
+        raise RegistryError(f"only a retired version can be restored; version {version.number} is {version.state}")
+    version_set_state(version, State.READY)
+    audit.record(actor, "version.restore", version.model, version.number)
+    return version
+
+
+@transaction.atomic
+def version_delete(version: ModelVersion, actor=None) -> None:
+    """Delete a version row (and the labels pointing at it); its artifact
+    directory is removed after commit unless another version still uses it.
+    The number is not reused."""
     artifact = version.artifact
+    labels = sorted(version.labels.values_list("name", flat=True))
+    audit.record(actor, "version.delete", version.model, version.number, sha256=version.sha256, labels=labels)
     version.delete()
-    _bump_stamp()
+    bump_stamp()
     if not ModelVersion.objects.filter(artifact=artifact).exists():
         transaction.on_commit(lambda: storage.remove_artifact(artifact))
 
 
+# -- version labels -----------------------------------------------------------
 @transaction.atomic
-def label_set(model: RegisteredModel, name: str, number: int) -> VersionLabel:
+def label_set(model: RegisteredModel, name: str, number: int, actor=None) -> VersionLabel:
     """Point label ``name`` at version ``number``; the version must be READY.
 
     Raises RegistryError for a malformed name, a missing version, or a
     version that is not READY.
     """
-    from django.core.exceptions import ValidationError
-
     try:
         label_validator(name)
-    except ValidationError as exc:
+    except DjangoValidationError as exc:
         raise RegistryError(exc.messages[0]) from None
     version = model.versions.filter(number=number).first()
     if version is None:
         raise RegistryError(f"model '{model.name}' has no version {number}")
-    if version.state != ModelVersion.State.READY:
+    if version.state != State.READY:
         raise RegistryError(
             f"label '{name}' may only point at a READY version; version {number} of '{model.name}' is {version.state}"
         )
     label, _ = VersionLabel.objects.update_or_create(model=model, name=name, defaults={"version": version})
-    _bump_stamp()
+    audit.record(actor, "label.set", model, number, label=name)
+    bump_stamp()
     return label
 
 
 @transaction.atomic
-def label_delete(model: RegisteredModel, name: str) -> bool:
+def label_delete(model: RegisteredModel, name: str, actor=None) -> bool:
     """Remove a label; False when the model has no such label."""
     deleted, _ = VersionLabel.objects.filter(model=model, name=name).delete()
     if deleted:
-        _bump_stamp()
+        audit.record(actor, "label.delete", model, label=name)
+        bump_stamp()
     return bool(deleted)
 
 
 @transaction.atomic
-def model_set_loaded(model: RegisteredModel, loaded: bool) -> RegisteredModel:
+def model_set_loaded(model: RegisteredModel, loaded: bool, actor=None) -> RegisteredModel:
     """Load or unload a model (Triton's repository extension): an unloaded
     model serves no version in any process; its versions stay stored."""
     locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
     if locked.loaded != loaded:
         locked.loaded = loaded
         locked.save(update_fields=["loaded", "updated_at"])
-        _bump_stamp()
-    return locked
-
-
-@transaction.atomic
-def model_set_policy(
-    model: RegisteredModel, policy: str, latest: int = 1, specific: list[int] | None = None
-) -> RegisteredModel:
-    """Change a model's version policy. Raises RegistryError for an unknown
-    policy or a latest count below 1."""
-    from models_store.version_policy import served_versions
-
-    try:
-        served_versions(policy, [], latest, specific or [])
-    except ValueError as exc:
-        raise RegistryError(str(exc)) from None
-    locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
-    locked.version_policy = policy
-    locked.latest_versions = latest
-    locked.specific_versions = list(specific or [])
-    locked.save(update_fields=["version_policy", "latest_versions", "specific_versions", "updated_at"])
-    _bump_stamp()
+        audit.record(actor, "model.load" if loaded else "model.unload", locked)
+        bump_stamp()
     return locked
 
 
@@ -181,7 +438,7 @@ INSTANCE_KINDS = ("KIND_AUTO", "KIND_GPU", "KIND_CPU")
 
 
 @transaction.atomic
-def model_set_instance_group(model: RegisteredModel, groups: list[dict]) -> RegisteredModel:
+def model_set_instance_group(model: RegisteredModel, groups: list[dict], actor=None) -> RegisteredModel:
     """Replace a model's instance groups (Triton's ``instance_group``): each
     ``{"kind": KIND_AUTO|KIND_GPU|KIND_CPU, "count": n >= 1, "gpus": [ints]}``
     (``gpus`` only for KIND_GPU). Raises RegistryError for anything else."""
@@ -202,5 +459,28 @@ def model_set_instance_group(model: RegisteredModel, groups: list[dict]) -> Regi
     locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
     locked.instance_group = clean
     locked.save(update_fields=["instance_group", "updated_at"])
-    _bump_stamp()
+    audit.record(actor, "model.instance_group", locked, instance_group=clean)
+    bump_stamp()
     return locked
+
+
+@transaction.atomic
+def model_delete(model: RegisteredModel, actor=None) -> None:
+    """Delete a model with its versions (their artifacts are removed after commit) and labels."""
+    for version in list(model.versions.all()):
+        version_delete(version, actor)
+    audit.record(actor, "model.delete", model, team=model.team.name if model.team else "")
+    model.delete()
+    bump_stamp()
+
+
+@transaction.atomic
+def admin_recorded(actor, obj, action: str, **detail) -> None:
+    """Record a change made in the Django admin (``action``: add, change,
+    delete) and bump the stamp, so that servers and token scopes follow it."""
+    model = obj if isinstance(obj, RegisteredModel) else getattr(obj, "model", None)
+    version = getattr(obj, "number", None)
+    if model is not None and model.pk is None:
+        model = None
+    audit.record(actor, f"admin.{action}", model, version, object=f"{type(obj).__name__} {obj}", **detail)
+    bump_stamp()

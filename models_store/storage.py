@@ -1,9 +1,12 @@
 """The artifact store under MODEL_STORE_DIR, content-addressed by sha256.
 
 A version's files live in ``<model>/<sha256>/`` (``model.onnx`` plus any
-external-data files at their relative paths). Files are copied into a
-temporary directory inside the store, fsynced, and renamed into place in one
-step, so a crash never leaves a half-written artifact under its final name.
+external-data files at their relative paths). Files are written into a
+staging directory under ``.tmp/`` inside the store (same file system),
+fsynced, and renamed into place in one step, so a crash never leaves a
+half-written artifact under its final name. What a crash can leave behind
+(a staging directory, an artifact whose version row never committed) is
+listed by :func:`find_orphans` and removed by ``manage.py cleanup_store``.
 """
 
 from __future__ import annotations
@@ -12,12 +15,14 @@ import hashlib
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
 
 MODEL_FILENAME = "model.onnx"
+STAGING_DIRNAME = ".tmp"
 _CHUNK = 1 << 20
 
 
@@ -59,31 +64,24 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def store_files(model_name: str, model_file: Path, extra_files: list[Path] = ()) -> StoredArtifact:
-    """Copy a model file (and external data files beside it) into the store.
+def new_staging_dir(prefix: str) -> Path:
+    """A new empty directory under ``MODEL_STORE_DIR/.tmp`` for files on their way into the store."""
+    staging = store_root() / STAGING_DIRNAME
+    staging.mkdir(exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=staging))
 
-    The sha256 covers the model file then the extra files in order (for a
-    model without external data it is ``sha256sum model.onnx``). Storing the
-    same content twice is a no-op returning the same artifact.
+
+def _move_into_place(tmp_dir: Path, model_name: str, sha256: str) -> None:
+    """Rename a complete, fsynced staging directory to ``<model>/<sha256>``.
+
+    The files must already be fsynced; the directory entries are fsynced
+    here. When the final directory already holds the model file (the same
+    bytes stored before, or concurrently) the staging directory is dropped.
     """
-    files = [model_file, *extra_files]
-    sha256, size = digest_files(files)
-    root = store_root()
-    final_dir = root / model_name / sha256
-    relpath = f"{model_name}/{sha256}/{MODEL_FILENAME}"
-    if (final_dir / MODEL_FILENAME).is_file():
-        return StoredArtifact(relpath, sha256, size)
-    tmp_parent = root / ".tmp"
-    tmp_parent.mkdir(exist_ok=True)
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f"{model_name}-", dir=tmp_parent))
+    final_dir = store_root() / model_name / sha256
     try:
-        for index, source in enumerate(files):
-            target = tmp_dir / (MODEL_FILENAME if index == 0 else source.relative_to(model_file.parent.resolve()))
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with open(source, "rb") as src, open(target, "wb") as dst:
-                shutil.copyfileobj(src, dst, _CHUNK)
-                dst.flush()
-                os.fsync(dst.fileno())
+        if (final_dir / MODEL_FILENAME).is_file():
+            return
         _fsync_dir(tmp_dir)
         final_dir.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -95,7 +93,41 @@ def store_files(model_name: str, model_file: Path, extra_files: list[Path] = ())
     finally:
         if tmp_dir.exists():
             shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def store_files(model_name: str, model_file: Path, extra_files: list[Path] = ()) -> StoredArtifact:
+    """Copy a model file (and external data files beside it) into the store.
+
+    The sha256 covers the model file then the extra files in order (for a
+    model without external data it is ``sha256sum model.onnx``). Storing the
+    same content twice is a no-op returning the same artifact.
+    """
+    files = [model_file, *extra_files]
+    sha256, size = digest_files(files)
+    relpath = f"{model_name}/{sha256}/{MODEL_FILENAME}"
+    if (store_root() / relpath).is_file():
+        return StoredArtifact(relpath, sha256, size)
+    tmp_dir = new_staging_dir(f"{model_name}-")
+    try:
+        for index, source in enumerate(files):
+            target = tmp_dir / (MODEL_FILENAME if index == 0 else source.relative_to(model_file.parent.resolve()))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(source, "rb") as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst, _CHUNK)
+                dst.flush()
+                os.fsync(dst.fileno())
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
+    _move_into_place(tmp_dir, model_name, sha256)
     return StoredArtifact(relpath, sha256, size)
+
+
+def commit_staged(model_name: str, staging_dir: Path, sha256: str, size: int) -> StoredArtifact:
+    """Move a staging directory holding a fsynced ``model.onnx`` (whose
+    sha256 and size the caller measured while writing it) into the store."""
+    _move_into_place(staging_dir, model_name, sha256)
+    return StoredArtifact(f"{model_name}/{sha256}/{MODEL_FILENAME}", sha256, size)
 
 
 def remove_artifact(relpath: str) -> None:
@@ -127,3 +159,45 @@ def copy_artifact(relpath: str, target_dir: Path) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return model_path
+
+
+def _age_seconds(path: Path, now: float) -> float:
+    try:
+        return now - path.lstat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def find_orphans(referenced: set[str], min_age_seconds: float = 0.0) -> list[Path]:
+    """Store entries no version row uses, older than ``min_age_seconds``:
+    staging directories and files under ``.tmp/`` (uploads in progress are
+    younger), and ``<model>/<sha256>/`` artifact directories whose
+    ``model.onnx`` relative path is not in ``referenced``. Paths are absolute.
+    """
+    root = store_root()
+    now = time.time()
+    orphans: list[Path] = []
+    staging = root / STAGING_DIRNAME
+    if staging.is_dir():
+        orphans += [p for p in sorted(staging.iterdir()) if _age_seconds(p, now) >= min_age_seconds]
+    for model_dir in sorted(p for p in root.iterdir() if p.is_dir() and p.name != STAGING_DIRNAME):
+        for artifact_dir in sorted(model_dir.iterdir()):
+            relpath = f"{model_dir.name}/{artifact_dir.name}/{MODEL_FILENAME}"
+            if relpath not in referenced and _age_seconds(artifact_dir, now) >= min_age_seconds:
+                orphans.append(artifact_dir)
+    return orphans
+
+
+def remove_path(path: Path) -> None:
+    """Remove a store entry (directory or file) found by :func:`find_orphans`,
+    and its model directory when that is left empty."""
+    root = store_root()
+    if not path.is_relative_to(root) or path == root:
+        raise ValueError(f"{path} is not inside the model store {root}")
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+    parent = path.parent
+    if parent != root and parent.name != STAGING_DIRNAME and parent.is_dir() and not any(parent.iterdir()):
+        parent.rmdir()

@@ -151,12 +151,14 @@ def _zero_feed(tensor: MetadataTensor) -> np.ndarray:
     return np.zeros(shape, dtype=BY_NAME[tensor.datatype].numpy)
 
 
-def validate_artifact(path: Path, config: TritonConfig | None = None) -> Signature:
+def validate_artifact(path: Path, config: TritonConfig | None = None, log: list[str] | None = None) -> Signature:
     """Validate the ONNX file at ``path`` (see module docstring).
 
     Returns the Signature; raises ValidationError with a user-facing reason.
+    Each step that passed is appended to ``log`` when given (so that a caller
+    sees how far a failed validation got) and to ``Signature.log``.
     """
-    log: list[str] = []
+    log = [] if log is None else log
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # onnx raises DecodeError, ValueError, OSError...

@@ -12,8 +12,10 @@ from tests.support.server import LiveServer
 
 @pytest.fixture(autouse=True)
 def _model_store(settings, tmp_path):
-    """Each test gets an empty MODEL_STORE_DIR."""
+    """Each test gets an empty MODEL_STORE_DIR (and a fast password hasher:
+    the production one is slow on purpose)."""
     settings.MODEL_STORE_DIR = tmp_path / "store"
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture(scope="session")

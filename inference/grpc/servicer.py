@@ -117,6 +117,9 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
         started = time.perf_counter()
         outcome, version, response = "internal", "", None
         try:
+            if settings.INFERENCE_REQUIRE_TOKEN:
+                # The token checker may reload its snapshot with the ORM: not on the event loop.
+                await asyncio.to_thread(authorize, _bearer(context), request.model_name)
             if self.pool is None:
                 response = self._infer(request, context)
             else:
@@ -146,8 +149,6 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
             )
 
     def _infer(self, request, context):
-        if settings.INFERENCE_REQUIRE_TOKEN:
-            authorize(_bearer(context), request.model_name)
         infer_request = converters.infer_request_from_proto(request, self.max_request_bytes)
         return converters.infer_response_to_proto(self.dataplane.infer(infer_request))
 

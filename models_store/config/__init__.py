@@ -16,7 +16,7 @@ from google.protobuf import json_format, text_format
 
 from models_store.config import model_config_pb2 as pb
 
-__all__ = ["ConfigError", "TensorConfig", "TritonConfig", "parse_config", "pb"]
+__all__ = ["ConfigError", "TensorConfig", "TritonConfig", "config_from_raw", "parse_config", "pb"]
 
 
 class ConfigError(ValueError):
@@ -110,3 +110,12 @@ def parse_config(text: str) -> TritonConfig:
         parameters={k: v.string_value for k, v in message.parameters.items()},
         raw=json_format.MessageToDict(message, preserving_proto_field_name=True),
     )
+
+
+def config_from_raw(raw: dict) -> TritonConfig | None:
+    """The TritonConfig of a config kept as JSON (``TritonConfig.raw``, as
+    stored on RegisteredModel.config); None for an empty one."""
+    if not raw:
+        return None
+    message = json_format.ParseDict(raw, pb.ModelConfig(), ignore_unknown_fields=True)
+    return parse_config(text_format.MessageToString(message))

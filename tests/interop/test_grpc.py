@@ -11,7 +11,6 @@ from __future__ import annotations
 import struct
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -24,6 +23,7 @@ from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.support import onnx_models as m
+from tests.support.live import wait_for
 from tests.support.onnx_models import ALL_DATATYPES, expected_identity_input
 from tests.support.server import ROOT
 
@@ -281,12 +281,7 @@ def _manage(model_server, *args: str) -> str:
 
 
 def _wait(predicate, timeout: float = 15.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
+    return wait_for(predicate, timeout, interval=0.2)
 
 
 def test_registry_changes_reach_both_processes(model_server, client, tmp_path):

@@ -7,10 +7,8 @@ import os
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 from django.core.management import call_command
-from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 from models_store import selectors
 from models_store.models import ModelVersion, RegisteredModel
@@ -121,22 +119,9 @@ def test_config_is_applied_and_checked(repo):
 
 
 def _model_with_external_data(directory: Path, location: str) -> Path:
-    weights = numpy_helper.from_array(np.ones((4,), dtype=np.float32), name="w")
-    external_data_helper.set_external_data(weights, location=location, offset=0, length=16)
-    weights.ClearField("raw_data")
-    weights.data_location = TensorProto.EXTERNAL
-    graph = helper.make_graph(
-        [helper.make_node("Add", ["x", "w"], ["y"])],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
-        initializer=[weights],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "model.onnx"
-    onnx.save(model, str(path))
+    path.write_bytes(m.external_data_model(location))
     return path
 
 

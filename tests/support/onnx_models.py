@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 from inference.protocol.datatypes import BY_NAME, DATATYPES
 
@@ -192,3 +192,27 @@ def slow_loop(width: int = 256) -> bytes:
         [_vi("y", "FP32", (1, width))],
         initializers=[weight, cond],
     )
+
+
+def external_data_model(location: str) -> bytes:
+    """y = x + w, FP32 [4], the weight ``w`` in external data at ``location``
+    (e.g. ``data/w.bin``, or a crafted ``../../etc/passwd``)."""
+    weights = numpy_helper.from_array(np.ones((4,), dtype=np.float32), name="w")
+    external_data_helper.set_external_data(weights, location=location, offset=0, length=16)
+    weights.ClearField("raw_data")
+    weights.data_location = TensorProto.EXTERNAL
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        "g",
+        [_vi("x", "FP32", [4])],
+        [_vi("y", "FP32", [4])],
+        initializer=[weights],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def failing_model() -> bytes:
+    """Parses as ONNX but fails the ONNX checker: a node of an unknown operator."""
+    return _model([helper.make_node("NoSuchOperator", ["x"], ["y"])], [_vi("x", "FP32", [2])], [_vi("y", "FP32", [2])])

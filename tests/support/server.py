@@ -126,6 +126,7 @@ class LiveServer:
                 process.kill()
 
     def _grpc_listening(self) -> bool:
+        """The gRPC child starts independently of the HTTP one: wait for both."""
         try:
             with socket.create_connection(("127.0.0.1", self.grpc_port), timeout=1):
                 return True

@@ -5,6 +5,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from models_store.repository import import_repository
+from models_store.services import RegistryError
 
 
 class Command(BaseCommand):
@@ -12,11 +13,17 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("directory", type=Path)
+        parser.add_argument(
+            "--team",
+            default=None,
+            help="team given to imported models that have none (default: the REPOSITORY_TEAM setting; "
+            "empty: operator-owned)",
+        )
 
-    def handle(self, *args, directory: Path, **options):
+    def handle(self, *args, directory: Path, team: str | None, **options):
         try:
-            results = import_repository(directory)
-        except FileNotFoundError as exc:
+            results = import_repository(directory, team)
+        except (FileNotFoundError, RegistryError) as exc:
             raise CommandError(str(exc)) from None
         for result in results:
             style = self.style.ERROR if result.outcome == "failed" else self.style.SUCCESS

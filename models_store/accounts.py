@@ -1,0 +1,96 @@
+"""Writes for people: users, teams, memberships and API tokens.
+
+Changes that affect who may call which model (tokens; memberships and users
+through models_store.signals) bump the registry change stamp, so that every server process reloads its token
+scopes; every change is recorded in the audit log.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from models_store import audit, tokens
+from models_store.models import ApiToken, Team, TeamMembership, team_name_validator
+from models_store.services import RegistryError, bump_stamp
+
+
+@transaction.atomic
+def team_get_or_create(name: str, actor=None) -> Team:
+    """The team called ``name``, created if needed. Raises RegistryError for a malformed name."""
+    try:
+        team_name_validator(name)
+    except DjangoValidationError as exc:
+        raise RegistryError(exc.messages[0]) from None
+    team, created = Team.objects.get_or_create(name=name)
+    if created:
+        audit.record(actor, "team.create", team=name)
+    return team
+
+
+@transaction.atomic
+def membership_add(team: Team, user, actor=None) -> TeamMembership:
+    """Make ``user`` a member of ``team`` (idempotent)."""
+    membership, created = TeamMembership.objects.get_or_create(team=team, user=user)  # bumps the stamp (signals)
+    if created:
+        audit.record(actor, "team.join", team=team.name, user=user.get_username())
+    return membership
+
+
+@transaction.atomic
+def user_create(username: str, password: str, *, teams: list[str] = (), email: str = "", superuser: bool = False):
+    """Create a user with ``password`` and team memberships (teams are created
+    when missing). Raises RegistryError when the username is taken."""
+    model = get_user_model()
+    if model.objects.filter(username=username).exists():
+        raise RegistryError(f"user '{username}' already exists")
+    create = model.objects.create_superuser if superuser else model.objects.create_user
+    user = create(username=username, email=email, password=password)
+    audit.record(None, "user.create", user=username, superuser=superuser)
+    for name in teams:
+        membership_add(team_get_or_create(name), user)
+    return user
+
+
+@transaction.atomic
+def token_create(user, name: str, team: Team | None = None) -> tuple[ApiToken, str]:
+    """A new API token for ``user`` (limited to ``team`` when given; the user
+    must belong to it unless a superuser). Returns the row and the token
+    itself, which is never stored: show it once.
+
+    Raises RegistryError for an empty name or a team the user is not in.
+    """
+    name = name.strip()
+    if not name:
+        raise RegistryError("give the token a name (e.g. the script that uses it)")
+    if team is not None and not user.is_superuser and not team.memberships.filter(user=user).exists():
+        raise RegistryError(f"you are not a member of team {team.name}")
+    plain = tokens.generate()
+    token = ApiToken.objects.create(
+        user=user, name=name[:64], team=team, prefix=tokens.display_prefix(plain), key_hash=tokens.hash_token(plain)
+    )
+    audit.record(user, "token.create", token=token.name, prefix=token.prefix, team=team.name if team else "")
+    bump_stamp()
+    return token, plain
+
+
+@transaction.atomic
+def token_revoke(token: ApiToken, actor) -> ApiToken:
+    """Revoke a token (idempotent); it stops working everywhere within about
+    REGISTRY_POLL_SECONDS."""
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+        audit.record(actor, "token.revoke", token=token.name, prefix=token.prefix, owner=token.user.get_username())
+        bump_stamp()
+    return token
+
+
+def token_touch(token: ApiToken) -> None:
+    """Note that a token was used (management API), at most once a minute."""
+    now = timezone.now()
+    if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        token.last_used_at = now

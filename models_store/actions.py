@@ -1,0 +1,137 @@
+"""What people do to the model store, shared by the web UI and the management API.
+
+Each action looks up its target, checks that the user (through an API token
+when given) may do it (:mod:`models_store.permissions`), and calls one
+service. Errors, each with a message for the user:
+
+- :class:`NotFound` (404): no such model, version or label;
+- :class:`~models_store.permissions.AccessDenied` (403);
+- :class:`~models_store.services.RegistryError` (400), its subclass
+  :class:`~models_store.services.DuplicateVersion` (409);
+- :class:`~models_store.uploads.UploadRefused` (400, or 413 for size).
+"""
+
+from __future__ import annotations
+
+from models_store import accounts, selectors, services
+from models_store.models import ApiToken, ModelVersion, RegisteredModel
+from models_store.permissions import AccessDenied, require_change_model, require_team
+from models_store.services import DuplicateVersion, RegistryError
+from models_store.uploads import StagedFile, UploadRefused
+
+__all__ = ["AccessDenied", "DuplicateVersion", "NotFound", "RegistryError", "UploadRefused", "http_status"]
+
+
+class NotFound(LookupError):
+    """No such model, model version or version label."""
+
+    def __str__(self) -> str:
+        return self.args[0] if self.args else "not found"
+
+
+def http_status(exc: Exception) -> int | None:
+    """The HTTP status of an action error, or None for another exception."""
+    if isinstance(exc, UploadRefused):
+        return exc.status
+    for kind, status in ((NotFound, 404), (AccessDenied, 403), (DuplicateVersion, 409), (RegistryError, 400)):
+        if isinstance(exc, kind):
+            return status
+    return None
+
+
+def get_model(name: str) -> RegisteredModel:
+    model = selectors.model_get(name)
+    if model is None:
+        raise NotFound(f"unknown model '{name}'")
+    return model
+
+
+def get_version(model: RegisteredModel, number: int) -> ModelVersion:
+    version = selectors.version_get(model, number)
+    if version is None:
+        raise NotFound(f"model '{model.name}' has no version {number}")
+    return version
+
+
+def _changeable_model(user, token, name: str) -> RegisteredModel:
+    model = get_model(name)
+    require_change_model(user, model, token)
+    return model
+
+
+def check_upload(user, token: ApiToken | None, model_name: str) -> None:
+    """Refuse an upload to an existing model the user may not change, before
+    the body is read (a new model is checked once its team is known)."""
+    model = selectors.model_get(model_name)
+    if model is not None:
+        require_change_model(user, model, token)
+
+
+def upload(
+    user, token: ApiToken | None, model_name: str, staged: StagedFile, team_name: str = "", description: str = ""
+) -> ModelVersion:
+    """Upload ``staged`` as the next version of ``model_name``; a new model
+    needs ``team_name`` (a team the user belongs to)."""
+    model = selectors.model_get(model_name)
+    team = None
+    if model is not None:
+        require_change_model(user, model, token)
+    else:
+        if not team_name:
+            raise RegistryError(f"model '{model_name}' does not exist yet: choose the team that will own it")
+        team = selectors.team_get(team_name)
+        if team is None:
+            raise RegistryError(f"unknown team '{team_name}'")
+        require_team(user, team, token)
+    return services.version_upload(model_name, staged, user, team=team, description=description)
+
+
+def update_model(user, token, name: str, *, description: str | None = None, policy: dict | None = None):
+    """Change the description and/or the version policy (``policy``: keys
+    ``version_policy``, ``latest_versions``, ``specific_versions``)."""
+    model = _changeable_model(user, token, name)
+    if policy:
+        model = services.model_set_policy(
+            model,
+            policy.get("version_policy", model.version_policy),
+            policy.get("latest_versions", model.latest_versions),
+            policy.get("specific_versions", model.specific_versions),
+            actor=user,
+        )
+    if description is not None and description != model.description:
+        model = services.model_update(model, user, description=description)
+    return model
+
+
+def set_label(user, token, name: str, label: str, number: int):
+    model = _changeable_model(user, token, name)
+    return services.label_set(model, label, number, actor=user)
+
+
+def delete_label(user, token, name: str, label: str) -> None:
+    model = _changeable_model(user, token, name)
+    if not services.label_delete(model, label, actor=user):
+        raise NotFound(f"model '{name}' has no version label '{label}'")
+
+
+def retire_version(user, token, name: str, number: int) -> ModelVersion:
+    model = _changeable_model(user, token, name)
+    return services.version_retire(get_version(model, number), user)
+
+
+def restore_version(user, token, name: str, number: int) -> ModelVersion:
+    model = _changeable_model(user, token, name)
+    return services.version_restore(get_version(model, number), user)
+
+
+def delete_version(user, token, name: str, number: int) -> None:
+    model = _changeable_model(user, token, name)
+    services.version_delete(get_version(model, number), user)
+
+
+def revoke_token(user, token_id: int):
+    """Revoke one of the user's own API tokens (a superuser: anyone's)."""
+    token = selectors.token_get(token_id)
+    if token is None or (token.user_id != user.pk and not user.is_superuser):
+        raise NotFound("no such API token")
+    return accounts.token_revoke(token, user)

@@ -1,0 +1,176 @@
+"""The Django admin: the operator's back door to every registry model.
+
+Edits that the services would check are checked here too (a version policy
+that serves nothing, a label on a version that is not READY); every save and
+delete is recorded in the audit log and bumps the registry stamp, so that
+the servers follow. Versions are read-only (they are validated artifacts);
+deleting one removes its artifact. Tokens can only be revoked here (they are
+created on the web UI, which shows them once).
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.db import transaction
+
+from models_store import accounts, services
+from models_store.models import (
+    ApiToken,
+    AuditEvent,
+    ModelVersion,
+    RegisteredModel,
+    RegistryStamp,
+    Team,
+    TeamMembership,
+    VersionLabel,
+)
+
+
+class AuditedAdmin(admin.ModelAdmin):
+    """Saves and deletes are audited (``admin.add``/``admin.change``/``admin.delete``) and bump the stamp."""
+
+    def save_model(self, request, obj, form, change):
+        with transaction.atomic():
+            super().save_model(request, obj, form, change)
+            services.admin_recorded(request.user, obj, "change" if change else "add", fields=form.changed_data)
+
+    def delete_model(self, request, obj):
+        with transaction.atomic():
+            services.admin_recorded(request.user, obj, "delete")
+            super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            self.delete_model(request, obj)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class MembershipInline(admin.TabularInline):
+    model = TeamMembership
+    extra = 1
+    autocomplete_fields = ["user"]
+
+
+@admin.register(Team)
+class TeamAdmin(AuditedAdmin):
+    list_display = ["name", "description", "created_at"]
+    search_fields = ["name"]
+    inlines = [MembershipInline]
+
+
+@admin.register(TeamMembership)
+class TeamMembershipAdmin(AuditedAdmin):
+    list_display = ["team", "user", "created_at"]
+    list_filter = ["team"]
+    autocomplete_fields = ["user"]
+
+
+class RegisteredModelForm(forms.ModelForm):
+    class Meta:
+        model = RegisteredModel
+        fields = "__all__"
+
+    def clean(self):
+        data = super().clean()
+        if self.instance.pk and "version_policy" in data:
+            latest, specific = data.get("latest_versions") or 0, data.get("specific_versions") or []
+            try:
+                services.check_version_policy(self.instance, data["version_policy"], latest, specific)
+            except services.RegistryError as exc:
+                raise forms.ValidationError(str(exc)) from None
+        return data
+
+
+@admin.register(RegisteredModel)
+class RegisteredModelAdmin(AuditedAdmin):
+    form = RegisteredModelForm
+    list_display = ["name", "team", "version_policy", "latest_versions", "last_version_number", "updated_at"]
+    list_filter = ["team", "version_policy"]
+    search_fields = ["name", "description"]
+    readonly_fields = ["last_version_number", "config", "created_by", "created_at", "updated_at"]
+
+    def delete_model(self, request, obj):
+        services.model_delete(obj, request.user)
+
+
+@admin.register(ModelVersion)
+class ModelVersionAdmin(ReadOnlyAdmin):
+    list_display = ["model", "number", "state", "size", "uploaded_by", "created_at"]
+    list_filter = ["state", "model__team"]
+    search_fields = ["model__name", "sha256"]
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+    def delete_model(self, request, obj):
+        services.version_delete(obj, request.user)
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            services.version_delete(obj, request.user)
+
+
+class VersionLabelForm(forms.ModelForm):
+    class Meta:
+        model = VersionLabel
+        fields = ["model", "name", "version"]
+
+    def clean(self):
+        data = super().clean()
+        version, model = data.get("version"), data.get("model")
+        if version is not None and model is not None:
+            if version.model_id != model.pk:
+                raise forms.ValidationError(f"version {version} is not a version of {model}")
+            if version.state != ModelVersion.State.READY:
+                raise forms.ValidationError(f"a label may only point at a READY version; {version} is {version.state}")
+        return data
+
+
+@admin.register(VersionLabel)
+class VersionLabelAdmin(AuditedAdmin):
+    form = VersionLabelForm
+    list_display = ["model", "name", "version", "updated_at"]
+    list_filter = ["model"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(ReadOnlyAdmin):
+    list_display = ["name", "user", "team", "prefix", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["revoked_at", "team"]
+    search_fields = ["name", "user__username", "prefix"]
+    actions = ["revoke"]
+
+    @admin.action(description="Revoke the selected API tokens")
+    def revoke(self, request, queryset):
+        for token in queryset.select_related("user"):
+            accounts.token_revoke(token, request.user)
+        self.message_user(request, f"Revoked {queryset.count()} token(s).", messages.SUCCESS)
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(ReadOnlyAdmin):
+    list_display = ["created_at", "actor_name", "action", "model_name", "version_number"]
+    list_filter = ["action"]
+    search_fields = ["actor_name", "model_name"]
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(RegistryStamp)
+class RegistryStampAdmin(ReadOnlyAdmin):
+    list_display = ["counter", "changed_at"]
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -1,0 +1,22 @@
+"""Routes of the management API under ``/api/``, its OpenAPI schema and docs."""
+
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from models_store import apis
+
+_MODEL = "models/<str:name>"
+_VERSION = "models/<str:name>/versions/<int:number>"
+
+urlpatterns = [
+    path("models/", apis.ModelListView.as_view(), name="api-model-list"),
+    path(f"{_MODEL}/", apis.ModelDetailView.as_view(), name="api-model-detail"),
+    path(f"{_MODEL}/versions/", apis.VersionListView.as_view(), name="api-version-list"),
+    path(f"{_VERSION}/", apis.VersionDetailView.as_view(), name="api-version-detail"),
+    path(f"{_VERSION}/retire", apis.VersionRetireView.as_view(), name="api-version-retire"),
+    path(f"{_VERSION}/restore", apis.VersionRestoreView.as_view(), name="api-version-restore"),
+    path(f"{_MODEL}/labels/<str:label>/", apis.LabelView.as_view(), name="api-label"),
+    path(f"{_MODEL}/audit/", apis.AuditView.as_view(), name="api-audit"),
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+]

@@ -1,0 +1,33 @@
+"""DRF authentication with personal API tokens: ``Authorization: Bearer <token>``."""
+
+from __future__ import annotations
+
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.exceptions import AuthenticationFailed
+
+from models_store import accounts, selectors, tokens
+
+
+class BearerTokenAuthentication(BaseAuthentication):
+    """Authenticates ``Authorization: Bearer <token>``; ``request.auth`` is the
+    ApiToken. Other schemes are left to the next authentication class; an
+    unknown or revoked token, or one of an inactive user, is a 401."""
+
+    keyword = "bearer"
+
+    def authenticate(self, request):
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        scheme, _, value = header.strip().partition(" ")
+        if scheme.lower() != self.keyword:
+            return None
+        value = value.strip()
+        if not value or " " in value:
+            raise AuthenticationFailed("malformed Authorization header: use 'Bearer <token>'")
+        token = selectors.token_by_hash(tokens.hash_token(value))
+        if token is None:
+            raise AuthenticationFailed("invalid or revoked API token")
+        accounts.token_touch(token)
+        return token.user, token
+
+    def authenticate_header(self, request) -> str:
+        return 'Bearer realm="modelhost"'

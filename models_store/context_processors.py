@@ -1,0 +1,8 @@
+"""Template context of the web UI's pages."""
+
+from django.conf import settings
+
+
+def ui(request) -> dict:
+    """``token_required`` (INFERENCE_REQUIRE_TOKEN) and ``max_upload_bytes`` (MAX_UPLOAD_BYTES)."""
+    return {"token_required": settings.INFERENCE_REQUIRE_TOKEN, "max_upload_bytes": settings.MAX_UPLOAD_BYTES}

@@ -1,0 +1,76 @@
+"""Forms of the web UI (every one is posted with Django's CSRF token)."""
+
+from __future__ import annotations
+
+from django import forms
+from django.core.validators import RegexValidator
+
+from models_store.models import MODEL_NAME_RE, VersionPolicy, label_validator
+
+
+def parse_version_numbers(text: str) -> list[int]:
+    """``"1, 3 4"`` -> ``[1, 3, 4]``; raises forms.ValidationError for anything else."""
+    parts = text.replace(",", " ").split()
+    if not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise forms.ValidationError("list version numbers (positive integers) separated by commas")
+    return sorted({int(p) for p in parts})
+
+
+class ModelSettingsForm(forms.Form):
+    """Description and version policy of a model."""
+
+    description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+    version_policy = forms.ChoiceField(choices=VersionPolicy.choices)
+    latest_versions = forms.IntegerField(min_value=1, initial=1, label="Latest N")
+    specific_versions = forms.CharField(required=False, label="Specific versions", help_text="e.g. 1, 3")
+
+    def clean_specific_versions(self) -> list[int]:
+        return parse_version_numbers(self.cleaned_data["specific_versions"])
+
+    def policy(self) -> dict:
+        data = self.cleaned_data
+        return {key: data[key] for key in ("version_policy", "latest_versions", "specific_versions")}
+
+
+class LabelForm(forms.Form):
+    """Point a version label at a READY version."""
+
+    label = forms.CharField(max_length=64, validators=[label_validator], help_text="e.g. stable, canary")
+    # A select of the READY versions; any number is accepted here, so that the
+    # registry answers a missing or not READY version with its own message.
+    version = forms.IntegerField(min_value=1, widget=forms.Select())
+
+    def __init__(self, *args, ready_versions: list[int] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["version"].widget.choices = [(n, f"version {n}") for n in ready_versions]
+
+
+class UploadForm(forms.Form):
+    """A model file, and for a new model its name, team and description."""
+
+    name = forms.CharField(
+        max_length=128,
+        validators=[RegexValidator(MODEL_NAME_RE, "letters, digits, '_', '.', '-'; starting with a letter or digit")],
+        help_text="the model name used in inference URLs",
+    )
+    team = forms.ChoiceField(choices=(), help_text="the team that owns the new model")
+    description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+    file = forms.FileField(help_text="an ONNX model (.onnx)")
+
+    def __init__(self, *args, teams: list[str] = (), existing_model: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].choices = [(t, t) for t in teams]
+        if existing_model is not None:
+            for key in ("name", "team", "description"):
+                del self.fields[key]
+
+
+class TokenForm(forms.Form):
+    """A new API token, optionally limited to one team."""
+
+    name = forms.CharField(max_length=64, help_text="what uses it, e.g. 'ci' or 'nightly-eval'")
+    team = forms.ChoiceField(choices=(), required=False, help_text="limit the token to one team's models")
+
+    def __init__(self, *args, teams: list[str] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].choices = [("", "all my teams"), *((t, t) for t in teams)]

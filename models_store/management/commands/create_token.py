@@ -1,0 +1,35 @@
+"""``manage.py create_token USERNAME NAME [--team T]``: an API token for scripts.
+
+Prints the token once (only its hash is stored), like the web UI's API
+tokens page; handy to bootstrap automation.
+"""
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from models_store import accounts, selectors
+from models_store.services import RegistryError
+
+
+class Command(BaseCommand):
+    help = "Create an API token for a user and print it (shown once)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("username")
+        parser.add_argument("name", help="what uses the token, e.g. ci")
+        parser.add_argument("--team", default="", help="limit the token to this team's models")
+
+    def handle(self, *args, username, name, team, **options):
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            raise CommandError(f"unknown user '{username}'")
+        scope = None
+        if team:
+            scope = selectors.team_get(team)
+            if scope is None:
+                raise CommandError(f"unknown team '{team}'")
+        try:
+            _, plain = accounts.token_create(user, name, scope)
+        except RegistryError as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(plain)

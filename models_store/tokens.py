@@ -1,0 +1,199 @@
+"""API tokens: generation, hashing, and the inference token checker.
+
+A token is ``mh_`` plus 43 URL-safe characters (256 random bits). Only its
+sha256 is stored, so a leaked database does not leak usable tokens; since
+tokens are random, a plain sha256 (no slow hash) is enough.
+
+:func:`check_inference_token` is ``settings.INFERENCE_TOKEN_CHECKER``: the
+inference transports call it on every request while
+``INFERENCE_REQUIRE_TOKEN`` is on. It answers from memory: a
+:class:`TokenCache` holds every active token's scope and every model's team,
+rebuilt (off the request path) each time the registry's change stamp moves
+(token and membership changes bump it), and at the latest every
+``INFERENCE_TOKEN_CACHE_SECONDS`` as a backstop for changes made behind the
+services' back. An unknown token is therefore answered without a query too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from inference.protocol.errors import PermissionDenied, Unauthenticated
+
+logger = logging.getLogger(__name__)
+
+TOKEN_PREFIX = "mh_"
+DISPLAY_CHARS = 10
+#: A token the checker does not know reloads the scopes at most this often (per process), in seconds.
+MISS_RELOAD_SECONDS = 1.0
+
+
+def generate() -> str:
+    """A new random token (shown once to its owner, never stored)."""
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def hash_token(token: str) -> str:
+    """The stored form of a token: sha256, hex."""
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def display_prefix(token: str) -> str:
+    """The first characters of a token, kept to recognise it in lists."""
+    return token[:DISPLAY_CHARS]
+
+
+@dataclass(frozen=True)
+class TokenScope:
+    """Which models one token may call: every model, or those of ``team_ids``."""
+
+    label: str  # e.g. "API token 'ci' of alice"
+    all_models: bool
+    team_ids: frozenset[int]
+
+    def allows(self, team_id: int | None) -> bool:
+        return self.all_models or (team_id is not None and team_id in self.team_ids)
+
+
+@dataclass(frozen=True)
+class Scopes:
+    """Everything the checker needs, loaded in one go."""
+
+    tokens: dict[str, TokenScope]  # key hash -> scope
+    model_teams: dict[str, int | None]  # model name -> team id (None: operator-owned)
+    team_names: dict[int, str]
+    loaded_at: float
+
+    def describe(self, scope: TokenScope) -> str:
+        if scope.all_models:
+            return "every model"
+        names = sorted(self.team_names.get(t, str(t)) for t in scope.team_ids)
+        return f"models of team {', '.join(names)}" if names else "no model (its user is in no team)"
+
+
+def load_scopes() -> Scopes:
+    """Read token scopes and model teams from the database (four queries)."""
+    from models_store import selectors
+
+    access = selectors.inference_access()
+    tokens = {}
+    for token in access.tokens:
+        user_teams = access.memberships.get(token.user_id, frozenset())
+        if token.team_id is not None:
+            allowed = frozenset({token.team_id}) if token.user.is_superuser else user_teams & {token.team_id}
+            all_models = False
+        else:
+            allowed, all_models = user_teams, token.user.is_superuser
+        label = f"API token '{token.name}' of {token.user.get_username()}"
+        tokens[token.key_hash] = TokenScope(label, all_models, allowed)
+    return Scopes(tokens, access.model_teams, access.team_names, time.monotonic())
+
+
+class TokenCache:
+    """The current :class:`Scopes`, reloaded by :meth:`refresh` (on registry
+    changes) or when older than ``ttl`` seconds. Requests never wait for a
+    reload another thread is doing once a first snapshot exists."""
+
+    def __init__(self, loader: Callable[[], Scopes] = load_scopes, ttl: float = 30.0):
+        self._loader = loader
+        self._ttl = ttl
+        self._scopes: Scopes | None = None
+        self._lock = threading.Lock()
+
+    def refresh(self) -> Scopes:
+        with self._lock:
+            self._scopes = self._loader()
+            return self._scopes
+
+    def on_registry_change(self, *_args) -> None:
+        """Registry listener: reload now, in the thread that noticed the change."""
+        try:
+            self.refresh()
+        except Exception:
+            logger.exception("reloading API token scopes failed; retrying on the next request")
+            self._scopes = None
+
+    def get(self) -> Scopes:
+        """The current scopes, reloaded first when older than the TTL."""
+        if self._scopes is None:
+            return self.refresh()
+        return self.reload_if_older(self._ttl)
+
+    def reload_if_older(self, seconds: float) -> Scopes:
+        """Reload unless the snapshot is younger than ``seconds``. One thread
+        reloads; the others keep answering from the current snapshot, which
+        also stays when the reload fails. The checker calls it with a short
+        age for a token it does not know (perhaps created a moment ago): at
+        most one reload per that many seconds and process, so made-up tokens
+        cannot turn into one query each."""
+        scopes = self._scopes or self.refresh()
+        if time.monotonic() - scopes.loaded_at >= seconds and self._lock.acquire(blocking=False):
+            try:
+                self._scopes = scopes = self._loader()
+            except Exception:
+                logger.exception("reloading API token scopes failed; keeping the previous ones")
+            finally:
+                self._lock.release()
+        return scopes
+
+
+class InferenceTokenChecker:
+    """``(token, model_name) -> None``; raises Unauthenticated (no, unknown
+    or revoked token; an inactive user) or PermissionDenied (the token may
+    not call this model, or the model does not exist: the two answers are the
+    same, so a team token cannot probe other teams' model names; a token
+    that reaches every model gets the data plane's 404 instead)."""
+
+    def __init__(self, cache: TokenCache):
+        self.cache = cache
+
+    def __call__(self, token: str | None, model_name: str) -> None:
+        if not token:
+            raise Unauthenticated(
+                "inference requires an API token: send 'Authorization: Bearer <token>' "
+                "(gRPC: metadata 'authorization: Bearer <token>')"
+            )
+        key = hash_token(token)
+        scopes = self.cache.get()
+        scope = scopes.tokens.get(key)
+        if scope is None:  # perhaps created a moment ago, before this process saw the change
+            scopes = self.cache.reload_if_older(MISS_RELOAD_SECONDS)
+            scope = scopes.tokens.get(key)
+        if scope is None:
+            raise Unauthenticated("invalid or revoked API token")
+        if scope.all_models:
+            return
+        if model_name not in scopes.model_teams or not scope.allows(scopes.model_teams[model_name]):
+            raise PermissionDenied(
+                f"{scope.label} may not call model '{model_name}'; it may call {scopes.describe(scope)}"
+            )
+
+
+_checker: InferenceTokenChecker | None = None
+_checker_lock = threading.Lock()
+
+
+def _default_checker() -> InferenceTokenChecker:
+    global _checker
+    if _checker is None:
+        with _checker_lock:
+            if _checker is None:
+                from inference.dataplane import get_dataplane
+
+                cache = TokenCache(ttl=settings.INFERENCE_TOKEN_CACHE_SECONDS)
+                get_dataplane().registry.add_listener(cache.on_registry_change)
+                _checker = InferenceTokenChecker(cache)
+    return _checker
+
+
+def check_inference_token(token: str | None, model_name: str) -> None:
+    """settings.INFERENCE_TOKEN_CHECKER: see :class:`InferenceTokenChecker`."""
+    _default_checker()(token, model_name)

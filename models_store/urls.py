@@ -1,0 +1,27 @@
+"""Routes of the web UI (``/models/``, ``/upload/``, ``/tokens/``, sign in and out)."""
+
+from django.contrib.auth import views as auth_views
+from django.urls import path
+from django.views.generic import RedirectView
+
+from models_store import views
+
+_MODEL = "models/<str:name>"
+_VERSION = "models/<str:name>/versions/<int:number>"
+
+urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="model-list"), name="home"),
+    path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("models/", views.model_list, name="model-list"),
+    path("upload/", views.upload, name="upload"),
+    path(f"{_MODEL}/", views.model_detail, name="model-detail"),
+    path(f"{_MODEL}/settings", views.model_settings, name="model-settings"),
+    path(f"{_MODEL}/labels", views.label_set, name="label-set"),
+    path(f"{_MODEL}/labels/<str:label>/delete", views.label_delete, name="label-delete"),
+    path(f"{_MODEL}/upload/", views.upload, name="upload-version"),
+    path(f"{_VERSION}/", views.version_detail, name="version-detail"),
+    path(f"{_VERSION}/<str:action>", views.version_action, name="version-action"),
+    path("tokens/", views.token_list, name="token-list"),
+    path("tokens/<int:token_id>/revoke", views.token_revoke, name="token-revoke"),
+]

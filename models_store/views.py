@@ -1,0 +1,320 @@
+"""The web UI: the model list, model and version pages, uploads, API tokens.
+
+Pages are plain Django templates; a little JavaScript adds drag and drop
+with upload progress, the "try it" panel, state polling and copy buttons.
+Every change goes through :mod:`models_store.actions` (the same checks as
+the management API); a refused change re-renders the page with the message
+and a 4xx status, and changes nothing.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
+from django.views.decorators.http import require_POST
+
+from models_store import accounts, actions, permissions, selectors, snippets, uploads
+from models_store.forms import LabelForm, ModelSettingsForm, TokenForm, UploadForm
+from models_store.models import ModelVersion, RegisteredModel
+
+ACTION_ERRORS = (
+    actions.NotFound,
+    actions.AccessDenied,
+    actions.RegistryError,
+    actions.UploadRefused,
+)
+GRPC_PORT = 8001  # the default of `serve --grpc-port`, shown in the gRPC snippet
+
+
+def _status(exc: Exception) -> int:
+    return actions.http_status(exc) or 400
+
+
+def _form_errors(form) -> str:
+    """A form's errors as one line: ``field: message; ...``."""
+    parts = []
+    for field, errors in form.errors.items():
+        text = " ".join(errors)
+        parts.append(text if field == "__all__" else f"{field}: {text}")
+    return "; ".join(parts)
+
+
+def _get_model(name: str) -> RegisteredModel:
+    model = selectors.model_detail(name)
+    if model is None:
+        raise Http404(f"unknown model '{name}'")
+    return model
+
+
+def _versions_with_labels(model: RegisteredModel) -> list[ModelVersion]:
+    """The model's (prefetched) versions, each with ``label_names``."""
+    labels: dict[int, list[str]] = {}
+    for label in model.labels.all():
+        labels.setdefault(label.version_id, []).append(label.name)
+    versions = list(model.versions.all())
+    for version in versions:
+        version.label_names = labels.get(version.pk, [])
+    return versions
+
+
+def _snippets(request, model: RegisteredModel, version: ModelVersion | None) -> list:
+    if version is None or version.state != ModelVersion.State.READY:
+        return []
+    host = request.get_host()
+    hostname = host if host.endswith("]") or ":" not in host else host.rsplit(":", 1)[0]
+    grpc = f"{hostname}:{GRPC_PORT}"
+    return snippets.snippets(
+        model.name, version.number, version.inputs, version.outputs, host, grpc, settings.INFERENCE_REQUIRE_TOKEN
+    )
+
+
+# -- the model list -------------------------------------------------------------
+@login_required
+def model_list(request):
+    rows = []
+    for model in selectors.model_overview():
+        versions = _versions_with_labels(model)
+        served = selectors.served_numbers(model)
+        rows.append({"model": model, "versions": versions, "served": served, "size": sum(v.size for v in versions)})
+    return render(request, "models_store/model_list.html", {"rows": rows})
+
+
+# -- the model page -------------------------------------------------------------
+def _model_page(request, name: str, *, status: int = 200, settings_form=None, label_form=None, error: str = ""):
+    model = _get_model(name)
+    versions = _versions_with_labels(model)
+    served = selectors.served_numbers(model)
+    ready = [v.number for v in versions if v.state == ModelVersion.State.READY]
+    by_number = {v.number: v for v in versions}
+    shown = by_number.get(served[0]) if served else next((v for v in versions if v.state == "READY"), None)
+    if settings_form is None:
+        settings_form = ModelSettingsForm(
+            initial={
+                "description": model.description,
+                "version_policy": model.version_policy,
+                "latest_versions": model.latest_versions,
+                "specific_versions": ", ".join(map(str, model.specific_versions)),
+            }
+        )
+    context = {
+        "model": model,
+        "versions": versions,
+        "served": served,
+        "shown": shown,
+        "can_change": permissions.can_change_model(request.user, model),
+        "settings_form": settings_form,
+        "label_form": label_form or LabelForm(ready_versions=ready),
+        "audit": selectors.audit_for_model(model),
+        "snippets": _snippets(request, model, shown),
+        "error": error,
+    }
+    return render(request, "models_store/model_detail.html", context, status=status)
+
+
+@login_required
+def model_detail(request, name: str):
+    return _model_page(request, name)
+
+
+@login_required
+@require_POST
+def model_settings(request, name: str):
+    form = ModelSettingsForm(request.POST)
+    if not form.is_valid():
+        return _model_page(request, name, status=400, settings_form=form, error=_form_errors(form))
+    try:
+        actions.update_model(
+            request.user, None, name, description=form.cleaned_data["description"], policy=form.policy()
+        )
+    except ACTION_ERRORS as exc:
+        return _model_page(request, name, status=_status(exc), settings_form=form, error=str(exc))
+    messages.success(request, "Saved the description and version policy.")
+    return redirect("model-detail", name=name)
+
+
+@login_required
+@require_POST
+def label_set(request, name: str):
+    model = _get_model(name)
+    ready = [v.number for v in model.versions.all() if v.state == ModelVersion.State.READY]
+    form = LabelForm(request.POST, ready_versions=ready)
+    if not form.is_valid():
+        return _model_page(request, name, status=400, label_form=form, error=_form_errors(form))
+    try:
+        actions.set_label(request.user, None, name, form.cleaned_data["label"], form.cleaned_data["version"])
+    except ACTION_ERRORS as exc:
+        return _model_page(request, name, status=_status(exc), label_form=form, error=str(exc))
+    messages.success(request, f"Label {form.cleaned_data['label']} -> version {form.cleaned_data['version']}.")
+    return redirect("model-detail", name=name)
+
+
+@login_required
+@require_POST
+def label_delete(request, name: str, label: str):
+    try:
+        actions.delete_label(request.user, None, name, label)
+    except ACTION_ERRORS as exc:
+        return _model_page(request, name, status=_status(exc), error=str(exc))
+    messages.success(request, f"Deleted label {label}.")
+    return redirect("model-detail", name=name)
+
+
+# -- the version page -----------------------------------------------------------
+def _version_page(request, name: str, number: int, *, status: int = 200, error: str = ""):
+    model = _get_model(name)
+    version = next((v for v in _versions_with_labels(model) if v.number == number), None)
+    if version is None:
+        raise Http404(f"model '{name}' has no version {number}")
+    context = {
+        "model": model,
+        "version": version,
+        "serving": number in selectors.served_numbers(model),
+        "can_change": permissions.can_change_model(request.user, model),
+        "snippets": _snippets(request, model, version),
+        "example_request": snippets.example_request_text(version.inputs) if version.inputs else "",
+        "infer_url": f"/v2/models/{model.name}/versions/{number}/infer",
+        "pending": version.state in (ModelVersion.State.UPLOADED, ModelVersion.State.VALIDATING),
+        "error": error,
+    }
+    return render(request, "models_store/version_detail.html", context, status=status)
+
+
+@login_required
+def version_detail(request, name: str, number: int):
+    return _version_page(request, name, number)
+
+
+VERSION_ACTIONS = {
+    "retire": (actions.retire_version, "Retired version {number}: it no longer serves."),
+    "restore": (actions.restore_version, "Restored version {number}."),
+    "delete": (actions.delete_version, "Deleted version {number} and its artifact."),
+}
+
+
+@login_required
+@require_POST
+def version_action(request, name: str, number: int, action: str):
+    if action not in VERSION_ACTIONS:
+        raise Http404(f"no version action '{action}'")
+    run, message = VERSION_ACTIONS[action]
+    try:
+        run(request.user, None, name, number)
+    except ACTION_ERRORS as exc:
+        return _version_page(request, name, number, status=_status(exc), error=str(exc))
+    messages.success(request, message.format(number=number))
+    if action == "delete":
+        return redirect("model-detail", name=name)
+    return redirect("version-detail", name=name, number=number)
+
+
+# -- uploads --------------------------------------------------------------------
+def _wants_json(request) -> bool:
+    return request.headers.get("X-Requested-With") == "XMLHttpRequest"
+
+
+@csrf_exempt  # the CSRF check runs in _upload, after the upload handler is in place
+@login_required
+def upload(request, name: str | None = None):
+    """GET: the upload form (new model, or new version of ``name``). POST:
+    the file streams into the store's staging area, is checked, and becomes
+    the next version; XHR posts get JSON (``{"redirect"}`` or ``{"error"}``)."""
+    handler = uploads.install(request) if request.method == "POST" else None
+    try:
+        return _upload(request, name, handler)
+    finally:
+        if handler is not None:
+            handler.discard()
+
+
+def _upload_teams(request) -> list[str]:
+    return list(selectors.teams_for_user(request.user).values_list("name", flat=True))
+
+
+@csrf_protect
+def _upload(request, name: str | None, handler) -> HttpResponse:
+    model = _get_model(name) if name else None
+    teams = _upload_teams(request)
+    form_kwargs = {"teams": teams, "existing_model": name}
+    if request.method != "POST":
+        return _upload_page(request, model, UploadForm(**form_kwargs))
+    form = None
+    try:
+        if name:
+            actions.check_upload(request.user, None, name)
+        try:
+            form = UploadForm(request.POST, request.FILES, **form_kwargs)
+        except OSError as exc:
+            raise actions.UploadRefused(f"the upload was interrupted: {exc}") from None
+        staged = handler.result()
+        if not form.is_valid():
+            return _upload_failed(request, model, form, _form_errors(form), 400)
+        data = form.cleaned_data
+        version = actions.upload(
+            request.user, None, name or data["name"], staged, data.get("team", ""), data.get("description", "")
+        )
+    except ACTION_ERRORS as exc:
+        return _upload_failed(request, model, form or UploadForm(**form_kwargs), str(exc), _status(exc))
+    url = reverse("version-detail", kwargs={"name": version.model.name, "number": version.number})
+    if _wants_json(request):
+        return JsonResponse({"redirect": url, "model": version.model.name, "version": version.number}, status=201)
+    messages.success(request, f"Uploaded version {version.number} of {version.model.name}.")
+    return redirect(url)
+
+
+def _upload_page(request, model, form, status: int = 200, error: str = "") -> HttpResponse:
+    context = {"model": model, "form": form, "error": error}
+    return render(request, "models_store/upload.html", context, status=status)
+
+
+def _upload_failed(request, model, form, error: str, status: int) -> HttpResponse:
+    if _wants_json(request):
+        return JsonResponse({"error": error}, status=status)
+    return _upload_page(request, model, form, status, error)
+
+
+# -- API tokens -----------------------------------------------------------------
+@login_required
+def token_list(request):
+    """GET: the user's tokens. POST: create one; the token is shown on this
+    answer only (it is not stored)."""
+    teams = _upload_teams(request)
+    form = TokenForm(request.POST or None, teams=teams)
+    created = None
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            team = selectors.team_get(form.cleaned_data["team"]) if form.cleaned_data["team"] else None
+            try:
+                token, plain = accounts.token_create(request.user, form.cleaned_data["name"], team)
+            except actions.RegistryError as exc:
+                form.add_error(None, str(exc))
+                status = 400
+            else:
+                created = {"token": token, "plain": plain}
+                form = TokenForm(teams=teams)
+        else:
+            status = 400
+    context = {
+        "form": form,
+        "created": created,
+        "tokens": selectors.tokens_for_user(request.user),
+    }
+    response = render(request, "models_store/tokens.html", context, status=status)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@login_required
+@require_POST
+def token_revoke(request, token_id: int):
+    try:
+        token = actions.revoke_token(request.user, token_id)
+    except actions.NotFound as exc:
+        raise Http404(str(exc)) from None
+    messages.success(request, f"Revoked the API token {token.name} ({token.prefix}…).")
+    return redirect("token-list")

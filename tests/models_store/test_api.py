@@ -1,0 +1,226 @@
+"""The management API with authenticated clients: uploads and their edge
+cases, models and versions, labels, version policy, retire, delete, audit,
+the OpenAPI schema and docs."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+
+import pytest
+from django.test import Client
+
+from models_store import accounts, storage
+from models_store.models import AuditEvent, ModelVersion, RegisteredModel
+from tests.support import onnx_models as m
+from tests.support.onnx_models import external_data_model, failing_model
+from tests.support.store import PASSWORD, person
+
+pytestmark = [pytest.mark.db, pytest.mark.django_db(transaction=True)]
+
+
+def _file(payload: bytes, name: str = "model.onnx") -> io.BytesIO:
+    handle = io.BytesIO(payload)
+    handle.name = name
+    return handle
+
+
+class Api:
+    """A client sending ``Authorization: Bearer <token>``."""
+
+    def __init__(self, token: str):
+        self.client = Client()
+        self.auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+
+    def get(self, path):
+        return self.client.get(path, **self.auth)
+
+    def upload(self, model, payload, **fields):
+        return self.client.post(f"/api/models/{model}/versions/", {"file": _file(payload), **fields}, **self.auth)
+
+    def json(self, method, path, body=None):
+        call = getattr(self.client, method)
+        return call(path, body, content_type="application/json", **self.auth)
+
+
+@pytest.fixture
+def alice_api():
+    user = person("alice", "ml")
+    return Api(accounts.token_create(user, "script")[1])
+
+
+@pytest.fixture
+def bob_api():
+    user = person("bob", "vision")
+    return Api(accounts.token_create(user, "script")[1])
+
+
+def _staging_entries():
+    staging = storage.store_root() / storage.STAGING_DIRNAME
+    return sorted(p.name for p in staging.iterdir()) if staging.exists() else []
+
+
+def _error(response, status: int) -> str:
+    assert response.status_code == status, response.content
+    body = response.json()
+    assert isinstance(body["error"], str) and body["error"]
+    return body["error"]
+
+
+def test_authentication_is_required():
+    anonymous = Client()
+    response = anonymous.get("/api/models/")
+    assert _error(response, 401) == "Authentication credentials were not provided."
+    assert response["WWW-Authenticate"] == 'Bearer realm="modelhost"'
+    assert _error(Api("mh_wrong").get("/api/models/"), 401) == "invalid or revoked API token"
+    assert "malformed" in _error(anonymous.get("/api/models/", HTTP_AUTHORIZATION="Bearer a b"), 401)
+
+
+def test_upload_creates_a_ready_version(alice_api):
+    payload = m.affine(2.0, 1.0)
+    response = alice_api.upload("affine", payload, team="ml", description="y = 2x + 1")
+    assert response.status_code == 201, response.content
+    assert response["Location"] == "/api/models/affine/versions/1/"
+    body = response.json()
+    assert {k: body[k] for k in ("model", "number", "state", "reason", "serving", "labels", "size", "uploaded_by")} == {
+        "model": "affine",
+        "number": 1,
+        "state": "READY",
+        "reason": "",
+        "serving": True,
+        "labels": [],
+        "size": len(payload),
+        "uploaded_by": "alice",
+    }
+    assert body["sha256"] == hashlib.sha256(payload).hexdigest()
+    assert body["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]
+    assert body["log"][0] == "ONNX checker passed"
+    detail = alice_api.get("/api/models/affine/").json()
+    assert (detail["team"], detail["description"], detail["served_versions"]) == ("ml", "y = 2x + 1", [1])
+    listing = alice_api.get("/api/models/").json()
+    assert [(m_["name"], [v["number"] for v in m_["versions"]]) for m_ in listing] == [("affine", [1])]
+    assert _staging_entries() == []
+
+
+@pytest.mark.parametrize(
+    ("payload", "status", "message"),
+    [
+        (b"", 400, "the file is empty"),
+        (b"GIF89a not a model", 400, "not an ONNX model"),
+        (external_data_model("../../etc/passwd"), 400, "'../../etc/passwd', outside the model's directory"),
+    ],
+    ids=["empty", "not-onnx", "etc-passwd"],
+)
+def test_bad_uploads_are_4xx_and_store_nothing(alice_api, payload, status, message):
+    assert message in _error(alice_api.upload("m", payload, team="ml"), status)
+    assert not RegisteredModel.objects.exists()
+    assert list(storage.store_root().iterdir()) in ([], [storage.store_root() / storage.STAGING_DIRNAME])
+    assert _staging_entries() == []
+
+
+def test_upload_edge_cases(alice_api, settings):
+    assert "no model file in the upload" in _error(
+        alice_api.client.post("/api/models/m/versions/", {"team": "ml"}, **alice_api.auth), 400
+    )
+    assert "choose the team" in _error(alice_api.upload("m", m.affine(1, 1)), 400)
+    assert "unknown team 'nope'" in _error(alice_api.upload("m", m.affine(1, 1), team="nope"), 400)
+    assert "A model name starts with" in _error(alice_api.upload("-bad", m.affine(1, 1), team="ml"), 400)
+    settings.MAX_UPLOAD_BYTES = 100
+    assert "larger than the upload limit of 100 bytes" in _error(alice_api.upload("m", m.affine(1, 1), team="ml"), 413)
+    settings.MAX_UPLOAD_BYTES = 10
+    big = b"x" * 200_000  # the declared body is above the limit: not even read
+    assert "larger than the upload limit of 10 bytes" in _error(alice_api.upload("m", big, team="ml"), 413)
+    assert not RegisteredModel.objects.exists() and _staging_entries() == []
+
+
+def test_duplicate_upload_is_409(alice_api):
+    payload = m.affine(1, 1)
+    assert alice_api.upload("m", payload, team="ml").status_code == 201
+    error = _error(alice_api.upload("m", payload), 409)
+    assert error.startswith("model 'm' already has these bytes") and error.endswith("as version 1 (READY)")
+    assert ModelVersion.objects.count() == 1 and _staging_entries() == []
+
+
+def test_upload_that_fails_validation_is_422_with_the_failed_version(alice_api):
+    alice_api.upload("m", m.affine(1, 1), team="ml")
+    response = alice_api.upload("m", failing_model())
+    error = _error(response, 422)
+    assert error.startswith("version 2 of 'm' failed validation: ONNX checker:")
+    assert response.json()["version"]["state"] == "FAILED"
+    version = alice_api.get("/api/models/m/versions/2/").json()
+    assert version["state"] == "FAILED" and version["reason"] in error and not version["serving"]
+
+
+def test_teams_guard_changes(alice_api, bob_api):
+    alice_api.upload("iris", m.affine(1, 1), team="ml")
+    assert "belongs to team ml" in _error(bob_api.upload("iris", m.affine(2, 2)), 403)
+    assert "not a member of team ml" in _error(bob_api.upload("other", m.affine(2, 2), team="ml"), 403)
+    assert "belongs to team ml" in _error(bob_api.json("patch", "/api/models/iris/", {"description": "x"}), 403)
+    assert "belongs to team ml" in _error(bob_api.json("put", "/api/models/iris/labels/s/", {"version": 1}), 403)
+    assert "belongs to team ml" in _error(bob_api.json("delete", "/api/models/iris/versions/1/"), 403)
+    assert bob_api.get("/api/models/iris/").status_code == 200  # everyone signed in may read
+    assert ModelVersion.objects.count() == 1 and _staging_entries() == []
+
+
+def test_policy_labels_retire_delete_and_audit(alice_api):
+    for payload in (m.affine(1, 1), failing_model(), m.affine(3, 1)):
+        alice_api.upload("p", payload, team="ml")
+    patch = alice_api.json("patch", "/api/models/p/", {"version_policy": "all", "description": "three"})
+    assert patch.status_code == 200 and patch.json()["served_versions"] == [3, 1]
+    error = _error(
+        alice_api.json("patch", "/api/models/p/", {"version_policy": "specific", "specific_versions": [2]}), 400
+    )
+    assert "would serve no version" in error
+    fields = alice_api.json("patch", "/api/models/p/", {"latest_versions": 0, "version_policy": "sometimes"})
+    assert fields.status_code == 400 and set(fields.json()) == {"latest_versions", "version_policy"}
+
+    label = alice_api.json("put", "/api/models/p/labels/stable/", {"version": 1})
+    assert label.status_code == 200 and label.json()["labels"] == {"stable": 1}
+    assert "is FAILED" in _error(alice_api.json("put", "/api/models/p/labels/canary/", {"version": 2}), 400)
+    assert "has no version 8" in _error(alice_api.json("put", "/api/models/p/labels/canary/", {"version": 8}), 400)
+    assert "stable point at version 1" in _error(alice_api.json("post", "/api/models/p/versions/1/retire"), 400)
+    assert alice_api.json("delete", "/api/models/p/labels/stable/").status_code == 204
+    assert "no version label 'stable'" in _error(alice_api.json("delete", "/api/models/p/labels/stable/"), 404)
+
+    retired = alice_api.json("post", "/api/models/p/versions/1/retire").json()
+    assert (retired["state"], retired["serving"]) == ("UNAVAILABLE", False)
+    assert alice_api.json("post", "/api/models/p/versions/1/restore").json()["state"] == "READY"
+    assert alice_api.json("delete", "/api/models/p/versions/2/").status_code == 204
+    assert "has no version 2" in _error(alice_api.get("/api/models/p/versions/2/"), 404)
+    assert "unknown model 'q'" in _error(alice_api.get("/api/models/q/"), 404)
+
+    audit = alice_api.get("/api/models/p/audit/").json()
+    assert [e["action"] for e in audit][:8] == [
+        "version.delete", "version.restore", "version.retire", "label.delete", "label.set", "model.update",
+        "model.policy", "version.ready",
+    ]  # fmt: skip
+    assert {e["actor_name"] for e in audit[:7]} == {"alice"}
+    assert AuditEvent.objects.filter(model_name="p", action="version.upload").count() == 3
+
+
+def test_session_clients_need_the_csrf_token():
+    person("carol", "ml")
+    browser = Client(enforce_csrf_checks=True)
+    assert browser.login(username="carol", password=PASSWORD)
+    assert browser.get("/api/models/").status_code == 200
+    response = browser.post("/api/models/x/versions/", {"file": _file(m.affine(1, 1)), "team": "ml"})
+    assert "CSRF" in _error(response, 403)
+    assert not RegisteredModel.objects.exists() and _staging_entries() == []
+
+
+def test_openapi_schema_and_docs_are_served_locally(alice_api):
+    schema = alice_api.client.get("/api/schema/?format=json").json()
+    paths = set(schema["paths"])
+    assert "/api/models/{name}/versions/" in paths and "/api/models/{name}/labels/{label}/" in paths
+    assert not any(p.startswith(("/v1", "/v2")) for p in paths)
+    assert schema["components"]["securitySchemes"]["apiToken"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "A personal API token (web UI: API tokens): Authorization: Bearer <token>",
+    }
+    upload = schema["paths"]["/api/models/{name}/versions/"]["post"]
+    assert "multipart/form-data" in upload["requestBody"]["content"]
+    docs = alice_api.client.get("/api/docs/").content.decode()
+    assert "/static/drf_spectacular_sidecar/swagger-ui-dist/" in docs and "cdn." not in docs
+    static = alice_api.client.get("/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js")
+    assert static.status_code == 200

@@ -1,0 +1,224 @@
+"""The web UI through Django's test client: sign in, pages, forms, uploads,
+tokens; bad input answers 4xx with a clear message and changes nothing."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from django.test import Client
+
+from models_store import storage
+from models_store.models import ApiToken, AuditEvent, ModelVersion, RegisteredModel, VersionLabel
+from tests.support import onnx_models as m
+from tests.support.onnx_models import external_data_model, failing_model
+from tests.support.store import PASSWORD, person
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+XHR = {"HTTP_X_REQUESTED_WITH": "XMLHttpRequest"}
+
+
+def _file(payload: bytes, name: str = "model.onnx") -> io.BytesIO:
+    handle = io.BytesIO(payload)
+    handle.name = name
+    return handle
+
+
+def _csrf(page) -> str:
+    return re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.content.decode()).group(1)
+
+
+def _text(response) -> str:
+    return response.content.decode()
+
+
+@pytest.fixture
+def alice():
+    person("alice", "ml")
+    client = Client(enforce_csrf_checks=True)
+    assert client.login(username="alice", password=PASSWORD)
+    return client
+
+
+def _post(client, url, data, **extra):
+    """POST a form the way a browser does: with the CSRF token of the page."""
+    token = _csrf(client.get("/tokens/"))
+    return client.post(url, {"csrfmiddlewaretoken": token, **data}, **extra)
+
+
+def _upload(client, name, payload, url="/upload/", **extra):
+    return _post(client, url, {"name": name, "team": "ml", "description": "", "file": _file(payload)}, **extra)
+
+
+def test_pages_need_sign_in():
+    anonymous = Client()
+    for url in ("/", "/models/", "/upload/", "/tokens/", "/models/x/"):
+        response = anonymous.get(url, follow=False)
+        assert response.status_code == 302
+    assert anonymous.get("/models/")["Location"] == "/accounts/login/?next=/models/"
+    login = anonymous.get("/accounts/login/")
+    assert login.status_code == 200 and 'name="csrfmiddlewaretoken"' in _text(login)
+
+
+def test_sign_in_with_csrf():
+    person("alice", "ml")
+    browser = Client(enforce_csrf_checks=True)
+    page = browser.get("/accounts/login/")
+    refused = browser.post("/accounts/login/", {"username": "alice", "password": PASSWORD})
+    assert refused.status_code == 403  # no CSRF token
+    wrong = browser.post("/accounts/login/", {"username": "alice", "password": "x", "csrfmiddlewaretoken": _csrf(page)})
+    assert wrong.status_code == 200 and "did not match" in _text(wrong)
+    ok = browser.post(
+        "/accounts/login/", {"username": "alice", "password": PASSWORD, "csrfmiddlewaretoken": _csrf(page)}
+    )
+    assert (ok.status_code, ok["Location"]) == (302, "/models/")
+
+
+def test_upload_then_model_and_version_pages(alice):
+    payload = m.affine(2.0, 1.0)
+    response = _upload(alice, "affine", payload)
+    assert (response.status_code, response["Location"]) == (302, "/models/affine/versions/1/")
+    listing = _text(alice.get("/models/"))
+    assert 'data-model="affine"' in listing and "v1 READY" in listing and ">ml<" in listing
+    model_page = _text(alice.get("/models/affine/"))
+    assert 'id="signature"' in model_page and "<code>x</code>" in model_page and "<code>[-1, 4]</code>" in model_page
+    assert "version.upload" in model_page and "alice" in model_page  # the audit log
+    version = ModelVersion.objects.get()
+    page = _text(alice.get("/models/affine/versions/1/"))
+    assert version.sha256 in page and 'id="uploaded-by">alice<' in page
+    assert "ONNX checker passed" in page and 'id="tryit"' in page
+    assert 'data-url="/v2/models/affine/versions/1/infer"' in page
+    assert "tritonclient.grpc" in page and ":predict" in page  # the snippets
+    assert "&quot;name&quot;: &quot;x&quot;, &quot;shape&quot;: [1, 4], &quot;datatype&quot;: &quot;FP32&quot;" in page
+
+
+def test_xhr_upload_answers_json(alice):
+    response = _upload(alice, "affine", m.affine(1, 1), **XHR)
+    assert response.status_code == 201
+    assert response.json() == {"redirect": "/models/affine/versions/1/", "model": "affine", "version": 1}
+    again = _upload(alice, "affine", m.affine(1, 1), url="/models/affine/upload/", **XHR)
+    assert again.status_code == 409 and "already has these bytes" in again.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("payload", "status", "message"),
+    [
+        (b"", 400, "The submitted file is empty."),  # Django's FileField says it first
+        (b"PK\x03\x04 a zip file", 400, "not an ONNX model"),
+        (external_data_model("../../etc/passwd"), 400, "outside the model&#x27;s directory"),
+    ],
+    ids=["empty", "not-onnx", "etc-passwd"],
+)
+def test_bad_uploads_show_the_reason_and_store_nothing(alice, payload, status, message):
+    response = _upload(alice, "m", payload)
+    assert response.status_code == status
+    assert message in _text(response) and 'id="page-error"' in _text(response)
+    assert not RegisteredModel.objects.exists()
+    assert not [p for p in storage.store_root().rglob("*") if p.is_file()]
+
+
+def test_upload_limits_and_failures(alice, settings):
+    settings.MAX_UPLOAD_BYTES = 64
+    too_big = _upload(alice, "m", m.affine(1, 1), **XHR)
+    assert too_big.status_code == 413 and "larger than the upload limit of 64 bytes" in too_big.json()["error"]
+    settings.MAX_UPLOAD_BYTES = 10**9
+    _upload(alice, "m", m.affine(1, 1))
+    failed = _upload(alice, "m", failing_model(), url="/models/m/upload/")
+    assert failed["Location"] == "/models/m/versions/2/"
+    page = _text(alice.get(failed["Location"]))
+    assert 'data-state="FAILED"' in page and 'id="version-reason">ONNX checker:' in page
+    missing_name = _post(alice, "/upload/", {"team": "ml", "file": _file(m.affine(2, 2))})
+    assert missing_name.status_code == 400 and "name: This field is required." in _text(missing_name)
+
+
+def test_uploads_to_other_teams_are_refused():
+    person("alice", "ml")
+    person("bob", "vision")
+    alice, bob = Client(), Client()
+    alice.login(username="alice", password=PASSWORD)
+    bob.login(username="bob", password=PASSWORD)
+    _upload(alice, "iris", m.affine(1, 1))
+    response = _upload(bob, "iris", m.affine(2, 2), url="/models/iris/upload/")
+    assert response.status_code == 403 and "belongs to team ml" in _text(response)
+    new = _post(bob, "/upload/", {"name": "x", "team": "ml", "file": _file(m.affine(2, 2))})
+    assert new.status_code == 400 and "Select a valid choice" in _text(new)  # ml is not one of bob's teams
+    assert "Upload a new version" not in _text(bob.get("/models/iris/"))
+    assert ModelVersion.objects.count() == 1
+
+
+def test_settings_labels_and_version_actions(alice):
+    for payload in (m.affine(1, 1), failing_model(), m.affine(3, 1)):
+        _upload(alice, "p", payload, url="/models/p/upload/" if RegisteredModel.objects.exists() else "/upload/")
+    ok = _post(alice, "/models/p/settings", {"description": "three", "version_policy": "all", "latest_versions": 1})
+    assert ok.status_code == 302
+    assert RegisteredModel.objects.get().version_policy == "all"
+    nothing = _post(
+        alice, "/models/p/settings", {"version_policy": "specific", "latest_versions": 1, "specific_versions": "2"}
+    )
+    assert nothing.status_code == 400 and "would serve no version" in _text(nothing)
+    assert RegisteredModel.objects.get().version_policy == "all"
+    garbage = _post(
+        alice, "/models/p/settings", {"version_policy": "specific", "latest_versions": 1, "specific_versions": "one"}
+    )
+    assert garbage.status_code == 400 and "positive integers" in _text(garbage)
+
+    assert _post(alice, "/models/p/labels", {"label": "stable", "version": 3}).status_code == 302
+    failed_label = _post(alice, "/models/p/labels", {"label": "canary", "version": 2})
+    assert failed_label.status_code == 400 and "version 2 of &#x27;p&#x27; is FAILED" in _text(failed_label)
+    missing = _post(alice, "/models/p/labels", {"label": "canary", "version": 9})
+    assert missing.status_code == 400 and "has no version 9" in _text(missing)
+    options = re.findall(r'<option value="(\d+)"', _text(alice.get("/models/p/")))
+    assert options.count("2") == 0 and "3" in options  # the select offers READY versions only
+    assert dict(VersionLabel.objects.values_list("name", "version__number")) == {"stable": 3}
+    retire = _post(alice, "/models/p/versions/3/retire", {})
+    assert retire.status_code == 400 and "stable point at version 3" in _text(retire)
+    assert _post(alice, "/models/p/labels/stable/delete", {}).status_code == 302
+    assert _post(alice, "/models/p/versions/3/retire", {}).status_code == 302
+    assert ModelVersion.objects.get(number=3).state == "UNAVAILABLE"
+    assert _post(alice, "/models/p/versions/2/delete", {}).status_code == 302
+    assert sorted(ModelVersion.objects.values_list("number", flat=True)) == [1, 3]
+    assert _post(alice, "/models/p/versions/1/explode", {}).status_code == 404
+    page = _text(alice.get("/models/p/"))
+    for action in ("model.policy", "label.set", "label.delete", "version.retire", "version.delete"):
+        assert action in page
+
+
+def test_forms_without_csrf_are_refused(alice):
+    assert alice.post("/models/whatever/settings", {"version_policy": "all"}).status_code == 403
+    assert alice.post("/upload/", {"name": "m", "team": "ml", "file": _file(m.affine(1, 1))}).status_code == 403
+    assert alice.post("/tokens/", {"name": "x"}).status_code == 403
+    assert not RegisteredModel.objects.exists() and not ApiToken.objects.exists()
+    assert not [p for p in storage.store_root().rglob("*") if p.is_file()]
+
+
+def test_tokens_are_shown_once_and_revocable(alice):
+    created = _post(alice, "/tokens/", {"name": "nightly", "team": "ml"})
+    assert created.status_code == 200 and created["Cache-Control"] == "no-store"
+    plain = re.search(r'id="token-value">(mh_[^<]+)<', _text(created)).group(1)
+    token = ApiToken.objects.get()
+    assert (token.name, token.team.name, token.prefix) == ("nightly", "ml", plain[:10])
+    listing = _text(alice.get("/tokens/"))
+    assert plain not in listing and f"{plain[:10]}…" in listing
+    api = Client().get("/api/models/", HTTP_AUTHORIZATION=f"Bearer {plain}")
+    assert api.status_code == 200
+    assert _post(alice, f"/tokens/{token.pk}/revoke", {}).status_code == 302
+    assert Client().get("/api/models/", HTTP_AUTHORIZATION=f"Bearer {plain}").status_code == 401
+    person("bob", "vision")
+    bob = Client()
+    bob.login(username="bob", password=PASSWORD)
+    other, _ = ApiToken.objects.get(), None
+    assert _post(bob, f"/tokens/{other.pk}/revoke", {}).status_code == 404
+    assert AuditEvent.objects.filter(action="token.revoke").count() == 1
+
+
+def test_admin_is_registered_for_every_registry_model():
+    person("root", superuser=True)
+    client = Client()
+    client.login(username="root", password=PASSWORD)
+    for path in (
+        "team", "teammembership", "registeredmodel", "modelversion", "versionlabel", "apitoken", "auditevent",
+        "registrystamp",
+    ):  # fmt: skip
+        assert client.get(f"/admin/models_store/{path}/").status_code == 200, path
