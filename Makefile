@@ -30,7 +30,7 @@ test: test-sqlite test-postgres test-worker-mode
 
 # What the tests drive besides Python packages: Debian packages and Triton's perf_analyzer.
 test-tools: venv
-	scripts/install_system_deps.sh libb64-0d
+	scripts/install_system_deps.sh libb64-0d chromium
 	scripts/install_perf_analyzer.sh $(VENV)
 
 test-sqlite: test-tools
