@@ -1,13 +1,25 @@
-# The server image: REST (and later gRPC and workers) from one code base.
-FROM python:3.11-slim
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-RUN apt-get update && apt-get install -y --no-install-recommends curl && rm -rf /var/lib/apt/lists/*
+# The server image: REST, gRPC and inference workers from one code base.
+#   docker build -t modelhost .                                    (CPU)
+#   docker build -t modelhost-gpu --build-arg BASE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04 \
+#                --build-arg ONNXRUNTIME=onnxruntime-gpu .          (GPU workers)
+ARG BASE=python:3.11-slim
+FROM ${BASE}
+ARG ONNXRUNTIME=onnxruntime
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN if ! command -v python3.11 >/dev/null; then \
+      apt-get update && apt-get install -y --no-install-recommends python3.11 python3.11-venv curl \
+      && rm -rf /var/lib/apt/lists/*; \
+    else apt-get update && apt-get install -y --no-install-recommends curl && rm -rf /var/lib/apt/lists/*; fi
+RUN python3.11 -m venv /venv
+ENV PATH=/venv/bin:$PATH
 WORKDIR /app
 COPY requirements.txt .
-RUN pip install --no-cache-dir -r requirements.txt
+RUN pip install --no-cache-dir -r requirements.txt \
+ && if [ "$ONNXRUNTIME" != "onnxruntime" ]; then \
+      pip uninstall -y onnxruntime && pip install --no-cache-dir "$ONNXRUNTIME==$(grep -oP '^onnxruntime==\K.*' requirements.txt)"; fi
 COPY . .
 RUN useradd --create-home --uid 1000 modelhost && mkdir -p /data && chown modelhost /data
 USER modelhost
-ENV VAR_DIR=/data MODEL_STORE_DIR=/data/models
+ENV VAR_DIR=/data MODEL_STORE_DIR=/data/models WORKER_CACHE_DIR=/data/worker-cache
 EXPOSE 8000 8001
 CMD ["python", "manage.py", "serve", "--host", "0.0.0.0", "--http-port", "8000"]

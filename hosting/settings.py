@@ -158,6 +158,37 @@ SPECTACULAR_SETTINGS = {
 
 # --- Inference -------------------------------------------------------------
 MODEL_STORE_DIR = Path(env.str("MODEL_STORE_DIR", default=str(VAR_DIR / "models")))
+#: Where artifacts are kept for every machine: "filesystem" (MODEL_STORE_DIR
+#: itself; the embedded default) or "s3" (S3-compatible object storage such as
+#: MinIO, through django-storages). MODEL_STORE_DIR stays the local copy used
+#: for validation and in-process serving either way.
+MODEL_STORAGE = env.str("MODEL_STORAGE", default="filesystem")
+if MODEL_STORAGE == "s3":
+    _models_storage = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": env.str("MODEL_STORAGE_BUCKET", default="models"),
+            "endpoint_url": env.str("MODEL_STORAGE_ENDPOINT", default="") or None,
+            "access_key": env.str("MODEL_STORAGE_ACCESS_KEY", default="") or None,
+            "secret_key": env.str("MODEL_STORAGE_SECRET_KEY", default="") or None,
+            "region_name": env.str("MODEL_STORAGE_REGION", default="us-east-1"),
+            "location": env.str("MODEL_STORAGE_PREFIX", default=""),
+            "file_overwrite": True,
+            "default_acl": None,
+        },
+    }
+elif MODEL_STORAGE == "filesystem":
+    _models_storage = {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": str(MODEL_STORE_DIR)},
+    }
+else:
+    raise ValueError(f"MODEL_STORAGE must be filesystem or s3, not {MODEL_STORAGE!r}")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "models": _models_storage,
+}
 #: Largest request body (and largest single tensor) accepted, in bytes (Triton: 64 MiB).
 MAX_REQUEST_BYTES = env.int("MAX_REQUEST_BYTES", default=64 * 1024 * 1024)
 #: ONNX Runtime: execution providers in order of preference, thread counts.

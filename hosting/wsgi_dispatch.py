@@ -19,7 +19,22 @@ PROTOCOL_URLCONF = "inference.urls"
 
 
 class ProtocolHandler(WSGIHandler):
-    """Django's WSGI handler without middleware, resolving ``inference.urls``."""
+    """Django's WSGI handler without middleware, resolving ``inference.urls``.
+
+    Inference requests (``POST .../infer``) skip the parts of Django's request
+    cycle they do not use: the script prefix (they reverse no URL) and the
+    request_started / request_finished signals, whose receivers recycle
+    database connections (inference never touches the database; the registry
+    and statistics threads manage their own). Every other protocol route keeps
+    the full cycle.
+    """
+
+    def __call__(self, environ, start_response):
+        if environ.get("REQUEST_METHOD") != "POST" or not environ.get("PATH_INFO", "").endswith("/infer"):
+            return super().__call__(environ, start_response)
+        response = self.get_response(self.request_class(environ))
+        start_response(f"{response.status_code} {response.reason_phrase}", list(response.items()))
+        return [response.content]
 
     def load_middleware(self, is_async=False):
         self._view_middleware = []

@@ -120,6 +120,7 @@ def store_files(model_name: str, model_file: Path, extra_files: list[Path] = ())
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise
     _move_into_place(tmp_dir, model_name, sha256)
+    publish(f"{model_name}/{sha256}/{MODEL_FILENAME}")
     return StoredArtifact(relpath, sha256, size)
 
 
@@ -127,29 +128,98 @@ def commit_staged(model_name: str, staging_dir: Path, sha256: str, size: int) ->
     """Move a staging directory holding a fsynced ``model.onnx`` (whose
     sha256 and size the caller measured while writing it) into the store."""
     _move_into_place(staging_dir, model_name, sha256)
+    publish(f"{model_name}/{sha256}/{MODEL_FILENAME}")
     return StoredArtifact(f"{model_name}/{sha256}/{MODEL_FILENAME}", sha256, size)
 
 
 def remove_artifact(relpath: str) -> None:
+    _unpublish(relpath)
+    _remove_local(relpath)
+
+
+def _unpublish(relpath: str) -> None:
+    backend = _backend()
+    if _is_local_store(backend):
+        return
+    for key in _backend_files(backend, relpath.rsplit("/", 1)[0]):
+        backend.delete(key)
+
+
+def _remove_local(relpath: str) -> None:
     """Delete a stored artifact's directory (after its version row is gone)."""
     directory = artifact_path(relpath).parent
     if directory.is_dir() and directory.parent.parent == store_root():
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def _backend():
+    """The Django storage backend that keeps artifacts for every machine."""
+    from django.core.files.storage import storages
+
+    return storages["models"]
+
+
+def _is_local_store(backend) -> bool:
+    """True when the backend is MODEL_STORE_DIR itself (nothing to publish or fetch)."""
+    from django.core.files.storage import FileSystemStorage
+
+    return isinstance(backend, FileSystemStorage) and Path(backend.location).resolve() == store_root().resolve()
+
+
+def publish(relpath: str) -> None:
+    """Copy a locally stored artifact's files to the storage backend (a no-op
+    for the filesystem default), before its version row commits."""
+    from django.core.files import File
+
+    backend = _backend()
+    if _is_local_store(backend):
+        return
+    directory = artifact_path(relpath).parent
+    prefix = relpath.rsplit("/", 1)[0]
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        key = f"{prefix}/{path.relative_to(directory).as_posix()}"
+        if not backend.exists(key):
+            with open(path, "rb") as handle:
+                backend.save(key, File(handle))
+
+
+def _backend_files(backend, prefix: str) -> list[str]:
+    directories, files = backend.listdir(prefix)
+    keys = [f"{prefix}/{name}" for name in files]
+    for directory in directories:
+        keys += _backend_files(backend, f"{prefix}/{directory}")
+    return keys
+
+
 def copy_artifact(relpath: str, target_dir: Path) -> Path:
-    """Copy a stored artifact's files (model and external data) into
-    ``target_dir`` (atomically: a temporary sibling renamed into place);
-    returns the local model path. Used by workers to cache artifacts by sha256."""
+    """The artifact's files (model and external data) in ``target_dir``:
+    copied from this machine's store when it has them, else downloaded from
+    the storage backend. Atomic (a temporary sibling renamed into place);
+    returns the local model path. Workers cache artifacts this way by sha256,
+    so they need no shared disk. Raises FileNotFoundError for a missing artifact."""
     target_dir = Path(target_dir)
     model_path = target_dir / MODEL_FILENAME
     if model_path.is_file():
         return model_path
-    source = artifact_path(relpath).parent
     target_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".fetch-", dir=target_dir.parent))
     try:
-        shutil.copytree(source, tmp, dirs_exist_ok=True)
+        source = artifact_path(relpath).parent
+        backend = _backend()
+        if (source / MODEL_FILENAME).is_file():
+            shutil.copytree(source, tmp, dirs_exist_ok=True)
+        elif _is_local_store(backend):
+            raise FileNotFoundError(f"artifact {relpath} is not in the model store")
+        else:
+            prefix = relpath.rsplit("/", 1)[0]
+            keys = _backend_files(backend, prefix)
+            if f"{prefix}/{MODEL_FILENAME}" not in keys:
+                raise FileNotFoundError(f"artifact {relpath} is not in the storage backend")
+            for key in keys:
+                local = tmp / key[len(prefix) + 1 :]
+                local.parent.mkdir(parents=True, exist_ok=True)
+                with backend.open(key, "rb") as src, open(local, "wb") as dst:
+                    shutil.copyfileobj(src, dst, _CHUNK)
         try:
             os.rename(tmp, target_dir)
         except OSError:
@@ -159,6 +229,15 @@ def copy_artifact(relpath: str, target_dir: Path) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return model_path
+
+
+def local_artifact(relpath: str) -> Path:
+    """A local path of the artifact's model file, fetching it from the
+    storage backend into MODEL_STORE_DIR when this machine lacks it."""
+    path = artifact_path(relpath)
+    if path.is_file():
+        return path
+    return copy_artifact(relpath, path.parent)
 
 
 def _age_seconds(path: Path, now: float) -> float:

@@ -18,5 +18,5 @@ def load_onnx_model(entry) -> onnx_runtime.OnnxModel:
         settings.ORT_INTRA_OP_THREADS, settings.ORT_INTER_OP_THREADS, settings.ORT_GRAPH_OPTIMIZATION
     )
     providers = onnx_runtime.provider_list(settings.ORT_EXECUTION_PROVIDERS, settings.ORT_DEVICE_ID)
-    session = onnx_runtime.create_session(storage.artifact_path(entry.artifact), options, providers)
+    session = onnx_runtime.create_session(storage.local_artifact(entry.artifact), options, providers)
     return onnx_runtime.OnnxModel(session)

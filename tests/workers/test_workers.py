@@ -278,3 +278,14 @@ def test_redis_going_away_mid_run(repository, tmp_path, private_redis):
         assert wait_for(serves, timeout=60), live.worker_log_path("cpu").read_text()[-3000:]
     finally:
         assert live.stop() == 0
+
+
+def test_container_health_checks(server):
+    """The health commands docker-compose.yml uses, against live processes."""
+    assert manage(server, "worker_health", "--device", "cpu").returncode == 0
+    assert manage(server, "worker_health", "--device", "cuda:0").returncode == 0
+    missing = manage(server, "worker_health", "--device", "cuda:5")
+    assert missing.returncode != 0 and "no heartbeat for cuda:5" in missing.stderr
+    assert manage(server, "grpc_health", "--port", str(server.grpc_port)).returncode == 0
+    closed = manage(server, "grpc_health", "--port", str(free_port()), "--timeout", "1")
+    assert closed.returncode != 0 and "UNAVAILABLE" in closed.stderr

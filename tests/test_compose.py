@@ -1,0 +1,95 @@
+"""docker-compose.yml cannot run here (no Docker engine): check its structure
+against the project's real commands, settings and devices."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from django.core.management import load_command_class
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SERVICES = COMPOSE["services"]
+APP_SERVICES = {name: s for name, s in SERVICES.items() if s.get("image", "").startswith("modelhost")}
+SETTINGS_TEXT = (ROOT / "hosting" / "settings.py").read_text()
+COMMAND_APPS = {"serve": "inference", "rungrpc": "inference", "runworker": "inference",
+                "grpc_health": "inference", "worker_health": "inference"}  # fmt: skip
+
+
+def test_services_of_a_gpu_server():
+    assert {"postgres", "redis", "minio", "rest", "grpc", "worker-cpu"} <= set(SERVICES)
+    gpu_workers = [n for n in SERVICES if n.startswith("worker-gpu")]
+    assert len(gpu_workers) >= 2
+    assert set(APP_SERVICES) == {"rest", "grpc", "worker-cpu", *gpu_workers}
+
+
+def _manage_args(command: list[str]) -> list[str]:
+    assert command[:2] == ["python", "manage.py"], command
+    return command[2:]
+
+
+@pytest.mark.parametrize("name", sorted(APP_SERVICES))
+def test_commands_are_real_and_parse(name):
+    """The command and each health check run a manage.py command whose own
+    argument parser accepts the arguments given."""
+    service = APP_SERVICES[name]
+    for command in (service["command"], service["healthcheck"]["test"][1:]):
+        if command[0] == "curl":
+            assert re.fullmatch(r"http://127\.0\.0\.1:\d+/v2/health/ready", command[-1])
+            continue
+        subcommand, *args = _manage_args(command)
+        instance = load_command_class(COMMAND_APPS[subcommand], subcommand)
+        parser = instance.create_parser("manage.py", subcommand)
+        parser.parse_args(args)  # SystemExit on an unknown option
+
+
+@pytest.mark.parametrize("name", sorted(APP_SERVICES))
+def test_environment_names_are_settings(name):
+    environment = APP_SERVICES[name]["environment"]
+    for key in environment:
+        assert re.search(rf'"{key}"', SETTINGS_TEXT), f"{name}: {key} is not read by hosting/settings.py"
+    assert environment["INFERENCE_EXECUTOR"] == "celery" and environment["REDIS_URL"].startswith("redis://redis:")
+    assert environment["MODEL_STORAGE"] == "s3" and environment["MODEL_STORAGE_ENDPOINT"] == "http://minio:9000"
+    assert environment["DATABASE_URL"].startswith("postgres://")
+
+
+def test_every_long_running_service_has_a_health_check():
+    for name, service in SERVICES.items():
+        if name == "minio-bucket":
+            assert "mc mb" in service["command"][0]
+            continue
+        assert service["healthcheck"]["test"], name
+
+
+def test_gpu_workers_are_pinned_to_their_device():
+    for name, service in SERVICES.items():
+        if not name.startswith("worker-gpu"):
+            continue
+        device = service["command"][service["command"].index("--device") + 1]
+        index = re.fullmatch(r"cuda:(\d+)", device).group(1)
+        (reservation,) = service["deploy"]["resources"]["reservations"]["devices"]
+        assert reservation["driver"] == "nvidia" and reservation["device_ids"] == [index]
+        assert "gpu" in reservation["capabilities"]
+        assert service["build"]["args"]["ONNXRUNTIME"] == "onnxruntime-gpu"
+        health = service["healthcheck"]["test"]
+        assert health[health.index("--device") + 1] == device
+
+
+def test_dependencies_wait_for_healthy_infrastructure():
+    for name, service in APP_SERVICES.items():
+        depends = service["depends_on"]
+        for infra in ("postgres", "redis"):
+            assert depends[infra]["condition"] == "service_healthy", name
+        assert depends["minio-bucket"]["condition"] == "service_completed_successfully"
+        if name != "rest":
+            assert depends["rest"]["condition"] == "service_healthy"  # rest migrates first
+    assert "store" in COMPOSE["volumes"] and any(v.startswith("store:") for v in SERVICES["rest"]["volumes"])
+
+
+def test_dockerfile_builds_both_variants():
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "ARG ONNXRUNTIME=onnxruntime" in dockerfile and "ARG BASE=" in dockerfile
+    assert "requirements.txt" in dockerfile
