@@ -222,6 +222,8 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json", "modelhost"]  # modelhost: inference/runtime/wire.py, never pickle
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_WORKER_DISABLE_RATE_LIMITS = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # LOGGING below applies; Celery's per-task lines are quieted there
 CELERY_TASK_PUBLISH_RETRY = False
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 3, "socket_timeout": 10}
 
@@ -264,5 +266,10 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
-    "loggers": {"django": {"level": LOG_LEVEL, "propagate": True}},
+    "loggers": {
+        "django": {"level": LOG_LEVEL, "propagate": True},
+        # One INFO line per task received and succeeded: noise at inference rates.
+        "celery.app.trace": {"level": "WARNING"},
+        "celery.worker.strategy": {"level": "WARNING"},
+    },
 }

@@ -89,7 +89,15 @@ class CeleryExecutor:
         }
         try:
             self.app.send_task(
-                TASK_NAME, args=[payload], queue=queue, task_id=task_id, serializer="modelhost", ignore_result=True
+                TASK_NAME,
+                args=[payload],
+                queue=queue,
+                task_id=task_id,
+                serializer="modelhost",
+                ignore_result=True,
+                # Celery would otherwise repr() the tensors for its message headers.
+                argsrepr=f"[{entry.model_name}:{entry.number}]",
+                kwargsrepr="{}",
             )
         except Exception as exc:
             raise errors.ModelNotReady(f"cannot reach the worker queue {queue}: {exc}") from None
