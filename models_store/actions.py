@@ -86,10 +86,21 @@ def upload(
     return services.version_upload(model_name, staged, user, team=team, description=description)
 
 
-def update_model(user, token, name: str, *, description: str | None = None, policy: dict | None = None):
-    """Change the description and/or the version policy (``policy``: keys
-    ``version_policy``, ``latest_versions``, ``specific_versions``)."""
+def update_model(
+    user,
+    token,
+    name: str,
+    *,
+    description: str | None = None,
+    policy: dict | None = None,
+    instance_group: list[dict] | None = None,
+):
+    """Change the description, the version policy (``policy``: keys
+    ``version_policy``, ``latest_versions``, ``specific_versions``) and/or the
+    instance group (where worker mode runs the model)."""
     model = _changeable_model(user, token, name)
+    if instance_group is not None and instance_group != model.instance_group:
+        model = services.model_set_instance_group(model, instance_group, actor=user)
     if policy:
         model = services.model_set_policy(
             model,

@@ -95,13 +95,18 @@ class ModelDetailView(ManagementView):
 
     @extend_schema(request=ModelUpdateSerializer, responses={200: ModelDetailSerializer, **ERRORS})
     def patch(self, request, name: str):
-        """Change the description and/or the version policy (``latest`` N, ``all``,
-        ``specific`` versions). A policy that would serve no READY version is refused."""
+        """Change the description, the version policy (``latest`` N, ``all``,
+        ``specific`` versions) and/or the instance group. A policy that would
+        serve no READY version is refused."""
         serializer = ModelUpdateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
         description = data.pop("description", None)
-        actions.update_model(request.user, self.token, name, description=description, policy=data)
+        groups = data.pop("instance_group", None)
+        groups = [dict(g) for g in groups] if groups is not None else None
+        actions.update_model(
+            request.user, self.token, name, description=description, policy=data, instance_group=groups
+        )
         return Response(_model_body(name))
 
 

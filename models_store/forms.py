@@ -16,16 +16,42 @@ def parse_version_numbers(text: str) -> list[int]:
     return sorted({int(p) for p in parts})
 
 
+INSTANCE_KINDS = [("KIND_AUTO", "any device (GPUs first)"), ("KIND_GPU", "GPU"), ("KIND_CPU", "CPU")]
+
+
+def parse_gpu_numbers(text: str) -> list[int]:
+    """``"0, 1"`` -> ``[0, 1]``; raises forms.ValidationError for anything else."""
+    parts = text.replace(",", " ").split()
+    if not all(p.isdigit() for p in parts):
+        raise forms.ValidationError("list GPU numbers (0, 1, ...) separated by commas")
+    return sorted({int(p) for p in parts})
+
+
 class ModelSettingsForm(forms.Form):
-    """Description and version policy of a model."""
+    """Description, version policy and instance group of a model."""
 
     description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
     version_policy = forms.ChoiceField(choices=VersionPolicy.choices)
     latest_versions = forms.IntegerField(min_value=1, initial=1, label="Latest N")
     specific_versions = forms.CharField(required=False, label="Specific versions", help_text="e.g. 1, 3")
 
+    instance_kind = forms.ChoiceField(choices=INSTANCE_KINDS, label="Runs on", required=False)
+    instance_gpus = forms.CharField(required=False, label="GPUs", help_text="for GPU: e.g. 0, 1 (empty: any GPU)")
+    instance_count = forms.IntegerField(min_value=1, initial=1, label="Instances", required=False)
+
     def clean_specific_versions(self) -> list[int]:
         return parse_version_numbers(self.cleaned_data["specific_versions"])
+
+    def clean_instance_gpus(self) -> list[int]:
+        return parse_gpu_numbers(self.cleaned_data["instance_gpus"])
+
+    def instance_group(self) -> list[dict] | None:
+        """Triton's instance group (worker mode placement) from the form; None
+        when the form did not carry it (no change)."""
+        data = self.cleaned_data
+        if not data.get("instance_kind"):
+            return None
+        return [{"kind": data["instance_kind"], "count": data["instance_count"] or 1, "gpus": data["instance_gpus"]}]
 
     def policy(self) -> dict:
         data = self.cleaned_data

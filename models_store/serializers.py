@@ -67,7 +67,7 @@ class ModelSerializer(serializers.ModelSerializer):
         model = RegisteredModel
         fields = [
             "name", "team", "description", "platform", "max_batch_size", "version_policy", "latest_versions",
-            "specific_versions", "served_versions", "labels", "versions", "created_at", "updated_at",
+            "specific_versions", "instance_group", "served_versions", "labels", "versions", "created_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -82,9 +82,17 @@ class ModelDetailSerializer(ModelSerializer):
     versions = VersionSerializer(many=True, read_only=True)
 
 
+class InstanceGroupSerializer(serializers.Serializer):
+    """Triton's instance group: where worker mode runs the model."""
+
+    kind = serializers.ChoiceField(choices=["KIND_AUTO", "KIND_GPU", "KIND_CPU"], default="KIND_AUTO")
+    count = serializers.IntegerField(min_value=1, default=1)
+    gpus = serializers.ListField(child=serializers.IntegerField(min_value=0), default=list)
+
+
 class ModelUpdateSerializer(serializers.Serializer):
     """Fields to change; all optional. The version policy must serve at least
-    one READY version."""
+    one READY version; GPU numbers only go with KIND_GPU."""
 
     description = serializers.CharField(required=False, allow_blank=True)
     version_policy = serializers.ChoiceField(choices=VersionPolicy.choices, required=False)
@@ -92,6 +100,7 @@ class ModelUpdateSerializer(serializers.Serializer):
     specific_versions = serializers.ListField(
         child=serializers.IntegerField(min_value=1), required=False, allow_empty=False
     )
+    instance_group = InstanceGroupSerializer(many=True, required=False)
 
 
 class UploadSerializer(serializers.Serializer):

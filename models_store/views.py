@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_POST
 
+from inference.runtime.placement import describe_group
 from models_store import accounts, actions, permissions, selectors, snippets, uploads
 from models_store.forms import LabelForm, ModelSettingsForm, TokenForm, UploadForm
 from models_store.models import ModelVersion, RegisteredModel
@@ -92,6 +93,7 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
     ready = [v.number for v in versions if v.state == ModelVersion.State.READY]
     by_number = {v.number: v for v in versions}
     shown = by_number.get(served[0]) if served else next((v for v in versions if v.state == "READY"), None)
+    group = (model.instance_group or [{}])[0]
     if settings_form is None:
         settings_form = ModelSettingsForm(
             initial={
@@ -99,6 +101,9 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
                 "version_policy": model.version_policy,
                 "latest_versions": model.latest_versions,
                 "specific_versions": ", ".join(map(str, model.specific_versions)),
+                "instance_kind": group.get("kind", "KIND_AUTO"),
+                "instance_gpus": ", ".join(map(str, group.get("gpus", []))),
+                "instance_count": group.get("count", 1),
             }
         )
     context = {
@@ -108,6 +113,7 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
         "shown": shown,
         "can_change": permissions.can_change_model(request.user, model),
         "settings_form": settings_form,
+        "instance_group": describe_group(model.instance_group),
         "label_form": label_form or LabelForm(ready_versions=ready),
         "audit": selectors.audit_for_model(model),
         "snippets": _snippets(request, model, shown),
@@ -129,11 +135,16 @@ def model_settings(request, name: str):
         return _model_page(request, name, status=400, settings_form=form, error=_form_errors(form))
     try:
         actions.update_model(
-            request.user, None, name, description=form.cleaned_data["description"], policy=form.policy()
+            request.user,
+            None,
+            name,
+            description=form.cleaned_data["description"],
+            policy=form.policy(),
+            instance_group=form.instance_group(),
         )
     except ACTION_ERRORS as exc:
         return _model_page(request, name, status=_status(exc), settings_form=form, error=str(exc))
-    messages.success(request, "Saved the description and version policy.")
+    messages.success(request, "Saved the description, version policy and instance group.")
     return redirect("model-detail", name=name)
 
 

@@ -224,3 +224,18 @@ def test_openapi_schema_and_docs_are_served_locally(alice_api):
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/" in docs and "cdn." not in docs
     static = alice_api.client.get("/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js")
     assert static.status_code == 200
+
+
+def test_instance_group_through_the_api(alice_api):
+    alice_api.upload("placed", m.affine(1, 1), team="ml")
+    ok = alice_api.json("patch", "/api/models/placed/", {"instance_group": [{"kind": "KIND_GPU", "gpus": [1, 0]}]})
+    assert ok.status_code == 200
+    assert ok.json()["instance_group"] == [{"name": "", "kind": "KIND_GPU", "count": 1, "gpus": [1, 0]}]
+    assert RegisteredModel.objects.get(name="placed").instance_group[0]["gpus"] == [1, 0]
+    error = _error(
+        alice_api.json("patch", "/api/models/placed/", {"instance_group": [{"kind": "KIND_CPU", "gpus": [0]}]}), 400
+    )
+    assert "gpus are only for KIND_GPU" in error
+    bad = alice_api.json("patch", "/api/models/placed/", {"instance_group": [{"kind": "KIND_TPU"}]})
+    assert bad.status_code == 400 and "instance_group" in bad.json()
+    assert AuditEvent.objects.filter(model_name="placed", action="model.instance_group").count() == 1

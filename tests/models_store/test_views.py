@@ -222,3 +222,31 @@ def test_admin_is_registered_for_every_registry_model():
         "registrystamp",
     ):  # fmt: skip
         assert client.get(f"/admin/models_store/{path}/").status_code == 200, path
+
+
+def test_instance_group_on_the_model_page(alice):
+    _upload(alice, "placed", m.affine(1, 1), url="/upload/")
+    page = _text(alice.get("/models/placed/"))
+    assert "any device" in page  # no instance group yet
+    changed = _post(
+        alice,
+        "/models/placed/settings",
+        {
+            "version_policy": "latest",
+            "latest_versions": 1,
+            "instance_kind": "KIND_GPU",
+            "instance_gpus": "0, 1",
+            "instance_count": 2,
+        },
+    )
+    assert changed.status_code == 302
+    assert RegisteredModel.objects.get().instance_group == [
+        {"name": "", "kind": "KIND_GPU", "count": 2, "gpus": [0, 1]}
+    ]
+    assert "cuda:0, cuda:1 \u00d7 2" in _text(alice.get("/models/placed/"))
+    wrong = _post(
+        alice,
+        "/models/placed/settings",
+        {"version_policy": "latest", "latest_versions": 1, "instance_kind": "KIND_CPU", "instance_gpus": "3"},
+    )
+    assert wrong.status_code == 400 and "gpus are only for KIND_GPU" in _text(wrong)
