@@ -1,6 +1,7 @@
 """Correctness before load: every server's answers must match in-process
-ONNX Runtime (``numpy.allclose``) on every model and transport it is loaded
-with, or it is not measured.
+ONNX Runtime (``numpy.allclose``, every output, same dtype and shape) on
+every model and transport it is loaded with, or it is not measured. Inputs
+are the model's sample inputs (any number, any datatype).
 
 * REST (``rest-json``, ``rest-binary``): the exact prebuilt request the load
   generator sends, over urllib; HTTP 200 and the decoded output.
@@ -29,17 +30,32 @@ class CheckFailed(RuntimeError):
     pass
 
 
-def _compare(what: str, got: np.ndarray, expected: np.ndarray) -> None:
-    if got.shape != expected.shape or not np.allclose(got, expected, rtol=1e-5, atol=1e-5):
-        raise CheckFailed(
-            f"{what}: the output differs from in-process ONNX Runtime\n"
-            f"  got      {got.shape} {got.ravel()[:8]}\n  expected {expected.shape} {expected.ravel()[:8]}"
-        )
+def _compare(what: str, got: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
+    for name, want in expected.items():
+        value = got.get(name)
+        if value is None:
+            raise CheckFailed(f"{what}: no output {name!r}")
+        if value.shape != want.shape or value.dtype != want.dtype or not np.allclose(value, want, rtol=1e-5, atol=1e-5):
+            raise CheckFailed(
+                f"{what}: output {name!r} differs from in-process ONNX Runtime\n"
+                f"  got      {value.dtype} {value.shape} {value.ravel()[:8]}\n"
+                f"  expected {want.dtype} {want.shape} {want.ravel()[:8]}"
+            )
 
 
-def check_rest(target: Target, transport: Transport, model: BenchModel, expected: np.ndarray) -> str:
+def _shapes(got: dict[str, np.ndarray]) -> str:
+    return ", ".join(f"{name} {list(value.shape)}" for name, value in got.items())
+
+
+def check_rest(
+    target: Target,
+    transport: Transport,
+    model: BenchModel,
+    inputs: dict[str, np.ndarray],
+    expected: dict[str, np.ndarray],
+) -> str:
     """One request, the one wrk sends; returns a description of what was checked."""
-    request = transport.build_request(model, model.sample_input())
+    request = transport.build_request(model, inputs)
     http = urllib.request.Request(
         target.url_for(transport.name) + request.path, data=request.body, headers=request.headers, method="POST"
     )
@@ -58,11 +74,16 @@ def check_rest(target: Target, transport: Transport, model: BenchModel, expected
     except (ValueError, KeyError) as exc:
         raise CheckFailed(f"{what}: cannot decode the response ({exc}): {body[:300]!r}") from None
     _compare(what, got, expected)
-    return f"output {list(got.shape)} matches onnxruntime"
+    return f"output {_shapes(got)} matches onnxruntime"
 
 
 def check_grpc(
-    target: Target, transport: Grpc, model: BenchModel, expected: np.ndarray, raw_calls: int = 3
+    target: Target,
+    transport: Grpc,
+    model: BenchModel,
+    inputs: dict[str, np.ndarray],
+    expected: dict[str, np.ndarray],
+    raw_calls: int = 3,
 ) -> tuple[str, int]:
     """tritonclient.grpc, then the exact h2load body through grpcio; returns
     (description, bytes of the framed answer)."""
@@ -71,24 +92,24 @@ def check_grpc(
     from tritonclient.utils import InferenceServerException
 
     what = f"{target.name}/{model.name}/{transport.name}"
-    x = model.sample_input()
     client = grpcclient.InferenceServerClient(target.grpc_address)
     try:
-        tensor = grpcclient.InferInput(model.input_name, list(x.shape), "FP32")
-        tensor.set_data_from_numpy(x)
-        result = client.infer(model.name, [tensor], client_timeout=60)
-        got = result.as_numpy(model.output_name)
+        tensors = []
+        for spec in model.inputs:
+            tensor = grpcclient.InferInput(spec.name, list(spec.shape), spec.datatype)
+            tensor.set_data_from_numpy(np.ascontiguousarray(inputs[spec.name], dtype=spec.dtype))
+            tensors.append(tensor)
+        result = client.infer(model.name, tensors, client_timeout=60)
+        got = {name: value for name in model.output_names if (value := result.as_numpy(name)) is not None}
     except InferenceServerException as exc:
         raise CheckFailed(f"{what}: tritonclient.grpc: {exc}") from None
     finally:
         client.close()
-    if got is None:
-        raise CheckFailed(f"{what}: tritonclient.grpc: no output {model.output_name!r}")
     _compare(f"{what} (tritonclient.grpc)", got, expected)
 
-    body = transport.build_request(model, x).body
+    request = transport.build_request(model, inputs)
     try:
-        message = grpc_unframe(body)
+        message = grpc_unframe(request.body)
     except ValueError as exc:
         raise CheckFailed(f"{what}: the prebuilt body is not one gRPC frame: {exc}") from None
     sizes = []
@@ -96,7 +117,7 @@ def check_grpc(
         target.grpc_address,
         options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)],
     ) as channel:
-        call = channel.unary_unary(transport.build_request(model, x).path)  # identity (de)serializers
+        call = channel.unary_unary(request.path)  # identity (de)serializers
         for _ in range(raw_calls):
             try:
                 answer, status = call.with_call(message, timeout=60)
@@ -111,8 +132,10 @@ def check_grpc(
             _compare(f"{what} (h2load body via grpcio)", got, expected)
             sizes.append(len(grpc_frame(answer)))
     framed = min(sizes)
+    if max(sizes) != framed:
+        raise CheckFailed(f"{what}: answers of different sizes {sizes}; the load could not tell failed calls")
     return (
         f"tritonclient.grpc and {raw_calls} calls with the h2load body: grpc-status OK, "
-        f"output {list(got.shape)} matches onnxruntime, answer {framed} B",
+        f"output {_shapes(got)} matches onnxruntime, answer {framed} B",
         framed,
     )

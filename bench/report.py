@@ -25,7 +25,15 @@ COLUMNS = (
     "errors",
     "floor (session.run ms)",
     "overhead p50 - floor",
+    "overhead % of floor (c1)",
+    "p99 / p50",
 )
+
+#: The issue's MiniLM goals: p99 at most 1.5x p50 at concurrency 8, and
+#: overhead (p50 - floor) under 3% of the floor at concurrency 1.
+MINILM_P99_P50_MAX = 1.5
+MINILM_OVERHEAD_MAX = 0.03
+OK, NOT_OK = "✓", "✗"
 
 #: Ratio columns: (header, the server compared with, which rows get it).
 #: A ratio is this row's req/s over the other server's in the same
@@ -44,6 +52,9 @@ class Cell:
     concurrency: int
     floor: Floor
     ours: bool = False  # this project's server (gets ratios against the peers)
+    slow: bool = False  # a slow model (MiniLM): its own duration and rounds, goal flags
+    planned_rounds: int = 0
+    seconds: int = 0  # measured seconds per round
     results: list[LoadResult] = field(default_factory=list)
 
     @property
@@ -90,10 +101,33 @@ class Cell:
             parts.append(f"{sock} socket/timeout")
         return "**" + ", ".join(parts) + "** of " + str(self.requests)
 
+    @property
+    def p99_over_p50(self) -> float:
+        return self.p99_ms / self.p50_ms if self.p50_ms > 0 else float("inf")
+
+    @property
+    def overhead_fraction(self) -> float:
+        """(p50 - floor) / floor."""
+        return (self.p50_ms - self.floor.median_ms) / self.floor.median_ms
+
+    def p99_over_p50_text(self) -> str:
+        text = f"{self.p99_over_p50:.2f}"
+        if self.slow and self.concurrency == 8:
+            text += " " + (OK if self.p99_over_p50 <= MINILM_P99_P50_MAX else NOT_OK)
+        return text
+
+    def overhead_percent_text(self) -> str:
+        """Only for slow models at concurrency 1 (for tiny the floor is microseconds; at 8 p50 is queueing)."""
+        if not (self.slow and self.concurrency == 1):
+            return ""
+        flag = OK if self.overhead_fraction < MINILM_OVERHEAD_MAX else NOT_OK
+        return f"{100 * self.overhead_fraction:.1f}% {flag}"
+
     def row(self) -> list[str]:
         if not self.results:
             floor = f"{self.floor.median_ms:.3f}"
-            return [self.target, self.model, self.transport, str(self.concurrency), "-", "-", "-", "-", floor, "-"]
+            empty = ["-", "-", "-", "-", floor, "-", "-", "-"]
+            return [self.target, self.model, self.transport, str(self.concurrency), *empty]
         return [
             self.target + (" ⚠" if self.errors else ""),
             self.model,
@@ -105,6 +139,8 @@ class Cell:
             self.error_text(),
             f"{self.floor.median_ms:.3f}",
             f"{self.p50_ms - self.floor.median_ms:.2f}",
+            self.overhead_percent_text(),
+            self.p99_over_p50_text(),
         ]
 
     def rounds_text(self) -> str:
@@ -163,6 +199,167 @@ def summary(cells: list[Cell]) -> tuple[list[str], list[list[str]]]:
                 row.append(f"{cell.rps:,.0f}" + (" ⚠" if cell.errors else ""))
         rows.append(row)
     return ["workload", "transport", "concurrency", *targets], rows
+
+
+MINILM_COLUMNS = (
+    "server",
+    "transport",
+    "concurrency",
+    "rounds x s",
+    "requests",
+    "req/s (median)",
+    "p50 ms",
+    "p99 ms",
+    f"p99 / p50 (c8 goal ≤ {MINILM_P99_P50_MAX})",
+    "floor ms",
+    "overhead p50 - floor ms",
+    f"overhead % of floor (c1 goal < {100 * MINILM_OVERHEAD_MAX:.0f}%)",
+    "errors",
+)
+
+
+def minilm_table(cells: list[Cell]) -> tuple[tuple[str, ...], list[list[str]]]:
+    """The MiniLM rows with the figures of its goals."""
+    rows = []
+    for c in cells:
+        if not c.slow or not c.results:
+            continue
+        rows.append(
+            [
+                c.target + (" ⚠" if c.errors else ""),
+                c.transport,
+                str(c.concurrency),
+                f"{len(c.results)} x {c.seconds}",
+                f"{c.requests:,}",
+                f"{c.rps:,.1f}",
+                f"{c.p50_ms:.2f}",
+                f"{c.p99_ms:.2f}",
+                c.p99_over_p50_text(),
+                f"{c.floor.median_ms:.2f}",
+                f"{c.p50_ms - c.floor.median_ms:.2f}",
+                c.overhead_percent_text() or "(queueing)",
+                c.error_text(),
+            ]
+        )
+    return MINILM_COLUMNS, rows
+
+
+@dataclass
+class Goal:
+    """One goal of the issue for ``serve``: met (True/False) or None when not (fully) measured."""
+
+    text: str
+    met: bool | None
+    details: list[str]
+
+    @property
+    def verdict(self) -> str:
+        return {True: "met", False: "NOT met", None: "not measured"}[self.met]
+
+
+def goals(cells: list[Cell], ours: str = "serve") -> list[Goal]:
+    """The issue's goals for ``ours``, judged on this run's medians. A compared cell with errors fails."""
+    by_key = {(c.target, *c.key): c for c in cells if c.results}
+
+    #: (label, cell keys, value of the cells, passes(value), format of the value)
+    Check = tuple[str, tuple, Callable[..., float], Callable[[float], bool], str]
+
+    def judge(text: str, checks: list[Check]) -> Goal:
+        details, verdicts = [], []
+        for label, keys, value, passes, fmt in checks:
+            found = [by_key.get(k) for k in keys]
+            if any(c is None for c in found):
+                details.append(f"{label} not measured")
+                verdicts.append(None)
+                continue
+            x = value(*found)
+            errors = any(c.errors for c in found)
+            ok = passes(x) and not errors
+            details.append(f"{label} {fmt.format(x)} {OK if ok else NOT_OK}" + (" (errors)" if errors else ""))
+            verdicts.append(ok)
+        if any(v is False for v in verdicts):
+            met = False
+        elif verdicts and all(v is True for v in verdicts):
+            met = True
+        else:
+            met = None
+        return Goal(text, met, details)
+
+    def ratio(peer: str, model: str, transport: str, c: int, factor: float):
+        return (
+            f"{model}/{transport}/c{c}",
+            ((ours, model, transport, c), (peer, model, transport, c)),
+            lambda a, b: a.rps / b.rps if b.rps > 0 else float("inf"),
+            lambda x, f=factor: x >= f,
+            "{:.2f}x",
+        )
+
+    fast = ("tiny", "cnn")
+    result = [
+        judge(
+            "REST binary and gRPC ≥ 1.0x Triton's req/s at concurrency 1 and 8 on tiny and cnn",
+            [ratio("triton", m, t, c, 1.0) for m in fast for t in ("rest-binary", "grpc") for c in CONCURRENCIES],
+        ),
+        judge(
+            "REST JSON ≥ 3x MLServer's req/s on tiny and cnn (concurrency 1 and 8)",
+            [ratio("mlserver", m, "rest-json", c, 3.0) for m in fast for c in CONCURRENCIES],
+        ),
+        judge(
+            "REST JSON ≥ 1.0x Triton's req/s on tiny and cnn (concurrency 1 and 8)",
+            [ratio("triton", m, "rest-json", c, 1.0) for m in fast for c in CONCURRENCIES],
+        ),
+        judge(
+            "p50 at concurrency 1 on tiny ≤ 0.35 ms (every transport)",
+            [
+                (f"tiny/{t}/c1", ((ours, "tiny", t, 1),), lambda a: a.p50_ms, lambda x: x <= 0.35, "{:.3f} ms")
+                for t in TRANSPORT_NAMES
+            ],
+        ),
+        judge(
+            f"MiniLM p99 ≤ {MINILM_P99_P50_MAX}x p50 at concurrency 8 (every transport)",
+            [
+                (
+                    f"minilm/{t}/c8",
+                    ((ours, "minilm", t, 8),),
+                    lambda a: a.p99_over_p50,
+                    lambda x: x <= MINILM_P99_P50_MAX,
+                    "{:.2f}",
+                )
+                for t in TRANSPORT_NAMES
+            ],
+        ),
+        judge(
+            f"MiniLM overhead (p50 - floor) < {100 * MINILM_OVERHEAD_MAX:.0f}% of its session.run time at "
+            "concurrency 1 (every transport)",
+            [
+                (
+                    f"minilm/{t}/c1",
+                    ((ours, "minilm", t, 1),),
+                    lambda a: 100 * a.overhead_fraction,
+                    lambda x: x < 100 * MINILM_OVERHEAD_MAX,
+                    "{:.1f}%",
+                )
+                for t in TRANSPORT_NAMES
+            ],
+        ),
+    ]
+    return result
+
+
+CONCURRENCIES = (1, 8)
+TRANSPORT_NAMES = ("rest-json", "rest-binary", "grpc")
+
+
+def goals_markdown(cells: list[Cell]) -> str:
+    rows = [[g.text, f"**{g.verdict}**", "; ".join(g.details)] for g in goals(cells)]
+    return markdown_table(["goal (`serve`)", "this run", "cells (median req/s ratio or figure)"], rows)
+
+
+def print_goals(cells: list[Cell]) -> None:
+    print("the issue's goals for serve (this run):")
+    for g in goals(cells):
+        print(f"  [{g.verdict}] {g.text}")
+        print(f"      {'; '.join(g.details)}")
 
 
 def markdown_table(header: list[str] | tuple[str, ...], rows: list[list[str]]) -> str:
@@ -235,6 +432,12 @@ How to read it:
   worker mode the round trip through Redis). It is meaningful at
   concurrency 1; at concurrency 8 p50 also holds queueing (8 requests share
   2 cores with the load generator), so there it is mostly waiting.
+  **overhead % of floor (c1)**: the same as a share of the floor, for
+  MiniLM at concurrency 1 (the issue's goal: under 3%, flagged ✓/✗).
+* **p99 / p50**: the tail against the median; for MiniLM at concurrency 8
+  the issue's goal is at most 1.5 (flagged ✓/✗).
+* MiniLM cells are measured longer and in fewer rounds than the others
+  (see Load above); their rounds are the first rounds of the run.
 * **vs Triton**, **vs MLServer**: this row's req/s over the peer's in the
   same workload, transport and concurrency (above 1x: this row is faster);
   `n/a` where the peer does not speak the transport (MLServer has no binary
@@ -251,6 +454,21 @@ How to read it:
   expected message bytes are counted). A row with errors is marked ⚠ and
   its figures should not be trusted.
 """
+
+
+GOALS_INTRO = """\
+Each goal of the issue for this project's server in process (`serve`),
+judged on this run's medians (the cells are in the tables below; ✓ passes,
+✗ does not; a compared cell with errors fails). On this 2-core machine the
+load generator shares the cores with the server, and the machine is shared
+with other work (load average above): these verdicts hold for this run."""
+
+MINILM_INTRO = """\
+The MiniLM rows of the table above with the figures of its goals: p99 at
+most 1.5x p50 at concurrency 8 (requests served in order, none starved)
+and overhead under 3% of its session.run time at concurrency 1. MiniLM
+runs at ~30 req/s per core, so its cells are measured longer (rounds x
+seconds, requests summed over the rounds) to give p99 enough samples."""
 
 
 def write_results(
@@ -290,8 +508,12 @@ def write_results(
     for name, settings in target_settings.items():
         lines += ["", f"## Server `{name}`", ""]
         lines += [f"* {key}: {value}" for key, value in settings.items()]
+    lines += ["", "## The issue's goals", "", GOALS_INTRO, "", goals_markdown(cells), ""]
     header, rows = table(cells)
     lines += ["", "## Results", "", markdown_table(header, rows), "", HOW_TO_READ]
+    header, rows = minilm_table(cells)
+    if rows:
+        lines += ["## MiniLM-L6", "", MINILM_INTRO, "", markdown_table(header, rows), ""]
     header, rows = summary(cells)
     lines += ["## req/s by server", "", "The same medians side by side.", "", markdown_table(header, rows), ""]
     lines += [
@@ -310,6 +532,11 @@ def write_results(
 def print_table(cells: list[Cell]) -> None:
     header, rows = table(cells)
     print(text_table(header, rows))
+    header, rows = minilm_table(cells)
+    if rows:
+        print()
+        print("MiniLM-L6")
+        print(text_table(header, rows, left=3))
     print()
     header, rows = summary(cells)
     print("req/s (median) by server")

@@ -1,11 +1,13 @@
-"""Benchmark entry point (``make bench``): build the models, measure the
-in-process floor, start every server (this project in process and in worker
-mode, Triton, MLServer), check their answers, load every cell in interleaved
-rounds (wrk for REST, h2load for gRPC), print one table and write
+"""Benchmark entry point (``make bench``): build the models (tiny, cnn, and
+MiniLM-L6 exported by bench/minilm.py), measure the in-process floor, start
+every server (this project in process and in worker mode, Triton, MLServer),
+check their answers, load every cell in interleaved rounds (wrk for REST,
+h2load for gRPC), print one table and the issue's goals, and write
 bench/RESULTS.md.
 
     .venv/bin/python bench/run.py [--servers serve,serve-workers,triton,mlserver] [--no-peers]
                                   [--duration S] [--rounds N] [--only TEXT] [--quick]
+                                  [--no-minilm] [--minilm-duration S] [--minilm-rounds N]
 
 See bench/README.md.
 """
@@ -30,15 +32,17 @@ import numpy as np  # noqa: E402
 from bench import models as bench_models  # noqa: E402
 from bench.checks import CheckFailed, check_grpc, check_rest  # noqa: E402
 from bench.loads import Loader, LoadResult, make_loaders  # noqa: E402
-from bench.report import Cell, print_table, write_results  # noqa: E402
+from bench.report import Cell, print_goals, print_table, write_results  # noqa: E402
 from bench.targets import ServeTarget, Target, WorkerServeTarget, ort_env  # noqa: E402
-from bench.workloads import TRANSPORTS, Grpc, Workload, workloads  # noqa: E402
+from bench.workloads import TRANSPORTS, Grpc, Request, Workload, workloads  # noqa: E402
 
 WORK = ROOT / "bench" / "work"
 RESULTS = ROOT / "bench" / "RESULTS.md"
 CONCURRENCIES = [1, 8]
 SERVERS = ("serve", "serve-workers", "triton", "mlserver")
 PEERS = ("triton", "mlserver")
+#: Connections of the priming load (every server process should get some).
+PRIME_CONCURRENCY = 8
 
 
 class TargetDied(RuntimeError):
@@ -58,7 +62,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--only", action="append", default=[], help="run only cells whose label (e.g. serve/cnn/rest-binary/c8) "
         "contains this text; repeatable (any match)"
     )  # fmt: skip
-    parser.add_argument("--quick", action="store_true", help="smoke run: 1 round of 2 s (results to bench/work/)")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 1 round of 2 s, MiniLM 1 round of 3 s (results to bench/work/)"
+    )
+    parser.add_argument("--no-minilm", action="store_true", help="leave out the MiniLM workload")
+    parser.add_argument(
+        "--minilm-duration", type=int, default=10, help="measured seconds per MiniLM cell and round (10; "
+        "~30 req/s, so p99 needs the samples)"
+    )  # fmt: skip
+    parser.add_argument("--minilm-rounds", type=int, default=2, help="interleaved rounds of the MiniLM cells (2)")
+    parser.add_argument(
+        "--prime", type=int, default=1, help="seconds of load at concurrency 8 per server, model and transport "
+        "after the correctness check, so that every server process has loaded every model before it is measured "
+        "(MiniLM: twice as long; 0: none) (1)"
+    )  # fmt: skip
     parser.add_argument("--workers", type=int, default=None, help="serve --workers (default: its HTTP_WORKERS)")
     parser.add_argument("--threads", type=int, default=None, help="serve --threads (default: its HTTP_THREADS)")
     parser.add_argument("--worker-concurrency", type=int, default=4, help="runworker --concurrency (4)")
@@ -75,11 +92,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.duration = 1, 2
+        args.minilm_rounds, args.minilm_duration = 1, 3
     args.results_given = args.results is not None
     if args.results is None:
         args.results = WORK / "RESULTS-quick.md" if args.quick else RESULTS
-    if args.rounds < 1 or args.duration < 1:
-        parser.error("--rounds and --duration must be at least 1")
+    if min(args.rounds, args.duration, args.minilm_rounds, args.minilm_duration) < 1:
+        parser.error("--rounds, --duration, --minilm-rounds and --minilm-duration must be at least 1")
     args.server_names = [s.strip() for s in args.servers.split(",") if s.strip()]
     unknown = sorted(set(args.server_names) - set(SERVERS))
     if unknown:
@@ -92,7 +110,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def make_target(name: str, args: argparse.Namespace, repository: Path) -> Target:
-    models = list(bench_models.MODELS.values())
+    """A server; the models it serves are set once the plan is known (Bench.__init__)."""
     if name == "serve":
         return ServeTarget(repository, WORK, workers=args.workers, threads=args.threads)
     if name == "serve-workers":
@@ -102,12 +120,29 @@ def make_target(name: str, args: argparse.Namespace, repository: Path) -> Target
     if name == "triton":
         from bench.peers.triton import TritonTarget
 
-        return TritonTarget(repository, WORK, models, instances=args.triton_instances)
+        return TritonTarget(repository, WORK, [], instances=args.triton_instances)
     if name == "mlserver":
         from bench.peers.mlserver import MLServerTarget
 
-        return MLServerTarget(repository, WORK, models, parallel_workers=args.mlserver_workers)
+        return MLServerTarget(repository, WORK, [], parallel_workers=args.mlserver_workers)
     raise ValueError(name)
+
+
+def repository_view(repository: Path, names: list[str]) -> Path:
+    """A directory of symlinks to ``names`` in ``repository``: what ``serve`` imports (it
+    imports everything in its directory, and only the plan's models should load)."""
+    view = WORK / "repositories" / "-".join(names)
+    view.mkdir(parents=True, exist_ok=True)
+    for entry in view.iterdir():
+        if entry.name not in names:
+            entry.unlink()
+    for name in names:
+        link = view / name
+        if link.is_symlink() and link.resolve() == (repository / name).resolve():
+            continue
+        link.unlink(missing_ok=True)
+        link.symlink_to((repository / name).resolve(), target_is_directory=True)
+    return view
 
 
 class Bench:
@@ -119,10 +154,11 @@ class Bench:
         self.transports = list(TRANSPORTS.values())
         self.repository = WORK / "repository"
         self.targets: list[Target] = [make_target(name, args, self.repository) for name in args.server_names]
+        candidates = [m for m in bench_models.MODELS.values() if not (args.no_minilm and m.name == "minilm")]
         # Servers take turns on each workload x transport x concurrency.
         self.plan: list[tuple[Target, Workload]] = [
             (target, w)
-            for w in workloads(list(bench_models.MODELS.values()), self.transports, CONCURRENCIES)
+            for w in workloads(candidates, self.transports, CONCURRENCIES)
             for target in self.targets
             if w.transport.name in target.transports
         ]
@@ -130,14 +166,36 @@ class Bench:
             self.plan = [(t, w) for t, w in self.plan if any(text in f"{t.name}/{w.label}" for text in args.only)]
         self.targets = [t for t in self.targets if any(t is pt for pt, _ in self.plan)]
         self.models = {w.model.name: w.model for _, w in self.plan}
+        for target in self.targets:
+            # Each server serves exactly the models it is measured on.
+            served = [m for m in self.models.values() if any(pt is target and w.model is m for pt, w in self.plan)]
+            if isinstance(target, ServeTarget):
+                target.repository = repository_view(self.repository, [m.name for m in served])
+            else:
+                target.models = served
         self.floors: dict[str, bench_models.Floor] = {}
-        self.expected: dict[str, np.ndarray] = {}
+        self.inputs: dict[str, dict[str, np.ndarray]] = {}
+        self.expected: dict[str, dict[str, np.ndarray]] = {}
+        self.requests: dict[tuple[str, str], Request] = {}  # (model, transport) -> the prebuilt request
         self.response_bytes: dict[tuple[str, str], int] = {}  # (target, model) -> framed gRPC answer size
         self.cells: list[Cell] = []
         self.incidents: list[str] = []  # servers that exited mid-run (with their log tails)
         self.notes: list[str] = []  # peers left out (could not be installed, started or checked)
         self.started: list[Target] = []
         self.restarts = 0
+
+    def duration(self, workload: Workload) -> int:
+        """Measured seconds of a cell: slow models (MiniLM) get --minilm-duration."""
+        return self.args.minilm_duration if workload.model.slow else self.args.duration
+
+    def rounds(self, workload: Workload) -> int:
+        return self.args.minilm_rounds if workload.model.slow else self.args.rounds
+
+    def request(self, model: bench_models.BenchModel, transport) -> Request:
+        key = (model.name, transport.name)
+        if key not in self.requests:
+            self.requests[key] = transport.build_request(model, self.inputs[model.name])
+        return self.requests[key]
 
     def missing_tools(self) -> list[str]:
         names = {w.transport.loader for _, w in self.plan}
@@ -154,18 +212,22 @@ class Bench:
         self.targets = [t for t in self.targets if t is not target]
 
     def prepare(self) -> None:
-        """Write the repository, measure the floor of every model in the plan,
-        build the peers' virtualenvs (cached)."""
-        bench_models.write_repository(self.repository, list(bench_models.MODELS.values()))
+        """Write the repository (MiniLM: built once by bench/minilm.py), measure the floor of
+        every model in the plan, build the peers' virtualenvs (cached)."""
+        models = list(self.models.values())
+        if "minilm" in self.models:
+            print("MiniLM: bench/minilm.py builds the model once (a virtualenv with torch, an offline export)")
+        bench_models.write_repository(self.repository, models)
         threads = ort_env()
         print(
             f"models in {self.repository.relative_to(ROOT)}; measuring the floor (in-process session.run, "
             f"intra-op {threads['ORT_INTRA_OP_THREADS']}, inter-op {threads['ORT_INTER_OP_THREADS']})"
         )
-        for model in self.models.values():
+        for model in models:
             path = bench_models.model_path(self.repository, model)
-            self.floors[model.name] = floor = bench_models.measure_floor(path, model)
-            self.expected[model.name] = bench_models.reference_output(path, model, model.sample_input())
+            self.inputs[model.name] = inputs = model.sample_inputs(self.repository)
+            self.floors[model.name] = floor = bench_models.measure_floor(path, model, inputs)
+            self.expected[model.name] = bench_models.reference_outputs(path, model, inputs)
             print(f"  {model.name}: {floor.median_ms:.3f} ms median over {floor.runs} runs")
         for target in list(self.targets):
             venv = getattr(target, "venv", None)
@@ -174,16 +236,26 @@ class Bench:
                     venv.ensure()
                 except RuntimeError as exc:
                     self.drop(target, f"its virtualenv could not be built ({exc})")
-        probe = TRANSPORTS["rest-binary"].build_request(
-            bench_models.MODELS["tiny"], bench_models.MODELS["tiny"].sample_input()
-        )
         for target in self.targets:
             if isinstance(target, WorkerServeTarget):
+                # Ready once an inference goes through: the quickest model it serves.
+                model = min((w.model for t, w in self.plan if t is target), key=lambda m: self.floors[m.name].median_ms)
+                probe = self.request(model, TRANSPORTS["rest-binary"])
                 target.probe = (probe.path, probe.body, probe.headers)
 
     def make_cells(self) -> None:
         self.cells = [
-            Cell(t.name, w.model.name, w.transport.name, w.concurrency, self.floors[w.model.name], ours=t.ours)
+            Cell(
+                t.name,
+                w.model.name,
+                w.transport.name,
+                w.concurrency,
+                self.floors[w.model.name],
+                ours=t.ours,
+                slow=w.model.slow,
+                planned_rounds=self.rounds(w),
+                seconds=self.duration(w),
+            )
             for t, w in self.plan
         ]
 
@@ -193,13 +265,32 @@ class Bench:
         checks = {(w.model.name, w.transport.name): w for t, w in self.plan if t is target}
         for _, w in sorted(checks.items()):
             what = f"{target.name}/{w.model.name}/{w.transport.name}"
-            expected = self.expected[w.model.name]
+            inputs, expected = self.inputs[w.model.name], self.expected[w.model.name]
             if isinstance(w.transport, Grpc):
-                text, size = check_grpc(target, w.transport, w.model, expected)
+                text, size = check_grpc(target, w.transport, w.model, inputs, expected)
                 self.response_bytes[(target.name, w.model.name)] = size
             else:
-                text = check_rest(target, w.transport, w.model, expected)
+                text = check_rest(target, w.transport, w.model, inputs, expected)
             print(f"  ok  {what}: {text}")
+
+    def prime(self, target: Target) -> None:
+        """Load every model and transport of the target briefly at concurrency 8, so that every
+        server process has loaded every model (sessions load lazily, per process) before any
+        cell is measured; MiniLM's load (~90 MB) would otherwise land in a measurement."""
+        if self.args.prime <= 0:
+            return
+        combos = {(w.model.name, w.transport.name): w for t, w in self.plan if t is target}
+        started = time.monotonic()
+        for _, w in sorted(combos.items()):
+            seconds = self.args.prime * (2 if w.model.slow else 1)
+            try:
+                self.loaders[w.transport.loader].run(
+                    target.url_for(w.transport.name), self.measure_request(target, w), PRIME_CONCURRENCY, seconds
+                )
+            except RuntimeError as exc:
+                print(f"  priming {target.name}/{w.model.name}/{w.transport.name} failed: {exc}", file=sys.stderr)
+        print(f"  primed {len(combos)} model x transport(s) at concurrency {PRIME_CONCURRENCY} "
+              f"({time.monotonic() - started:.0f} s)")  # fmt: skip
 
     def start(self, target: Target) -> None:
         """Start and check a target; a peer that fails is dropped, our server's failure ends the run."""
@@ -217,24 +308,30 @@ class Bench:
         except CheckFailed as exc:
             target.stop()
             self.drop(target, f"CORRECTNESS CHECK FAILED: {exc}")
+            return
+        self.prime(target)
 
     def measure(self, target: Target, workload: Workload) -> LoadResult | None:
         """Warm-up then one measurement; None when the target exited meanwhile."""
         loader = self.loaders[workload.transport.loader]
-        request = workload.transport.build_request(workload.model, workload.model.sample_input())
-        request = dataclasses.replace(
-            request, response_bytes=self.response_bytes.get((target.name, workload.model.name), 0)
-        )
+        request = self.measure_request(target, workload)
         url = target.url_for(workload.transport.name)
         try:
             if self.args.warmup > 0:
                 loader.run(url, request, workload.concurrency, self.args.warmup)
-            result = loader.run(url, request, workload.concurrency, self.args.duration)
+            result = loader.run(url, request, workload.concurrency, self.duration(workload))
         except RuntimeError:
             if target.alive():
                 raise
             return None
         return result if target.alive() else None
+
+    def measure_request(self, target: Target, workload: Workload) -> Request:
+        """The prebuilt request, with the size of the target's checked gRPC answer."""
+        request = self.request(workload.model, workload.transport)
+        return dataclasses.replace(
+            request, response_bytes=self.response_bytes.get((target.name, workload.model.name), 0)
+        )
 
     def run_cell(self, target: Target, workload: Workload, cell: Cell, round_no: int) -> LoadResult:
         """measure(), restarting a target that died (up to --max-restarts over the run)."""
@@ -262,16 +359,30 @@ class Bench:
             for target in list(self.targets):
                 self.start(target)
             self.make_cells()
-            total = len(self.plan) * args.rounds * (args.duration + args.warmup)
-            print(f"load: {len(self.plan)} cells x {args.rounds} rounds x ({args.warmup} s warm-up + "
-                  f"{args.duration} s) ≈ {total / 60:.1f} min")  # fmt: skip
-            for round_no in range(1, args.rounds + 1):
+            slow = [c for c in self.cells if c.slow]
+            fast = [c for c in self.cells if not c.slow]
+            total = sum(c.planned_rounds * (c.seconds + args.warmup) for c in self.cells)
+            parts = []
+            if fast:
+                parts.append(
+                    f"{len(fast)} cells x {args.rounds} rounds x ({args.warmup} s warm-up + {args.duration} s)"
+                )
+            if slow:
+                parts.append(
+                    f"{len(slow)} MiniLM cells x {args.minilm_rounds} rounds x ({args.warmup} s warm-up + "
+                    f"{args.minilm_duration} s)"
+                )
+            print(f"load: {' + '.join(parts)} ≈ {total / 60:.1f} min")
+            last_round = max(c.planned_rounds for c in self.cells)
+            for round_no in range(1, last_round + 1):
                 for (target, workload), cell in zip(self.plan, self.cells):
+                    if round_no > cell.planned_rounds:
+                        continue
                     result = self.run_cell(target, workload, cell, round_no)
                     cell.results.append(result)
                     flag = f"  ERRORS {result.errors}" if result.errors else ""
                     print(
-                        f"  round {round_no}/{args.rounds}  {cell.label:<40} {result.rps:9,.0f} req/s"
+                        f"  round {round_no}/{cell.planned_rounds}  {cell.label:<42} {result.rps:9,.0f} req/s"
                         f"  p50 {result.p50_ms:8.2f} ms  p99 {result.p99_ms:8.2f} ms{flag}",
                         flush=True,
                     )
@@ -290,13 +401,13 @@ class Bench:
         for m in self.models.values():
             floor = self.floors[m.name]
             sizes = ", ".join(
-                f"{t.name} {len(t.build_request(m, m.sample_input()).body):,} B"
+                f"{t.name} {len(self.request(m, t).body):,} B"
                 for t in self.transports
                 if any(w.model is m and w.transport is t for _, w in self.plan)
             )
             lines.append(
-                f"`{m.name}`: FP32 {m.describe()}; request body: {sizes}; floor {floor.median_ms:.3f} ms "
-                f"(median of {floor.runs:,} in-process runs, p99 {floor.p99_ms:.3f} ms)"
+                f"`{m.name}`: {m.describe()}; {m.about(self.repository)}; request body: {sizes}; floor "
+                f"{floor.median_ms:.3f} ms (median of {floor.runs:,} in-process runs, p99 {floor.p99_ms:.3f} ms)"
             )
         return lines
 
@@ -338,6 +449,9 @@ def main(argv: list[str]) -> int:
 
     print()
     print_table(cells)
+    print()
+    print_goals(cells)
+    has_minilm = any(cell.slow for cell in cells)
     wrk, h2load = bench.loaders["wrk"], bench.loaders["h2load"]
     threads = ort_env()
     load_settings = {
@@ -347,8 +461,17 @@ def main(argv: list[str]) -> int:
         "ModelInferRequest to /inference.GRPCInferenceService/ModelInfer (content-type: application/grpc, "
         "te: trailers), one stream per connection; concurrency 1: h2load -c1 -m1 -t1, 8: -c8 -m1 -t2; latency "
         "percentiles from its --log-file; answers without the expected message bytes counted as errors",
-        "per cell": f"{args.warmup} s warm-up (discarded) + {args.duration} s measured",
-        "rounds": f"{args.rounds} (interleaved, servers taking turns on each cell; medians reported)",
+        "per cell": f"{args.warmup} s warm-up (discarded) + {args.duration} s measured"
+        + (f"; MiniLM cells: {args.warmup} s warm-up + {args.minilm_duration} s measured" if has_minilm else ""),
+        "rounds": f"{args.rounds} (interleaved, servers taking turns on each cell; medians reported)"
+        + (f"; MiniLM cells: {args.minilm_rounds} (in the first {args.minilm_rounds} round(s))" if has_minilm else ""),
+        "priming": (
+            f"after its correctness check, every server gets {args.prime} s of load at concurrency "
+            f"{PRIME_CONCURRENCY} per model and transport (MiniLM {2 * args.prime} s), not measured, so that "
+            "every server process has loaded every model (sessions load lazily, per process) before any cell"
+            if args.prime > 0
+            else "none (--prime 0)"
+        ),
         "ONNX Runtime threads (every server)": f"ORT_INTRA_OP_THREADS={threads['ORT_INTRA_OP_THREADS']}, "
         f"ORT_INTER_OP_THREADS={threads['ORT_INTER_OP_THREADS']}",
         "machine load average before the run (1/5/15 min)": load_before,

@@ -1,14 +1,15 @@
 """Transports (how a request is encoded on the wire and which loader drives
 it) and Workloads (model x transport x concurrency).
 
-A transport builds one fixed request for a model's sample input, and decodes
-a response for the correctness check. The load generator sends the same
+A transport builds one fixed request for a model's sample inputs (any
+number, any V2 datatype: FP32, INT64, ...), and decodes a response's
+outputs for the correctness check. The load generator sends the same
 prebuilt body over and over. Adding a transport means a new Transport
 subclass with its own ``loader`` name and a loader in loads.py.
 
 Transports: ``rest-json`` and ``rest-binary`` (HTTP/1.1, wrk) and ``grpc``
 (HTTP/2, h2load: one gRPC-framed ``ModelInferRequest`` built with
-tritonclient's own protobuf module, the input in ``raw_input_contents``).
+tritonclient's own protobuf module, the inputs in ``raw_input_contents``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.models import BenchModel
+from bench.models import GRPC_CONTENTS, BenchModel, Tensor
 
 
 @dataclass(frozen=True)
@@ -43,11 +44,12 @@ class Transport:
     name = ""
     loader = ""  # key in loads.LOADERS
 
-    def build_request(self, model: BenchModel, x: np.ndarray) -> Request:
+    def build_request(self, model: BenchModel, inputs: dict[str, np.ndarray]) -> Request:
+        """The request for ``inputs`` (input name -> array, every input of the model, in its order)."""
         raise NotImplementedError
 
-    def decode_response(self, model: BenchModel, headers: dict[str, str], body: bytes) -> np.ndarray:
-        """The output tensor of a 200 response; raises ValueError when malformed."""
+    def decode_response(self, model: BenchModel, headers: dict[str, str], body: bytes) -> dict[str, np.ndarray]:
+        """Every output of the model from a 200 response; raises ValueError when malformed."""
         raise NotImplementedError
 
 
@@ -55,11 +57,22 @@ def _infer_path(model: BenchModel) -> str:
     return f"/v2/models/{model.name}/infer"
 
 
-def _find_output(header: dict, model: BenchModel) -> dict:
-    for out in header.get("outputs", []):
-        if out.get("name") == model.output_name:
-            return out
-    raise ValueError(f"the response has no output {model.output_name!r}: {header}")
+def _ordered(model: BenchModel, inputs: dict[str, np.ndarray]) -> list[tuple[Tensor, np.ndarray]]:
+    """The model's inputs in its order, each converted to the declared little-endian dtype."""
+    return [(spec, np.ascontiguousarray(inputs[spec.name], dtype=spec.dtype)) for spec in model.inputs]
+
+
+def _check_datatype(spec: Tensor, datatype: str | None) -> None:
+    if datatype != spec.datatype:
+        raise ValueError(f"output {spec.name!r} has datatype {datatype!r}, expected {spec.datatype}")
+
+
+def _outputs_by_name(header: dict, model: BenchModel) -> dict[str, dict]:
+    found = {out.get("name"): out for out in header.get("outputs", [])}
+    missing = [name for name in model.output_names if name not in found]
+    if missing:
+        raise ValueError(f"the response has no output {missing}: {str(header)[:300]}")
+    return found
 
 
 class RestJson(Transport):
@@ -68,67 +81,77 @@ class RestJson(Transport):
     name = "rest-json"
     loader = "wrk"
 
-    def build_request(self, model: BenchModel, x: np.ndarray) -> Request:
+    def build_request(self, model: BenchModel, inputs: dict[str, np.ndarray]) -> Request:
         payload = {
             "inputs": [
-                {
-                    "name": model.input_name,
-                    "shape": list(x.shape),
-                    "datatype": "FP32",
-                    "data": x.reshape(-1).tolist(),
-                }
+                {"name": spec.name, "shape": list(x.shape), "datatype": spec.datatype, "data": x.reshape(-1).tolist()}
+                for spec, x in _ordered(model, inputs)
             ]
         }
         body = json.dumps(payload, separators=(",", ":")).encode()
         return Request(_infer_path(model), body, {"Content-Type": "application/json"})
 
-    def decode_response(self, model: BenchModel, headers: dict[str, str], body: bytes) -> np.ndarray:
-        out = _find_output(json.loads(body), model)
-        return np.asarray(out["data"], dtype=np.float32).reshape(out["shape"])
+    def decode_response(self, model: BenchModel, headers: dict[str, str], body: bytes) -> dict[str, np.ndarray]:
+        found = _outputs_by_name(json.loads(body), model)
+        result = {}
+        for spec in model.outputs:
+            out = found[spec.name]
+            _check_datatype(spec, out.get("datatype"))
+            result[spec.name] = np.asarray(out["data"], dtype=spec.dtype).reshape(out["shape"])
+        return result
 
 
 class RestBinary(Transport):
-    """V2 REST with the binary tensor data extension: the input as raw bytes
-    after the JSON header, outputs requested binary (``binary_data_output``)."""
+    """V2 REST with the binary tensor data extension: the inputs as raw
+    little-endian bytes after the JSON header, in order, outputs requested
+    binary (``binary_data_output``)."""
 
     name = "rest-binary"
     loader = "wrk"
 
-    def build_request(self, model: BenchModel, x: np.ndarray) -> Request:
-        data = np.ascontiguousarray(x, dtype="<f4").tobytes()
-        header = {
-            "inputs": [
+    def build_request(self, model: BenchModel, inputs: dict[str, np.ndarray]) -> Request:
+        tensors, blobs = [], []
+        for spec, x in _ordered(model, inputs):
+            data = x.tobytes()
+            blobs.append(data)
+            tensors.append(
                 {
-                    "name": model.input_name,
+                    "name": spec.name,
                     "shape": list(x.shape),
-                    "datatype": "FP32",
+                    "datatype": spec.datatype,
                     "parameters": {"binary_data_size": len(data)},
                 }
-            ],
-            "parameters": {"binary_data_output": True},
-        }
+            )
+        header = {"inputs": tensors, "parameters": {"binary_data_output": True}}
         head = json.dumps(header, separators=(",", ":")).encode()
         headers = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(head))}
-        return Request(_infer_path(model), head + data, headers)
+        return Request(_infer_path(model), head + b"".join(blobs), headers)
 
-    def decode_response(self, model: BenchModel, headers: dict[str, str], body: bytes) -> np.ndarray:
+    def decode_response(self, model: BenchModel, headers: dict[str, str], body: bytes) -> dict[str, np.ndarray]:
         lowered = {k.lower(): v for k, v in headers.items()}
         length = lowered.get("inference-header-content-length")
         if length is None:
             raise ValueError("binary response without an Inference-Header-Content-Length header")
         header = json.loads(body[: int(length)])
         tail = body[int(length) :]
+        wanted = {spec.name: spec for spec in model.outputs}
+        result = {}
         offset = 0
         for out in header.get("outputs", []):
             size = int((out.get("parameters") or {}).get("binary_data_size", -1))
             if size < 0:
                 raise ValueError(f"output {out.get('name')!r} is not binary: {out}")
-            if out["name"] == model.output_name:
-                if out.get("datatype") != "FP32":
-                    raise ValueError(f"output datatype {out.get('datatype')!r}, expected FP32")
-                return np.frombuffer(tail[offset : offset + size], dtype="<f4").reshape(out["shape"])
+            spec = wanted.get(out.get("name"))
+            if spec is not None:
+                _check_datatype(spec, out.get("datatype"))
+                result[spec.name] = np.frombuffer(tail[offset : offset + size], dtype=spec.dtype).reshape(out["shape"])
             offset += size
-        raise ValueError(f"the response has no output {model.output_name!r}: {header}")
+        if offset != len(tail):
+            raise ValueError(f"the outputs' binary_data_size add up to {offset} B, the body has {len(tail)} B")
+        missing = [name for name in wanted if name not in result]
+        if missing:
+            raise ValueError(f"the response has no output {missing}: {header}")
+        return result
 
 
 GRPC_INFER_PATH = "/inference.GRPCInferenceService/ModelInfer"
@@ -152,9 +175,9 @@ def grpc_unframe(body: bytes) -> bytes:
 
 
 class Grpc(Transport):
-    """V2 gRPC ``ModelInfer`` as raw HTTP/2: the serialized request (input in
-    ``raw_input_contents``, all outputs returned) in one gRPC frame, with
-    ``content-type: application/grpc`` and ``te: trailers``."""
+    """V2 gRPC ``ModelInfer`` as raw HTTP/2: the serialized request (inputs
+    in ``raw_input_contents``, in order; all outputs returned) in one gRPC
+    frame, with ``content-type: application/grpc`` and ``te: trailers``."""
 
     name = "grpc"
     loader = "h2load"
@@ -167,34 +190,41 @@ class Grpc(Transport):
 
         return service_pb2
 
-    def message(self, model: BenchModel, x: np.ndarray) -> bytes:
+    def message(self, model: BenchModel, inputs: dict[str, np.ndarray]) -> bytes:
         pb = self.pb()
         request = pb.ModelInferRequest(model_name=model.name)
-        tensor = request.inputs.add(name=model.input_name, datatype="FP32")
-        tensor.shape.extend(x.shape)
-        request.raw_input_contents.append(np.ascontiguousarray(x, dtype="<f4").tobytes())
+        for spec, x in _ordered(model, inputs):
+            tensor = request.inputs.add(name=spec.name, datatype=spec.datatype)
+            tensor.shape.extend(x.shape)
+            request.raw_input_contents.append(x.tobytes())
         return request.SerializeToString()
 
-    def build_request(self, model: BenchModel, x: np.ndarray) -> Request:
+    def build_request(self, model: BenchModel, inputs: dict[str, np.ndarray]) -> Request:
         headers = {"content-type": "application/grpc", "te": "trailers"}
-        return Request(GRPC_INFER_PATH, grpc_frame(self.message(model, x)), headers)
+        return Request(GRPC_INFER_PATH, grpc_frame(self.message(model, inputs)), headers)
 
-    def decode_message(self, model: BenchModel, message: bytes) -> np.ndarray:
-        """The output tensor of a serialized ModelInferResponse (raw or typed contents)."""
+    def decode_message(self, model: BenchModel, message: bytes) -> dict[str, np.ndarray]:
+        """Every output of the model from a serialized ModelInferResponse (raw or typed contents)."""
         response = self.pb().ModelInferResponse.FromString(message)
+        wanted = {spec.name: spec for spec in model.outputs}
+        result = {}
         for index, out in enumerate(response.outputs):
-            if out.name != model.output_name:
+            spec = wanted.get(out.name)
+            if spec is None:
                 continue
-            if out.datatype != "FP32":
-                raise ValueError(f"output datatype {out.datatype!r}, expected FP32")
+            _check_datatype(spec, out.datatype)
             if response.raw_output_contents:
-                data = np.frombuffer(response.raw_output_contents[index], dtype="<f4")
+                data = np.frombuffer(response.raw_output_contents[index], dtype=spec.dtype)
             else:
-                data = np.asarray(out.contents.fp32_contents, dtype=np.float32)
-            return data.reshape(list(out.shape))
-        raise ValueError(f"the response has no output {model.output_name!r}: {[o.name for o in response.outputs]}")
+                typed = getattr(out.contents, GRPC_CONTENTS[spec.datatype])
+                data = np.asarray(typed, dtype=spec.dtype)
+            result[spec.name] = data.reshape(list(out.shape))
+        missing = [name for name in wanted if name not in result]
+        if missing:
+            raise ValueError(f"the response has no output {missing}: {[o.name for o in response.outputs]}")
+        return result
 
-    def decode_response(self, model: BenchModel, headers: dict[str, str], body: bytes) -> np.ndarray:
+    def decode_response(self, model: BenchModel, headers: dict[str, str], body: bytes) -> dict[str, np.ndarray]:
         return self.decode_message(model, grpc_unframe(body))
 
 

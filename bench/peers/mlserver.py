@@ -58,7 +58,8 @@ class MLServerTarget(ProcessTarget):
         return self.run_dir / "models"
 
     def prepare(self) -> None:
-        """Build the virtualenv (cached); write settings.json, the runtime and one model-settings.json per model."""
+        """Build the virtualenv (cached); write settings.json, the runtime and one model-settings.json per model
+        (its inputs and outputs with their datatypes and shapes)."""
         self.venv.ensure()
         self.models_dir.mkdir(parents=True, exist_ok=True)
         shutil.copy2(RUNTIME_PY, self.models_dir / RUNTIME_PY.name)
@@ -78,6 +79,9 @@ class MLServerTarget(ProcessTarget):
                 "name": model.name,
                 "implementation": "mlserver_runtime.OnnxRuntime",
                 "parameters": {"uri": str(model_path(self.onnx_repository, model).resolve())},
+                # Metadata only (GET /v2/models/<name>); the runtime decodes each input by its datatype.
+                "inputs": [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in model.inputs],
+                "outputs": [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in model.outputs],
             }
             (folder / "model-settings.json").write_text(json.dumps(model_settings, indent=2))
 

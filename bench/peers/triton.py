@@ -52,14 +52,23 @@ def python_libdir(python: Path) -> str:
 
 
 def config_pbtxt(model: BenchModel, onnx_path: Path, instances: int) -> str:
-    def dims(shape: tuple[int, ...]) -> str:
-        return ", ".join(str(d) for d in shape)
+    """Every input and output with its data type and the request's exact dims (max_batch_size 0)."""
+
+    def tensors(specs) -> str:
+        return ",\n  ".join(
+            f'{{ name: "{t.name}" data_type: {t.triton_type} dims: [ {", ".join(str(d) for d in t.shape)} ] }}'
+            for t in specs
+        )
 
     return f"""name: "{model.name}"
 backend: "python"
 max_batch_size: 0
-input [ {{ name: "{model.input_name}" data_type: TYPE_FP32 dims: [ {dims(model.input_shape)} ] }} ]
-output [ {{ name: "{model.output_name}" data_type: TYPE_FP32 dims: [ {dims(model.output_shape)} ] }} ]
+input [
+  {tensors(model.inputs)}
+]
+output [
+  {tensors(model.outputs)}
+]
 instance_group [ {{ kind: KIND_CPU count: {instances} }} ]
 parameters: {{ key: "onnx_path" value: {{ string_value: "{onnx_path}" }} }}
 """

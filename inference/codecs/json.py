@@ -70,7 +70,7 @@ def contains_bool(value: Any) -> bool:
     return isinstance(value, bool)
 
 
-def exact_integers(where: str, datatype: Datatype, value: Any) -> np.ndarray:
+def exact_integers(where: str, datatype: Datatype, value: Any, field: str = "'data'") -> np.ndarray:
     """Integer data that numpy cannot type on its own (e.g. UINT64 values on
     both sides of 2**63): checked element by element (the slow path)."""
     info = np.iinfo(datatype.numpy)
@@ -78,7 +78,7 @@ def exact_integers(where: str, datatype: Datatype, value: Any) -> np.ndarray:
     def leaf(item: Any) -> int:
         if type(item) is not int:
             kind = _PY_KINDS.get(type(item), "non-numeric")
-            raise InvalidInput(f"{where}: 'data' holds {kind} values, which are not valid {datatype.name} values")
+            raise InvalidInput(f"{where}: {field} holds {kind} values, which are not valid {datatype.name} values")
         if not info.min <= item <= info.max:
             raise InvalidInput(f"{where}: a value is out of range for {datatype.name} [{info.min}, {info.max}]")
         return item
@@ -120,21 +120,35 @@ def tensor_from_json(
         array = np.empty(count, dtype=object)
         array[:] = flat
         return array.reshape(shape)
-    try:
-        array = np.array(data)
-    except (ValueError, TypeError, OverflowError):
-        raise InvalidInput(
-            f"{where}: 'data' is not a regular array of {datatype.name} values (ragged nesting or mixed types)"
-        ) from None
-    target = datatype.numpy
-    kind = array.dtype.kind
-    if target.kind in _INT_KINDS and kind in "fO" and array.size:
-        array = exact_integers(where, datatype, data)  # mixed magnitudes numpy could not type
-        kind = array.dtype.kind
+    array = typed_array(where, datatype, data, "'data'", check_bools)
     if array.size != count:
         raise _count_mismatch(where, array.size, shape, count)
-    if count == 0:
-        return np.zeros(shape, dtype=target)
+    return array.reshape(shape)
+
+
+def typed_array(where: str, datatype: Datatype, value: Any, field: str, check_bools: bool = True) -> np.ndarray:
+    """A parsed JSON value (number, boolean, or regularly nested lists of
+    them) as an array of a numeric or BOOL ``datatype``, shaped by its nesting.
+
+    Rules shared by the V2 and TF Serving JSON APIs: integers for INT/UINT
+    (range-checked, also across 2**63), numbers for FP16/32/64, ``true`` /
+    ``false`` for BOOL, no booleans among numbers (``check_bools=False``
+    skips that scan when the caller knows the text holds no boolean).
+    ``field`` names the value in messages. Raises InvalidInput.
+    """
+    try:
+        array = np.array(value)
+    except (ValueError, TypeError, OverflowError):
+        raise InvalidInput(
+            f"{where}: {field} is not a regular array of {datatype.name} values (ragged nesting or mixed types)"
+        ) from None
+    target = datatype.numpy
+    if array.size == 0:
+        return array.astype(target)
+    kind = array.dtype.kind
+    if target.kind in _INT_KINDS and kind in "fO":
+        array = exact_integers(where, datatype, value, field).reshape(array.shape if kind == "f" else -1)
+        kind = array.dtype.kind
     if target.kind == "b":
         ok = kind == "b"
     elif target.kind in _INT_KINDS:
@@ -147,11 +161,11 @@ def tensor_from_json(
         ok = kind in _FLOAT_KINDS
     if not ok:
         raise InvalidInput(
-            f"{where}: 'data' holds {_json_kind(kind)} values, which are not valid {datatype.name} values"
+            f"{where}: {field} holds {_json_kind(kind)} values, which are not valid {datatype.name} values"
         )
-    if target.kind != "b" and check_bools and contains_bool(data):
-        raise InvalidInput(f"{where}: 'data' mixes booleans with numbers, which are not valid {datatype.name} values")
-    return array.astype(target, copy=False).reshape(shape)
+    if target.kind != "b" and check_bools and contains_bool(value):
+        raise InvalidInput(f"{where}: {field} mixes booleans with numbers, which are not valid {datatype.name} values")
+    return array.astype(target, copy=False)
 
 
 def _json_kind(kind: str) -> str:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from inference.codecs.json import contains_bool, exact_integers, nested_leaves
+from inference.codecs.json import nested_leaves, typed_array
 from inference.protocol.datatypes import BY_NAME, Datatype
 from inference.protocol.errors import InvalidInput
 from inference.protocol.types import MetadataTensor, RequestInput, ResponseOutput
@@ -122,36 +122,7 @@ def to_array(where: str, datatype: Datatype, value: Any) -> np.ndarray:
         array = np.empty(len(leaves), dtype=object)
         array[:] = leaves
         return array.reshape(shape)
-    try:
-        array = np.array(value)
-    except (ValueError, TypeError, OverflowError):
-        raise InvalidInput(f"{where}: ragged nesting or mixed types cannot make a {datatype.name} tensor") from None
-    kind = array.dtype.kind
-    target = datatype.numpy
-    if array.size == 0:
-        return array.astype(target)
-    if target.kind in _INT_KINDS and kind in "fO":
-        array = exact_integers(where, datatype, value).reshape(array.shape if kind == "f" else -1)
-        kind = array.dtype.kind
-    if target.kind == "b":
-        ok = kind == "b"
-    elif target.kind in _INT_KINDS:
-        ok = kind in _INT_KINDS
-        if ok and array.dtype != target:
-            info = np.iinfo(target)
-            if array.min() < info.min or array.max() > info.max:
-                raise InvalidInput(f"{where}: a value is out of range for {datatype.name}")
-    else:
-        ok = kind in "iuf"
-    if not ok:
-        sample = json.dumps(array.reshape(-1)[0].item() if kind != "O" else str(array.reshape(-1)[0]))
-        raise InvalidInput(
-            f"{where}: JSON value {sample[:40]} is not of expected type {datatype.name}"
-            + (" (ragged nesting?)" if kind == "O" else "")
-        )
-    if target.kind != "b" and contains_bool(value):
-        raise InvalidInput(f"{where}: booleans mixed with numbers are not valid {datatype.name} values")
-    return array.astype(target, copy=False)
+    return typed_array(where, datatype, value, "the value")
 
 
 def _check_signature_name(doc: dict) -> None:

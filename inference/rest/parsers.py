@@ -28,6 +28,19 @@ class FirstChoiceNegotiation(BaseContentNegotiation):
         return renderers[0], renderers[0].media_type
 
 
+def declared_length(request, limit: int) -> int:
+    """The body's Content-Length; raises InvalidInput when it is not an
+    integer and RequestTooLarge above ``limit`` (before reading anything)."""
+    length = request.META.get("CONTENT_LENGTH") or "0"
+    try:
+        declared = int(length)
+    except ValueError:
+        raise InvalidInput(f"Content-Length is not an integer: {length!r}") from None
+    if declared > limit:
+        raise RequestTooLarge(f"request body of {declared} bytes exceeds the limit of {limit} bytes")
+    return declared
+
+
 def read_body(request, allow_empty: bool = False) -> bytes:
     """The request body, refusing one above MAX_REQUEST_BYTES before reading it.
 
@@ -36,13 +49,7 @@ def read_body(request, allow_empty: bool = False) -> bytes:
     InvalidInput for an empty body unless ``allow_empty``.
     """
     limit = settings.MAX_REQUEST_BYTES
-    length = request.META.get("CONTENT_LENGTH") or "0"
-    try:
-        declared = int(length)
-    except ValueError:
-        raise InvalidInput(f"Content-Length is not an integer: {length!r}") from None
-    if declared > limit:
-        raise RequestTooLarge(f"request body of {declared} bytes exceeds the limit of {limit} bytes")
+    declared_length(request, limit)  # refuses an oversized body before reading it
     body = compression.decompress(request.body, request.META.get("HTTP_CONTENT_ENCODING"), limit)
     if not body and not allow_empty:
         raise InvalidInput("the request body is empty; it must hold an inference request")
@@ -67,13 +74,7 @@ def read_split(request, header_length: int) -> tuple[bytes, bytes]:
     place: one copy from the socket to the session. Raises like read_body.
     """
     limit = settings.MAX_REQUEST_BYTES
-    length = request.META.get("CONTENT_LENGTH") or "0"
-    try:
-        declared = int(length)
-    except ValueError:
-        raise InvalidInput(f"Content-Length is not an integer: {length!r}") from None
-    if declared > limit:
-        raise RequestTooLarge(f"request body of {declared} bytes exceeds the limit of {limit} bytes")
+    declared = declared_length(request, limit)
     if header_length < 0:
         raise InvalidInput(f"Inference-Header-Content-Length is negative ({header_length})")
     if header_length > declared:

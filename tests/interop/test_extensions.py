@@ -23,6 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.conftest import EXECUTOR
 from tests.interop.test_rest_wire import Wire
+from tests.support.live import wait_for
 from tests.support.server import ROOT
 
 pytestmark = pytest.mark.interop
@@ -54,15 +55,6 @@ def grpc_client(model_server):
 @pytest.fixture(scope="module")
 def wire(model_server):
     return Wire(model_server.http_url)
-
-
-def wait_for(predicate, timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def test_server_metadata_lists_exactly_the_extensions(http, grpc_client):

@@ -280,10 +280,6 @@ def _manage(model_server, *args: str) -> str:
     return done.stdout
 
 
-def _wait(predicate, timeout: float = 15.0):
-    return wait_for(predicate, timeout, interval=0.2)
-
-
 def test_registry_changes_reach_both_processes(model_server, client, tmp_path):
     """Import, fail and delete from a third process; REST and gRPC follow without a restart."""
     rest = httpclient.InferenceServerClient(model_server.http_url)
@@ -300,7 +296,7 @@ def test_registry_changes_reach_both_processes(model_server, client, tmp_path):
         except InferenceServerException:
             return False
 
-    assert _wait(lambda: both_serve("2"))
+    assert wait_for(lambda: both_serve("2"))
     x = np.ones((1, 4), dtype=np.float32)
     inp = grpcclient.InferInput("x", [1, 4], "FP32")
     inp.set_data_from_numpy(x)
@@ -314,11 +310,11 @@ def test_registry_changes_reach_both_processes(model_server, client, tmp_path):
         "m = selectors.model_get('late_model'); "
         "services.version_set_state(selectors.version_get(m, 2), 'FAILED', 'marked failed by a test')",
     )
-    assert _wait(lambda: both_serve("1"))
+    assert wait_for(lambda: both_serve("1"))
     np.testing.assert_allclose(client.infer("late_model", [inp]).as_numpy("y"), 3 * x)
     # Version 1 is deleted: nothing serves, on either transport.
     assert "deleted late_model version 1" in _manage(model_server, "delete_version", "late_model", "1")
-    assert _wait(lambda: not client.is_model_ready("late_model") and not rest.is_model_ready("late_model"))
+    assert wait_for(lambda: not client.is_model_ready("late_model") and not rest.is_model_ready("late_model"))
     with pytest.raises(InferenceServerException) as info:
         client.infer("late_model", [inp], model_version="1")
     assert info.value.status() == "StatusCode.NOT_FOUND"
@@ -339,7 +335,7 @@ def test_rungrpc_alone(model_server, tmp_path):
     )
     try:
         c = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
-        assert _wait(lambda: _ready(c), timeout=30)
+        assert wait_for(lambda: _ready(c), timeout=30)
         assert c.is_model_ready("simple")
         c.close()
     finally:

@@ -293,7 +293,7 @@ BAD = [
     ("missing input", "pair_classifier", {"instances": [{"a": [1, 2]}]}, 400, "missing input(s) b"),
     ("plain list for two inputs", "pair_classifier", {"instances": [[1, 2]]}, 400, "plain list"),
     ("unknown input name columnar", "pair_classifier", {"inputs": {"a": [[1, 2]], "b": [[1, 2]], "zz": 1}}, 400, "zz"),
-    ("string for float", "half_plus_two", {"instances": ["abc"]}, 400, "not of expected type FP32"),
+    ("string for float", "half_plus_two", {"instances": ["abc"]}, 400, "not valid FP32"),
     ("float for int", "identity_int32", {"instances": [[1.5]]}, 400, "not valid INT32"),
     ("bad base64", "strings", {"instances": [{"b64": "***"}]}, 400, "Unable to base64 decode"),
     ("urlsafe base64", "strings", {"instances": [{"b64": "_-8="}]}, 400, "Unable to base64 decode"),

@@ -22,6 +22,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.support import onnx_models as m
+from tests.support.live import wait_for
 from tests.support.server import ROOT, LiveServer, free_port
 
 pytestmark = pytest.mark.workers
@@ -34,15 +35,6 @@ def manage(server: LiveServer, *args: str, env: dict | None = None) -> subproces
         [sys.executable, "manage.py", *args],
         cwd=ROOT, env=dict(server.env, **(env or {})), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-
-
-def wait_for(predicate, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
 
 
 @pytest.fixture(scope="module")
