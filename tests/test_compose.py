@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+import tritonclient.grpc  # noqa: F401  (registers inference.* protobuf names: commands must not import ours eagerly)
 import yaml
 from django.core.management import load_command_class
 

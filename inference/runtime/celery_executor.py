@@ -8,7 +8,7 @@ again here, so every transport answers exactly as in process.
 
 Faults: no live worker for the model's devices -> UNAVAILABLE at once; a
 worker that dies while holding the request -> UNAVAILABLE once its heartbeat
-expires (a few seconds), within the deadline; no answer before the deadline
+expires (about 5 s), within the deadline; no answer before the deadline
 -> DEADLINE_EXCEEDED; Redis unreachable -> UNAVAILABLE.
 """
 
@@ -100,7 +100,7 @@ class CeleryExecutor:
                 kwargsrepr="{}",
             )
         except Exception as exc:
-            raise errors.ModelNotReady(f"cannot reach the worker queue {queue}: {exc}") from None
+            raise errors.ModelNotReady(f"cannot reach the worker queue {queue} (Redis unreachable?): {exc}") from None
         return self._wait(reply, queue, deadline)
 
     def _wait(self, reply: str, queue: str, deadline: float) -> list[np.ndarray]:

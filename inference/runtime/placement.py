@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 _DEVICE = re.compile(r"^(cpu|cuda:(\d+))$")
 HEARTBEAT_PREFIX = "modelhost:worker:"
 HEARTBEAT_SECONDS = 1.0
-HEARTBEAT_TTL_MS = 3000
+HEARTBEAT_TTL_MS = 5000  # tolerant of a busy machine; a dead worker is noticed within ~5 s
 
 
 class DeviceError(ValueError):
@@ -118,7 +118,7 @@ class LiveQueues:
     """The front end's view of which queues have a live worker, refreshed by a
     daemon thread; also reports each queue's depth. ``snapshot()`` is free."""
 
-    def __init__(self, redis_client, interval: float = 0.5, stale_after: float = 3.0):
+    def __init__(self, redis_client, interval: float = 0.5, stale_after: float = 10.0):
         self.redis = redis_client
         self.interval = interval
         self.stale_after = stale_after

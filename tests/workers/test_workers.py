@@ -124,6 +124,7 @@ def test_killed_worker_fails_its_request_and_a_restart_serves_again(server):
         except InferenceServerException as exc:
             outcome["result"] = (exc.status(), exc.message())
         outcome["seconds"] = time.monotonic() - started
+        outcome["ended"] = time.monotonic()
 
     thread = threading.Thread(target=slow_request)
     thread.start()
@@ -131,6 +132,7 @@ def test_killed_worker_fails_its_request_and_a_restart_serves_again(server):
     assert wait_for(lambda: "loaded slow/" in log.read_text())
     time.sleep(0.5)
     server.worker_processes["cuda:0"].send_signal(signal.SIGKILL)
+    killed = time.monotonic()
     # Others are unaffected while it is gone.
     for _ in range(5):
         x, y = _affine(http, httpclient, "on_cpu")
@@ -138,7 +140,8 @@ def test_killed_worker_fails_its_request_and_a_restart_serves_again(server):
     thread.join(30)
     assert outcome["result"][0] == "503", outcome
     assert "stopped before answering" in outcome["result"][1]
-    assert outcome["seconds"] < 10  # the heartbeat expires in 3 s; the request's deadline is 30 s
+    # The heartbeat expires 5 s after the kill; the request's deadline is 30 s.
+    assert outcome["ended"] - killed < 12, outcome
     with pytest.raises(InferenceServerException) as info:
         _affine(http, httpclient, "on_gpu")
     assert info.value.status() == "503"
@@ -251,7 +254,7 @@ def test_redis_going_away_mid_run(repository, tmp_path, private_redis):
         np.testing.assert_allclose(y, x + 5)
         private_redis["process"].kill()
         private_redis["process"].wait()
-        time.sleep(3.5)  # the front end's view of live workers goes stale
+        time.sleep(1.0)  # a request now must fail fast, whether or not the front end noticed yet
         started = time.monotonic()
         with pytest.raises(InferenceServerException) as info:
             _affine(http, httpclient, "anywhere")

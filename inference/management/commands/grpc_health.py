@@ -4,8 +4,6 @@ ServerReady with ready, 1 otherwise (a container health check)."""
 import grpc
 from django.core.management.base import BaseCommand, CommandError
 
-from inference.grpc.proto import oip_pb2, oip_pb2_grpc
-
 
 class Command(BaseCommand):
     help = "Health check of the gRPC server (ServerReady)."
@@ -16,6 +14,10 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=3.0)
 
     def handle(self, *args, host, port, timeout, **options):
+        # Imported here: loading the command (e.g. to parse its arguments) must not
+        # register the inference.* protobuf names (tritonclient registers them too).
+        from inference.grpc.proto import oip_pb2, oip_pb2_grpc
+
         with grpc.insecure_channel(f"{host}:{port}") as channel:
             try:
                 ready = oip_pb2_grpc.GRPCInferenceServiceStub(channel).ServerReady(

@@ -9,8 +9,6 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from inference.grpc.server import serve_forever
-
 
 class Command(BaseCommand):
     help = "Serve the Open Inference Protocol over gRPC (inference.GRPCInferenceService)."
@@ -27,6 +25,10 @@ class Command(BaseCommand):
         self.stdout.write(f"serving OIP gRPC on {host}:{port} ({processes} process(es))")
         self.stdout.flush()
         if processes == 1:
+            # Imported here: loading the command must not register the inference.*
+            # protobuf names (tritonclient, in test processes, registers them too).
+            from inference.grpc.server import serve_forever
+
             serve_forever(f"{host}:{port}", threads)
             return
         import os
