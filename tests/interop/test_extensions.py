@@ -83,11 +83,18 @@ def test_repository_index_ready_filter(wire):
     assert "broken" not in {e["name"] for e in entries}
 
 
+def everywhere(predicate) -> bool:
+    """Wait until ``predicate`` holds for several calls in a row: requests
+    spread over the HTTP processes, each following a registry change within
+    REGISTRY_POLL_SECONDS."""
+    return wait_for(lambda: all(predicate() for _ in range(6)))
+
+
 def test_unload_and_load_reach_every_process(http, grpc_client):
     x = np.zeros((1, 3), dtype=np.float32)
     assert http.is_model_ready("repo_probe") and grpc_client.is_model_ready("repo_probe")
     http.unload_model("repo_probe", unload_dependents=True)
-    assert wait_for(lambda: not http.is_model_ready("repo_probe") and not grpc_client.is_model_ready("repo_probe"))
+    assert everywhere(lambda: not http.is_model_ready("repo_probe") and not grpc_client.is_model_ready("repo_probe"))
     inp = grpcclient.InferInput("INPUT0", [1, 3], "FP32")
     inp.set_data_from_numpy(x)
     with pytest.raises(InferenceServerException) as info:
@@ -96,20 +103,20 @@ def test_unload_and_load_reach_every_process(http, grpc_client):
     entry = next(e for e in http.get_model_repository_index() if e["name"] == "repo_probe")
     assert entry["state"] == "UNAVAILABLE" and "unloaded" in entry["reason"]  # the version is still stored
     grpc_client.load_model("repo_probe")
-    assert wait_for(lambda: http.is_model_ready("repo_probe") and grpc_client.is_model_ready("repo_probe"))
+    assert everywhere(lambda: http.is_model_ready("repo_probe") and grpc_client.is_model_ready("repo_probe"))
     np.testing.assert_array_equal(grpc_client.infer("repo_probe", [inp]).as_numpy("OUTPUT0"), x)
     grpc_client.unload_model("repo_probe")
-    assert wait_for(lambda: not http.is_model_ready("repo_probe"))
+    assert everywhere(lambda: not http.is_model_ready("repo_probe"))
     http.load_model("repo_probe")
-    assert wait_for(lambda: grpc_client.is_model_ready("repo_probe"))
+    assert everywhere(lambda: grpc_client.is_model_ready("repo_probe") and http.is_model_ready("repo_probe"))
 
 
 def test_load_with_config_changes_the_version_policy(http):
     http.load_model("versioned", config=json.dumps({"version_policy": {"latest": {"num_versions": 1}}}))
-    assert wait_for(lambda: http.get_model_metadata("versioned")["versions"] == ["2"])
+    assert everywhere(lambda: http.get_model_metadata("versioned")["versions"] == ["2"])
     assert http.get_model_config("versioned")["version_policy"] == {"latest": {"num_versions": 1}}
     http.load_model("versioned", config=json.dumps({"version_policy": {"all": {}}}))
-    assert wait_for(lambda: http.get_model_metadata("versioned")["versions"] == ["2", "1"])
+    assert everywhere(lambda: http.get_model_metadata("versioned")["versions"] == ["2", "1"])
 
 
 @pytest.mark.parametrize("call", ["load_model", "unload_model"])
