@@ -121,7 +121,7 @@ class Cell:
         if not (self.slow and self.concurrency == 1):
             return ""
         flag = OK if self.overhead_fraction < MINILM_OVERHEAD_MAX else NOT_OK
-        return f"{100 * self.overhead_fraction:.1f}% {flag}"
+        return f"{100 * self.overhead_fraction:.2f}% {flag}"
 
     def row(self) -> list[str]:
         if not self.results:
@@ -337,7 +337,7 @@ def goals(cells: list[Cell], ours: str = "serve") -> list[Goal]:
                     ((ours, "minilm", t, 1),),
                     lambda a: 100 * a.overhead_fraction,
                     lambda x: x < 100 * MINILM_OVERHEAD_MAX,
-                    "{:.1f}%",
+                    "{:.2f}%",
                 )
                 for t in TRANSPORT_NAMES
             ],

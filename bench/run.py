@@ -412,9 +412,12 @@ class Bench:
         return lines
 
 
-def load_average_text() -> str:
+def load_average_text(after: bool = False) -> str:
     text = " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    if os.getloadavg()[0] > 0.5 * (os.cpu_count() or 1):
+    if after:
+        # The servers have just stopped: the averages still hold this run's own load.
+        text += " (right after the run: these averages include the run's own load, servers and load generators)"
+    elif os.getloadavg()[0] > 0.5 * (os.cpu_count() or 1):
         text += " — the machine was busy with other work; expect lower req/s and longer p99, most at concurrency 8"
     return text
 
@@ -475,7 +478,7 @@ def main(argv: list[str]) -> int:
         "ONNX Runtime threads (every server)": f"ORT_INTRA_OP_THREADS={threads['ORT_INTRA_OP_THREADS']}, "
         f"ORT_INTER_OP_THREADS={threads['ORT_INTER_OP_THREADS']}",
         "machine load average before the run (1/5/15 min)": load_before,
-        "machine load average after the run (1/5/15 min)": load_average_text(),
+        "machine load average after the run (1/5/15 min)": load_average_text(after=True),
         "correctness": "before load, every server x model x transport checked against in-process onnxruntime "
         "(allclose): REST with the exact request wrk sends; gRPC with tritonclient.grpc and with the exact "
         "h2load body through grpcio (grpc-status OK, 3 calls)",

@@ -229,6 +229,7 @@ class ServeTarget(ProcessTarget):
             self.env.pop(key, None)
         self.env.update(VAR_DIR=str(self.var_dir), **ort_env(), **(extra_env or {}))
         self._resolved: dict[str, str] = {}
+        self._commit = ""
 
     def command(self) -> list[str]:
         command = [
@@ -268,6 +269,10 @@ class ServeTarget(ProcessTarget):
     def start(self, timeout: float = 120) -> None:
         self.var_dir.mkdir(parents=True, exist_ok=True)
         self._resolved = self._server_defaults()
+        # The code that runs is the code at start (others may commit during a long run).
+        self._commit = subprocess.run(
+            ["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
         self.process = self.spawn(self.command(), self.env, ROOT, self.log_path)
         self.wait_ready(timeout)
 
@@ -277,12 +282,10 @@ class ServeTarget(ProcessTarget):
             resolved["HTTP_WORKERS"] = str(self.workers)
         if self.threads is not None:
             resolved["HTTP_THREADS"] = str(self.threads)
-        commit = subprocess.run(
-            ["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip()
+        commit = self._commit
         return {
             "server": f"manage.py serve: REST in {http_server()}, gRPC (grpcio) in separate processes",
-            "version": f"this repository at {commit or 'unknown'}",
+            "version": f"this repository at {commit or 'unknown'} (when the server started)",
             "inference": "in process (ONNX Runtime in every REST and gRPC process)",
             **resolved,
             "ORT_INTRA_OP_THREADS": self.env["ORT_INTRA_OP_THREADS"],
