@@ -24,26 +24,12 @@ from inference.codecs import json as json_codec
 from inference.codecs.message import dumps, load_json
 from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InvalidInput
+from tests.support.datatypes import LE
 
 FAST = settings(max_examples=30, deadline=None)
 
 SHAPES = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)
 
-LE = {
-    "BOOL": "|b1",
-    "UINT8": "|u1",
-    "UINT16": "<u2",
-    "UINT32": "<u4",
-    "UINT64": "<u8",
-    "INT8": "|i1",
-    "INT16": "<i2",
-    "INT32": "<i4",
-    "INT64": "<i8",
-    "FP16": "<f2",
-    "FP32": "<f4",
-    "FP64": "<f8",
-    "BYTES": "O",
-}
 JSON_TYPES = [t for t in LE if t != "FP16"]
 INT_TYPES = [t for t in LE if t.startswith(("INT", "UINT"))]
 WHERE = "input 'x'"

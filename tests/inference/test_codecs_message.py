@@ -33,26 +33,12 @@ from inference.protocol.types import (
     RequestedOutput,
     ResponseOutput,
 )
+from tests.support.datatypes import LE
 
 FAST = settings(max_examples=40, deadline=None)
 
 MAX_BYTES = 1 << 20
 
-LE = {
-    "BOOL": "|b1",
-    "UINT8": "|u1",
-    "UINT16": "<u2",
-    "UINT32": "<u4",
-    "UINT64": "<u8",
-    "INT8": "|i1",
-    "INT16": "<i2",
-    "INT32": "<i4",
-    "INT64": "<i8",
-    "FP16": "<f2",
-    "FP32": "<f4",
-    "FP64": "<f8",
-    "BYTES": "O",
-}
 ALL_TYPES = list(LE)
 NUMERIC_TYPES = [t for t in ALL_TYPES if t != "BYTES"]
 STRUCT = {"UINT8": "B", "UINT16": "H", "UINT32": "I", "UINT64": "Q", "INT8": "b", "INT16": "h"}
