@@ -7,7 +7,7 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 PG_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: venv test-tools run demo test test-sqlite test-postgres test-worker-mode bench proto lint clean
+.PHONY: venv test-tools run demo test test-sqlite test-postgres test-worker-mode bench profile proto lint clean
 
 venv: $(VENV)/.installed
 
@@ -45,6 +45,12 @@ test-worker-mode: test-tools
 bench: venv
 	scripts/install_system_deps.sh wrk nghttp2-client
 	$(PY) bench/run.py
+
+# Where the time of a small request goes: in-process timings, pyinstrument
+# samples and serve against fixed-answer servers (writes bench/PROFILE.md).
+profile: venv
+	scripts/install_system_deps.sh wrk nghttp2-client
+	$(PY) bench/profile_hot_path.py
 
 PROTO_OUT ?= .
 proto: venv

@@ -11,7 +11,7 @@ handler with the full middleware stack.
 
 from __future__ import annotations
 
-from django.core.handlers.exception import convert_exception_to_response
+from django.core.handlers.exception import convert_exception_to_response, response_for_exception
 from django.core.handlers.wsgi import WSGIHandler
 
 PROTOCOL_PREFIXES = ("/v2", "/v1/", "/metrics")
@@ -22,17 +22,38 @@ class ProtocolHandler(WSGIHandler):
     """Django's WSGI handler without middleware, resolving ``inference.urls``.
 
     Inference requests (``POST .../infer``) skip the parts of Django's request
-    cycle they do not use: the script prefix (they reverse no URL) and the
+    cycle they do not use: the script prefix (they reverse no URL), the
     request_started / request_finished signals, whose receivers recycle
     database connections (inference never touches the database; the registry
-    and statistics threads manage their own). Every other protocol route keeps
-    the full cycle.
+    and statistics threads manage their own), and URL resolution: one regular
+    expression (``inference.urls.INFER_PATH``) routes them to the inference
+    view, with Django's own exception-to-response conversion. Every other
+    protocol route keeps the full cycle.
     """
+
+    def __init__(self):
+        super().__init__()
+        from inference.urls import INFER_PATH, infer_view
+
+        self._infer_path = INFER_PATH
+        self._infer_view = infer_view
 
     def __call__(self, environ, start_response):
         if environ.get("REQUEST_METHOD") != "POST" or not environ.get("PATH_INFO", "").endswith("/infer"):
             return super().__call__(environ, start_response)
-        response = self.get_response(self.request_class(environ))
+        request = self.request_class(environ)
+        match = self._infer_path.fullmatch(request.path_info)
+        if match is None:
+            response = self.get_response(request)  # Django's 404 (or another route's answer)
+        else:
+            request.urlconf = PROTOCOL_URLCONF
+            try:
+                if match["model_version"] is None:
+                    response = self._infer_view(request, model_name=match["model_name"])
+                else:
+                    response = self._infer_view(request, **match.groupdict())
+            except Exception as exc:  # as Django's handler does: its 500 page / error log
+                response = response_for_exception(request, exc)
         start_response(f"{response.status_code} {response.reason_phrase}", list(response.items()))
         return [response.content]
 

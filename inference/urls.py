@@ -6,6 +6,8 @@ Flat and hottest first (inference, then TF Serving), since Django tries the
 patterns in order.
 """
 
+import re
+
 from django.urls import re_path
 
 from inference.rest import views
@@ -15,9 +17,16 @@ from inference.tfserving.views import TFServingView
 _M = r"^v2/models/(?P<model_name>[^/]+)"
 _V = r"^v2/models/(?P<model_name>[^/]+)/versions/(?P<model_version>[^/]+)"
 
+#: The inference view, shared with the protocol handler's direct route.
+infer_view = views.InferView.as_view()
+
+#: ``POST .../infer`` paths (PATH_INFO, leading slash) as the protocol handler
+#: routes them without URL resolution: the same two patterns as below.
+INFER_PATH = re.compile(r"/v2/models/(?P<model_name>[^/]+)(?:/versions/(?P<model_version>[^/]+))?/infer")
+
 urlpatterns = [
-    re_path(_M + r"/infer$", views.InferView.as_view(), name="v2-infer"),
-    re_path(_V + r"/infer$", views.InferView.as_view(), name="v2-infer-version"),
+    re_path(_M + r"/infer$", infer_view, name="v2-infer"),
+    re_path(_V + r"/infer$", infer_view, name="v2-infer-version"),
     re_path(r"^v1(?P<path>/.*)?$", TFServingView.as_view(), name="tfserving"),
     re_path(r"^v2/health/live$", views.ServerLiveView.as_view(), name="v2-live"),
     re_path(r"^v2/health/ready$", views.ServerReadyView.as_view(), name="v2-ready"),

@@ -315,6 +315,11 @@ def test_bad_requests_get_4xx_with_error(wire, name, body, headers, status, need
         ("GET", "/v2/models/broken", 503, "no version that is ready"),
         ("GET", "/v2/models/simple/infer", 405, "GET"),
         ("GET", "/v2/nothing/here", 404, "not found"),
+        # .../infer paths that are not the inference route (the protocol handler routes it directly)
+        ("POST", "/v2/models/simple/extra/infer", 404, "not found: POST /v2/models/simple/extra/infer"),
+        ("POST", "/v2/models//infer", 404, "not found: POST /v2/models//infer"),
+        ("POST", "/v2/models/simple/versions//infer", 404, "not found"),
+        ("POST", "/v2/infer", 404, "not found"),
     ],
 )
 def test_model_errors(wire, method, path, status, needle):

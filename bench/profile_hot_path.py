@@ -1,0 +1,448 @@
+"""Where the time of a small request goes: a profile of the hot path.
+
+For the tiny model (FP32 [1,16], y = 2x + 1; session.run ~5 us) it measures,
+in one run:
+
+1. End to end, live (wrk for REST binary, h2load for gRPC, the bench's own
+   loaders and requests, concurrency 1 and 8, interleaved rounds, medians):
+   ``manage.py serve`` against the *transport floor*, the same servers
+   (granian with the same options; grpc.aio with the same processes) running
+   an application that reads the body and answers fixed bytes
+   (bench/fixed_answer.py). The difference is what our application costs.
+2. In process: the WSGI application called the way granian calls it, and the
+   gRPC message conversion + DataPlane without the transport, timed (median
+   us per request), and sampled by pyinstrument, with the samples' own time
+   grouped by where the code lives (Django, our REST adapter, codecs,
+   DataPlane, ONNX Runtime, metrics, ...).
+
+Results go to stdout and bench/PROFILE.md.
+
+    .venv/bin/python bench/profile_hot_path.py [--seconds 4] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+WORK = ROOT / "bench" / "work" / "profile"
+WORK.mkdir(parents=True, exist_ok=True)
+os.environ.setdefault("VAR_DIR", tempfile.mkdtemp(prefix="var-", dir=WORK))
+os.environ["DJANGO_SETTINGS_MODULE"] = "hosting.settings"
+os.environ["MODELHOST_WARM_START"] = "0"
+os.environ.setdefault("ORT_INTRA_OP_THREADS", "1")
+os.environ.setdefault("ORT_INTER_OP_THREADS", "1")
+
+import django  # noqa: E402
+
+django.setup()
+
+import numpy as np  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+
+from bench import models as bench_models  # noqa: E402
+from bench.loads import make_loaders  # noqa: E402
+from bench.targets import ProcessTarget, ServeTarget, ort_env  # noqa: E402
+from bench.workloads import GRPC_INFER_PATH, Request, RestBinary, grpc_frame  # noqa: E402
+
+MODEL = bench_models.MODELS["tiny"]
+
+#: Where sampled code lives -> the group it is reported under (first match wins).
+GROUPS = (
+    ("/onnxruntime/", "ONNX Runtime (session.run and its Python wrapper)"),
+    ("inference/runtime/", "our runtime (executor, session cache, deadlines)"),
+    ("inference/codecs/", "our codecs (JSON header, binary tensors, response)"),
+    ("inference/rest/", "our REST adapter (DRF view, body reading)"),
+    ("inference/grpc/", "our gRPC converters"),
+    ("inference/dataplane.py", "our DataPlane and registry"),
+    ("inference/registry.py", "our DataPlane and registry"),
+    ("inference/protocol/", "our protocol types"),
+    ("inference/observability.py", "metrics and request log"),
+    ("prometheus_client", "metrics and request log"),
+    ("inference/statistics.py", "model statistics"),
+    ("hosting/wsgi_dispatch.py", "our WSGI dispatch"),
+    ("/rest_framework/", "DRF"),
+    ("/django/", "Django (request, response, URL resolution)"),
+    ("/google/protobuf/", "protobuf"),
+    ("/numpy/", "numpy"),
+    ("bench/profile_hot_path.py", "(this script: the loop, building the WSGI environ / protobuf parse and serialize)"),
+)
+
+
+LOOP = GROUPS[-1][1]
+
+
+def group_of(frame, parent_group: str) -> str:
+    """The group of a pyinstrument frame; a C function counts in its caller's
+    group, except ``InferenceSession.run``'s pybind11 entry point."""
+    if frame.function.startswith("pybind11") and frame.function.endswith(".run"):
+        return GROUPS[0][1]
+    path = (frame.file_path or "").replace("\\", "/")
+    if not path or path == "<built-in>":
+        return parent_group
+    for needle, group in GROUPS:
+        if needle in path:
+            return group
+    return "Python standard library and other"
+
+
+# -- in process -------------------------------------------------------------------------------------
+
+
+def _environ(request: Request) -> dict:
+    environ = {
+        "REQUEST_METHOD": "POST", "PATH_INFO": request.path, "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8000",
+        "wsgi.input": io.BytesIO(request.body), "CONTENT_LENGTH": str(len(request.body)),
+        "wsgi.url_scheme": "http", "SERVER_PROTOCOL": "HTTP/1.1", "HTTP_HOST": "127.0.0.1",
+        "wsgi.errors": sys.stderr,
+    }  # fmt: skip
+    for key, value in request.headers.items():
+        name = key.upper().replace("-", "_")
+        environ[name if name == "CONTENT_TYPE" else f"HTTP_{name}"] = value
+    return environ
+
+
+def rest_call(application, request: Request):
+    def start_response(status, headers, exc_info=None):
+        if not status.startswith("200"):
+            raise RuntimeError(f"in-process REST call answered {status}")
+
+    def call():
+        b"".join(application(_environ(request), start_response))
+
+    return call
+
+
+def grpc_call(message: bytes):
+    from inference.dataplane import get_dataplane
+    from inference.grpc import converters
+    from inference.grpc.proto import oip_pb2 as pb
+
+    dataplane = get_dataplane()
+
+    def call():
+        request = pb.ModelInferRequest.FromString(message)
+        infer_request = converters.infer_request_from_proto(request, settings.MAX_REQUEST_BYTES)
+        converters.infer_response_to_proto(dataplane.infer(infer_request)).SerializeToString()
+
+    return call
+
+
+def session_call(path: Path, inputs: dict[str, np.ndarray]):
+    session = bench_models.session(path)
+
+    def call():
+        session.run(None, inputs)
+
+    return call
+
+
+def session_us_inside(call, calls: int = 20000) -> float:
+    """Mean us of ``OnnxModel.run`` while ``call`` runs (the model's own time
+    inside a request path, caches as the path leaves them)."""
+    from inference.runtime.onnx import OnnxModel
+
+    run, spent = OnnxModel.run, [0.0, 0]
+
+    def timed(self, *args):
+        started = time.perf_counter()
+        try:
+            return run(self, *args)
+        finally:
+            spent[0] += time.perf_counter() - started
+            spent[1] += 1
+
+    OnnxModel.run = timed
+    try:
+        for _ in range(calls):
+            call()
+    finally:
+        OnnxModel.run = run
+    return spent[0] / spent[1] * 1e6
+
+
+def median_us(call, seconds: float = 1.0, rounds: int = 5) -> float:
+    for _ in range(200):
+        call()
+    per_round = []
+    for _ in range(rounds):
+        n, started = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - started) < seconds:
+            for _ in range(100):
+                call()
+            n += 100
+        per_round.append(elapsed / n * 1e6)
+    return statistics.median(per_round)
+
+
+def sampled_groups(call, seconds: float) -> tuple[int, dict[str, float], list[tuple[str, float]]]:
+    """pyinstrument samples of ``call`` repeated for ``seconds``: (calls, share of
+    own time per group, the 15 functions with the most own time and their shares).
+    C functions called from Python count as their own frames where pyinstrument
+    sees them (``session.run``'s pybind11 entry point), else as their caller's."""
+    from pyinstrument import Profiler
+
+    profiler = Profiler(interval=0.0001)
+    n, started = 0, time.perf_counter()
+    profiler.start()
+    while time.perf_counter() - started < seconds:
+        call()
+        n += 1
+    profiler.stop()
+    root = profiler.last_session.root_frame()
+    own: dict[str, float] = defaultdict(float)
+    functions: dict[str, float] = defaultdict(float)
+    stack = [(root, LOOP)]
+    while stack:
+        frame, parent_group = stack.pop()
+        group = group_of(frame, parent_group)
+        stack.extend((child, group) for child in frame.children)
+        # A synthetic "[self]" child's time is already part of its parent's total_self_time.
+        if not frame.is_synthetic and frame.total_self_time:
+            own[group] += frame.total_self_time
+            where = (frame.file_path or "").replace("\\", "/").split("site-packages/")[-1].replace(f"{ROOT}/", "")
+            function = frame.function if len(frame.function) < 40 else "session.run (pybind11)"
+            functions[f"`{function}` {where}:{frame.line_no}"] += frame.total_self_time
+    total = sum(own.values()) or 1.0
+    top = sorted(functions.items(), key=lambda kv: -kv[1])[:15]
+    return (
+        n,
+        {group: value / total for group, value in sorted(own.items(), key=lambda kv: -kv[1])},
+        [(where, value / total) for where, value in top],
+    )
+
+
+# -- live -------------------------------------------------------------------------------------------
+
+
+class FixedAnswerTarget(ProcessTarget):
+    """bench/fixed_answer.py in granian (REST) and grpc.aio (gRPC), configured like ``serve``."""
+
+    transports = ("rest-binary", "grpc")
+    ours = False
+
+    def __init__(self, workers: int, threads: int, grpc_processes: int, rest_answer: tuple[bytes, str],
+                 grpc_answer: bytes):  # fmt: skip
+        super().__init__("fixed answer", WORK / "fixed-answer.log")
+        self.workers, self.threads, self.grpc_processes = workers, threads, grpc_processes
+        (WORK / "rest-answer.bin").write_bytes(rest_answer[0])
+        (WORK / "grpc-answer.bin").write_bytes(grpc_answer)
+        self.header_length = rest_answer[1]
+        self.grpc_children: list[subprocess.Popen] = []
+
+    def start(self) -> None:
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        rest_env = dict(env, FIXED_ANSWER_FILE=str(WORK / "rest-answer.bin"),
+                        FIXED_ANSWER_HEADER_LENGTH=self.header_length)  # fmt: skip
+        command = [
+            sys.executable, "-m", "granian", "--interface", "wsgi", "--http", "1", "--no-ws",
+            "--host", "127.0.0.1", "--port", str(self.http_port),
+            "--workers", str(self.workers), "--blocking-threads", str(self.threads),
+            "--runtime-threads", "1", "--backlog", "2048", "--log-level", "warning",
+            "bench.fixed_answer:application",
+        ]  # fmt: skip
+        self.process = self.spawn(command, rest_env, ROOT, self.log_path)
+        grpc_env = dict(env, FIXED_ANSWER_FILE=str(WORK / "grpc-answer.bin"))
+        self.grpc_children = [
+            self.spawn(
+                [sys.executable, "-m", "bench.fixed_answer", "--grpc-port", str(self.grpc_port)],
+                grpc_env,
+                ROOT,
+                WORK / f"fixed-answer-grpc-{i}.log",
+            )
+            for i in range(self.grpc_processes)
+        ]
+        self.wait_ready(60, ready_path="/")
+
+    def stop(self) -> None:
+        for child in self.grpc_children:
+            self.terminate(child)
+        super().stop()
+
+
+def capture_answers(serve: ServeTarget, rest: Request, grpc_message: bytes) -> tuple[tuple[bytes, str], bytes]:
+    """serve's real answers to the two requests (REST: body and header length; gRPC: the message)."""
+    import grpc
+
+    http = urllib.request.Request(serve.base_url + rest.path, data=rest.body, headers=rest.headers, method="POST")
+    with urllib.request.urlopen(http, timeout=30) as response:
+        rest_answer = (response.read(), response.headers["Inference-Header-Content-Length"])
+    with grpc.insecure_channel(serve.grpc_address) as channel:
+        grpc_answer = channel.unary_unary(GRPC_INFER_PATH)(grpc_message, timeout=30)
+    return rest_answer, grpc_answer
+
+
+def live(serve: ServeTarget, fixed: FixedAnswerTarget, requests: dict[str, Request], seconds: float,
+         rounds: int) -> dict[tuple[str, str, int], list]:  # fmt: skip
+    loaders = make_loaders(WORK)
+    results: dict[tuple[str, str, int], list] = defaultdict(list)
+    for r in range(rounds):
+        for transport, request in requests.items():
+            loader = loaders["wrk" if transport == "rest-binary" else "h2load"]
+            for concurrency in (1, 8):
+                for target in (fixed, serve):
+                    url = target.base_url if transport == "rest-binary" else f"http://{target.grpc_address}"
+                    loader.run(url, request, concurrency, 1)  # warm-up
+                    result = loader.run(url, request, concurrency, seconds)
+                    if result.errors:
+                        raise RuntimeError(f"{target.name} {transport} c{concurrency}: {result.errors} errors")
+                    results[(target.name, transport, concurrency)].append(result)
+                    print(f"  round {r + 1}/{rounds}  {target.name:12} {transport:11} c{concurrency}  "
+                          f"{result.rps:8,.0f} req/s  p50 {result.p50_ms:.3f} ms")  # fmt: skip
+    return results
+
+
+# -- report -----------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=4, help="measured seconds per live cell and round (4)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved live rounds; medians reported (3)")
+    parser.add_argument("--sample-seconds", type=float, default=3, help="pyinstrument sampling per path (3)")
+    args = parser.parse_args()
+
+    repository = WORK / "repository"
+    bench_models.write_repository(repository, [MODEL])
+    inputs = MODEL.sample_inputs(repository)
+    model_path = bench_models.model_path(repository, MODEL)
+    rest = RestBinary().build_request(MODEL, inputs)
+    from inference.grpc.proto import oip_pb2 as pb  # our stubs (this process never imports tritonclient's)
+
+    message = pb.ModelInferRequest(model_name=MODEL.name)
+    for spec in MODEL.inputs:
+        message.inputs.add(name=spec.name, datatype=spec.datatype, shape=list(inputs[spec.name].shape))
+        message.raw_input_contents.append(np.ascontiguousarray(inputs[spec.name], dtype=spec.dtype).tobytes())
+    grpc_message = message.SerializeToString()
+    grpc_request = Request(GRPC_INFER_PATH, grpc_frame(grpc_message),
+                           {"content-type": "application/grpc", "te": "trailers"})  # fmt: skip
+
+    # In process.
+    call_command("migrate", verbosity=0)
+    call_command("import_repository", str(repository), verbosity=0)
+    from hosting.wsgi import application
+
+    paths = {
+        "session.run alone": session_call(model_path, inputs),
+        "REST binary: WSGI application": rest_call(application, rest),
+        "gRPC: message -> DataPlane -> message": grpc_call(grpc_message),
+    }
+    timed = {label: median_us(call) for label, call in paths.items()}
+    for label, call in list(paths.items())[1:]:
+        timed[f"session.run inside '{label}'"] = session_us_inside(call)
+    sampled = {label: sampled_groups(call, args.sample_seconds) for label, call in list(paths.items())[1:]}
+    for label, us in timed.items():
+        print(f"in process: {label:40} {us:8.1f} us")
+
+    # Live.
+    serve = ServeTarget(repository, WORK, name="serve")
+    serve.start()
+    try:
+        answers = capture_answers(serve, rest, grpc_message)
+        grpc_request = Request(grpc_request.path, grpc_request.body, grpc_request.headers,
+                               response_bytes=len(grpc_frame(answers[1])))  # fmt: skip
+        workers = int(serve.settings().get("HTTP_WORKERS", 2))
+        threads = int(serve.settings().get("HTTP_THREADS", 4))
+        processes = int(serve.settings().get("GRPC_PROCESSES", 2))
+        fixed = FixedAnswerTarget(workers, threads, processes, *answers)
+        fixed.start()
+        try:
+            results = live(serve, fixed, {"rest-binary": rest, "grpc": grpc_request}, args.seconds, args.rounds)
+        finally:
+            fixed.stop()
+    finally:
+        serve.stop()
+
+    report = render(
+        args,
+        timed,
+        sampled,
+        results,
+        workers,
+        threads,
+        processes,
+        {"rest-binary": len(rest.body), "grpc": len(grpc_request.body)},
+    )
+    print("\n" + report)
+    (ROOT / "bench" / "PROFILE.md").write_text(report)
+    print("wrote bench/PROFILE.md")
+
+
+def render(args, timed, sampled, results, workers, threads, processes, sizes) -> str:
+    def med(name, transport, c, attr):
+        return statistics.median(getattr(r, attr) for r in results[(name, transport, c)])
+
+    commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()  # fmt: skip
+    load = os.getloadavg()
+    lines = [
+        "# Where the time of a small request goes",
+        "",
+        f"`.venv/bin/python bench/profile_hot_path.py` at {commit}, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}; ORT intra-op "
+        f"{ort_env()['ORT_INTRA_OP_THREADS']}; load average after the run {load[0]:.2f}.",
+        "",
+        f"Model `tiny`: {MODEL.describe()}. Requests as `make bench` sends them: REST binary "
+        f"{sizes['rest-binary']} B (JSON header + binary tensor), gRPC {sizes['grpc']} B (`raw_input_contents`).",
+        "",
+        "## 1. End to end against the transport floor",
+        "",
+        f"`serve` (granian {workers} workers x {threads} threads; gRPC {processes} grpc.aio processes) against the "
+        "same servers answering fixed bytes (bench/fixed_answer.py: reads the body, answers serve's own "
+        f"answer). Medians of {args.rounds} interleaved rounds of {args.seconds:g} s; wrk / h2load.",
+        "",
+        "| transport | conc. | fixed answer req/s | serve req/s | ratio | fixed p50 ms | serve p50 ms | "
+        "p50 added by the application (us) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for transport in ("rest-binary", "grpc"):
+        for c in (1, 8):
+            f_rps, s_rps = med("fixed answer", transport, c, "rps"), med("serve", transport, c, "rps")
+            f_p50, s_p50 = med("fixed answer", transport, c, "p50_ms"), med("serve", transport, c, "p50_ms")
+            lines.append(
+                f"| {transport} | {c} | {f_rps:,.0f} | {s_rps:,.0f} | {s_rps / f_rps:.2f}x | {f_p50:.3f} | "
+                f"{s_p50:.3f} | {(s_p50 - f_p50) * 1000:.0f} |"
+            )
+    lines += [
+        "",
+        "## 2. In process",
+        "",
+        "Median us per request (5 rounds of 1 s, after warm-up), one thread, no network:",
+        "",
+        "| path | us per request |",
+        "|---|---|",
+        *[f"| {label} | {us:.1f} |" for label, us in timed.items()],
+        "",
+        "The same `session.run` takes longer inside a request path than alone: the Python work around it "
+        "evicts ONNX Runtime's code and data from the CPU caches (running it twice in a row inside the REST path "
+        "brings the second call back to its warm time).",
+        "",
+        "Own time of the sampled frames by where the code lives (pyinstrument, 0.1 ms interval, "
+        f"{args.sample_seconds:g} s per path):",
+        "",
+    ]
+    for label, (calls, groups, top) in sampled.items():
+        lines += [f"**{label}** ({calls:,} calls)", "", "| where | share of time |", "|---|---|"]
+        lines += [f"| {group} | {share:.1%} |" for group, share in groups.items() if share >= 0.005]
+        lines += ["", "| function (own time) | share |", "|---|---|"]
+        lines += [f"| {where} | {share:.1%} |" for where, share in top]
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
