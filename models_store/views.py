@@ -289,10 +289,16 @@ def _upload_failed(request, model, form, error: str, status: int) -> HttpRespons
 
 
 # -- API tokens -----------------------------------------------------------------
+#: Session key of a token just created: shown by the next GET of the page, then dropped.
+NEW_TOKEN_KEY = "models_store.new_token"
+
+
 @login_required
 def token_list(request):
-    """GET: the user's tokens. POST: create one; the token is shown on this
-    answer only (it is not stored)."""
+    """GET: the user's tokens, and a token created just before (shown on that
+    one answer only; the token itself is not stored). POST: create one, then
+    redirect to GET (post/redirect/get: reloading the page never creates a
+    second token); the plaintext waits in the session until that GET."""
     teams = _upload_teams(request)
     form = TokenForm(request.POST or None, teams=teams)
     created = None
@@ -306,10 +312,15 @@ def token_list(request):
                 form.add_error(None, str(exc))
                 status = 400
             else:
-                created = {"token": token, "plain": plain}
-                form = TokenForm(teams=teams)
+                request.session[NEW_TOKEN_KEY] = {"id": token.pk, "plain": plain}
+                return redirect("token-list")
         else:
             status = 400
+    else:
+        new = request.session.pop(NEW_TOKEN_KEY, None)
+        token = new and selectors.tokens_for_user(request.user).filter(pk=new["id"]).first()
+        if token:
+            created = {"token": token, "plain": new["plain"]}
     context = {
         "form": form,
         "created": created,

@@ -194,13 +194,17 @@ def test_forms_without_csrf_are_refused(alice):
 
 
 def test_tokens_are_shown_once_and_revocable(alice):
-    created = _post(alice, "/tokens/", {"name": "nightly", "team": "ml"})
+    posted = _post(alice, "/tokens/", {"name": "nightly", "team": "ml"})
+    assert (posted.status_code, posted["Location"]) == (302, "/tokens/")  # post/redirect/get
+    created = alice.get(posted["Location"])
     assert created.status_code == 200 and created["Cache-Control"] == "no-store"
     plain = re.search(r'id="token-value">(mh_[^<]+)<', _text(created)).group(1)
     token = ApiToken.objects.get()
     assert (token.name, token.team.name, token.prefix) == ("nightly", "ml", plain[:10])
-    listing = _text(alice.get("/tokens/"))
+    listing = _text(alice.get("/tokens/"))  # a reload: shown no more, nothing created
     assert plain not in listing and f"{plain[:10]}…" in listing
+    assert ApiToken.objects.count() == 1
+    assert not any(plain in str(value) for value in alice.session.values())  # dropped from the session
     api = Client().get("/api/models/", HTTP_AUTHORIZATION=f"Bearer {plain}")
     assert api.status_code == 200
     assert _post(alice, f"/tokens/{token.pk}/revoke", {}).status_code == 302
