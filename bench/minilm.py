@@ -22,9 +22,6 @@ any attempt to reach the network fails loudly).
 * ``<work_dir>/minilm_export.json``: versions, checksums and the verification
   figures.
 
-``floor_ms(model_path)`` is the median in-process ``session.run`` time (1 intra-op,
-1 inter-op thread).
-
 ``.venv/bin/python bench/minilm.py`` builds everything and prints the figures.
 The same file, run by the dedicated venv's interpreter with ``_export``, does
 the export itself (only the standard library and numpy are imported at the top).
@@ -37,7 +34,6 @@ import hashlib
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -287,18 +283,6 @@ def ensure_minilm(work_dir: Path) -> Path:
 # ---------------------------------------------------------------------------
 
 
-def session(model_path: Path):
-    """A session configured as the server's (1 intra-op, 1 inter-op thread, all optimizations, CPU)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.log_severity_level = 3
-    return ort.InferenceSession(str(model_path), sess_options=options, providers=["CPUExecutionProvider"])
-
-
 def load_request(model_path: Path) -> dict[str, np.ndarray]:
     """The benchmark's request: ``<work_dir>/minilm_inputs.npz`` next to ``<work_dir>/repository``."""
     path = inputs_file(Path(model_path).resolve().parents[3])
@@ -306,36 +290,10 @@ def load_request(model_path: Path) -> dict[str, np.ndarray]:
         return {name: data[name] for name in INPUT_NAMES}
 
 
-def measure_floor(model_path: Path, seconds: float = 5.0, min_runs: int = 200, warmup: float = 1.0) -> dict:
-    """In-process ``session.run`` times over at least ``min_runs`` runs and ``seconds``, after a warm-up."""
-    sess = session(model_path)
-    feed = load_request(model_path)
-    names = [OUTPUT_NAME]
-    warm_until = time.perf_counter() + warmup
-    while time.perf_counter() < warm_until:
-        sess.run(names, feed)
-    times = []
-    stop = time.perf_counter() + seconds
-    while len(times) < min_runs or time.perf_counter() < stop:
-        started = time.perf_counter()
-        sess.run(names, feed)
-        times.append(time.perf_counter() - started)
-    times.sort()
-    return {
-        "median_ms": statistics.median(times) * 1e3,
-        "p99_ms": times[min(len(times) - 1, int(len(times) * 0.99))] * 1e3,
-        "min_ms": times[0] * 1e3,
-        "runs": len(times),
-    }
-
-
-def floor_ms(model_path: Path) -> float:
-    """The median in-process ``session.run`` time of the benchmark's request, in milliseconds."""
-    return measure_floor(model_path)["median_ms"]
-
-
 def signature(model_path: Path) -> dict:
     """Input and output names, types and shapes as onnxruntime reports them."""
+    from bench.models import session
+
     sess = session(model_path)
     return {
         "inputs": [(i.name, i.type, i.shape) for i in sess.get_inputs()],
@@ -552,6 +510,7 @@ def main(argv: list[str] | None = None) -> int:
         export(args.work_dir.resolve())
         return 0
 
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.models, when run as a script
     started = time.perf_counter()
     path = ensure_minilm(args.work_dir)
     print(f"model: {path} ({path.stat().st_size:,} B), built or found in {time.perf_counter() - started:.1f} s")
@@ -571,10 +530,12 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("onnx_batch_vs_encode", "onnx_batch1_vs_encode", "onnx_vs_torch_module"):
         print(f"verification {key}: min cosine {v[key]['min_cosine']:.8f}, max |diff| {v[key]['max_abs_diff']:.3g}")
     print(f"verification sentences: {v['sentences']} (token counts {v['token_counts']})")
-    floor = measure_floor(path, seconds=args.floor_seconds)
+    from bench.models import MODELS, measure_floor, ort_threads
+
+    floor = measure_floor(path, MODELS["minilm"], request, seconds=args.floor_seconds)
     print(
-        f"floor: session.run median {floor['median_ms']:.3f} ms, p99 {floor['p99_ms']:.3f} ms, "
-        f"min {floor['min_ms']:.3f} ms over {floor['runs']} runs (intra_op 1, inter_op 1)"
+        f"floor: session.run median {floor.median_ms:.3f} ms, p99 {floor.p99_ms:.3f} ms over {floor.runs} runs "
+        "(intra_op %d, inter_op %d)" % ort_threads()
     )
     return 0
 

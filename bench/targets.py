@@ -126,6 +126,11 @@ class Target:
         return ""
 
 
+def run_dir(work_dir: Path, name: str) -> Path:
+    """A fresh directory name for one server's files in one run: ``var-<name>-<time>-<pid>``."""
+    return work_dir / f"var-{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+
+
 class ProcessTarget(Target):
     """A target that is one server process started here (in its own session,
     so that stopping it can also reap whatever it started), with a log file,
@@ -218,8 +223,7 @@ class ServeTarget(ProcessTarget):
         threads: int | None = None,
         extra_env: dict[str, str] | None = None,
     ):
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        self.var_dir = work_dir / f"var-{name}-{stamp}-{os.getpid()}"
+        self.var_dir = run_dir(work_dir, name)
         super().__init__(name, self.var_dir / "serve.log")
         self.repository = repository
         self.workers = workers

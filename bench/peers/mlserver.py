@@ -22,14 +22,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 from bench.models import BenchModel, model_path
+from bench.peers.base import PeerTarget
 from bench.peers.venvs import PeerVenv, our_onnxruntime
-from bench.targets import ROOT, ProcessTarget, free_port, ort_env
+from bench.targets import ort_env
 
 MLSERVER = "mlserver==1.7.1"
 RUNTIME_PY = Path(__file__).with_name("mlserver_runtime.py")
@@ -39,19 +37,13 @@ def mlserver_venv(peers_dir: Path) -> PeerVenv:
     return PeerVenv("mlserver", [MLSERVER, f"onnxruntime=={our_onnxruntime()}", "uvloop<0.22"], peers_dir)
 
 
-class MLServerTarget(ProcessTarget):
+class MLServerTarget(PeerTarget):
     transports = ("rest-json", "grpc")
+    log_name = "mlserver.log"
 
     def __init__(self, onnx_repository: Path, work_dir: Path, models: list[BenchModel], parallel_workers: int = 0):
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        self.run_dir = work_dir / f"var-mlserver-{stamp}-{os.getpid()}"
-        super().__init__("mlserver", self.run_dir / "mlserver.log")
-        self.venv = mlserver_venv(work_dir / "peers")
-        self.onnx_repository = onnx_repository
-        self.models = models
+        super().__init__("mlserver", mlserver_venv(work_dir / "peers"), onnx_repository, work_dir, models)
         self.parallel_workers = parallel_workers
-        self.metrics_port = free_port()
-        self.server_version = ""
 
     @property
     def models_dir(self) -> Path:
@@ -90,25 +82,14 @@ class MLServerTarget(ProcessTarget):
         env.update(PYTHONPATH=str(self.models_dir), **ort_env())
         return env
 
-    def start(self, timeout: float = 180) -> None:
-        self.prepare()
-        command = [str(self.venv.path / "bin" / "mlserver"), "start", str(self.models_dir)]
-        self.process = self.spawn(command, self.env(), self.run_dir, self.log_path)
-        self.wait_ready(timeout)
-        with urllib.request.urlopen(self.base_url + "/v2", timeout=5) as response:
-            self.server_version = json.loads(response.read()).get("version", "")
+    def command(self) -> list[str]:
+        return [str(self.venv.path / "bin" / "mlserver"), "start", str(self.models_dir)]
 
     def settings(self) -> dict[str, str]:
-        env = self.env()
         return {
             "server": f"MLServer {self.server_version or '?'} (FastAPI/uvicorn REST, grpcio aio gRPC)",
             "inference": f"custom runtime around onnxruntime.InferenceSession (bench/peers/{RUNTIME_PY.name}); "
             f"parallel_workers {self.parallel_workers} "
             + ("(inference in the server process)" if self.parallel_workers == 0 else "(inference pool processes)"),
-            "virtualenv": f"{os.path.relpath(self.venv.path, ROOT)} (Python {sys.version.split()[0]}, "
-            f"onnxruntime {self.venv.version('onnxruntime')}, numpy {self.venv.version('numpy')}, "
-            f"uvloop {self.venv.version('uvloop')})",
-            "ORT_INTRA_OP_THREADS": env["ORT_INTRA_OP_THREADS"],
-            "ORT_INTER_OP_THREADS": env["ORT_INTER_OP_THREADS"],
-            "log": os.path.relpath(self.log_path, ROOT),
+            **self.venv_settings("onnxruntime", "numpy", "uvloop"),
         }

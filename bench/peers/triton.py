@@ -17,18 +17,15 @@ Set-up, done here rather than by pytriton's own launcher:
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 from bench.models import BenchModel, model_path
+from bench.peers.base import PeerTarget
 from bench.peers.venvs import PY_VERSION, PeerVenv, our_onnxruntime
-from bench.targets import ROOT, ProcessTarget, free_port, ort_env
+from bench.targets import ort_env
 
 PYTRITON = "nvidia-pytriton==0.5.14"  # ships tritonserver 2.51.0
 MODEL_PY = Path(__file__).with_name("triton_model.py")
@@ -74,19 +71,13 @@ parameters: {{ key: "onnx_path" value: {{ string_value: "{onnx_path}" }} }}
 """
 
 
-class TritonTarget(ProcessTarget):
+class TritonTarget(PeerTarget):
     transports = ("rest-json", "rest-binary", "grpc")
+    log_name = "tritonserver.log"
 
     def __init__(self, onnx_repository: Path, work_dir: Path, models: list[BenchModel], instances: int = 2):
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        self.run_dir = work_dir / f"var-triton-{stamp}-{os.getpid()}"
-        super().__init__("triton", self.run_dir / "tritonserver.log")
-        self.venv = triton_venv(work_dir / "peers")
-        self.onnx_repository = onnx_repository
-        self.models = models
+        super().__init__("triton", triton_venv(work_dir / "peers"), onnx_repository, work_dir, models)
         self.instances = instances
-        self.metrics_port = free_port()
-        self.server_version = ""
 
     @property
     def dist(self) -> Path:
@@ -124,23 +115,11 @@ class TritonTarget(ProcessTarget):
         env.pop("PYTHONPATH", None)
         return env
 
-    def start(self, timeout: float = 180) -> None:
-        self.prepare()
-        self.process = self.spawn(self.command(), self.env(), self.run_dir, self.log_path)
-        self.wait_ready(timeout)
-        with urllib.request.urlopen(self.base_url + "/v2", timeout=5) as response:
-            self.server_version = json.loads(response.read()).get("version", "")
-
     def settings(self) -> dict[str, str]:
-        env = self.env()
         return {
             "server": f"tritonserver {self.server_version or '?'} from {PYTRITON} (C++ HTTP and gRPC front ends)",
             "inference": f"Python backend, model.py running ONNX Runtime; instance_group KIND_CPU count "
             f"{self.instances} (stub processes per model), max_batch_size 0, no dynamic batching",
-            "virtualenv": f"{os.path.relpath(self.venv.path, ROOT)} (Python {sys.version.split()[0]}, "
-            f"onnxruntime {self.venv.version('onnxruntime')}, numpy {self.venv.version('numpy')})",
-            "ORT_INTRA_OP_THREADS": env["ORT_INTRA_OP_THREADS"],
-            "ORT_INTER_OP_THREADS": env["ORT_INTER_OP_THREADS"],
-            "LD_LIBRARY_PATH": env["LD_LIBRARY_PATH"],
-            "log": os.path.relpath(self.log_path, ROOT),
+            **self.venv_settings("onnxruntime", "numpy"),
+            "LD_LIBRARY_PATH": self.env()["LD_LIBRARY_PATH"],
         }
