@@ -2,14 +2,18 @@
 
 Requests resolve ``(model, version)`` against the snapshot without touching
 the database. The snapshot is rebuilt when the registry's change stamp moves:
-at once after a write committed in this process (``registry_changed``), and
+at once after a write committed in this process (``registry_changed``),
 within ``REGISTRY_POLL_SECONDS`` for writes made by other processes (a daemon
-thread reads the one-row stamp). Loaded ONNX Runtime sessions are kept across
+thread reads the one-row stamp), and at once when a request names a model or
+version the snapshot does not know or does not serve (one stamp read, see
+:meth:`ModelRegistry.catch_up`): a version is servable in every process as
+soon as the write that made it READY has committed. Loaded ONNX Runtime sessions are kept across
 rebuilds as long as their version still serves; the others are dropped.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -174,6 +178,21 @@ class ModelRegistry:
             callback(models)
         return True
 
+    def catch_up(self) -> bool:
+        """Rebuild the snapshot if another process moved the change stamp; True
+        if it was rebuilt. Lookups call it on a miss (unknown model or version,
+        a version that does not serve) so that a model uploaded through one
+        process can be called through any other at once. Costs one stamp read
+        (a one-row SELECT); never runs on an event loop's thread, where Django
+        forbids queries (the gRPC servicer catches up from a thread itself)."""
+        if not self.loaded or _on_event_loop():
+            return False
+        try:
+            return self.refresh()
+        except Exception:  # the database is away: answer from the snapshot
+            logger.exception("registry catch-up failed; answering from the current snapshot")
+            return False
+
     def start(self) -> None:
         """Load now and follow the change stamp from a daemon thread."""
         from models_store.signals import registry_changed
@@ -241,8 +260,11 @@ class ModelRegistry:
         return self._models
 
     def model(self, name: str) -> ModelEntry:
+        """The model's entry; raises ModelNotFound (after :meth:`catch_up`)."""
         entry = self._models.get(name)
         if entry is None:
+            if self.catch_up():
+                return self.model(name)
             raise ModelNotFound(f"unknown model '{name}'")
         return entry
 
@@ -254,11 +276,15 @@ class ModelRegistry:
         if version is None or version == "":
             entry = model.default
             if entry is None:
+                if self.catch_up():
+                    return self.version(name, version)
                 raise ModelNotReady(f"model '{name}' has no version that is ready to serve{_why(model)}")
             return entry
         number = parse_version(version)
         entry = model.versions.get(number)
         if entry is None:
+            if self.catch_up():
+                return self.version(name, version)
             raise ModelNotFound(f"unknown version {version} of model '{name}'")
         return entry
 
@@ -268,6 +294,8 @@ class ModelRegistry:
         model = self.model(name)
         number = model.labels.get(label)
         if number is None:
+            if self.catch_up():
+                return self.label(name, label)
             known = ", ".join(sorted(model.labels)) or "none"
             raise ModelNotFound(f"unknown version label '{label}' of model '{name}' (labels: {known})")
         return str(number)
@@ -277,6 +305,8 @@ class ModelRegistry:
         (with the version's state and reason) when it does not."""
         entry = self.version(name, version)
         if not entry.serving:
+            if self.catch_up():
+                return self.resolve(name, version)
             detail = f": {entry.reason}" if entry.reason else ""
             raise ModelNotReady(f"version {entry.number} of model '{name}' is not ready ({entry.state}){detail}")
         return entry
@@ -291,6 +321,14 @@ class ModelRegistry:
             inputs=entry.inputs,
             outputs=entry.outputs,
         )
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _why(model: ModelEntry) -> str:

@@ -11,7 +11,12 @@ inference transports call it on every request while
 rebuilt (off the request path) each time the registry's change stamp moves
 (token and membership changes bump it), and at the latest every
 ``INFERENCE_TOKEN_CACHE_SECONDS`` as a backstop for changes made behind the
-services' back. An unknown token is therefore answered without a query too.
+services' back. An unknown token is therefore answered without a query too
+(it reloads the scopes at most once a second per process). A model the
+snapshot does not know costs one stamp read: if the registry changed since
+the snapshot was loaded (the model was uploaded a moment ago through another
+process), the scopes are reloaded at once, so a new model is callable with a
+token as soon as its upload has answered.
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ class Scopes:
     model_teams: dict[str, int | None]  # model name -> team id (None: operator-owned)
     team_names: dict[int, str]
     loaded_at: float
+    stamp: int = -1  # the registry's change stamp read before loading
 
     def describe(self, scope: TokenScope) -> str:
         if scope.all_models:
@@ -80,9 +86,10 @@ class Scopes:
 
 
 def load_scopes() -> Scopes:
-    """Read token scopes and model teams from the database (four queries)."""
+    """Read token scopes and model teams from the database (five queries)."""
     from models_store import selectors
 
+    stamp = selectors.stamp_get()  # first: a change made while loading is seen later
     access = selectors.inference_access()
     tokens = {}
     for token in access.tokens:
@@ -94,7 +101,13 @@ def load_scopes() -> Scopes:
             allowed, all_models = user_teams, token.user.is_superuser
         label = f"API token '{token.name}' of {token.user.get_username()}"
         tokens[token.key_hash] = TokenScope(label, all_models, allowed)
-    return Scopes(tokens, access.model_teams, access.team_names, time.monotonic())
+    return Scopes(tokens, access.model_teams, access.team_names, time.monotonic(), stamp)
+
+
+def _registry_stamp() -> int:
+    from models_store import selectors
+
+    return selectors.stamp_get()
 
 
 class TokenCache:
@@ -102,8 +115,11 @@ class TokenCache:
     changes) or when older than ``ttl`` seconds. Requests never wait for a
     reload another thread is doing once a first snapshot exists."""
 
-    def __init__(self, loader: Callable[[], Scopes] = load_scopes, ttl: float = 30.0):
+    def __init__(
+        self, loader: Callable[[], Scopes] = load_scopes, ttl: float = 30.0, stamp: Callable[[], int] = _registry_stamp
+    ):
         self._loader = loader
+        self._stamp_reader = stamp
         self._ttl = ttl
         self._scopes: Scopes | None = None
         self._lock = threading.Lock()
@@ -144,6 +160,23 @@ class TokenCache:
                 self._lock.release()
         return scopes
 
+    def catch_up(self) -> Scopes:
+        """The scopes, reloaded first if the registry's change stamp moved since
+        they were loaded (one stamp read). The current scopes answer when the
+        stamp cannot be read."""
+        scopes = self._scopes or self.refresh()
+        try:
+            moved = self._stamp_reader() != scopes.stamp
+        except Exception:
+            logger.exception("reading the registry stamp failed; answering from the current token scopes")
+            return scopes
+        if not moved:
+            return scopes
+        with self._lock:
+            if self._scopes is scopes:  # no other thread reloaded meanwhile
+                self._scopes = self._loader()
+            return self._scopes
+
 
 class InferenceTokenChecker:
     """``(token, model_name) -> None``; raises Unauthenticated (no, unknown
@@ -163,9 +196,11 @@ class InferenceTokenChecker:
             )
         key = hash_token(token)
         scopes = self.cache.get()
-        scope = scopes.tokens.get(key)
-        if scope is None:  # perhaps created a moment ago, before this process saw the change
+        if key not in scopes.tokens:  # perhaps created a moment ago, before this process saw the change
             scopes = self.cache.reload_if_older(MISS_RELOAD_SECONDS)
+        scope = scopes.tokens.get(key)
+        if scope is not None and not scope.all_models and model_name not in scopes.model_teams:
+            scopes = self.cache.catch_up()  # the model was perhaps uploaded a moment ago
             scope = scopes.tokens.get(key)
         if scope is None:
             raise Unauthenticated("invalid or revoked API token")

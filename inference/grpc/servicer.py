@@ -10,6 +10,11 @@ Protocol errors become gRPC statuses with the same messages REST gives:
 INVALID_ARGUMENT (bad input, including a request above MAX_REQUEST_BYTES),
 NOT_FOUND (unknown model or version), UNAVAILABLE (not ready),
 DEADLINE_EXCEEDED, UNIMPLEMENTED; unexpected errors are logged and INTERNAL.
+
+A call that misses the registry snapshot (unknown model or version, a version
+not serving) is answered once more after the registry caught up with the
+database from a thread, so a model uploaded through another process is
+callable at once (see ``ModelRegistry.catch_up``).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from inference.auth import authorize, bearer_token
 from inference.grpc import converters
 from inference.grpc.proto import oip_pb2 as pb
 from inference.grpc.proto import oip_pb2_grpc
-from inference.protocol.errors import InferenceError, ModelNotReady, Unsupported
+from inference.protocol.errors import InferenceError, ModelNotFound, ModelNotReady, Unsupported
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +63,7 @@ def _rpc(method=None, *, database: bool = False):
         try:
             if database:
                 return await asyncio.to_thread(method, self, request, context)
-            return method(self, request, context)
+            return await _after_catch_up(self.dataplane.registry, method, self, request, context)
         except InferenceError as exc:
             await context.abort(GRPC_STATUS.get(exc.code, grpc.StatusCode.INTERNAL), exc.message)
         except Exception:
@@ -66,6 +71,17 @@ def _rpc(method=None, *, database: bool = False):
             await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server log")
 
     return wrapper
+
+
+async def _after_catch_up(registry, call, *args):
+    """``call(*args)`` on the event loop; on a registry miss, once more if the
+    registry caught up (from a thread: Django forbids queries on the loop)."""
+    try:
+        return call(*args)
+    except (ModelNotFound, ModelNotReady):
+        if not await asyncio.to_thread(registry.catch_up):
+            raise
+    return call(*args)
 
 
 def _bearer(context) -> str | None:
@@ -94,7 +110,7 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
     def ServerReady(self, request, context):
         return pb.ServerReadyResponse(ready=self.dataplane.ready())
 
-    @_rpc
+    @_rpc(database=True)  # a miss may read the registry's change stamp
     def ModelReady(self, request, context):
         try:
             self.dataplane.model_version(request.name, request.version or None)
@@ -121,7 +137,7 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
                 # The token checker may reload its snapshot with the ORM: not on the event loop.
                 await asyncio.to_thread(authorize, _bearer(context), request.model_name)
             if self.pool is None:
-                response = self._infer(request, context)
+                response = await _after_catch_up(self.dataplane.registry, self._infer, request, context)
             else:
                 response = await asyncio.get_running_loop().run_in_executor(self.pool, self._infer, request, context)
             outcome, version = "success", response.model_version

@@ -159,21 +159,82 @@ def test_registry_follows_writes_and_drops_stale_sessions(dataplane, repo):
     assert dataplane.model_metadata("v").versions == ("2", "1")
 
 
+def _in_another_process(write, *args):
+    """Run a registry write without this process's change signal, as if
+    another process made it: only the change stamp tells."""
+    from models_store.signals import registry_changed
+
+    receivers = registry_changed.receivers
+    registry_changed.receivers = []
+    try:
+        return write(*args)
+    finally:
+        registry_changed.receivers = receivers
+
+
 def test_registry_poll_sees_other_process_writes(repo):
     """Without the local signal, the change stamp is what the poller reads."""
     registry = ModelRegistry(poll_seconds=0)
     registry.refresh(force=True)
     assert "late" not in registry.models
     m.write_model(repo, "late", m.identity("INT8"))
-    from models_store.signals import registry_changed
-
-    receivers = registry_changed.receivers
-    registry_changed.receivers = []  # as if the import ran in another process
-    try:
-        import_repository(repo)
-    finally:
-        registry_changed.receivers = receivers
+    _in_another_process(import_repository, repo)
     assert "late" not in registry.models
     assert registry.refresh() is True
     assert registry.models["late"].default.number == 1
     assert registry.refresh() is False  # stamp unchanged: no rebuild
+
+
+def test_a_miss_catches_up_with_other_process_writes(repo):
+    """A lookup that misses reads the stamp once and, if it moved, answers
+    from the rebuilt snapshot: new models, versions, labels and versions
+    that became READY serve at once, without waiting for the poller."""
+    registry = ModelRegistry(poll_seconds=0)
+    registry.refresh(force=True)
+    m.write_model(repo, "late", m.identity("INT8"))
+    _in_another_process(import_repository, repo)
+    assert registry.resolve("late", None).number == 1
+
+    version = ModelVersion.objects.get(model__name="late", number=1)
+    _in_another_process(services.version_set_state, version, "FAILED", "lost its file")
+    assert registry.refresh() is True
+    _in_another_process(services.version_set_state, version, "READY")
+    assert registry.resolve("late", "1").serving  # was FAILED in the snapshot
+    _in_another_process(services.version_set_state, version, "FAILED", "lost its file")
+    registry.refresh()
+    _in_another_process(services.version_set_state, version, "READY")
+    assert registry.resolve("late", None).number == 1  # no default version in the snapshot
+
+    m.write_model(repo, "late", m.identity("UINT8"), version=2)
+    _in_another_process(import_repository, repo)
+    assert registry.version("late", "2").number == 2
+    _in_another_process(services.label_set, RegisteredModel.objects.get(name="late"), "stable", 1)
+    assert registry.label("late", "stable") == "1"
+
+
+def test_a_miss_costs_one_stamp_read_and_none_on_an_event_loop(repo):
+    import asyncio
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    registry = ModelRegistry(poll_seconds=0)
+    registry.refresh(force=True)
+    with CaptureQueriesContext(connection) as queries:
+        for call in (lambda: registry.model("nope"), lambda: registry.version("simple", "9")):
+            with pytest.raises(ModelNotFound):
+                call()
+        with pytest.raises(ModelNotReady, match="FAILED"):
+            registry.resolve("broken", None)
+    assert len(queries) == 3  # the stamp, once per miss; it did not move
+
+    m.write_model(repo, "late", m.identity("INT8"))
+    _in_another_process(import_repository, repo)
+
+    async def on_the_loop():  # a query here would raise SynchronousOnlyOperation
+        with pytest.raises(ModelNotFound):
+            registry.model("late")
+
+    asyncio.run(on_the_loop())  # no catch-up on the loop; gRPC catches up from a thread
+    assert registry.catch_up() is True and registry.catch_up() is False
+    assert registry.model("late").name == "late"

@@ -22,7 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 from models_store.snippets import snippets
 from tests.support import onnx_models as m
-from tests.support.live import bearer, manage, multipart, request, serving_everywhere, wait_for
+from tests.support.live import bearer, manage, multipart, request, wait_for
 from tests.support.server import LiveServer
 
 pytestmark = pytest.mark.interop
@@ -60,7 +60,6 @@ def uploaded(server, tokens):
         server, "POST", "/api/models/double/versions/", body, {**bearer(tokens["alice"]), "Content-Type": kind}
     )
     assert status == 201, answer
-    assert serving_everywhere(server, "double")
     return answer
 
 
@@ -129,7 +128,6 @@ def test_grpc_scoping(server, tokens, uploaded):
     tensor.set_data_from_numpy(x)
     alice = {"authorization": f"Bearer {tokens['alice']}"}
     try:
-        assert _settles(lambda: _grpc_status(client, tensor, alice), "OK") == {"OK"}
         result = client.infer("double", [tensor], headers=alice)
         np.testing.assert_array_equal(result.as_numpy("y"), 2 * x + 1)
         for headers, code in (

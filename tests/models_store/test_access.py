@@ -166,12 +166,32 @@ def test_a_new_token_works_at_once_and_unknown_ones_reload_at_most_once_a_second
     checker.cache._scopes = dataclasses.replace(checker.cache._scopes, loaded_at=time.monotonic() - 5)
     with CaptureQueriesContext(connection) as queries:
         checker(plain, "iris")
-    assert len(queries) == 4  # one reload
+    assert len(queries) == 5  # one reload: the stamp and four queries
     with CaptureQueriesContext(connection) as queries:
         for _ in range(20):
             with pytest.raises(Unauthenticated):
                 checker("mh_made-up", "iris")
     assert len(queries) == 0  # the snapshot is younger than a second
+
+
+def test_a_model_created_after_the_snapshot_is_callable_at_once(world, checker):
+    """A model the snapshot does not know costs one stamp read; when the
+    stamp moved (another process created it), the scopes reload at once."""
+    people, teams = world
+    _, plain = accounts.token_create(people["alice"], "a")
+    checker.cache.refresh()
+    with CaptureQueriesContext(connection) as queries:
+        with pytest.raises(PermissionDenied):
+            checker(plain, "fresh")
+    assert len(queries) == 1  # the stamp, which did not move
+    services.model_create("fresh", teams["ml"], people["alice"])  # no listener here: as if in another process
+    with CaptureQueriesContext(connection) as queries:
+        checker(plain, "fresh")
+        checker(plain, "fresh")
+    assert len(queries) == 6  # the stamp, then one reload (five queries); the second call answers from memory
+    services.model_create("elsewhere", teams["vision"], people["root"])
+    with pytest.raises(PermissionDenied, match="may not call model 'elsewhere'"):
+        checker(plain, "elsewhere")  # reloaded, and still not alice's team
 
 
 def test_checker_follows_revocation_membership_and_deactivation(world, checker):

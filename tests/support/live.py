@@ -68,12 +68,3 @@ def wait_for(predicate, timeout: float = 15.0, interval: float = 0.05) -> bool:
             return True
         time.sleep(interval)
     return False
-
-
-def serving_everywhere(server: LiveServer, model: str, timeout: float = 15) -> bool:
-    """Wait until every HTTP worker serves ``model``: each server process
-    follows a registry change within REGISTRY_POLL_SECONDS, so right after an
-    upload one worker may know the new version and the other not yet."""
-    return wait_for(
-        lambda: all(request(server, "GET", f"/v2/models/{model}/ready")[0] == 200 for _ in range(6)), timeout
-    )
