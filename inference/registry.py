@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 
 from inference.protocol.datatypes import BY_NAME, Datatype
@@ -152,6 +153,8 @@ class ModelRegistry:
         self._stamp_reader = stamp or selectors.stamp_get
         self._poll_seconds = poll_seconds
         self._lock = threading.Lock()
+        self._catch_up_lock = threading.Lock()
+        self._checked_at = float("-inf")  # when the last catch-up's stamp read began
         self._listeners: list = []
         self._stamp = -1
         self._models: dict[str, ModelEntry] = {}
@@ -178,20 +181,32 @@ class ModelRegistry:
             callback(models)
         return True
 
-    def catch_up(self) -> bool:
-        """Rebuild the snapshot if another process moved the change stamp; True
-        if it was rebuilt. Lookups call it on a miss (unknown model or version,
-        a version that does not serve) so that a model uploaded through one
-        process can be called through any other at once. Costs one stamp read
-        (a one-row SELECT); never runs on an event loop's thread, where Django
-        forbids queries (the gRPC servicer catches up from a thread itself)."""
+    def catch_up(self, seen: dict | None = None) -> bool:
+        """Make the snapshot at least as new as the registry's change stamp now;
+        True if the snapshot is another than ``seen`` (the one a lookup
+        missed in; default: the current one), i.e. worth looking up again.
+
+        Lookups call it on a miss (unknown model, version or label; a version
+        that does not serve) so that a model uploaded or imported through
+        another process is callable at once, not at the next poll. Costs one
+        stamp read (a one-row SELECT, ~15 us on SQLite); misses that wait
+        while a read is under way share the one that began after they
+        arrived. Never queries on an event loop's thread, where Django
+        forbids it (the gRPC servicer catches up from a thread itself), nor
+        before the first snapshot; a failed read leaves the snapshot as is.
+        """
+        seen = self._models if seen is None else seen
         if not self.loaded or _on_event_loop():
             return False
-        try:
-            return self.refresh()
-        except Exception:  # the database is away: answer from the snapshot
-            logger.exception("registry catch-up failed; answering from the current snapshot")
-            return False
+        arrived = time.monotonic()
+        with self._catch_up_lock:
+            if self._checked_at <= arrived:  # no read began since this miss arrived
+                self._checked_at = time.monotonic()
+                try:
+                    self.refresh()
+                except Exception:  # the database is away: answer from the snapshot
+                    logger.exception("registry catch-up failed; answering from the current snapshot")
+        return self._models is not seen
 
     def start(self) -> None:
         """Load now and follow the change stamp from a daemon thread."""
@@ -261,9 +276,10 @@ class ModelRegistry:
 
     def model(self, name: str) -> ModelEntry:
         """The model's entry; raises ModelNotFound (after :meth:`catch_up`)."""
-        entry = self._models.get(name)
+        seen = self._models
+        entry = seen.get(name)
         if entry is None:
-            if self.catch_up():
+            if self.catch_up(seen):
                 return self.model(name)
             raise ModelNotFound(f"unknown model '{name}'")
         return entry
@@ -272,18 +288,19 @@ class ModelRegistry:
         """The entry for ``version`` of ``name`` (the default version when None),
         whatever its state. Raises ModelNotFound, or ModelNotReady when no
         version serves and none was named."""
+        seen = self._models
         model = self.model(name)
         if version is None or version == "":
             entry = model.default
             if entry is None:
-                if self.catch_up():
+                if self.catch_up(seen):
                     return self.version(name, version)
                 raise ModelNotReady(f"model '{name}' has no version that is ready to serve{_why(model)}")
             return entry
         number = parse_version(version)
         entry = model.versions.get(number)
         if entry is None:
-            if self.catch_up():
+            if self.catch_up(seen):
                 return self.version(name, version)
             raise ModelNotFound(f"unknown version {version} of model '{name}'")
         return entry
@@ -291,10 +308,11 @@ class ModelRegistry:
     def label(self, name: str, label: str) -> str:
         """The version number (as a string) that ``label`` of model ``name``
         points at. Raises ModelNotFound for an unknown model or label."""
+        seen = self._models
         model = self.model(name)
         number = model.labels.get(label)
         if number is None:
-            if self.catch_up():
+            if self.catch_up(seen):
                 return self.label(name, label)
             known = ", ".join(sorted(model.labels)) or "none"
             raise ModelNotFound(f"unknown version label '{label}' of model '{name}' (labels: {known})")
@@ -303,9 +321,10 @@ class ModelRegistry:
     def resolve(self, name: str, version: str | None) -> VersionEntry:
         """Like :meth:`version`, but the version must serve; raises ModelNotReady
         (with the version's state and reason) when it does not."""
+        seen = self._models
         entry = self.version(name, version)
         if not entry.serving:
-            if self.catch_up():
+            if self.catch_up(seen):
                 return self.resolve(name, version)
             detail = f": {entry.reason}" if entry.reason else ""
             raise ModelNotReady(f"version {entry.number} of model '{name}' is not ready ({entry.state}){detail}")

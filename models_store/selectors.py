@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.db import connection
 from django.db.models import Prefetch, QuerySet
 
 from models_store.models import (
@@ -46,9 +47,19 @@ def registry_snapshot() -> list[RegisteredModel]:
     return list(RegisteredModel.objects.prefetch_related("versions", "labels__version").order_by("name"))
 
 
+_STAMP_SQL = f"SELECT counter FROM {RegistryStamp._meta.db_table} WHERE id = 1"  # a constant: no input
+
+
 def stamp_get() -> int:
-    """The registry's change counter (0 before the first write)."""
-    return RegistryStamp.objects.filter(pk=1).values_list("counter", flat=True).first() or 0
+    """The registry's change counter (0 before the first write).
+
+    Plain SQL on purpose: every registry miss on the request path reads it,
+    and the ORM's query building costs ~15x the query (SQLite: 236 vs 15 us).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(_STAMP_SQL)
+        row = cursor.fetchone()
+    return row[0] if row else 0
 
 
 def _models_with_versions() -> QuerySet[RegisteredModel]:

@@ -76,10 +76,11 @@ def _rpc(method=None, *, database: bool = False):
 async def _after_catch_up(registry, call, *args):
     """``call(*args)`` on the event loop; on a registry miss, once more if the
     registry caught up (from a thread: Django forbids queries on the loop)."""
+    seen = registry.models
     try:
         return call(*args)
     except (ModelNotFound, ModelNotReady):
-        if not await asyncio.to_thread(registry.catch_up):
+        if not await asyncio.to_thread(registry.catch_up, seen):
             raise
     return call(*args)
 

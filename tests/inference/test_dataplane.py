@@ -238,3 +238,36 @@ def test_a_miss_costs_one_stamp_read_and_none_on_an_event_loop(repo):
     asyncio.run(on_the_loop())  # no catch-up on the loop; gRPC catches up from a thread
     assert registry.catch_up() is True and registry.catch_up() is False
     assert registry.model("late").name == "late"
+
+
+def test_misses_that_wait_share_one_stamp_read(repo):
+    """Misses arriving while a stamp read is under way wait for it and then
+    share one more read (a write may have answered after the first began):
+    a flood of unknown names costs about two reads per read's duration."""
+    import threading
+    import time
+
+    registry = ModelRegistry(poll_seconds=0)
+    registry.refresh(force=True)
+    stamp, reads = registry._stamp, []
+
+    def slow_stamp():
+        reads.append(threading.get_ident())
+        time.sleep(0.2)
+        return stamp  # unchanged: nothing is rebuilt
+
+    registry._stamp_reader = slow_stamp
+
+    def miss():
+        with pytest.raises(ModelNotFound):
+            registry.model("nope")
+
+    first = threading.Thread(target=miss)
+    first.start()
+    time.sleep(0.05)  # the first read is under way
+    waiting = [threading.Thread(target=miss) for _ in range(5)]
+    for thread in waiting:
+        thread.start()
+    for thread in (first, *waiting):
+        thread.join()
+    assert len(reads) == 2
