@@ -273,9 +273,19 @@ def version_upload(
 
 
 def _schedule_validation(version_id: int) -> None:
+    """Queue the validation task (embedded mode: run it now). When the broker
+    cannot take it (Redis down or unreachable), validate in this process
+    instead: the upload answers later, but its version never stays UPLOADED
+    with nobody to validate it."""
+    from kombu.exceptions import OperationalError
+
     from models_store.tasks import validate_version
 
-    validate_version.delay(version_id)
+    try:
+        validate_version.delay(version_id)
+    except (OperationalError, ConnectionError) as exc:
+        logger.warning("could not queue the validation of version id %s (%s); validating it here", version_id, exc)
+        version_validate(version_id)
 
 
 def _remove_if_unreferenced(relpath: str) -> None:

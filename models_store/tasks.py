@@ -11,7 +11,7 @@ from celery import shared_task
 from models_store import services
 
 
-@shared_task(name="models_store.validate_version")
+@shared_task(name="models_store.validate_version", ignore_result=True)  # the state is in the registry
 def validate_version(version_id: int) -> str | None:
     """Validate an uploaded version (see services.version_validate); returns
     its final state, or None when the version was deleted meanwhile."""
