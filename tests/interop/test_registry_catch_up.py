@@ -18,8 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tests.support import onnx_models as m
-from tests.support.live import bearer, manage, multipart, request
-from tests.support.server import LiveServer
+from tests.support.live import bearer, manage, multipart, people_with_tokens, request, token_server
 
 pytestmark = pytest.mark.interop
 
@@ -28,23 +27,12 @@ CALLS = 8  # new connections each: spread over both HTTP processes
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    repository = tmp_path_factory.mktemp("catch-up-repository")
-    m.write_model(repository, "legacy", m.affine(1.0, 1.0))
-    live = LiveServer(
-        repository,
-        tmp_path_factory.mktemp("catch-up-live"),
-        extra_env={"INFERENCE_REQUIRE_TOKEN": "true", "REGISTRY_POLL_SECONDS": "3600"},
-    )
-    live.start()
-    yield live
-    assert live.stop() == 0, live.log()
+    yield from token_server(tmp_path_factory, poll_seconds=3600)
 
 
 @pytest.fixture(scope="module")
 def tokens(server):
-    manage(server, "create_user", "alice", "--team", "ml")
-    manage(server, "create_user", "root", "--superuser")
-    return {name: manage(server, "create_token", name, "script").strip() for name in ("alice", "root")}
+    return people_with_tokens(server, alice="ml", root="superuser")
 
 
 def _rest(server, token, model, x, version=None):

@@ -22,8 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 from models_store.snippets import snippets
 from tests.support import onnx_models as m
-from tests.support.live import bearer, manage, multipart, request, wait_for
-from tests.support.server import LiveServer
+from tests.support.live import bearer, manage, multipart, people_with_tokens, request, token_server, wait_for
 
 pytestmark = pytest.mark.interop
 
@@ -31,25 +30,13 @@ pytestmark = pytest.mark.interop
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """A server requiring tokens, with one operator-owned model ("legacy": y = x + 1)."""
-    repository = tmp_path_factory.mktemp("store-repository")
-    m.write_model(repository, "legacy", m.affine(1.0, 1.0))
-    live = LiveServer(
-        repository,
-        tmp_path_factory.mktemp("store-live"),
-        extra_env={"INFERENCE_REQUIRE_TOKEN": "true", "REGISTRY_POLL_SECONDS": "0.2"},
-    )
-    live.start()
-    yield live
-    assert live.stop() == 0, live.log()
+    yield from token_server(tmp_path_factory, poll_seconds=0.2)
 
 
 @pytest.fixture(scope="module")
 def tokens(server):
     """API tokens: alice (team ml), bob (team vision), root (superuser)."""
-    manage(server, "create_user", "alice", "--team", "ml")
-    manage(server, "create_user", "bob", "--team", "vision")
-    manage(server, "create_user", "root", "--superuser")
-    return {name: manage(server, "create_token", name, "script").strip() for name in ("alice", "bob", "root")}
+    return people_with_tokens(server, alice="ml", bob="vision", root="superuser")
 
 
 @pytest.fixture(scope="module")

@@ -68,3 +68,29 @@ def wait_for(predicate, timeout: float = 15.0, interval: float = 0.05) -> bool:
             return True
         time.sleep(interval)
     return False
+
+
+def token_server(tmp_path_factory, poll_seconds: float):
+    """A live server requiring API tokens for inference, following the
+    registry every ``poll_seconds``, with one operator-owned model ("legacy":
+    y = x + 1); a generator for a module fixture (stops the server after)."""
+    from tests.support import onnx_models as m
+
+    repository = tmp_path_factory.mktemp("token-repository")
+    m.write_model(repository, "legacy", m.affine(1.0, 1.0))
+    live = LiveServer(
+        repository,
+        tmp_path_factory.mktemp("token-live"),
+        extra_env={"INFERENCE_REQUIRE_TOKEN": "true", "REGISTRY_POLL_SECONDS": str(poll_seconds)},
+    )
+    live.start()
+    yield live
+    assert live.stop() == 0, live.log()
+
+
+def people_with_tokens(server: LiveServer, **teams: str) -> dict[str, str]:
+    """Create each user (value: their team, or "superuser") with an API token
+    named "script"; the tokens by user name."""
+    for name, team in teams.items():
+        manage(server, "create_user", name, *(("--superuser",) if team == "superuser" else ("--team", team)))
+    return {name: manage(server, "create_token", name, "script").strip() for name in teams}
