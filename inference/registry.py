@@ -7,8 +7,9 @@ within ``REGISTRY_POLL_SECONDS`` for writes made by other processes (a daemon
 thread reads the one-row stamp), and at once when a request names a model or
 version the snapshot does not know or does not serve (one stamp read, see
 :meth:`ModelRegistry.catch_up`): a version is servable in every process as
-soon as the write that made it READY has committed. Loaded ONNX Runtime sessions are kept across
-rebuilds as long as their version still serves; the others are dropped.
+soon as the write that made it READY has committed. Loaded ONNX Runtime
+sessions are kept across rebuilds as long as their version still serves; the
+others are dropped.
 """
 
 from __future__ import annotations
