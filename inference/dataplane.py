@@ -441,10 +441,11 @@ def build_dataplane() -> DataPlane:
     from django.conf import settings
 
     import hosting
+    from inference.changes import beacon_at
     from inference.runtime.executors import InProcessExecutor, SessionCache
     from inference.runtime.loader import load_onnx_model
 
-    registry = ModelRegistry(poll_seconds=settings.REGISTRY_POLL_SECONDS)
+    registry = ModelRegistry(poll_seconds=settings.REGISTRY_POLL_SECONDS, beacon=beacon_at(settings.VAR_DIR))
     if settings.INFERENCE_EXECUTOR == "celery":
         import redis
 

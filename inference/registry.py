@@ -18,6 +18,7 @@ import asyncio
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from inference.protocol.datatypes import BY_NAME, Datatype
@@ -144,10 +145,13 @@ class ModelRegistry:
     """Resolves model names and versions from an in-memory snapshot.
 
     ``loader`` returns registry rows and ``stamp`` the change counter; both
-    default to the Django selectors. Call :meth:`start` to follow changes.
+    default to the Django selectors. ``beacon`` (a
+    :class:`~inference.changes.ChangeBeacon`) is read before every lookup:
+    when another process of the machine changed the registry, the snapshot
+    is rebuilt before the lookup answers. Call :meth:`start` to follow changes.
     """
 
-    def __init__(self, loader=None, stamp=None, poll_seconds: float = 1.0):
+    def __init__(self, loader=None, stamp=None, poll_seconds: float = 1.0, beacon=None):
         from models_store import selectors
 
         self._loader = loader or selectors.registry_snapshot
@@ -161,6 +165,10 @@ class ModelRegistry:
         self._models: dict[str, ModelEntry] = {}
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._beacon = beacon
+        self._beacon_seen = beacon.read() if beacon is not None else 0
+        self._follow_lock = threading.Lock()
+        self._follower: ThreadPoolExecutor | None = None
         self.loaded = False
 
     # -- change tracking -------------------------------------------------
@@ -208,6 +216,30 @@ class ModelRegistry:
                 except Exception:  # the database is away: answer from the snapshot
                     logger.exception("registry catch-up failed; answering from the current snapshot")
         return self._models is not seen
+
+    def _current(self) -> dict[str, ModelEntry]:
+        """The snapshot, rebuilt first if the machine's change beacon moved."""
+        beacon = self._beacon
+        if beacon is not None and beacon.read() != self._beacon_seen and self.loaded:
+            if _on_event_loop():  # Django forbids queries on an event loop's thread: rebuild in another
+                if self._follower is None:
+                    self._follower = ThreadPoolExecutor(1, thread_name_prefix="registry-follow")
+                self._follower.submit(self._follow_beacon).result()
+            else:
+                self._follow_beacon()
+        return self._models
+
+    def _follow_beacon(self) -> None:
+        with self._follow_lock:
+            value = self._beacon.read()
+            if value == self._beacon_seen:
+                return  # another thread rebuilt meanwhile
+            try:
+                self.refresh()
+            except Exception:  # the poller retries; do not turn every request into a failed query
+                logger.exception("registry refresh after a change notice failed; serving the previous snapshot")
+            finally:
+                self._beacon_seen = value
 
     def start(self) -> None:
         """Load now and follow the change stamp from a daemon thread."""
@@ -273,11 +305,11 @@ class ModelRegistry:
     # -- lookups ---------------------------------------------------------
     @property
     def models(self) -> dict[str, ModelEntry]:
-        return self._models
+        return self._current()
 
     def model(self, name: str) -> ModelEntry:
         """The model's entry; raises ModelNotFound (after :meth:`catch_up`)."""
-        seen = self._models
+        seen = self._current()
         entry = seen.get(name)
         if entry is None:
             if self.catch_up(seen):
@@ -289,7 +321,7 @@ class ModelRegistry:
         """The entry for ``version`` of ``name`` (the default version when None),
         whatever its state. Raises ModelNotFound, or ModelNotReady when no
         version serves and none was named."""
-        seen = self._models
+        seen = self._current()
         model = self.model(name)
         if version is None or version == "":
             entry = model.default
@@ -309,7 +341,7 @@ class ModelRegistry:
     def label(self, name: str, label: str) -> str:
         """The version number (as a string) that ``label`` of model ``name``
         points at. Raises ModelNotFound for an unknown model or label."""
-        seen = self._models
+        seen = self._current()
         model = self.model(name)
         number = model.labels.get(label)
         if number is None:
@@ -322,7 +354,7 @@ class ModelRegistry:
     def resolve(self, name: str, version: str | None) -> VersionEntry:
         """Like :meth:`version`, but the version must serve; raises ModelNotReady
         (with the version's state and reason) when it does not."""
-        seen = self._models
+        seen = self._current()
         entry = self.version(name, version)
         if not entry.serving:
             if self.catch_up(seen):

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from inference.changes import beacon_at
 from models_store import audit, storage, validation
 from models_store.config import TritonConfig, config_from_raw
 from models_store.models import (
@@ -50,7 +52,14 @@ def bump_stamp() -> None:
     updated = RegistryStamp.objects.filter(pk=1).update(counter=F("counter") + 1)
     if not updated:
         RegistryStamp.objects.get_or_create(pk=1, defaults={"counter": 1})
-    transaction.on_commit(lambda: registry_changed.send(sender=RegistryStamp))
+    transaction.on_commit(_announce_change)
+
+
+def _announce_change() -> None:
+    """After commit: tell every process of the machine (the change beacon, read
+    before each lookup) and this process's listeners, before the call answers."""
+    beacon_at(settings.VAR_DIR).bump()
+    registry_changed.send(sender=RegistryStamp)
 
 
 # -- models -------------------------------------------------------------------

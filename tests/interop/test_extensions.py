@@ -84,10 +84,10 @@ def test_repository_index_ready_filter(wire):
 
 
 def everywhere(predicate) -> bool:
-    """Wait until ``predicate`` holds for several calls in a row: requests
-    spread over the HTTP processes, each following a registry change within
-    REGISTRY_POLL_SECONDS."""
-    return wait_for(lambda: all(predicate() for _ in range(6)))
+    """``predicate`` holds at once for several calls in a row (no waiting):
+    they spread over the HTTP processes, and every process must have seen a
+    registry change before the call that made it answered (read-your-writes)."""
+    return all(predicate() for _ in range(8))
 
 
 def test_unload_and_load_reach_every_process(http, grpc_client):

@@ -22,6 +22,7 @@ class Command(BaseCommand):
         import redis
 
         from hosting.celery import app
+        from inference.changes import beacon_at
         from inference.registry import ModelRegistry
         from inference.runtime import onnx as onnx_runtime
         from inference.runtime import worker
@@ -60,7 +61,7 @@ class Command(BaseCommand):
             options,
         )
         worker.runtime = runtime
-        registry = ModelRegistry(poll_seconds=settings.REGISTRY_POLL_SECONDS)
+        registry = ModelRegistry(poll_seconds=settings.REGISTRY_POLL_SECONDS, beacon=beacon_at(settings.VAR_DIR))
         registry.add_listener(runtime.on_snapshot)
         registry.start()
         heartbeat = Heartbeat(client, queue, hostname)
