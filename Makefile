@@ -40,7 +40,7 @@ test-postgres: venv
 	DATABASE_URL=$(PG_URL) $(PY) -m pytest -m db
 
 test-worker-mode: test-tools
-	MODELHOST_TEST_EXECUTOR=celery $(PY) -m pytest -m interop
+	MODELHOST_TEST_EXECUTOR=workers $(PY) -m pytest -m interop
 
 bench: venv
 	scripts/install_system_deps.sh wrk nghttp2-client

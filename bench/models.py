@@ -301,10 +301,13 @@ MODELS: dict[str, BenchModel] = {
 }
 
 
-def write_repository(root: Path, models: list[BenchModel]) -> Path:
-    """Write (or check) ``root/<name>/1/model.onnx`` for each model (Triton layout, no config)."""
+def write_repository(root: Path, models: list[BenchModel], instances: int = 2) -> Path:
+    """Write (or check) ``root/<name>/1/model.onnx`` for each model (Triton
+    layout), with a config.pbtxt giving ``instances`` CPU model instances (the
+    same count the Triton peer gets)."""
     for model in models:
         model.build(root)
+        (root / model.name / "config.pbtxt").write_text(f"instance_group [ {{ kind: KIND_CPU count: {instances} }} ]\n")
     return root
 
 

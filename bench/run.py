@@ -78,7 +78,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument("--workers", type=int, default=None, help="serve --workers (default: its HTTP_WORKERS)")
     parser.add_argument("--threads", type=int, default=None, help="serve --threads (default: its HTTP_THREADS)")
-    parser.add_argument("--worker-concurrency", type=int, default=4, help="runworker --concurrency (4)")
     parser.add_argument("--triton-instances", type=int, default=2, help="Triton instance_group count per model (2)")
     parser.add_argument(
         "--mlserver-workers", type=int, default=0, help="MLServer parallel_workers (0: inference in the server "
@@ -114,9 +113,7 @@ def make_target(name: str, args: argparse.Namespace, repository: Path) -> Target
     if name == "serve":
         return ServeTarget(repository, WORK, workers=args.workers, threads=args.threads)
     if name == "serve-workers":
-        return WorkerServeTarget(
-            repository, WORK, workers=args.workers, threads=args.threads, worker_concurrency=args.worker_concurrency
-        )
+        return WorkerServeTarget(repository, WORK, workers=args.workers, threads=args.threads)
     if name == "triton":
         from bench.peers.triton import TritonTarget
 
@@ -217,7 +214,7 @@ class Bench:
         models = list(self.models.values())
         if "minilm" in self.models:
             print("MiniLM: bench/minilm.py builds the model once (a virtualenv with torch, an offline export)")
-        bench_models.write_repository(self.repository, models)
+        bench_models.write_repository(self.repository, models, self.args.triton_instances)
         threads = ort_env()
         print(
             f"models in {self.repository.relative_to(ROOT)}; measuring the floor (in-process session.run, "

@@ -63,7 +63,7 @@ def http_ok(url: str, timeout: float = 2) -> bool:
 
 def http_server() -> str:
     """The HTTP server ``serve`` runs for REST, read from its source (it has changed before)."""
-    source = (ROOT / "inference" / "management" / "commands" / "serve.py").read_text()
+    source = (ROOT / "hosting" / "management" / "commands" / "serve.py").read_text()
     for name in ("granian", "gunicorn", "uvicorn"):
         if f'"{name}"' in source:
             try:
@@ -299,10 +299,10 @@ class ServeTarget(ProcessTarget):
 
 
 class WorkerServeTarget(ServeTarget):
-    """The same server in worker mode: ``INFERENCE_EXECUTOR=celery`` with
+    """The same server in worker mode: ``INFERENCE_EXECUTOR=workers`` with
     REDIS_URL (database 12, flushed first) and one ``manage.py runworker
-    --device cpu --concurrency N`` process with the same environment, started
-    once the server is ready. Ready means an inference has gone through."""
+    --device cpu`` process with the same environment, started once the
+    server is ready. Ready means an inference has gone through."""
 
     def __init__(
         self,
@@ -310,18 +310,16 @@ class WorkerServeTarget(ServeTarget):
         work_dir: Path,
         name: str = "serve-workers",
         redis_url: str = WORKER_REDIS_URL,
-        worker_concurrency: int = 4,
         **kwargs,
     ):
         super().__init__(
             repository,
             work_dir,
             name=name,
-            extra_env={"INFERENCE_EXECUTOR": "celery", "REDIS_URL": redis_url},
+            extra_env={"INFERENCE_EXECUTOR": "workers", "REDIS_URL": redis_url},
             **kwargs,
         )
         self.redis_url = redis_url
-        self.worker_concurrency = worker_concurrency
         self.worker_log_path = self.var_dir / "worker-cpu.log"
         self.worker: subprocess.Popen | None = None
         self.probe: tuple[str, bytes, dict[str, str]] | None = None  # (path, body, headers), set by run.py
@@ -332,10 +330,7 @@ class WorkerServeTarget(ServeTarget):
         redis.Redis.from_url(self.redis_url, socket_connect_timeout=3).flushdb()
 
     def worker_command(self) -> list[str]:
-        return [
-            sys.executable, "manage.py", "runworker", "--device", "cpu",
-            "--concurrency", str(self.worker_concurrency),
-        ]  # fmt: skip
+        return [sys.executable, "manage.py", "runworker", "--device", "cpu"]
 
     def start(self, timeout: float = 120) -> None:
         self.flush_redis()
@@ -383,8 +378,8 @@ class WorkerServeTarget(ServeTarget):
     def settings(self) -> dict[str, str]:
         settings = super().settings()
         settings["inference"] = (
-            f"worker mode: INFERENCE_EXECUTOR=celery, REDIS_URL={self.redis_url} (flushed at start), "
-            f"one `manage.py runworker --device cpu --concurrency {self.worker_concurrency}`"
+            f"worker mode: INFERENCE_EXECUTOR=workers, REDIS_URL={self.redis_url} (flushed at start), "
+            "one `manage.py runworker --device cpu`"
         )
         settings["worker log"] = os.path.relpath(self.worker_log_path, ROOT)
         return settings

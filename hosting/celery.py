@@ -2,7 +2,9 @@
 
 Embedded mode (no ``REDIS_URL``): tasks run eagerly in the calling process,
 so one machine needs nothing else. With ``REDIS_URL`` set, tasks go to Redis
-and run in workers (``celery -A hosting worker``, or ``manage.py runworker``).
+(queue ``modelhost.control``) and run in the inference workers
+(``manage.py runworker``, which consume it; or ``celery -A hosting worker -Q
+modelhost.control``). Inference itself does not go through Celery.
 Configuration comes from Django settings with the ``CELERY_`` prefix.
 """
 
@@ -12,7 +14,9 @@ from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hosting.settings")
 
-import inference.runtime.wire  # noqa: F401  (registers the "modelhost" serializer named in CELERY_ACCEPT_CONTENT)
+#: The queue of control work (validation of uploaded versions), consumed by
+#: every inference worker (``manage.py runworker``).
+CONTROL_QUEUE = "modelhost.control"
 
 app = Celery("hosting")
 app.config_from_object("django.conf:settings", namespace="CELERY")

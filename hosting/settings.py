@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "models_store",
     "inference",
+    "hosting",  # the composition root: last, once the apps are ready
 ]
 
 MIDDLEWARE = [
@@ -219,7 +220,8 @@ CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
-CELERY_ACCEPT_CONTENT = ["json", "modelhost"]  # modelhost: inference/runtime/wire.py, never pickle
+CELERY_ACCEPT_CONTENT = ["json"]  # never pickle
+CELERY_TASK_DEFAULT_QUEUE = "modelhost.control"  # hosting/celery.py CONTROL_QUEUE: every worker consumes it
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_DISABLE_RATE_LIMITS = True
@@ -228,13 +230,19 @@ CELERY_TASK_PUBLISH_RETRY = False
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 3, "socket_timeout": 10}
 
 # --- Execution mode and workers ---------------------------------------------
-#: inprocess (default: ONNX Runtime in each server process) or celery (pinned
-#: workers started with `manage.py runworker --device ...`, needs REDIS_URL).
+#: inprocess (default: ONNX Runtime in each server process) or workers (pinned
+#: workers started with `manage.py runworker --device ...`, needs REDIS_URL;
+#: `celery`, the earlier name, means the same).
 INFERENCE_EXECUTOR = env.str("INFERENCE_EXECUTOR", default="inprocess")
-#: Inferences a worker runs at once on its device.
-WORKER_CONCURRENCY = env.int("WORKER_CONCURRENCY", default=2)
-#: Memory a worker's loaded sessions may use (estimated: 2 x artifact size), MiB.
+#: Memory a worker's loaded sessions may use (estimated: 2 x artifact size x instances), MiB.
 WORKER_MEMORY_BUDGET_MB = env.int("WORKER_MEMORY_BUDGET_MB", default=4096)
+#: The same budget for the sessions of each server process in process mode (0: none), MiB.
+SESSION_MEMORY_BUDGET_MB = env.int("SESSION_MEMORY_BUDGET_MB", default=0)
+#: Where a worker accepts front-end connections (host:port; port 0: any free port).
+WORKER_LISTEN = env.str("WORKER_LISTEN", default="127.0.0.1:0")
+#: The host:port front ends connect to (default: the listening address; set it
+#: when the worker listens on 0.0.0.0 or behind NAT, e.g. worker-gpu0:7070).
+WORKER_ADVERTISE = env.str("WORKER_ADVERTISE", default="")
 #: Where a worker caches artifacts by sha256 (no shared disk needed).
 WORKER_CACHE_DIR = Path(env.str("WORKER_CACHE_DIR", default=str(VAR_DIR / "worker-cache")))
 #: A cuda:<n> worker without the CUDA provider runs on the CPU instead of refusing to start.
@@ -246,7 +254,6 @@ WORKER_TIMEOUT_SECONDS = env.float("WORKER_TIMEOUT_SECONDS", default=30.0)
 #: When true, inference needs ``Authorization: Bearer <token>`` (REST) or the
 #: same ``authorization`` key in gRPC metadata; see inference/auth.py.
 INFERENCE_REQUIRE_TOKEN = env.bool("INFERENCE_REQUIRE_TOKEN", default=False)
-INFERENCE_TOKEN_CHECKER = "models_store.tokens.check_inference_token"
 #: Token scopes are reloaded when the registry stamp moves, and at the latest after this many seconds.
 INFERENCE_TOKEN_CACHE_SECONDS = env.float("INFERENCE_TOKEN_CACHE_SECONDS", default=30.0)
 

@@ -6,7 +6,7 @@ from django.http import HttpResponse, HttpResponseNotFound
 from django.urls import include, path
 
 from hosting.wsgi_dispatch import PROTOCOL_PREFIXES
-from inference.rest.exceptions import not_found as protocol_not_found
+from inference.http.responses import not_found as protocol_not_found
 
 urlpatterns = [
     path("", include("inference.urls")),

@@ -1,22 +1,25 @@
-"""Access control for inference, shared by every transport.
+"""Access control of the serving side, shared by every transport.
 
 Adapters pass the bearer token they received (REST ``Authorization: Bearer
-<token>``; gRPC metadata key ``authorization`` with the same value) and the
-model name to :func:`authorize` before calling the DataPlane. With
-``INFERENCE_REQUIRE_TOKEN`` off (the default) it does nothing. With it on,
-the configured checker decides: ``INFERENCE_TOKEN_CHECKER`` names a callable
-``(token: str | None, model_name: str) -> None`` that raises
-Unauthenticated or PermissionDenied (the model store provides it).
+<token>``; gRPC metadata key ``authorization`` with the same value) to the
+DataPlane, which asks the installed :class:`~inference.ports.Authorizer`
+(the model store's API tokens):
+
+- inference: only while ``INFERENCE_REQUIRE_TOKEN`` is on;
+- loading and unloading models (Triton's repository extension): always, a
+  token of the model's team or an operator's;
+- listing models (repository index, statistics): filtered to the token's
+  teams while ``INFERENCE_REQUIRE_TOKEN`` is on.
+
+Without an installed authorizer every check that needs one refuses.
 """
 
 from __future__ import annotations
 
 from django.conf import settings
-from django.utils.module_loading import import_string
 
+from inference.ports import Caller, providers
 from inference.protocol.errors import Unauthenticated
-
-_checker = None
 
 
 def bearer_token(header: str | None) -> str | None:
@@ -29,15 +32,31 @@ def bearer_token(header: str | None) -> str | None:
     return token.strip()
 
 
+def tokens_required() -> bool:
+    return settings.INFERENCE_REQUIRE_TOKEN
+
+
+def _authorizer():
+    if providers.authorizer is None:
+        raise Unauthenticated("this call requires an API token, but no authorizer is installed")
+    return providers.authorizer
+
+
 def authorize(token: str | None, model_name: str) -> None:
     """Raise Unauthenticated / PermissionDenied unless ``token`` may call
     ``model_name``; a no-op while INFERENCE_REQUIRE_TOKEN is off."""
+    if settings.INFERENCE_REQUIRE_TOKEN:
+        _authorizer().check_inference(token, model_name)
+
+
+def authorize_control(token: str | None, model_name: str) -> Caller:
+    """The caller if ``token`` may load/unload ``model_name``; raises
+    Unauthenticated / PermissionDenied."""
+    return _authorizer().check_control(token, model_name)
+
+
+def visible_models(token: str | None):
+    """A predicate on model names the caller may see listed, or None (all)."""
     if not settings.INFERENCE_REQUIRE_TOKEN:
-        return
-    global _checker
-    if _checker is None:
-        path = getattr(settings, "INFERENCE_TOKEN_CHECKER", "")
-        if not path:
-            raise Unauthenticated("inference requires a token, but no INFERENCE_TOKEN_CHECKER is configured")
-        _checker = import_string(path)
-    _checker(token, model_name)
+        return None
+    return _authorizer().visible_models(token)

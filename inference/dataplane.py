@@ -14,17 +14,20 @@ model configuration, statistics, parameters.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from inference import classification
+from inference import auth, classification
+from inference.ports import providers
 from inference.protocol.datatypes import BY_NAME
-from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound
+from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady, PermissionDenied
 from inference.protocol.types import (
     InferenceRequest,
     InferenceResponse,
+    MetadataTensor,
     ModelMetadata,
     ResponseOutput,
     ServerMetadata,
@@ -50,6 +53,37 @@ _now = time.perf_counter_ns
 
 
 @dataclass(frozen=True)
+class ServedVersion:
+    """A model version as adapters see it: its signature and state.
+
+    Returned by :meth:`DataPlane.resolve` and handed back to
+    :meth:`DataPlane.infer` so that a request resolves its version once.
+    """
+
+    model_name: str
+    number: int
+    state: str  # the registry's: READY, FAILED, UNAVAILABLE, UPLOADED, VALIDATING
+    reason: str  # why it does not serve ("" when it does)
+    serving: bool
+    inputs: tuple[MetadataTensor, ...]
+    outputs: tuple[MetadataTensor, ...]
+    max_batch_size: int
+    class_labels: tuple[str, ...]  # for classification outputs (may be empty)
+    _entry: VersionEntry = field(repr=False, compare=False)
+
+    @property
+    def version(self) -> str:
+        return str(self.number)
+
+
+def _served(entry: VersionEntry) -> ServedVersion:
+    return ServedVersion(
+        entry.model_name, entry.number, entry.state, entry.reason, entry.serving, entry.inputs, entry.outputs,
+        entry.max_batch_size, tuple(entry.properties.get("labels") or ()), entry,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
 class IndexEntry:
     """One row of the model repository index (Triton's ``ModelIndex``)."""
 
@@ -61,7 +95,14 @@ class IndexEntry:
 
 class DataPlane:
     """Health, metadata, inference and the Triton extensions over a registry
-    and an executor."""
+    and an executor: the only door of the REST, gRPC and TF Serving adapters.
+
+    ``executor`` runs a version's model: ``run(target, feeds, output_names,
+    rows, deadline, placement) -> RunResult`` (in process: the model
+    runner; worker mode: the remote executor); ``blocks(target)`` says
+    whether a call waits on something other than this thread (a worker, a
+    batch), so that an event loop must not make it inline.
+    """
 
     def __init__(
         self,
@@ -91,15 +132,26 @@ class DataPlane:
     def server_metadata(self) -> ServerMetadata:
         return self._metadata
 
+    def knows(self, name: str) -> bool:
+        """Whether a model of this name exists (for metrics labels; never queries)."""
+        return name in self.registry.models
+
+    def resolve(self, name: str, version: str | None = None) -> ServedVersion:
+        """The version that serves a request for ``name`` (``version`` None:
+        the default version). Raises ModelNotFound, ModelNotReady (with the
+        version's state and reason)."""
+        return _served(self.registry.resolve(name, version))
+
     def model_ready(self, name: str, version: str | None = None) -> bool:
         """Whether the version (default: the default version) can serve.
 
         Raises ModelNotFound for an unknown model or version.
         """
-        model = self.registry.model(name)
-        if not version:
-            return model.default is not None
-        return self.registry.version(name, version).serving
+        try:
+            self.registry.resolve(name, version)
+        except ModelNotReady:
+            return False
+        return True
 
     def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
         """Metadata of a version (default: the default version); ``versions``
@@ -107,46 +159,63 @@ class DataPlane:
         return self.registry.metadata(name, version)
 
     def version_for_label(self, name: str, label: str) -> str:
-        """The version a version label points at; raises ModelNotFound."""
-        return self.registry.label(name, label)
+        """The version a version label points at (TF Serving's ``/labels/``).
 
-    def model_versions(self, name: str) -> list[VersionEntry]:
+        Raises ModelNotFound for an unknown model, InvalidInput for an
+        unknown label (as TF Serving: "Unrecognized servable version label").
+        """
+        try:
+            return self.registry.label(name, label)
+        except ModelNotFound:
+            self.registry.model(name)  # an unknown model stays NOT_FOUND
+            raise InvalidInput(f"Unrecognized servable version label: {label}") from None
+
+    def model_versions(self, name: str) -> list[ServedVersion]:
         """Every version of a model in the registry, highest first, whatever
         its state (for status endpoints). Raises ModelNotFound."""
         model = self.registry.model(name)
-        return [model.versions[n] for n in sorted(model.versions, reverse=True)]
+        return [_served(model.versions[n]) for n in sorted(model.versions, reverse=True)]
 
-    def model_version(self, name: str, version: str | None = None) -> VersionEntry:
-        """The version entry that would serve a request (for transport codecs
-        that need the signature, e.g. the raw binary request)."""
-        return self.registry.resolve(name, version)
+    def version(self, name: str, version: str | None = None) -> ServedVersion:
+        """A version whatever its state (default: the default version).
+        Raises ModelNotFound, ModelNotReady (no version serves)."""
+        return _served(self.registry.version(name, version))
 
     # -- inference -------------------------------------------------------
-    def infer(self, request: InferenceRequest) -> InferenceResponse:
-        """Run ``request`` on the resolved model version.
+    def authorize(self, token: str | None, name: str) -> None:
+        """Raise Unauthenticated / PermissionDenied unless ``token`` may run
+        inference on ``name`` (a no-op while tokens are not required)."""
+        auth.authorize(token, name)
+
+    def infer(self, request: InferenceRequest, version: ServedVersion | None = None) -> InferenceResponse:
+        """Run ``request`` on the resolved model version (``version``, when
+        the adapter resolved it already for this request).
 
         Checks: every model input given once with the model's datatype and a
         compatible shape (fixed dimensions equal, batch at most
         ``max_batch_size``), no unknown inputs, requested outputs known,
         request parameters (``timeout`` in microseconds and ``priority``
         non-negative integers, names starting with ``triton_`` reserved;
-        others are passed to the executor and ignored). Outputs requested with
+        others are passed on and ignored). Outputs requested with
         ``classification: N`` come back as their top N (Triton's
         classification extension). Raises InvalidInput, ModelNotFound,
         ModelNotReady or DeadlineExceeded.
         """
         started = _now()
-        entry = self.registry.resolve(request.model_name, request.model_version)
+        if version is None:
+            entry = self.registry.resolve(request.model_name, request.model_version)
+        else:
+            entry = version._entry
         try:
             deadline = self._deadline(request.parameters, started)
-            feeds, batch = self._check_inputs(entry, request)
+            feeds, rows = self._check_inputs(entry, request)
             names, classify = self._check_outputs(entry, request)
             computed = _now()
-            arrays = self.executor.run(entry, feeds, names, deadline, request.parameters)
+            run = self.executor.run(entry.target, feeds, names, rows, deadline, entry.instance_group)
             executed = _now()
             types = entry.output_types
             outputs = []
-            for name, array in zip(names, arrays):
+            for name, array in zip(names, run.outputs):
                 count = classify.get(name)
                 if count:
                     labels = entry.properties.get("labels") or []
@@ -156,17 +225,19 @@ class DataPlane:
                     outputs.append(ResponseOutput(name, types[name], array.shape, array))
             finished = _now()
         except InferenceError:
-            self.statistics.record(entry.model_name, entry.number, ok=False, batch=0, total_ns=_now() - started)
+            self.statistics.record_failure(entry.model_name, entry.number, _now() - started)
             raise
-        self.statistics.record(
+        self.statistics.record_success(
             entry.model_name,
             entry.number,
-            ok=True,
-            batch=batch,
+            rows=rows,
             total_ns=finished - started,
+            queue_ns=run.queue_ns,
             input_ns=computed - started,
-            infer_ns=executed - computed,
+            infer_ns=max(0, executed - computed - run.queue_ns),
             output_ns=finished - executed,
+            batch_size=run.batch_size,
+            executed=run.executed,
         )
         return InferenceResponse(
             model_name=entry.model_name,
@@ -174,6 +245,16 @@ class DataPlane:
             outputs=outputs,
             id=request.id,
         )
+
+    async def infer_async(self, request: InferenceRequest, token: str | None = None) -> InferenceResponse:
+        """:meth:`authorize` and :meth:`infer` from an event loop: inline when
+        that cannot block (in process, no batching), else in a thread."""
+        if auth.tokens_required():
+            await asyncio.to_thread(self.authorize, token, request.model_name)  # may reload token scopes
+        entry = self.registry.resolve(request.model_name, request.model_version)
+        if self.executor.blocks(entry.target):
+            return await asyncio.to_thread(self.infer, request, _served(entry))
+        return self.infer(request, _served(entry))
 
     def _deadline(self, parameters: dict, started_ns: int) -> float | None:
         """The run's deadline on the time.monotonic() clock, or None."""
@@ -265,12 +346,17 @@ class DataPlane:
         return names, classify
 
     # -- model repository extension --------------------------------------
-    def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
+    def repository_index(self, ready_only: bool = False, token: str | None = None) -> list[IndexEntry]:
         """Every model version with its state (READY, UNAVAILABLE, LOADING)
-        and the reason it does not serve; only READY ones with ``ready_only``."""
+        and the reason it does not serve; only READY ones with ``ready_only``.
+        While tokens are required, only the models the token may see."""
+        visible = auth.visible_models(token)
         entries = []
-        for name in sorted(self.registry.models):
-            model = self.registry.models[name]
+        models = self.registry.models
+        for name in sorted(models):
+            if visible is not None and not visible(name):
+                continue
+            model = models[name]
             for number in sorted(model.versions):
                 version = model.versions[number]
                 if version.serving:
@@ -284,10 +370,13 @@ class DataPlane:
                 entries.append(IndexEntry(name, str(number), state, reason))
         return entries
 
-    def load(self, name: str, parameters: dict | None = None) -> None:
+    def load(self, name: str, parameters: dict | None = None, token: str | None = None) -> None:
         """Load ``name`` in every server process (its policy's READY versions
-        serve again). Parameters: ``config`` (a JSON model configuration; its
-        ``version_policy`` is applied). Raises ModelNotFound, InvalidInput."""
+        serve again) before returning. Parameters: ``config`` (a JSON model
+        configuration; its ``version_policy`` is applied). Needs a token of
+        the model's team or an operator's (audited as its user). Raises
+        Unauthenticated, PermissionDenied, ModelNotFound, InvalidInput."""
+        caller = self._control(token, name)
         policy = None
         for key, value in (parameters or {}).items():
             if key == "config":
@@ -298,22 +387,29 @@ class DataPlane:
                 )
             else:
                 raise InvalidInput(f"unrecognized load parameter '{key}'")
-        self.registry.model(name)
         if policy is not None:
-            self.registry.set_policy(name, *policy)
-        self.registry.set_loaded(name, True)
+            self.registry.set_policy(name, *policy, actor=caller.actor)
+        self.registry.set_loaded(name, True, caller.actor)
 
-    def unload(self, name: str, parameters: dict | None = None) -> None:
-        """Unload ``name`` in every server process; stored versions stay.
-        ``unload_dependents`` is accepted (there are no ensembles to unload).
-        Raises ModelNotFound, InvalidInput."""
+    def unload(self, name: str, parameters: dict | None = None, token: str | None = None) -> None:
+        """Unload ``name`` in every server process before returning; stored
+        versions stay. ``unload_dependents`` is accepted (there are no
+        ensembles to unload). Needs a token like :meth:`load`. Raises
+        Unauthenticated, PermissionDenied, ModelNotFound, InvalidInput."""
+        caller = self._control(token, name)
         for key, value in (parameters or {}).items():
             if key != "unload_dependents":
                 raise InvalidInput(f"unrecognized unload parameter '{key}'")
             if not isinstance(value, bool):
                 raise InvalidInput("parameter 'unload_dependents' must be a boolean")
+        self.registry.set_loaded(name, False, caller.actor)
+
+    def _control(self, token: str | None, name: str):
+        """The caller allowed to load/unload ``name``; an unknown model is
+        NOT_FOUND only for callers that could change it (operators)."""
+        caller = auth.authorize_control(token, name)
         self.registry.model(name)
-        self.registry.set_loaded(name, False)
+        return caller
 
     # -- model configuration extension -----------------------------------
     def model_config(self, name: str, version: str | None = None) -> dict:
@@ -354,7 +450,7 @@ class DataPlane:
              "gpus": list(g.get("gpus", []))}
             for i, g in enumerate(model.instance_group or ({"kind": "KIND_CPU", "count": 1},))
         ]  # fmt: skip
-        return {
+        config = {
             "name": name,
             "platform": model.platform,
             "backend": "onnxruntime",
@@ -369,6 +465,14 @@ class DataPlane:
             "model_transaction_policy": {"decoupled": False},
             "response_cache": {"enable": False},
         }
+        if model.batching is not None:
+            batching = model.batching
+            config["dynamic_batching"] = {
+                "preferred_batch_size": list(batching.preferred_batch_sizes),
+                "max_queue_delay_microseconds": batching.max_queue_delay_us,
+                "preserve_ordering": batching.preserve_ordering,
+            }
+        return config
 
     def _config_version(self, model: ModelEntry, version: str | None) -> VersionEntry | None:
         if version:
@@ -381,11 +485,17 @@ class DataPlane:
         return model.versions[max(model.versions)] if model.versions else None
 
     # -- statistics extension ----------------------------------------------
-    def model_statistics(self, name: str | None = None, version: str | None = None) -> list[ModelStatistics]:
+    def model_statistics(
+        self, name: str | None = None, version: str | None = None, token: str | None = None
+    ) -> list[ModelStatistics]:
         """Statistics across all server processes: of every served version
-        (no name), of a model's served versions, or of one version. Raises
-        ModelNotFound."""
+        (no name), of a model's served versions, or of one version. While
+        tokens are required, only of the models the token may see. Raises
+        ModelNotFound, PermissionDenied."""
+        visible = auth.visible_models(token)
         if name:
+            if visible is not None and not visible(name):
+                raise PermissionDenied(f"the token may not see model '{name}'")
             model = self.registry.model(name)
             if version:
                 number = parse_version(version)
@@ -395,7 +505,8 @@ class DataPlane:
             else:
                 keys = [(name, n) for n in sorted(model.served)]
         else:
-            keys = [(m.name, n) for m in self.registry.models.values() for n in sorted(m.served)]
+            models = self.registry.models.values()
+            keys = [(m.name, n) for m in models if visible is None or visible(m.name) for n in sorted(m.served)]
         return self.statistics.read(keys)
 
 
@@ -427,45 +538,14 @@ _dataplane_lock = threading.Lock()
 
 
 def get_dataplane() -> DataPlane:
-    """The process-wide DataPlane built from settings (created on first use,
-    so that each server process, after a fork, starts its own threads)."""
+    """The process-wide DataPlane, built on first use by the factory the
+    composition root installed (``providers.dataplane_factory``), so that
+    each server process, after a fork, starts its own threads."""
     global _dataplane
     if _dataplane is None:
         with _dataplane_lock:
             if _dataplane is None:
-                _dataplane = build_dataplane()
+                if providers.dataplane_factory is None:
+                    raise RuntimeError("no data plane factory is installed (the composition root did not run)")
+                _dataplane = providers.dataplane_factory()
     return _dataplane
-
-
-def build_dataplane() -> DataPlane:
-    from django.conf import settings
-
-    import hosting
-    from inference.changes import beacon_at
-    from inference.runtime.executors import InProcessExecutor, SessionCache
-    from inference.runtime.loader import load_onnx_model
-
-    registry = ModelRegistry(poll_seconds=settings.REGISTRY_POLL_SECONDS, beacon=beacon_at(settings.VAR_DIR))
-    if settings.INFERENCE_EXECUTOR == "celery":
-        import redis
-
-        from hosting.celery import app
-        from inference.runtime.celery_executor import CeleryExecutor
-
-        client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=3, socket_timeout=10)
-        executor = CeleryExecutor(app, client, registry, settings.WORKER_TIMEOUT_SECONDS)
-        executor.start()
-    else:
-        executor = InProcessExecutor(SessionCache(load_onnx_model))
-    registry.add_listener(executor.on_snapshot)
-    registry.start()
-    statistics = StatisticsRecorder(settings.STATISTICS_FLUSH_SECONDS)
-    statistics.start()
-    return DataPlane(
-        registry,
-        executor,
-        hosting.SERVER_NAME,
-        hosting.__version__,
-        statistics=statistics,
-        timeout_seconds=settings.INFERENCE_TIMEOUT_SECONDS,
-    )

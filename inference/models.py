@@ -4,8 +4,6 @@ inference/statistics.py); durations are in nanoseconds."""
 
 from django.db import models
 
-STAGES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
-
 
 class ModelStatisticsRow(models.Model):
     """Cumulative counts for one (model, version) since the registry was created."""

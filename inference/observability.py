@@ -10,7 +10,9 @@ REST workers and the gRPC process add up):
 - ``modelhost_inference_request_bytes_total{protocol, direction}``
 - ``modelhost_model_load_duration_seconds{model, version}`` (histogram)
 - ``modelhost_loaded_sessions`` (gauge, summed over live processes)
-- ``modelhost_worker_queue_depth{queue}`` (gauge, worker mode: messages waiting per device queue)
+- ``modelhost_worker_queue_depth{queue}`` (gauge, worker mode: requests the
+  device's workers hold, running or waiting for a model instance, as their
+  heartbeats report)
 
 ``outcome`` is ``success`` or the protocol error code in lower case
 (``invalid_argument``, ``not_found``, ``unavailable``, ...). Requests for a
@@ -52,7 +54,7 @@ LOAD_TIME = Histogram(
 LOADED_SESSIONS = Gauge("modelhost_loaded_sessions", "ONNX Runtime sessions loaded", multiprocess_mode="livesum")
 QUEUE_DEPTH = Gauge(
     "modelhost_worker_queue_depth",
-    "Requests waiting in a device queue (worker mode)",
+    "Requests held by a device's workers, running or waiting (worker mode)",
     ["queue"],
     multiprocess_mode="max",
 )

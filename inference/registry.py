@@ -21,9 +21,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from inference.ports import ModelRecord, RegistrySource
 from inference.protocol.datatypes import BY_NAME, Datatype
-from inference.protocol.errors import InvalidInput, ModelNotFound, ModelNotReady
+from inference.protocol.errors import ModelNotFound, ModelNotReady
 from inference.protocol.types import MetadataTensor, ModelMetadata
+from inference.runtime.execution import BatchingPolicy, RunTarget
+from inference.version_policy import served_versions
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +60,8 @@ class VersionEntry:
     inputs: tuple[MetadataTensor, ...]
     outputs: tuple[MetadataTensor, ...]
     properties: dict
+    target: RunTarget | None = None  # how the model runner runs it
+    instance_group: tuple = ()  # the model's, for placement on workers
     input_specs: dict[str, InputSpec] = field(default_factory=dict)
     output_types: dict[str, str] = field(default_factory=dict)
     output_names: list[str] = field(default_factory=list)
@@ -83,6 +88,8 @@ class ModelEntry:
     policy: tuple = ("latest", 1, ())  # (kind, latest N, specific versions)
     instance_group: tuple = ()
     config: dict = field(default_factory=dict)  # the imported config.pbtxt, as JSON
+    batching: BatchingPolicy | None = None
+    team: str = ""
 
     @property
     def default(self) -> VersionEntry | None:
@@ -93,18 +100,40 @@ def _tensors(items: list) -> tuple[MetadataTensor, ...]:
     return tuple(MetadataTensor(t["name"], t["datatype"], tuple(t["shape"])) for t in items)
 
 
-def build_snapshot(models) -> dict[str, ModelEntry]:
-    """Snapshot entries from registry rows (RegisteredModel with versions)."""
-    from models_store.version_policy import served_versions
+def total_instances(instance_group) -> int:
+    """Model instances of an instance group in one process (Triton: ``count``
+    per group, per listed GPU for KIND_GPU); 1 without a group."""
+    total = 0
+    for group in instance_group or ():
+        count = group.get("count") or 1
+        total += count * max(1, len(group.get("gpus") or ())) if group.get("kind") == "KIND_GPU" else count
+    return max(1, total)
 
+
+def batching_policy(record: ModelRecord) -> BatchingPolicy | None:
+    """The model's dynamic batching, or None (no ``dynamic_batching``, or ``max_batch_size`` 0)."""
+    config = record.dynamic_batching
+    if config is None or record.max_batch_size <= 0:
+        return None
+    return BatchingPolicy(
+        record.max_batch_size,
+        tuple(int(n) for n in config.get("preferred_batch_size", ())),
+        int(config.get("max_queue_delay_microseconds", 0)),
+        bool(config.get("preserve_ordering", False)),
+    )
+
+
+def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
+    """Snapshot entries from registry records."""
     snapshot: dict[str, ModelEntry] = {}
-    for model in models:
-        rows = list(model.versions.all())
-        ready = [v.number for v in rows if v.state == READY] if model.loaded else []
+    for model in records:
+        ready = [v.number for v in model.versions if v.state == READY] if model.loaded else []
         served = served_versions(model.version_policy, ready, model.latest_versions, model.specific_versions)
         served_set = set(served)
+        batching = batching_policy(model)
+        instances = total_instances(model.instance_group)
         versions = {}
-        for row in rows:
+        for row in model.versions:
             serving = row.number in served_set
             reason = row.reason
             if row.state == READY and not model.loaded:
@@ -124,19 +153,22 @@ def build_snapshot(models) -> dict[str, ModelEntry]:
                 inputs=_tensors(row.inputs),
                 outputs=_tensors(row.outputs),
                 properties=row.properties,
+                target=RunTarget(model.name, row.number, row.sha256, row.artifact, row.size, instances, batching),
+                instance_group=tuple(model.instance_group),
             )
-        labels = {label.name: label.version.number for label in model.labels.all()}
         snapshot[model.name] = ModelEntry(
             model.name,
             model.platform,
             versions,
             tuple(served),
             model.max_batch_size,
-            labels,
+            dict(model.labels),
             loaded=model.loaded,
             policy=(model.version_policy, model.latest_versions, tuple(model.specific_versions)),
             instance_group=tuple(model.instance_group),
             config=model.config,
+            batching=batching,
+            team=model.team,
         )
     return snapshot
 
@@ -144,18 +176,16 @@ def build_snapshot(models) -> dict[str, ModelEntry]:
 class ModelRegistry:
     """Resolves model names and versions from an in-memory snapshot.
 
-    ``loader`` returns registry rows and ``stamp`` the change counter; both
-    default to the Django selectors. ``beacon`` (a
+    ``source`` gives the registry's records, its change stamp and local
+    change notices (:class:`~inference.ports.RegistrySource`). ``beacon`` (a
     :class:`~inference.changes.ChangeBeacon`) is read before every lookup:
     when another process of the machine changed the registry, the snapshot
     is rebuilt before the lookup answers. Call :meth:`start` to follow changes.
     """
 
-    def __init__(self, loader=None, stamp=None, poll_seconds: float = 1.0, beacon=None):
-        from models_store import selectors
-
-        self._loader = loader or selectors.registry_snapshot
-        self._stamp_reader = stamp or selectors.stamp_get
+    def __init__(self, source: RegistrySource, poll_seconds: float = 1.0, beacon=None, miss_seconds: float = 0.05):
+        self.source = source
+        self.miss_seconds = miss_seconds
         self._poll_seconds = poll_seconds
         self._lock = threading.Lock()
         self._catch_up_lock = threading.Lock()
@@ -179,10 +209,10 @@ class ModelRegistry:
     def refresh(self, force: bool = False) -> bool:
         """Rebuild the snapshot if the stamp moved (or ``force``); True if rebuilt."""
         with self._lock:
-            stamp = self._stamp_reader()
+            stamp = self.source.stamp()
             if stamp == self._stamp and not force and self.loaded:
                 return False
-            models = build_snapshot(self._loader())
+            models = build_snapshot(self.source.models())
             self._models = models
             self._stamp = stamp
             self.loaded = True
@@ -196,37 +226,49 @@ class ModelRegistry:
         missed in; default: the current one), i.e. worth looking up again.
 
         Lookups call it on a miss (unknown model, version or label; a version
-        that does not serve) so that a model uploaded or imported through
-        another process is callable at once, not at the next poll. Costs one
-        stamp read (a one-row SELECT, ~15 us on SQLite); misses that wait
-        while a read is under way share the one that began after they
-        arrived. Never queries on an event loop's thread, where Django
-        forbids it (the gRPC servicer catches up from a thread itself), nor
-        before the first snapshot; a failed read leaves the snapshot as is.
+        that does not serve) so that a model uploaded or imported on another
+        machine is callable at once, not at the next poll (changes made on
+        this machine are seen through the beacon before their call answered).
+        Costs one stamp read (a one-row SELECT, ~15 us on SQLite), at most
+        one per ``miss_seconds`` per process: misses in between, and misses
+        that wait while a read is under way, answer from its result, so that
+        a flood of unknown names is not a flood of queries. On an event
+        loop's thread (gRPC), where Django forbids queries, the read runs in
+        a helper thread. A failed read leaves the snapshot as is.
         """
         seen = self._models if seen is None else seen
-        if not self.loaded or _on_event_loop():
+        if not self.loaded:
             return False
         arrived = time.monotonic()
         with self._catch_up_lock:
-            if self._checked_at <= arrived:  # no read began since this miss arrived
+            if self._checked_at + self.miss_seconds <= arrived:  # no read began recently
                 self._checked_at = time.monotonic()
-                try:
-                    self.refresh()
-                except Exception:  # the database is away: answer from the snapshot
-                    logger.exception("registry catch-up failed; answering from the current snapshot")
+                self._off_loop(self._refresh_quietly)
         return self._models is not seen
+
+    def _refresh_quietly(self) -> None:
+        try:
+            self.refresh()
+        except Exception:  # the database is away: answer from the snapshot; the poller retries
+            logger.exception("registry refresh failed; answering from the current snapshot")
+        finally:
+            self.source.done()
+
+    def _off_loop(self, call) -> None:
+        """``call()`` here, or in a helper thread (waiting for it) on an event
+        loop's thread, where Django forbids queries."""
+        if not _on_event_loop():
+            call()
+            return
+        if self._follower is None:
+            self._follower = ThreadPoolExecutor(1, thread_name_prefix="registry-follow")
+        self._follower.submit(call).result()
 
     def _current(self) -> dict[str, ModelEntry]:
         """The snapshot, rebuilt first if the machine's change beacon moved."""
         beacon = self._beacon
         if beacon is not None and beacon.read() != self._beacon_seen and self.loaded:
-            if _on_event_loop():  # Django forbids queries on an event loop's thread: rebuild in another
-                if self._follower is None:
-                    self._follower = ThreadPoolExecutor(1, thread_name_prefix="registry-follow")
-                self._follower.submit(self._follow_beacon).result()
-            else:
-                self._follow_beacon()
+            self._off_loop(self._follow_beacon)
         return self._models
 
     def _follow_beacon(self) -> None:
@@ -234,18 +276,12 @@ class ModelRegistry:
             value = self._beacon.read()
             if value == self._beacon_seen:
                 return  # another thread rebuilt meanwhile
-            try:
-                self.refresh()
-            except Exception:  # the poller retries; do not turn every request into a failed query
-                logger.exception("registry refresh after a change notice failed; serving the previous snapshot")
-            finally:
-                self._beacon_seen = value
+            self._refresh_quietly()
+            self._beacon_seen = value
 
     def start(self) -> None:
         """Load now and follow the change stamp from a daemon thread."""
-        from models_store.signals import registry_changed
-
-        registry_changed.connect(self._on_local_change, weak=False)
+        self.source.subscribe(self._on_local_change)
         try:
             self.refresh(force=True)
         except Exception:
@@ -257,50 +293,32 @@ class ModelRegistry:
             self._thread.start()
 
     def stop(self) -> None:
-        from models_store.signals import registry_changed
-
-        registry_changed.disconnect(self._on_local_change)
+        self.source.unsubscribe(self._on_local_change)
         self._stop.set()
 
-    def _on_local_change(self, **_kwargs) -> None:
+    def _on_local_change(self) -> None:
         try:
             self.refresh()
         except Exception:  # the poller will retry
             logger.exception("registry refresh after a local change failed")
 
     def _poll(self) -> None:
-        from django.db import close_old_connections
-
         while not self._stop.wait(self._poll_seconds):
-            try:
-                self.refresh()
-            except Exception:
-                logger.exception("registry refresh failed; serving the previous snapshot")
-            finally:
-                close_old_connections()
+            self._refresh_quietly()
 
     # -- repository control ---------------------------------------------
-    def set_loaded(self, name: str, loaded: bool) -> None:
-        """Load or unload ``name`` in every process (a registry write); raises ModelNotFound."""
-        from models_store import selectors, services
+    def set_loaded(self, name: str, loaded: bool, actor=None) -> None:
+        """Load or unload ``name`` in every process (a registry write, audited
+        as ``actor``); raises ModelNotFound. Every process of the machine
+        follows before this returns (the change beacon)."""
+        self.model(name)
+        self.source.set_loaded(name, loaded, actor)
 
-        model = selectors.model_get(name)
-        if model is None:
-            raise ModelNotFound(f"unknown model '{name}'")
-        services.model_set_loaded(model, loaded)  # the snapshot follows on commit
-
-    def set_policy(self, name: str, policy: str, latest: int = 1, specific: list[int] | None = None) -> None:
+    def set_policy(self, name: str, policy: str, latest: int = 1, specific: list[int] | None = None, actor=None):
         """Change a model's version policy in every process; raises
         ModelNotFound, InvalidInput (a policy the registry refuses)."""
-        from models_store import selectors, services
-
-        model = selectors.model_get(name)
-        if model is None:
-            raise ModelNotFound(f"unknown model '{name}'")
-        try:
-            services.model_set_policy(model, policy, latest, specific)
-        except services.RegistryError as exc:
-            raise InvalidInput(str(exc)) from None
+        self.model(name)
+        self.source.set_policy(name, policy, latest, list(specific or ()), actor)
 
     # -- lookups ---------------------------------------------------------
     @property

@@ -1,11 +1,16 @@
 """Triton's statistics extension, counted across every server process.
 
 Each process keeps its new counts in memory (:meth:`StatisticsRecorder.record`
-costs a lock and a few additions) and a daemon thread adds them to the
-database every ``STATISTICS_FLUSH_SECONDS`` with ``F()`` increments, so the
-REST workers and the gRPC process all contribute to the same rows. A
+costs a lock and a few additions) and a daemon thread adds them to a shared
+:class:`~inference.ports.StatisticsStore` every ``flush_seconds`` (the
+composition root plugs in the database: :mod:`inference.statistics_db`), so
+the REST workers and the gRPC process all contribute to the same totals. A
 statistics request flushes its own process first; counts of other processes
 appear within one flush interval. Durations are nanoseconds.
+
+Counted as Triton counts them: ``inference_count`` counts inferences (batch
+rows), ``execution_count`` model executions (a dynamic batch is one), and
+``batch_stats`` one entry per execution under its batch size.
 """
 
 from __future__ import annotations
@@ -13,31 +18,59 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
-
-from django.db import IntegrityError, close_old_connections, transaction
-from django.db.models import F
+from dataclasses import dataclass, fields
 
 logger = logging.getLogger(__name__)
 
-#: Slots of the per-version delta list.
-_SLOTS = (
-    "inference_count",
-    "execution_count",
-    "success_count",
-    "success_ns",
-    "fail_count",
-    "fail_ns",
-    "queue_count",
-    "queue_ns",
-    "compute_input_count",
-    "compute_input_ns",
-    "compute_infer_count",
-    "compute_infer_ns",
-    "compute_output_count",
-    "compute_output_ns",
-)
-_BATCH_SLOTS = _SLOTS[8:]
+#: The stages of ``inference_stats``, as Triton names them.
+STAGES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+BATCH_STAGES = ("compute_input", "compute_infer", "compute_output")
+
+
+@dataclass
+class VersionCounters:
+    """Counter deltas (or totals) of one model version."""
+
+    inference_count: int = 0
+    execution_count: int = 0
+    success_count: int = 0
+    success_ns: int = 0
+    fail_count: int = 0
+    fail_ns: int = 0
+    queue_count: int = 0
+    queue_ns: int = 0
+    compute_input_count: int = 0
+    compute_input_ns: int = 0
+    compute_infer_count: int = 0
+    compute_infer_ns: int = 0
+    compute_output_count: int = 0
+    compute_output_ns: int = 0
+
+    def add(self, other: VersionCounters) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass
+class BatchCounters:
+    """Counter deltas (or totals) of one model version's executions of one batch size."""
+
+    compute_input_count: int = 0
+    compute_input_ns: int = 0
+    compute_infer_count: int = 0
+    compute_infer_ns: int = 0
+    compute_output_count: int = 0
+    compute_output_ns: int = 0
+
+    def add(self, other: BatchCounters) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True)
@@ -60,100 +93,82 @@ class ModelStatistics:
 
 
 class StatisticsRecorder:
-    """In-memory deltas per (model, version) and per batch size, flushed to the DB."""
+    """In-memory deltas per (model, version) and per batch size, flushed to
+    ``store`` (None: kept in this process only)."""
 
-    def __init__(self, flush_seconds: float = 1.0):
+    def __init__(self, store=None, flush_seconds: float = 1.0):
+        self.store = store
         self.flush_seconds = flush_seconds
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
-        self._deltas: dict[tuple[str, int], list[int]] = {}
-        self._batches: dict[tuple[str, int, int], list[int]] = {}
+        self._versions: dict[tuple[str, int], VersionCounters] = {}
+        self._batches: dict[tuple[str, int, int], BatchCounters] = {}
         self._last: dict[tuple[str, int], int] = {}
+        # Without a store, flushed counts accumulate here.
+        self._totals: tuple[dict, dict, dict] = ({}, {}, {})
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
-    def record(
-        self,
-        model: str,
-        version: int,
-        *,
-        ok: bool,
-        batch: int,
-        total_ns: int,
-        queue_ns: int = 0,
-        input_ns: int = 0,
-        infer_ns: int = 0,
-        output_ns: int = 0,
-    ) -> None:
-        """Count one request. ``batch`` is the number of inferences it held
-        (the batch size for batching models, else 1)."""
+    def record_failure(self, model: str, version: int, total_ns: int) -> None:
+        """Count one failed request."""
         key = (model, version)
-        now_ms = int(time.time() * 1000)
         with self._lock:
-            d = self._deltas.get(key)
-            if d is None:
-                d = self._deltas[key] = [0] * len(_SLOTS)
-            self._last[key] = now_ms
-            if not ok:
-                d[4] += 1
-                d[5] += total_ns
-                return
-            d[0] += batch
-            d[1] += 1
-            d[2] += 1
-            d[3] += total_ns
-            d[6] += 1
-            d[7] += queue_ns
-            d[8] += 1
-            d[9] += input_ns
-            d[10] += 1
-            d[11] += infer_ns
-            d[12] += 1
-            d[13] += output_ns
-            bkey = (model, version, batch)
-            b = self._batches.get(bkey)
-            if b is None:
-                b = self._batches[bkey] = [0] * len(_BATCH_SLOTS)
-            b[0] += 1
-            b[1] += input_ns
-            b[2] += 1
-            b[3] += infer_ns
-            b[4] += 1
-            b[5] += output_ns
+            counters = self._versions.get(key) or self._versions.setdefault(key, VersionCounters())
+            counters.fail_count += 1
+            counters.fail_ns += total_ns
+            self._last[key] = int(time.time() * 1000)
+
+    def record_success(
+        self, model: str, version: int, *, rows: int, total_ns: int, queue_ns: int, input_ns: int, infer_ns: int,
+        output_ns: int, batch_size: int, executed: bool,
+    ) -> None:  # fmt: skip
+        """Count one successful request of ``rows`` inferences. It ran in an
+        execution of ``batch_size`` rows; ``executed`` for the one request
+        that counts that execution (and its batch_stats entry)."""
+        key = (model, version)
+        with self._lock:
+            c = self._versions.get(key) or self._versions.setdefault(key, VersionCounters())
+            self._last[key] = int(time.time() * 1000)
+            c.inference_count += rows
+            c.success_count += 1
+            c.success_ns += total_ns
+            c.queue_count += 1
+            c.queue_ns += queue_ns
+            c.compute_input_count += 1
+            c.compute_input_ns += input_ns
+            c.compute_infer_count += 1
+            c.compute_infer_ns += infer_ns
+            c.compute_output_count += 1
+            c.compute_output_ns += output_ns
+            if executed:
+                c.execution_count += 1
+                bkey = (model, version, batch_size)
+                b = self._batches.get(bkey) or self._batches.setdefault(bkey, BatchCounters())
+                b.compute_input_count += 1
+                b.compute_input_ns += input_ns
+                b.compute_infer_count += 1
+                b.compute_infer_ns += infer_ns
+                b.compute_output_count += 1
+                b.compute_output_ns += output_ns
 
     # -- persistence -----------------------------------------------------
     def flush(self) -> None:
-        """Add the pending deltas to the database (one transaction)."""
-        from inference.models import BatchStatisticsRow, ModelStatisticsRow
-
+        """Add the pending deltas to the store (kept for the next flush when it fails)."""
         with self._flush_lock:
             with self._lock:
-                deltas, self._deltas = self._deltas, {}
+                versions, self._versions = self._versions, {}
                 batches, self._batches = self._batches, {}
                 last, self._last = self._last, {}
-            if not deltas and not batches:
+            if not versions and not batches:
                 return
             try:
-                with transaction.atomic():
-                    for (model, version), d in deltas.items():
-                        changes = {name: F(name) + value for name, value in zip(_SLOTS, d, strict=True) if value}
-                        changes["last_inference_ms"] = last.get((model, version), 0)
-                        _add(ModelStatisticsRow, {"model_name": model, "version": version}, changes)
-                    for (model, version, size), b in batches.items():
-                        changes = {name: F(name) + value for name, value in zip(_BATCH_SLOTS, b, strict=True)}
-                        _add(BatchStatisticsRow, {"model_name": model, "version": version, "batch_size": size}, changes)
+                if self.store is None:
+                    _merge(self._totals, versions, batches, last)
+                else:
+                    self.store.add(versions, batches, last)
             except Exception:
                 with self._lock:  # keep the counts for the next flush
-                    for key, d in deltas.items():
-                        mine = self._deltas.setdefault(key, [0] * len(_SLOTS))
-                        for i, value in enumerate(d):
-                            mine[i] += value
-                    for key, b in batches.items():
-                        mine = self._batches.setdefault(key, [0] * len(_BATCH_SLOTS))
-                        for i, value in enumerate(b):
-                            mine[i] += value
-                    for key, value in last.items():
-                        self._last[key] = max(self._last.get(key, 0), value)
+                    _merge((self._versions, self._batches, self._last), versions, batches, last)
                 raise
 
     def start(self) -> None:
@@ -170,63 +185,38 @@ class StatisticsRecorder:
                 self.flush()
             except Exception:
                 logger.exception("flushing inference statistics failed; will retry")
-            finally:
-                close_old_connections()
 
     # -- reading ---------------------------------------------------------
     def read(self, keys: list[tuple[str, int]]) -> list[ModelStatistics]:
         """Statistics of the given (model, version) pairs, after flushing this process."""
-        from inference.models import STAGES, BatchStatisticsRow, ModelStatisticsRow
-
         self.flush()
-        names = {m for m, _ in keys}
-        rows = {(r.model_name, r.version): r for r in ModelStatisticsRow.objects.filter(model_name__in=names)}
-        batch_rows: dict[tuple[str, int], list] = {}
-        for r in BatchStatisticsRow.objects.filter(model_name__in=names).order_by("batch_size"):
-            batch_rows.setdefault((r.model_name, r.version), []).append(r)
+        if self.store is None:
+            versions, batches, last = self._totals
+        else:
+            versions, batches, last = self.store.read(keys)
         out = []
         for model, version in keys:
-            row = rows.get((model, version))
-            stages = {
-                stage: Duration(getattr(row, f"{stage}_count"), getattr(row, f"{stage}_ns")) if row else Duration()
-                for stage in STAGES
-            }
-            batches = [
-                (
-                    b.batch_size,
-                    {
-                        s: Duration(getattr(b, f"{s}_count"), getattr(b, f"{s}_ns"))
-                        for s in ("compute_input", "compute_infer", "compute_output")
-                    },
-                )
-                for b in batch_rows.get((model, version), [])
+            c = versions.get((model, version)) or VersionCounters()
+            stages = {s: Duration(getattr(c, f"{s}_count"), getattr(c, f"{s}_ns")) for s in STAGES}
+            sizes = sorted(size for (m, v, size) in batches if (m, v) == (model, version))
+            batch_stats = [
+                (size, {s: Duration(getattr(b, f"{s}_count"), getattr(b, f"{s}_ns")) for s in BATCH_STAGES})
+                for size in sizes
+                for b in (batches[(model, version, size)],)
             ]
+            last_ms = last.get((model, version), 0)
             out.append(
-                ModelStatistics(
-                    name=model,
-                    version=str(version),
-                    last_inference=row.last_inference_ms if row else 0,
-                    inference_count=row.inference_count if row else 0,
-                    execution_count=row.execution_count if row else 0,
-                    stages=stages,
-                    batch_stats=batches,
-                )
+                ModelStatistics(model, str(version), last_ms, c.inference_count, c.execution_count, stages, batch_stats)
             )
         return out
 
 
-def _add(model_class, key: dict, changes: dict) -> None:
-    """UPDATE ... SET x = x + delta, creating the row first when it is missing."""
-    last = changes.pop("last_inference_ms", None)
-    if last is not None:
-        from django.db.models.functions import Greatest
-
-        changes["last_inference_ms"] = Greatest(F("last_inference_ms"), last)
-    if model_class.objects.filter(**key).update(**changes):
-        return
-    try:
-        with transaction.atomic():
-            model_class.objects.create(**key)
-    except IntegrityError:
-        pass  # another process created it meanwhile
-    model_class.objects.filter(**key).update(**changes)
+def _merge(into: tuple[dict, dict, dict], versions: dict, batches: dict, last: dict) -> None:
+    """Add counter deltas to ``into`` = (versions, batches, last)."""
+    into_versions, into_batches, into_last = into
+    for key, counters in versions.items():
+        into_versions.setdefault(key, VersionCounters()).add(counters)
+    for key, counters in batches.items():
+        into_batches.setdefault(key, BatchCounters()).add(counters)
+    for key, value in last.items():
+        into_last[key] = max(into_last.get(key, 0), value)

@@ -10,8 +10,8 @@ import re
 
 from django.urls import re_path
 
+from inference.http.responses import not_found
 from inference.rest import views
-from inference.rest.exceptions import not_found
 from inference.tfserving.views import TFServingView
 
 _M = r"^v2/models/(?P<model_name>[^/]+)"

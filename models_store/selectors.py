@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Prefetch, QuerySet
 
+from inference.version_policy import served_versions
 from models_store.models import (
     ApiToken,
     AuditEvent,
@@ -17,7 +19,6 @@ from models_store.models import (
     TeamMembership,
     VersionLabel,
 )
-from models_store.version_policy import served_versions
 
 
 def model_get(name: str) -> RegisteredModel | None:
@@ -44,7 +45,9 @@ def version_by_sha256(model: RegisteredModel, sha256: str) -> ModelVersion | Non
 
 def registry_snapshot() -> list[RegisteredModel]:
     """Every model with its versions and labels prefetched (three queries), for the serving registry."""
-    return list(RegisteredModel.objects.prefetch_related("versions", "labels__version").order_by("name"))
+    return list(
+        RegisteredModel.objects.select_related("team").prefetch_related("versions", "labels__version").order_by("name")
+    )
 
 
 _STAMP_SQL = f"SELECT counter FROM {RegistryStamp._meta.db_table} WHERE id = 1"  # a constant: no input
@@ -142,3 +145,10 @@ def inference_access() -> InferenceAccess:
 
 def token_get(token_id: int) -> ApiToken | None:
     return ApiToken.objects.select_related("user", "team").filter(pk=token_id).first()
+
+
+def user_get(user_id: int | None):
+    """The user with this id, or None."""
+    if user_id is None:
+        return None
+    return get_user_model().objects.filter(pk=user_id).first()

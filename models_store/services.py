@@ -17,6 +17,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from inference.changes import beacon_at
+from inference.version_policy import served_versions
 from models_store import audit, storage, validation
 from models_store.config import TritonConfig, config_from_raw
 from models_store.models import (
@@ -31,7 +32,6 @@ from models_store.models import (
 )
 from models_store.signals import registry_changed
 from models_store.uploads import StagedFile, preflight
-from models_store.version_policy import served_versions
 
 logger = logging.getLogger(__name__)
 

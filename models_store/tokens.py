@@ -4,9 +4,11 @@ A token is ``mh_`` plus 43 URL-safe characters (256 random bits). Only its
 sha256 is stored, so a leaked database does not leak usable tokens; since
 tokens are random, a plain sha256 (no slow hash) is enough.
 
-:func:`check_inference_token` is ``settings.INFERENCE_TOKEN_CHECKER``: the
-inference transports call it on every request while
-``INFERENCE_REQUIRE_TOKEN`` is on. It answers from memory: a
+:class:`StoreAuthorizer` is the serving side's authorizer
+(:class:`inference.ports.Authorizer`, installed by the composition root):
+the inference transports ask it on every request while
+``INFERENCE_REQUIRE_TOKEN`` is on, and on every repository load/unload. It
+answers from memory: a
 :class:`TokenCache` holds every active token's scope and every model's team,
 rebuilt (off the request path) each time the registry's change stamp moves
 (token and membership changes bump it), and at the latest every
@@ -31,7 +33,9 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from inference.ports import Caller
 from inference.protocol.errors import PermissionDenied, Unauthenticated
+from models_store import selectors
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +67,7 @@ class TokenScope:
     label: str  # e.g. "API token 'ci' of alice"
     all_models: bool
     team_ids: frozenset[int]
+    user_id: int | None = None
 
     def allows(self, team_id: int | None) -> bool:
         return self.all_models or (team_id is not None and team_id in self.team_ids)
@@ -87,8 +92,6 @@ class Scopes:
 
 def load_scopes() -> Scopes:
     """Read token scopes and model teams from the database (five queries)."""
-    from models_store import selectors
-
     stamp = selectors.stamp_get()  # first: a change made while loading is seen later
     access = selectors.inference_access()
     tokens = {}
@@ -100,13 +103,11 @@ def load_scopes() -> Scopes:
         else:
             allowed, all_models = user_teams, token.user.is_superuser
         label = f"API token '{token.name}' of {token.user.get_username()}"
-        tokens[token.key_hash] = TokenScope(label, all_models, allowed)
+        tokens[token.key_hash] = TokenScope(label, all_models, allowed, token.user_id)
     return Scopes(tokens, access.model_teams, access.team_names, time.monotonic(), stamp)
 
 
 def _registry_stamp() -> int:
-    from models_store import selectors
-
     return selectors.stamp_get()
 
 
@@ -212,23 +213,52 @@ class InferenceTokenChecker:
             )
 
 
-_checker: InferenceTokenChecker | None = None
-_checker_lock = threading.Lock()
+class StoreAuthorizer:
+    """:class:`inference.ports.Authorizer` over API tokens (one
+    :class:`TokenCache`, which the composition root also makes a registry
+    listener)."""
 
+    def __init__(self, cache: TokenCache):
+        self.cache = cache
+        self.check_inference = InferenceTokenChecker(cache)
 
-def _default_checker() -> InferenceTokenChecker:
-    global _checker
-    if _checker is None:
-        with _checker_lock:
-            if _checker is None:
-                from inference.dataplane import get_dataplane
+    def _scope(self, token: str | None, what: str) -> tuple[Scopes, TokenScope]:
+        if not token:
+            raise Unauthenticated(
+                f"{what} requires an API token: send 'Authorization: Bearer <token>' "
+                "(gRPC: metadata 'authorization: Bearer <token>')"
+            )
+        key = hash_token(token)
+        scopes = self.cache.get()
+        if key not in scopes.tokens:
+            scopes = self.cache.reload_if_older(MISS_RELOAD_SECONDS)
+        scope = scopes.tokens.get(key)
+        if scope is None:
+            raise Unauthenticated("invalid or revoked API token")
+        return scopes, scope
 
-                cache = TokenCache(ttl=settings.INFERENCE_TOKEN_CACHE_SECONDS)
-                get_dataplane().registry.add_listener(cache.on_registry_change)
-                _checker = InferenceTokenChecker(cache)
-    return _checker
+    def check_control(self, token: str | None, model_name: str) -> Caller:
+        """Loading and unloading a model (Triton's repository extension) needs
+        a token of the model's team, or an operator's (every model); always,
+        whether or not inference needs tokens. The audit log names its user."""
+        scopes, scope = self._scope(token, "loading or unloading a model")
+        if not scope.all_models:
+            if model_name not in scopes.model_teams:
+                scopes = self.cache.catch_up()
+            team = scopes.model_teams.get(model_name)
+            if model_name not in scopes.model_teams or not scope.allows(team):
+                raise PermissionDenied(
+                    f"{scope.label} may not load or unload model '{model_name}'; it may change {scopes.describe(scope)}"
+                )
+        return Caller(scope.label, selectors.user_get(scope.user_id))
 
-
-def check_inference_token(token: str | None, model_name: str) -> None:
-    """settings.INFERENCE_TOKEN_CHECKER: see :class:`InferenceTokenChecker`."""
-    _default_checker()(token, model_name)
+    def visible_models(self, token: str | None):
+        """With tokens required, the models of the token's teams (all for an
+        operator's unlimited token); None (everything) otherwise."""
+        if not settings.INFERENCE_REQUIRE_TOKEN:
+            return None
+        scopes, scope = self._scope(token, "listing models")
+        if scope.all_models:
+            return None
+        teams = scopes.model_teams
+        return lambda name: name in teams and scope.allows(teams[name])

@@ -23,8 +23,8 @@ def test_repository(tmp_path_factory):
     return build_test_repository(tmp_path_factory.mktemp("repository"))
 
 
-#: MODELHOST_TEST_EXECUTOR=celery runs the live-server tests through pinned
-#: Celery workers (real Redis, database TEST_REDIS_DB) instead of in process.
+#: MODELHOST_TEST_EXECUTOR=workers runs the live-server tests through pinned
+#: inference workers (real Redis, database TEST_REDIS_DB) instead of in process.
 EXECUTOR = os.environ.get("MODELHOST_TEST_EXECUTOR", "inprocess")
 TEST_REDIS_URL = f"redis://127.0.0.1:6379/{os.environ.get('TEST_REDIS_DB', '9')}"
 
@@ -32,14 +32,14 @@ TEST_REDIS_URL = f"redis://127.0.0.1:6379/{os.environ.get('TEST_REDIS_DB', '9')}
 @pytest.fixture(scope="session")
 def model_server(test_repository, tmp_path_factory):
     """``manage.py serve`` on the test repository (SQLite; ONNX Runtime in
-    process, or in a CPU worker when MODELHOST_TEST_EXECUTOR=celery)."""
+    process, or in a CPU worker when MODELHOST_TEST_EXECUTOR=workers)."""
     env = {"REQUEST_LOG_LEVEL": "INFO"}
     devices: tuple[str, ...] = ()
-    if EXECUTOR == "celery":
+    if EXECUTOR in ("workers", "celery"):
         import redis
 
         redis.Redis.from_url(TEST_REDIS_URL).flushdb()
-        env.update(INFERENCE_EXECUTOR="celery", REDIS_URL=TEST_REDIS_URL)
+        env.update(INFERENCE_EXECUTOR="workers", REDIS_URL=TEST_REDIS_URL)
         devices = ("cpu",)
     server = LiveServer(test_repository, tmp_path_factory.mktemp("live"), extra_env=env, devices=devices)
     server.start()

@@ -16,8 +16,8 @@ COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
 APP_SERVICES = {name: s for name, s in SERVICES.items() if s.get("image", "").startswith("modelhost")}
 SETTINGS_TEXT = (ROOT / "hosting" / "settings.py").read_text()
-COMMAND_APPS = {"serve": "inference", "rungrpc": "inference", "runworker": "inference",
-                "grpc_health": "inference", "worker_health": "inference"}  # fmt: skip
+COMMAND_APPS = {"serve": "hosting", "rungrpc": "hosting", "runworker": "hosting",
+                "grpc_health": "hosting", "worker_health": "hosting"}  # fmt: skip
 
 
 def test_services_of_a_gpu_server():
@@ -52,7 +52,7 @@ def test_environment_names_are_settings(name):
     environment = APP_SERVICES[name]["environment"]
     for key in environment:
         assert re.search(rf'"{key}"', SETTINGS_TEXT), f"{name}: {key} is not read by hosting/settings.py"
-    assert environment["INFERENCE_EXECUTOR"] == "celery" and environment["REDIS_URL"].startswith("redis://redis:")
+    assert environment["INFERENCE_EXECUTOR"] == "workers" and environment["REDIS_URL"].startswith("redis://redis:")
     assert environment["MODEL_STORAGE"] == "s3" and environment["MODEL_STORAGE_ENDPOINT"] == "http://minio:9000"
     assert environment["DATABASE_URL"].startswith("postgres://")
 

@@ -19,7 +19,7 @@ from inference.grpc.servicer import InferenceServicer
 logger = logging.getLogger(__name__)
 
 
-def build_server(address: str, threads: int | None = None) -> tuple[grpc.aio.Server, int]:
+def build_server(address: str) -> tuple[grpc.aio.Server, int]:
     """An aio server bound to ``address``, not yet started; returns (server, port).
 
     The transport's message limit is twice MAX_REQUEST_BYTES so that requests
@@ -32,12 +32,9 @@ def build_server(address: str, threads: int | None = None) -> tuple[grpc.aio.Ser
         ("grpc.so_reuseport", 1),
     ]
     dataplane = get_dataplane()
-    pool = None
-    if settings.INFERENCE_EXECUTOR != "inprocess":  # the executor waits on Redis: keep the loop free
-        pool = futures.ThreadPoolExecutor(max_workers=threads or settings.GRPC_THREADS, thread_name_prefix="grpc")
     server = grpc.aio.server(options=options)
     oip_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        InferenceServicer(dataplane, settings.MAX_REQUEST_BYTES, pool), server
+        InferenceServicer(dataplane, settings.MAX_REQUEST_BYTES), server
     )
     port = server.add_insecure_port(address)
     if port == 0:
@@ -46,9 +43,13 @@ def build_server(address: str, threads: int | None = None) -> tuple[grpc.aio.Ser
 
 
 async def _serve(address: str, threads: int | None) -> None:
-    server, _ = build_server(address, threads)
-    stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
+    # Calls that wait (worker mode, batching, database reads) run in these threads.
+    loop.set_default_executor(
+        futures.ThreadPoolExecutor(max_workers=threads or settings.GRPC_THREADS, thread_name_prefix="grpc")
+    )
+    server, _ = build_server(address)
+    stopped = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopped.set)
     await server.start()

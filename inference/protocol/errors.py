@@ -1,9 +1,12 @@
-"""Protocol errors, independent of any transport.
+"""Protocol errors, independent of any transport, and the one table that maps
+them to every transport.
 
 Each error carries a ``code`` naming its category in the vocabulary shared by
-gRPC and TensorFlow (``INVALID_ARGUMENT``, ``NOT_FOUND``, ``UNAVAILABLE``, ...).
-The REST, gRPC and TF Serving adapters each map the category once to their own
-status codes (see ``inference/rest/exceptions.py`` and ``inference/grpc``).
+gRPC and TensorFlow (``INVALID_ARGUMENT``, ``NOT_FOUND``, ``UNAVAILABLE``, ...)
+and, beside it, its HTTP status (V2 REST and TF Serving REST answer alike)
+and its gRPC status name. Each transport maps once, from these attributes:
+the REST and TF Serving adapters through ``http_status``, the gRPC adapter
+through ``grpc_status``, the worker transport by ``code`` (:func:`from_code`).
 The message is what the client sees: it names what is wrong and where.
 """
 
@@ -11,9 +14,11 @@ from __future__ import annotations
 
 
 class InferenceError(Exception):
-    """Base class; ``code`` is the transport-neutral category."""
+    """Base class; anything unexpected (HTTP 500, gRPC INTERNAL)."""
 
     code = "INTERNAL"
+    http_status = 500
+    grpc_status = "INTERNAL"
 
     def __init__(self, message: str):
         super().__init__(message)
@@ -27,45 +32,76 @@ class InvalidInput(InferenceError):
     """The request is malformed or does not fit the model (HTTP 400)."""
 
     code = "INVALID_ARGUMENT"
+    http_status = 400
+    grpc_status = "INVALID_ARGUMENT"
 
 
 class ModelNotFound(InferenceError):
     """No such model, model version or version label (HTTP 404)."""
 
     code = "NOT_FOUND"
+    http_status = 404
+    grpc_status = "NOT_FOUND"
 
 
 class ModelNotReady(InferenceError):
     """The model or version exists but cannot serve now (HTTP 503)."""
 
     code = "UNAVAILABLE"
+    http_status = 503
+    grpc_status = "UNAVAILABLE"
 
 
 class RequestTooLarge(InferenceError):
-    """The request body or a tensor exceeds the configured limit (HTTP 413)."""
+    """The request body or a tensor exceeds the configured limit (HTTP 413;
+    over gRPC the client's mistake, INVALID_ARGUMENT, since the transport's
+    own, higher, limit still answers RESOURCE_EXHAUSTED)."""
 
     code = "RESOURCE_EXHAUSTED"
+    http_status = 413
+    grpc_status = "INVALID_ARGUMENT"
 
 
 class DeadlineExceeded(InferenceError):
     """The request's deadline passed before it completed (HTTP 504)."""
 
     code = "DEADLINE_EXCEEDED"
+    http_status = 504
+    grpc_status = "DEADLINE_EXCEEDED"
 
 
 class Unsupported(InferenceError):
-    """The request asks for something this server does not implement (HTTP 400)."""
+    """The request asks for something this server does not implement (HTTP 501)."""
 
     code = "UNIMPLEMENTED"
+    http_status = 501
+    grpc_status = "UNIMPLEMENTED"
 
 
 class Unauthenticated(InferenceError):
     """No valid credentials were given (HTTP 401)."""
 
     code = "UNAUTHENTICATED"
+    http_status = 401
+    grpc_status = "UNAUTHENTICATED"
 
 
 class PermissionDenied(InferenceError):
-    """The credentials do not allow this model (HTTP 403)."""
+    """The credentials do not allow this model or operation (HTTP 403)."""
 
     code = "PERMISSION_DENIED"
+    http_status = 403
+    grpc_status = "PERMISSION_DENIED"
+
+
+_BY_CODE: dict[str, type[InferenceError]] = {}
+for _cls in (
+    InferenceError, InvalidInput, ModelNotFound, ModelNotReady, RequestTooLarge, DeadlineExceeded, Unsupported,
+    Unauthenticated, PermissionDenied,
+):  # fmt: skip
+    _BY_CODE.setdefault(_cls.code, _cls)
+
+
+def from_code(code: str, message: str) -> InferenceError:
+    """The error of a category (as another process reported it); INTERNAL for an unknown code."""
+    return _BY_CODE.get(code, InferenceError)(message)

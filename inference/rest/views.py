@@ -2,55 +2,24 @@
 model configuration, statistics): thin DRF views over the DataPlane.
 
 Each view decodes with the codecs, calls one DataPlane method, and encodes
-the answer; errors go through :func:`inference.rest.exceptions.exception_handler`.
+the answer; errors go through :func:`inference.http.responses.exception_handler`.
 Model not ready answers 503 with ``{"error", "name", "ready": false}``.
 """
 
 from __future__ import annotations
 
-import time
-
 from django.http import HttpResponse
-from rest_framework.views import APIView
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from inference import observability
-from inference.auth import authorize, bearer_token
 from inference.codecs import message
-from inference.dataplane import get_dataplane
+from inference.http import compression
+from inference.http.bodies import read_body
+from inference.http.responses import error_response, inference_response, json_response
+from inference.http.views import ObservedView, ProtocolView
 from inference.protocol.errors import InvalidInput, ModelNotReady
-from inference.protocol.types import InferenceRequest, MetadataTensor
-from inference.rest import compression
-from inference.rest.exceptions import error_response, exception_handler
-from inference.rest.parsers import FirstChoiceNegotiation, InferenceRequestParser, read_body
-from inference.rest.renderers import inference_response, json_response
-
-
-class ProtocolView(APIView):
-    """Base of the protocol views: no authentication, throttling or content
-    negotiation work, protocol errors as ``{"error": ...}``."""
-
-    authentication_classes: list = []
-    permission_classes: list = []
-    throttle_classes: list = []
-    content_negotiation_class = FirstChoiceNegotiation
-    parser_classes = [InferenceRequestParser]
-
-    @property
-    def dataplane(self):
-        return get_dataplane()
-
-    def get_exception_handler(self):
-        return exception_handler
-
-    # The protocol views use no authentication classes, permissions,
-    # throttling, versioning or content negotiation: skip DRF's per-request
-    # steps for them (access control is inference/auth.py).
-    def initial(self, request, *args, **kwargs):
-        pass
-
-    @property
-    def default_response_headers(self):
-        return {}
+from inference.protocol.types import MetadataTensor
+from inference.rest.parsers import parse_infer_request
 
 
 def _tensors(tensors: tuple[MetadataTensor, ...]) -> list[dict]:
@@ -87,7 +56,7 @@ class ModelReadyView(ProtocolView):
 
     def get(self, request, model_name, model_version=None):
         try:
-            self.dataplane.registry.resolve(model_name, model_version)
+            self.dataplane.resolve(model_name, model_version)
         except ModelNotReady as exc:
             return error_response(503, exc.message, name=model_name, ready=False)
         return json_response({"name": model_name, "ready": True})
@@ -109,60 +78,16 @@ class ModelMetadataView(ProtocolView):
         )
 
 
-#: HTTP status -> the outcome label of metrics and request logs.
-OUTCOMES = {
-    200: "success",
-    400: "invalid_argument",
-    401: "unauthenticated",
-    403: "permission_denied",
-    404: "not_found",
-    413: "resource_exhausted",
-    415: "invalid_argument",
-    501: "unimplemented",
-    503: "unavailable",
-    504: "deadline_exceeded",
-}
-
-
-class ObservedView(ProtocolView):
-    """Records every POST in metrics and the request log (inference/observability.py)."""
-
-    protocol = "rest"
-    version_entry = None
-    request_id = None
-
-    def dispatch(self, request, *args, **kwargs):
-        if request.method != "POST":
-            return super().dispatch(request, *args, **kwargs)
-        started = time.perf_counter()
-        response = super().dispatch(request, *args, **kwargs)
-        entry = self.version_entry
-        observability.observe(
-            self.protocol,
-            entry.model_name if entry else "",
-            str(entry.number) if entry else "",
-            OUTCOMES.get(response.status_code, "internal"),
-            time.perf_counter() - started,
-            int(request.META.get("CONTENT_LENGTH") or 0),
-            len(response.content),
-            response.status_code,
-            self.request_id or request.META.get("HTTP_X_REQUEST_ID"),
-        )
-        return response
-
-
 class InferView(ObservedView):
     """POST /v2/models/<m>[/versions/<v>]/infer: JSON or binary tensor data in,
     JSON or JSON + binary out (seeds 000, 001, 002); gzip/deflate both ways."""
 
     def post(self, request, model_name, model_version=None):
-        authorize(bearer_token(request.META.get("HTTP_AUTHORIZATION")), model_name)
-        self.version_entry = self.dataplane.model_version(model_name, model_version)  # 404/503 before the body
-        infer_request = request.data
-        if not isinstance(infer_request, InferenceRequest):
-            raise InvalidInput("the request body is empty; it must hold an inference request")
+        self.dataplane.authorize(self.token(request), model_name)
+        served = self.served = self.dataplane.resolve(model_name, model_version)  # 404/503 before the body
+        infer_request = parse_infer_request(request._request, model_name, model_version, served)
         self.request_id = infer_request.id
-        response = self.dataplane.infer(infer_request)
+        response = self.dataplane.infer(infer_request, served)
         binary_default = bool(infer_request.parameters.get("binary_data_output", False))
         body, header_length = message.encode_response(response, infer_request.outputs, binary_default)
         coding = compression.choose(request.META.get("HTTP_ACCEPT_ENCODING"))
@@ -202,7 +127,7 @@ class RepositoryIndexView(ProtocolView):
         if not isinstance(ready, bool):
             raise InvalidInput("'ready' must be a boolean")
         entries = []
-        for e in self.dataplane.repository_index(ready):
+        for e in self.dataplane.repository_index(ready, self.token(request)):
             item = {"name": e.name, "version": e.version, "state": e.state}
             if e.reason:
                 item["reason"] = e.reason
@@ -211,19 +136,21 @@ class RepositoryIndexView(ProtocolView):
 
 
 class RepositoryLoadView(ProtocolView):
-    """POST /v2/repository/models/<m>/load: serve the model again in every process."""
+    """POST /v2/repository/models/<m>/load: serve the model again in every
+    process (needs a token of the model's team or an operator's)."""
 
     def post(self, request, model_name):
-        self.dataplane.load(model_name, _parameters(_json_object(request)))
+        self.dataplane.load(model_name, _parameters(_json_object(request)), self.token(request))
         return HttpResponse(status=200)
 
 
 class RepositoryUnloadView(ProtocolView):
     """POST /v2/repository/models/<m>/unload (``unload_dependents`` accepted):
-    stop serving it in every process; stored versions stay."""
+    stop serving it in every process; stored versions stay (needs a token
+    like load)."""
 
     def post(self, request, model_name):
-        self.dataplane.unload(model_name, _parameters(_json_object(request)))
+        self.dataplane.unload(model_name, _parameters(_json_object(request)), self.token(request))
         return HttpResponse(status=200)
 
 
@@ -268,11 +195,10 @@ class ModelStatisticsView(ProtocolView):
     """GET /v2/models[/<m>[/versions/<v>]]/stats, counted across all processes."""
 
     def get(self, request, model_name=None, model_version=None):
-        return json_response(statistics_json(self.dataplane.model_statistics(model_name, model_version)))
+        stats = self.dataplane.model_statistics(model_name, model_version, self.token(request))
+        return json_response(statistics_json(stats))
 
 
 def metrics_view(request):
     """GET /metrics: Prometheus exposition (all server processes)."""
-    from prometheus_client import CONTENT_TYPE_LATEST
-
     return HttpResponse(observability.render_metrics(), content_type=CONTENT_TYPE_LATEST)

@@ -3,10 +3,11 @@
 A device is ``cpu`` or ``cuda:<n>``; its queue is ``infer.cpu`` or
 ``infer.cuda<n>``. A worker pinned to a device (``manage.py runworker
 --device``) consumes only that queue and keeps a Redis key
-``modelhost:worker:<queue>:<hostname>`` alive (a heartbeat with a short
-expiry). The front end reads those keys to know which queues have a live
-worker, and places each request on a queue of a device that the model's
-instance group allows (round robin).
+``modelhost:worker:<queue>:<worker id>`` alive (a heartbeat with a short
+expiry) whose value gives the address where it accepts front-end
+connections. The front end reads those keys to know which workers are live,
+and sends each request to a worker of a device that the model's instance
+group allows (round robin).
 
 Instance groups follow Triton: ``KIND_GPU`` with ``gpus: [0, 1]`` -> cuda:0,
 cuda:1 (no gpus: any GPU); ``KIND_CPU`` -> cpu; ``KIND_AUTO`` or no group ->
@@ -16,10 +17,14 @@ any live device, GPUs first.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import re
 import threading
 import time
+from dataclasses import dataclass
+
+from inference.observability import QUEUE_DEPTH
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +51,8 @@ def queue_for(device: str) -> str:
     return "infer.cpu" if kind == "cpu" else f"infer.cuda{index}"
 
 
-def heartbeat_key(queue: str, hostname: str) -> str:
-    return f"{HEARTBEAT_PREFIX}{queue}:{hostname}"
+def heartbeat_key(queue: str, worker_id: str) -> str:
+    return f"{HEARTBEAT_PREFIX}{queue}:{worker_id}"
 
 
 def allowed_queues(instance_group, live: set[str]) -> list[str]:
@@ -84,16 +89,28 @@ def describe_group(instance_group) -> str:
     return "; ".join(parts)
 
 
-class Heartbeat:
-    """Keeps this worker's heartbeat key alive from a daemon thread."""
+@dataclass(frozen=True)
+class Worker:
+    """A live inference worker as its heartbeat announces it."""
 
-    def __init__(self, redis_client, queue: str, hostname: str):
+    id: str  # <hostname>-<pid>
+    queue: str  # infer.cpu, infer.cuda0, ...
+    address: tuple[str, int]  # where it accepts front-end connections
+    info: dict
+
+
+class Heartbeat:
+    """Keeps this worker's heartbeat key alive from a daemon thread; the key's
+    value (JSON) is ``info()``: the worker's address and what it reports."""
+
+    def __init__(self, redis_client, queue: str, worker_id: str, info):
         self.redis = redis_client
-        self.key = heartbeat_key(queue, hostname)
+        self.key = heartbeat_key(queue, worker_id)
+        self.info = info
         self._stop = threading.Event()
 
     def beat(self) -> None:
-        self.redis.set(self.key, str(time.time()), px=HEARTBEAT_TTL_MS)
+        self.redis.set(self.key, json.dumps(self.info()), px=HEARTBEAT_TTL_MS)
 
     def start(self) -> None:
         self.beat()
@@ -114,36 +131,53 @@ class Heartbeat:
                 logger.warning("heartbeat to Redis failed; retrying")
 
 
-class LiveQueues:
-    """The front end's view of which queues have a live worker, refreshed by a
-    daemon thread; also reports each queue's depth. ``snapshot()`` is free."""
+class WorkerDirectory:
+    """The front end's view of the live workers, refreshed by a daemon thread
+    from their heartbeats (a SCAN and an MGET every ``interval`` seconds).
+    Reading it is free. While Redis is unreachable the last view stays
+    (requests keep going over the workers' connections, which tell by
+    closing when a worker dies); only heartbeat expiry cannot be seen then."""
 
-    def __init__(self, redis_client, interval: float = 0.5, stale_after: float = 10.0):
+    def __init__(self, redis_client, interval: float = 0.5):
         self.redis = redis_client
         self.interval = interval
-        self.stale_after = stale_after
-        self._live: frozenset[str] = frozenset()
-        self._refreshed = 0.0
+        self._workers: dict[str, Worker] = {}
+        self._by_queue: dict[str, tuple[Worker, ...]] = {}
         self.error: str = ""
-        self._round_robin: dict[tuple, itertools.cycle] = {}
+        self._round_robin: dict[tuple, itertools.count] = {}
         self._thread: threading.Thread | None = None
 
     def refresh(self) -> None:
         try:
             keys = list(self.redis.scan_iter(match=f"{HEARTBEAT_PREFIX}*", count=500))
-            live = frozenset(k.decode()[len(HEARTBEAT_PREFIX) :].rsplit(":", 1)[0] for k in keys)
-            self._live, self._refreshed, self.error = live, time.monotonic(), ""
-            from inference.observability import QUEUE_DEPTH
-
-            for queue in live:
-                QUEUE_DEPTH.labels(queue).set(self.redis.llen(queue))
+            values = self.redis.mget(keys) if keys else []
         except Exception as exc:
             self.error = f"Redis is unreachable: {exc}"
+            return
+        workers = {}
+        for key, value in zip(keys, values):
+            if value is None:
+                continue  # expired between SCAN and MGET
+            queue, _, worker_id = key.decode()[len(HEARTBEAT_PREFIX) :].partition(":")
+            try:
+                info = json.loads(value)
+                host, port = info["address"].rsplit(":", 1)
+                workers[worker_id] = Worker(worker_id, queue, (host.strip("[]"), int(port)), info)
+            except (ValueError, KeyError, TypeError):
+                logger.warning("ignoring a malformed worker heartbeat %s", key)
+        by_queue: dict[str, list[Worker]] = {}
+        for worker in sorted(workers.values(), key=lambda w: w.id):
+            by_queue.setdefault(worker.queue, []).append(worker)
+        self._workers = workers
+        self._by_queue = {q: tuple(ws) for q, ws in by_queue.items()}
+        self.error = ""
+        for queue, members in by_queue.items():
+            QUEUE_DEPTH.labels(queue).set(sum(int(w.info.get("busy", 0)) for w in members))
 
     def start(self) -> None:
         self.refresh()
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="live-queues", daemon=True)
+            self._thread = threading.Thread(target=self._run, name="worker-directory", daemon=True)
             self._thread.start()
 
     def _run(self) -> None:
@@ -151,16 +185,45 @@ class LiveQueues:
             time.sleep(self.interval)
             self.refresh()
 
-    def snapshot(self) -> frozenset[str]:
-        """Live queues; empty when the last good refresh is too old (Redis down)."""
-        if time.monotonic() - self._refreshed > self.stale_after:
-            return frozenset()
-        return self._live
+    def live_queues(self) -> frozenset[str]:
+        """Queues (devices) with at least one live worker."""
+        return frozenset(self._by_queue)
 
-    def pick(self, key, queues: list[str]) -> str:
-        """Round robin over ``queues`` (per model version)."""
-        cycle_key = (key, tuple(queues))
-        cycle = self._round_robin.get(cycle_key)
-        if cycle is None:
-            cycle = self._round_robin[cycle_key] = itertools.cycle(queues)
-        return next(cycle)
+    def workers(self) -> list[Worker]:
+        return list(self._workers.values())
+
+    def is_live(self, worker_id: str) -> bool:
+        """Whether the worker's heartbeat is current (True while Redis cannot tell)."""
+        return bool(self.error) or worker_id in self._workers
+
+    def candidates(self, instance_group) -> list[Worker]:
+        """Live workers of the devices the instance group allows, in device order."""
+        by_queue = self._by_queue
+        return [w for q in allowed_queues(instance_group, set(by_queue)) for w in by_queue[q]]
+
+    def pick(self, key, workers: list[Worker]) -> Worker:
+        """Round robin over ``workers`` (per model version)."""
+        counter = self._round_robin.get(key)
+        if counter is None:
+            counter = self._round_robin[key] = itertools.count()
+        return workers[next(counter) % len(workers)]
+
+
+def instances_on(queue: str, instance_group) -> int:
+    """Model instances a worker of ``queue`` runs for a model with
+    ``instance_group`` (Triton: ``count`` per listed GPU for KIND_GPU, per
+    group for KIND_CPU and KIND_AUTO); 1 without a group."""
+    total = 0
+    for group in instance_group or ():
+        kind = group.get("kind", "KIND_AUTO")
+        count = group.get("count") or 1
+        if kind == "KIND_GPU":
+            if queue.startswith("infer.cuda"):
+                gpus = group.get("gpus") or []
+                if not gpus or int(queue[len("infer.cuda") :]) in gpus:
+                    total += count
+        elif kind == "KIND_CPU":
+            total += count if queue == "infer.cpu" else 0
+        else:
+            total += count
+    return max(1, total)

@@ -1,31 +1,31 @@
 """The inference worker: what runs inside ``manage.py runworker --device D``.
 
-One process per device; Celery's thread pool runs ``WORKER_CONCURRENCY``
-inferences at a time on it. Sessions are created with the device's
-execution provider (CUDA with ``device_id`` for ``cuda:<n>``), kept in an LRU
-cache under ``WORKER_MEMORY_BUDGET_MB`` (estimated from artifact sizes), and
-dropped when their version stops serving (the worker follows the registry's
-change stamp like every server process). Artifacts are copied from the model
-store into ``WORKER_CACHE_DIR/<sha256>/`` once per machine.
+One process per device. Front ends connect to its
+:class:`~inference.runtime.worker_server.WorkerServer`; each request names a
+model version (model, version, sha256), which the worker resolves in its own
+registry snapshot (it follows the registry like every server process: the
+artifact comes from the registry, never from the request) and runs on its
+:class:`~inference.runtime.runner.ModelRunner`: sessions created with the
+device's execution provider (CUDA with ``device_id`` for ``cuda:<n>``),
+``count`` instances per the model's instance group on this device, dynamic
+batching, deadlines, the memory budget (``WORKER_MEMORY_BUDGET_MB``).
+Artifacts are copied from the model store into ``WORKER_CACHE_DIR/<sha256>/``
+once per machine.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import threading
 import time
-from collections import OrderedDict
-from dataclasses import dataclass
-from pathlib import Path
 
-import numpy as np
-import onnxruntime as ort
-
-from inference.protocol.errors import DeadlineExceeded, InferenceError, ModelNotReady
+from inference.protocol.errors import InferenceError, ModelNotReady
+from inference.registry import ModelRegistry
+from inference.runtime import frames
 from inference.runtime import onnx as onnx_runtime
-from inference.runtime import wire
-from inference.runtime.deadlines import watchdog
-from inference.runtime.placement import parse_device
+from inference.runtime.execution import RunTarget
+from inference.runtime.placement import instances_on, parse_device, queue_for
+from inference.runtime.runner import ModelRunner
 
 logger = logging.getLogger(__name__)
 
@@ -48,121 +48,61 @@ def providers_for(device: str, fallback_to_cpu: bool = False) -> list:
         return onnx_runtime.provider_list(["CPUExecutionProvider"])
 
 
-@dataclass
-class _Loaded:
-    model: onnx_runtime.OnnxModel
-    cost: int
-
-
-class LRUSessions:
-    """Sessions keyed by (model, version, sha256), least recently used first
-    out when a new one would exceed ``budget`` bytes (estimated as
-    ``factor`` x artifact size). The session being loaded always fits."""
-
-    def __init__(self, loader, budget: int, factor: float = 2.0):
-        self.loader = loader
-        self.budget = budget
-        self.factor = factor
-        self._items: OrderedDict[tuple, _Loaded] = OrderedDict()
-        self._lock = threading.Lock()
-        self._loading: dict[tuple, threading.Lock] = {}
-
-    @property
-    def used(self) -> int:
-        return sum(item.cost for item in self._items.values())
-
-    def get(self, key: tuple, artifact: str, sha256: str, size: int) -> onnx_runtime.OnnxModel:
-        with self._lock:
-            item = self._items.get(key)
-            if item is not None:
-                self._items.move_to_end(key)
-                return item.model
-            lock = self._loading.setdefault(key, threading.Lock())
-        with lock:
-            with self._lock:
-                item = self._items.get(key)
-                if item is not None:
-                    return item.model
-            model = self.loader(artifact, sha256)
-            cost = int(size * self.factor)
-            with self._lock:
-                while self._items and self.used + cost > self.budget:
-                    old, _ = self._items.popitem(last=False)
-                    logger.info("unloaded %s version %s (memory budget)", old[0], old[1])
-                self._items[key] = _Loaded(model, cost)
-                self._loading.pop(key, None)
-            return model
-
-    def retain(self, keys: set) -> None:
-        with self._lock:
-            for key in [k for k in self._items if k not in keys]:
-                del self._items[key]
-                logger.info("unloaded %s version %s (no longer serving)", key[0], key[1])
-
-    def keys(self) -> list[tuple]:
-        with self._lock:
-            return list(self._items)
-
-
 class WorkerRuntime:
-    """Runs ``modelhost.infer`` payloads for one device."""
+    """Answers the front ends' requests for one device (``handle``)."""
 
-    def __init__(self, device: str, providers: list, cache_dir: Path, budget: int, redis_client, options=None):
+    def __init__(self, device: str, runner: ModelRunner, registry: ModelRegistry):
         self.device = device
-        self.providers = providers
-        self.cache_dir = Path(cache_dir)
-        self.redis = redis_client
-        self.options = options or onnx_runtime.session_options()
-        self.sessions = LRUSessions(self._load, budget)
-
-    def _load(self, artifact: str, sha256: str) -> onnx_runtime.OnnxModel:
-        from models_store import storage
-
-        started = time.perf_counter()
-        path = storage.copy_artifact(artifact, self.cache_dir / sha256)
-        session = onnx_runtime.create_session(path, self.options, self.providers)
-        logger.info("loaded %s on %s in %.1f ms", artifact, self.device, (time.perf_counter() - started) * 1e3)
-        return onnx_runtime.OnnxModel(session)
+        self.queue = queue_for(device)
+        self.runner = runner
+        self.registry = registry
+        self._targets: dict[tuple, RunTarget] = {}
 
     def on_snapshot(self, snapshot: dict) -> None:
-        """Drop sessions of versions that no longer serve (retired, failed, deleted)."""
-        keys = {v.key for m in snapshot.values() for v in m.versions.values() if v.serving}
-        self.sessions.retain(keys)
+        """Registry listener: the versions this worker may run, with this
+        device's instance count; sessions of the others are dropped."""
+        targets = {}
+        for model in snapshot.values():
+            instances = instances_on(self.queue, model.instance_group)
+            for version in model.versions.values():
+                if version.serving:
+                    targets[version.key] = dataclasses.replace(version.target, instances=instances)
+        self._targets = targets
+        self.runner.retain(set(targets))
 
-    def infer(self, payload: dict) -> dict:
-        """{"outputs": [arrays]} or {"error": {"code", "message"}}."""
+    def target(self, model: str, version: int, sha256: str) -> RunTarget:
+        """The run target of a version this worker serves; raises ModelNotReady."""
+        key = (model, version, sha256)
+        self.registry.models  # noqa: B018  (follows the machine's change beacon first)
+        target = self._targets.get(key)
+        if target is None and self.registry.catch_up():
+            target = self._targets.get(key)
+        if target is None:
+            raise ModelNotReady(
+                f"version {version} of model '{model}' does not serve on the {self.device} worker "
+                "(deleted, retired or unloaded meanwhile)"
+            )
+        return target
+
+    def handle(self, header: dict, body) -> list:
+        """Run one request frame; the answer frame's buffers (outputs, or an error)."""
         try:
-            remaining = payload["deadline"] - time.time()
-            if remaining <= 0:
-                raise DeadlineExceeded("the request's deadline passed before a worker took it")
-            key = (payload["model"], payload["version"], payload["sha256"])
-            try:
-                model = self.sessions.get(key, payload["artifact"], payload["sha256"], payload.get("size", 0))
-            except InferenceError:
-                raise
-            except Exception as exc:
-                raise ModelNotReady(
-                    f"version {payload['version']} of model '{payload['model']}' failed to load on {self.device}: {exc}"
-                ) from None
-            options = ort.RunOptions()
-            options.log_severity_level = 4
-            token = watchdog.watch(time.monotonic() + remaining, options)
-            try:
-                outputs = model.run(payload["inputs"], payload["outputs"], options)
-            finally:
-                watchdog.done(token)
-            return {"outputs": [np.asarray(o) for o in outputs]}
+            target = self.target(header["model"], header["version"], header["sha256"])
+            feeds = frames.tensors(header, body, "request")
+            deadline = header.get("deadline")
+            if deadline is not None:
+                deadline = time.monotonic() + (deadline - time.time())
+            names = header["outputs"]
+            result = self.runner.run(target, feeds, names, header.get("rows", 1), deadline)
+            answer = {
+                "batch": result.batch_size,
+                "executed": result.executed,
+                "queue_ns": result.queue_ns,
+                "infer_ns": result.infer_ns,
+            }
+            return frames.encode(answer, zip(names, result.outputs))
         except InferenceError as exc:
-            return {"error": {"code": exc.code, "message": exc.message}}
+            return frames.encode({"error": [exc.code, exc.message]})
         except Exception as exc:  # never leave the front end waiting
             logger.exception("inference failed on %s", self.device)
-            return {"error": {"code": "INTERNAL", "message": f"the worker failed: {type(exc).__name__}"}}
-
-    def reply(self, key: str, result: dict) -> None:
-        pipe = self.redis.pipeline()
-        pipe.rpush(key, wire.dumps(result))
-        pipe.expire(key, 120)
-        pipe.execute()
-
-
-runtime: WorkerRuntime | None = None
+            return frames.encode({"error": ["INTERNAL", f"the worker failed: {type(exc).__name__}"]})

@@ -8,7 +8,9 @@ gets TF Serving's ``400 Malformed request: <METHOD> <path>``:
 - ``POST /v1/models/<m>[/versions/<v>|/labels/<l>]:predict|:classify|:regress``
 
 Errors are ``{"error": "..."}``: invalid argument 400, not found 404,
-unavailable 503 (see inference/rest/exceptions.py).
+unavailable 503 (each error's ``http_status``, inference/protocol/errors.py);
+an unknown version label is 400 "Unrecognized servable version label", as
+in TF Serving.
 """
 
 from __future__ import annotations
@@ -17,15 +19,14 @@ import re
 
 from django.http import HttpResponse
 
-from inference.auth import authorize, bearer_token
 from inference.codecs import tfserving as codec
+from inference.dataplane import ServedVersion
+from inference.http.bodies import read_body
+from inference.http.responses import json_response
+from inference.http.views import ObservedView
 from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InvalidInput, ModelNotFound
 from inference.protocol.types import InferenceRequest, RequestedOutput
-from inference.registry import VersionEntry
-from inference.rest.parsers import read_body
-from inference.rest.renderers import json_response
-from inference.rest.views import ObservedView
 
 _SPEC = r"(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?"
 POST_PATH = re.compile(r"(?i)/v1/models/([^/:]+)" + _SPEC + r":(classify|regress|predict)")
@@ -49,7 +50,7 @@ def _pick(outputs, names: tuple[str, ...], accept) -> str | None:
     return candidates[0].name if candidates else None
 
 
-def _version_status(entry: VersionEntry) -> dict:
+def _version_status(entry: ServedVersion) -> dict:
     """TF Serving's ModelVersionStatus for a registry version."""
     if entry.serving:
         state, code, message = "AVAILABLE", "OK", ""
@@ -107,7 +108,7 @@ class TFServingView(ObservedView):
         return json_response({"model_version_status": [_version_status(v) for v in versions]})
 
     def _metadata(self, name: str, version: str | None) -> HttpResponse:
-        entry = self.dataplane.model_version(name, version)
+        entry = self.dataplane.resolve(name, version)
         signature = {
             "inputs": {t.name: _tensor_info(t) for t in entry.inputs},
             "outputs": {t.name: _tensor_info(t) for t in entry.outputs},
@@ -127,20 +128,20 @@ class TFServingView(ObservedView):
         if match is None or match.group(4) not in ("predict", "classify", "regress"):
             raise _malformed(request)
         name, version, label, verb = match.groups()
-        authorize(bearer_token(request.META.get("HTTP_AUTHORIZATION")), name)
+        self.dataplane.authorize(self.token(request), name)
         doc = codec.loads(read_body(request._request, allow_empty=True))
-        entry = self.version_entry = self.dataplane.model_version(name, self._version(name, version, label))
+        entry = self.served = self.dataplane.resolve(name, self._version(name, version, label))
         return getattr(self, f"_{verb}")(entry, doc)
 
-    def _run(self, entry: VersionEntry, inputs, outputs=None):
-        request = InferenceRequest(entry.model_name, inputs, model_version=str(entry.number), outputs=outputs)
-        return self.dataplane.infer(request).outputs
+    def _run(self, entry: ServedVersion, inputs, outputs=None):
+        request = InferenceRequest(entry.model_name, inputs, model_version=entry.version, outputs=outputs)
+        return self.dataplane.infer(request, entry).outputs
 
-    def _predict(self, entry: VersionEntry, doc) -> HttpResponse:
+    def _predict(self, entry: ServedVersion, doc) -> HttpResponse:
         inputs, fmt = codec.decode_predict(doc, entry.inputs)
         return HttpResponse(codec.encode_predict(self._run(entry, inputs), fmt), content_type="application/json")
 
-    def _classify(self, entry: VersionEntry, doc) -> HttpResponse:
+    def _classify(self, entry: ServedVersion, doc) -> HttpResponse:
         inputs = codec.decode_examples(doc, entry.inputs, "classify")
         score = _pick(entry.outputs, SCORE_NAMES, lambda shape: len(shape) == 2)
         if score is None:
@@ -150,12 +151,12 @@ class TFServingView(ObservedView):
             )
         (scores,) = self._run(entry, inputs, [RequestedOutput(score)])
         classes = scores.shape[1]
-        labels = entry.properties.get("labels") or []
+        labels = list(entry.class_labels)
         if len(labels) != classes:
             labels = [str(j) for j in range(classes)]
         return HttpResponse(codec.encode_classify(scores.data, labels), content_type="application/json")
 
-    def _regress(self, entry: VersionEntry, doc) -> HttpResponse:
+    def _regress(self, entry: ServedVersion, doc) -> HttpResponse:
         inputs = codec.decode_examples(doc, entry.inputs, "regress")
         value = _pick(entry.outputs, VALUE_NAMES, lambda s: len(s) == 1 or (len(s) == 2 and s[1] == 1))
         if value is None:

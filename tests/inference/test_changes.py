@@ -29,30 +29,42 @@ def test_bumps_from_several_processes_all_count(tmp_path):
     assert reader.read() == 600  # no lost update, and the reader's mapping sees the other processes' writes
 
 
-class _Rows:
-    """A registry loader and stamp reader that count their calls."""
+class _Source:
+    """A registry source (inference.ports.RegistrySource) that counts its reads."""
 
-    def __init__(self):
+    def __init__(self, on_load=None):
         self.loads = 0
-        self.stamp = 0
+        self.counter = 0
+        self.on_load = on_load
 
-    def load(self):
+    def models(self):
         self.loads += 1
+        if self.on_load:
+            self.on_load()
         return []
 
-    def read_stamp(self):
-        return self.stamp
+    def stamp(self):
+        return self.counter
+
+    def subscribe(self, callback):
+        pass
+
+    def unsubscribe(self, callback):
+        pass
+
+    def done(self):
+        pass
 
 
 def test_registry_rebuilds_before_a_lookup_once_the_beacon_moved(tmp_path):
     beacon = ChangeBeacon(tmp_path / "b")
-    rows = _Rows()
-    registry = ModelRegistry(loader=rows.load, stamp=rows.read_stamp, poll_seconds=0, beacon=beacon)
+    rows = _Source()
+    registry = ModelRegistry(rows, poll_seconds=0, beacon=beacon)
     registry.start()
     assert rows.loads == 1
     registry.models  # noqa: B018  (a lookup)
     assert rows.loads == 1  # nothing moved: no query
-    rows.stamp = 1
+    rows.counter = 1
     ChangeBeacon(tmp_path / "b").bump()  # another process committed a change
     assert registry.models == {} and rows.loads == 2  # rebuilt before answering
     registry.models  # noqa: B018
@@ -65,16 +77,11 @@ def test_registry_follows_the_beacon_from_an_event_loop(tmp_path):
     import threading
 
     beacon = ChangeBeacon(tmp_path / "b")
-    rows = _Rows()
     threads = []
-
-    def load():
-        threads.append(threading.current_thread().name)
-        return rows.load()
-
-    registry = ModelRegistry(loader=load, stamp=rows.read_stamp, poll_seconds=0, beacon=beacon)
+    rows = _Source(on_load=lambda: threads.append(threading.current_thread().name))
+    registry = ModelRegistry(rows, poll_seconds=0, beacon=beacon)
     registry.start()
-    rows.stamp = 1
+    rows.counter = 1
     beacon.bump()
 
     async def lookup():

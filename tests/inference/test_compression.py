@@ -3,8 +3,8 @@ import zlib
 
 import pytest
 
+from inference.http.compression import UnsupportedEncoding, choose, compress, decompress
 from inference.protocol.errors import InvalidInput, RequestTooLarge
-from inference.rest.compression import UnsupportedEncoding, choose, compress, decompress
 
 
 @pytest.mark.parametrize(

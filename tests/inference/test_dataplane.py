@@ -9,11 +9,12 @@ from inference.dataplane import DataPlane
 from inference.protocol.errors import InvalidInput, ModelNotFound, ModelNotReady
 from inference.protocol.types import InferenceRequest, RequestedOutput, RequestInput
 from inference.registry import ModelRegistry
-from inference.runtime.executors import InProcessExecutor, SessionCache
-from inference.runtime.loader import load_onnx_model
+from inference.runtime.executors import InProcessExecutor, session_loader
+from inference.runtime.runner import ModelRunner
 from models_store import services
 from models_store.models import ModelVersion, RegisteredModel
 from models_store.repository import import_repository
+from models_store.serving import StoreArtifacts, StoreRegistrySource
 from tests.support import onnx_models as m
 
 pytestmark = [pytest.mark.db, pytest.mark.django_db(transaction=True)]
@@ -34,8 +35,8 @@ def repo(tmp_path):
 
 @pytest.fixture
 def dataplane(repo):
-    registry = ModelRegistry(poll_seconds=0)
-    executor = InProcessExecutor(SessionCache(load_onnx_model))
+    registry = ModelRegistry(StoreRegistrySource(), poll_seconds=0)
+    executor = InProcessExecutor(ModelRunner(session_loader(StoreArtifacts())))
     registry.add_listener(executor.on_snapshot)
     registry.start()
     yield DataPlane(registry, executor, "modelhost", "test")
@@ -140,14 +141,14 @@ def test_registry_follows_writes_and_drops_stale_sessions(dataplane, repo):
     x = np.zeros((1, 4), dtype=np.float32)
     request = InferenceRequest("v", [RequestInput("x", "FP32", x.shape, x)])
     np.testing.assert_allclose(dataplane.infer(request).outputs[0].data, x + 2)
-    assert len(dataplane.executor.cache) == 1
+    assert len(dataplane.executor.runner.loaded()) == 1
     # A new version imported in this process is served at once (registry_changed on commit).
     m.write_model(repo, "v", m.affine(1.0, 3.0), version=3)
     import_repository(repo)
     response = dataplane.infer(request)
     assert response.model_version == "3"
     np.testing.assert_allclose(response.outputs[0].data, x + 3)
-    assert len(dataplane.executor.cache) == 1  # version 2's session was dropped
+    assert len(dataplane.executor.runner.loaded()) == 1  # version 2's session was dropped
     # A version that fails disappears; the policy falls back to the newest READY one.
     services.version_set_state(ModelVersion.objects.get(model__name="v", number=3), "FAILED", "broken on purpose")
     assert dataplane.infer(request).model_version == "2"
@@ -174,7 +175,7 @@ def _in_another_process(write, *args):
 
 def test_registry_poll_sees_other_process_writes(repo):
     """Without the local signal, the change stamp is what the poller reads."""
-    registry = ModelRegistry(poll_seconds=0)
+    registry = ModelRegistry(StoreRegistrySource(), poll_seconds=0, miss_seconds=0)
     registry.refresh(force=True)
     assert "late" not in registry.models
     m.write_model(repo, "late", m.identity("INT8"))
@@ -189,7 +190,7 @@ def test_a_miss_catches_up_with_other_process_writes(repo):
     """A lookup that misses reads the stamp once and, if it moved, answers
     from the rebuilt snapshot: new models, versions, labels and versions
     that became READY serve at once, without waiting for the poller."""
-    registry = ModelRegistry(poll_seconds=0)
+    registry = ModelRegistry(StoreRegistrySource(), poll_seconds=0, miss_seconds=0)
     registry.refresh(force=True)
     m.write_model(repo, "late", m.identity("INT8"))
     _in_another_process(import_repository, repo)
@@ -218,7 +219,7 @@ def test_a_miss_costs_one_stamp_read_and_none_on_an_event_loop(repo):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    registry = ModelRegistry(poll_seconds=0)
+    registry = ModelRegistry(StoreRegistrySource(), poll_seconds=0, miss_seconds=0)
     registry.refresh(force=True)
     with CaptureQueriesContext(connection) as queries:
         for call in (lambda: registry.model("nope"), lambda: registry.version("simple", "9")):
@@ -232,12 +233,10 @@ def test_a_miss_costs_one_stamp_read_and_none_on_an_event_loop(repo):
     _in_another_process(import_repository, repo)
 
     async def on_the_loop():  # a query here would raise SynchronousOnlyOperation
-        with pytest.raises(ModelNotFound):
-            registry.model("late")
+        return registry.model("late").name
 
-    asyncio.run(on_the_loop())  # no catch-up on the loop; gRPC catches up from a thread
-    assert registry.catch_up() is True and registry.catch_up() is False
-    assert registry.model("late").name == "late"
+    assert asyncio.run(on_the_loop()) == "late"  # the catch-up ran in a helper thread
+    assert registry.catch_up() is False
 
 
 def test_misses_that_wait_share_one_stamp_read(repo):
@@ -247,16 +246,17 @@ def test_misses_that_wait_share_one_stamp_read(repo):
     import threading
     import time
 
-    registry = ModelRegistry(poll_seconds=0)
+    reads = []
+
+    class SlowStamp(StoreRegistrySource):
+        def stamp(self):
+            reads.append(threading.get_ident())
+            time.sleep(0.2)
+            return super().stamp()  # unchanged: nothing is rebuilt
+
+    registry = ModelRegistry(SlowStamp(), poll_seconds=0, miss_seconds=0)
     registry.refresh(force=True)
-    stamp, reads = registry._stamp, []
-
-    def slow_stamp():
-        reads.append(threading.get_ident())
-        time.sleep(0.2)
-        return stamp  # unchanged: nothing is rebuilt
-
-    registry._stamp_reader = slow_stamp
+    reads.clear()
 
     def miss():
         with pytest.raises(ModelNotFound):
@@ -271,3 +271,18 @@ def test_misses_that_wait_share_one_stamp_read(repo):
     for thread in (first, *waiting):
         thread.join()
     assert len(reads) == 2
+
+
+def test_a_flood_of_misses_reads_the_stamp_once_per_miss_interval(repo):
+    """Negative lookups answer from the snapshot between stamp reads: 200
+    unknown names within one interval cost one query, not 200."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    registry = ModelRegistry(StoreRegistrySource(), poll_seconds=0, miss_seconds=5.0)
+    registry.refresh(force=True)
+    with CaptureQueriesContext(connection) as queries:
+        for i in range(200):
+            with pytest.raises(ModelNotFound):
+                registry.model(f"made-up-{i}")
+    assert len(queries) == 1

@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.conftest import EXECUTOR
 from tests.interop.test_rest_wire import Wire
-from tests.support.live import wait_for
+from tests.support.live import people_with_tokens, request, wait_for
 from tests.support.server import ROOT
 
 pytestmark = pytest.mark.interop
@@ -55,6 +55,23 @@ def grpc_client(model_server):
 @pytest.fixture(scope="module")
 def wire(model_server):
     return Wire(model_server.http_url)
+
+
+@pytest.fixture(scope="module")
+def tokens(model_server):
+    """An operator ("ops") and a team member ("dana", team "vision") with API tokens."""
+    return people_with_tokens(model_server, ops="superuser", dana="vision")
+
+
+def auth(token: str) -> dict:
+    """The token as a header both HTTP and gRPC accept (gRPC metadata keys are lowercase)."""
+    return {"authorization": f"Bearer {token}"}
+
+
+@pytest.fixture(scope="module")
+def ops(tokens):
+    """Headers of the operator's token (the test repository's models belong to no team)."""
+    return auth(tokens["ops"])
 
 
 def test_server_metadata_lists_exactly_the_extensions(http, grpc_client):
@@ -90,10 +107,10 @@ def everywhere(predicate) -> bool:
     return all(predicate() for _ in range(8))
 
 
-def test_unload_and_load_reach_every_process(http, grpc_client):
+def test_unload_and_load_reach_every_process(http, grpc_client, ops):
     x = np.zeros((1, 3), dtype=np.float32)
     assert http.is_model_ready("repo_probe") and grpc_client.is_model_ready("repo_probe")
-    http.unload_model("repo_probe", unload_dependents=True)
+    http.unload_model("repo_probe", unload_dependents=True, headers=ops)
     assert everywhere(lambda: not http.is_model_ready("repo_probe") and not grpc_client.is_model_ready("repo_probe"))
     inp = grpcclient.InferInput("INPUT0", [1, 3], "FP32")
     inp.set_data_from_numpy(x)
@@ -102,40 +119,77 @@ def test_unload_and_load_reach_every_process(http, grpc_client):
     assert info.value.status() == "StatusCode.UNAVAILABLE" and "unloaded" in info.value.message()
     entry = next(e for e in http.get_model_repository_index() if e["name"] == "repo_probe")
     assert entry["state"] == "UNAVAILABLE" and "unloaded" in entry["reason"]  # the version is still stored
-    grpc_client.load_model("repo_probe")
+    grpc_client.load_model("repo_probe", headers=ops)
     assert everywhere(lambda: http.is_model_ready("repo_probe") and grpc_client.is_model_ready("repo_probe"))
     np.testing.assert_array_equal(grpc_client.infer("repo_probe", [inp]).as_numpy("OUTPUT0"), x)
-    grpc_client.unload_model("repo_probe")
+    grpc_client.unload_model("repo_probe", headers=ops)
     assert everywhere(lambda: not http.is_model_ready("repo_probe"))
-    http.load_model("repo_probe")
+    http.load_model("repo_probe", headers=ops)
     assert everywhere(lambda: grpc_client.is_model_ready("repo_probe") and http.is_model_ready("repo_probe"))
 
 
-def test_load_with_config_changes_the_version_policy(http):
-    http.load_model("versioned", config=json.dumps({"version_policy": {"latest": {"num_versions": 1}}}))
+def test_load_with_config_changes_the_version_policy(http, ops):
+    http.load_model("versioned", config=json.dumps({"version_policy": {"latest": {"num_versions": 1}}}), headers=ops)
     assert everywhere(lambda: http.get_model_metadata("versioned")["versions"] == ["2"])
     assert http.get_model_config("versioned")["version_policy"] == {"latest": {"num_versions": 1}}
-    http.load_model("versioned", config=json.dumps({"version_policy": {"all": {}}}))
+    http.load_model("versioned", config=json.dumps({"version_policy": {"all": {}}}), headers=ops)
     assert everywhere(lambda: http.get_model_metadata("versioned")["versions"] == ["2", "1"])
 
 
 @pytest.mark.parametrize("call", ["load_model", "unload_model"])
-def test_repository_unknown_model(http, grpc_client, call):
+def test_repository_unknown_model(http, grpc_client, ops, call):
     with pytest.raises(InferenceServerException) as info:
-        getattr(http, call)("no_such_model")
+        getattr(http, call)("no_such_model", headers=ops)
     assert info.value.status() == "404"
     with pytest.raises(InferenceServerException) as info:
-        getattr(grpc_client, call)("no_such_model")
+        getattr(grpc_client, call)("no_such_model", headers=ops)
     assert info.value.status() == "StatusCode.NOT_FOUND"
 
 
-def test_repository_bad_parameters(wire):
+@pytest.mark.parametrize("call", ["load_model", "unload_model"])
+def test_repository_control_needs_a_token_of_the_models_team(http, grpc_client, tokens, model_server, call):
+    """Anonymous calls are 401 / UNAUTHENTICATED; a team token may not touch an
+    operator-owned model (403 / PERMISSION_DENIED); the model keeps serving."""
+    for headers, status, grpc_status in (
+        ({}, "401", "StatusCode.UNAUTHENTICATED"),
+        (auth("mh_not-a-token"), "401", "StatusCode.UNAUTHENTICATED"),
+        (auth(tokens["dana"]), "403", "StatusCode.PERMISSION_DENIED"),
+    ):
+        with pytest.raises(InferenceServerException) as info:
+            getattr(http, call)("simple", headers=headers)
+        assert info.value.status() == status, info.value.message()
+        with pytest.raises(InferenceServerException) as info:
+            getattr(grpc_client, call)("simple", headers=headers)
+        assert info.value.status() == grpc_status
+    assert all(http.is_model_ready("simple") for _ in range(4))
+    # A cross-site form post carries no Authorization header: refused like any anonymous call.
+    status, _ = request(
+        model_server, "POST", "/v2/repository/models/simple/unload", b"", {"Content-Type": "text/plain"}
+    )
+    assert status == 401 and http.is_model_ready("simple")
+
+
+def test_repository_control_is_audited_with_its_actor(http, ops, model_server):
+    http.unload_model("audited", headers=ops)
+    http.load_model("audited", headers=ops)
+    status, events = request(model_server, "GET", "/api/models/audited/audit/", headers=ops)
+    assert status == 200
+    assert [(e["action"], e["actor_name"]) for e in events[:2]] == [("model.load", "ops"), ("model.unload", "ops")]
+
+
+def test_repository_bad_parameters(wire, ops):
     status, _, body = wire.request(
-        "POST", "/v2/repository/models/simple/load", json.dumps({"parameters": {"file:1/model.onnx": "AAAA"}}).encode()
+        "POST",
+        "/v2/repository/models/simple/load",
+        json.dumps({"parameters": {"file:1/model.onnx": "AAAA"}}).encode(),
+        ops,
     )
     assert status == 400 and "file:" in json.loads(body)["error"]
     status, _, body = wire.request(
-        "POST", "/v2/repository/models/simple/unload", json.dumps({"parameters": {"unload_dependents": "yes"}}).encode()
+        "POST",
+        "/v2/repository/models/simple/unload",
+        json.dumps({"parameters": {"unload_dependents": "yes"}}).encode(),
+        ops,
     )
     assert status == 400 and "boolean" in json.loads(body)["error"]
 
@@ -467,7 +521,7 @@ def test_metrics_after_known_traffic(wire, http, grpc_client, model_server):
         - _metric(before, hist, model="stats_probe", protocol="grpc")
         == 3
     )
-    if EXECUTOR == "celery":  # sessions live in the workers; the front end sees their queues
+    if EXECUTOR != "inprocess":  # sessions live in the workers; the front end sees their queues
         assert 'modelhost_worker_queue_depth{queue="infer.cpu"}' in after
     else:
         assert _metric(after, "modelhost_loaded_sessions") >= 1

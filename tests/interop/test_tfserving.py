@@ -253,8 +253,12 @@ def test_version_labels(wire, model_server):
     assert [v["version"] for v in body["model_version_status"]] == ["1"]
     status, body = get(wire, "/v1/models/versioned/labels/canary/metadata")
     assert body["model_spec"]["version"] == "2"
+    # An unknown label is InvalidArgument in TF Serving: 400, its message; the status route too.
     status, body = post(wire, "/v1/models/versioned/labels/nightly:predict", {"instances": x})
-    assert status == 404 and "unknown version label 'nightly'" in body["error"]
+    assert (status, body) == (400, {"error": "Unrecognized servable version label: nightly"})
+    assert get(wire, "/v1/models/versioned/labels/nightly") == (400, body)
+    status, body = post(wire, "/v1/models/no_such_model/labels/stable:predict", {"instances": x})
+    assert status == 404  # an unknown model stays NOT_FOUND
 
 
 # -- bad input ------------------------------------------------------------------

@@ -216,3 +216,15 @@ def external_data_model(location: str) -> bytes:
 def failing_model() -> bytes:
     """Parses as ONNX but fails the ONNX checker: a node of an unknown operator."""
     return _model([helper.make_node("NoSuchOperator", ["x"], ["y"])], [_vi("x", "FP32", [2])], [_vi("y", "FP32", [2])])
+
+
+def gather_table(table=(0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5)) -> bytes:
+    """FP32 y[n, k] = table[idx[n, k]] for INT64 idx of shape [N, K]; an index
+    outside the table makes ONNX Runtime fail the whole run."""
+    values = helper.make_tensor("table", TensorProto.FLOAT, [len(table)], list(table))
+    return _model(
+        [helper.make_node("Gather", ["table", "idx"], ["y"], axis=0)],
+        [_vi("idx", "INT64", ("N", "K"))],
+        [_vi("y", "FP32", ("N", "K"))],
+        initializers=[values],
+    )

@@ -58,6 +58,7 @@ def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
     # Used only by the statistics / metrics tests, so their counts are exact.
     m.write_model(root, "stats_probe", m.affine(1.0, 0.0), config=BATCHED_CONFIG.replace('"affine"', '"stats_probe"'))
     m.write_model(root, "repo_probe", m.identity("FP32"))
+    m.write_model(root, "audited", m.identity("FP32"))  # repository load/unload audit
     if with_sklearn:
         from models_store.management.commands.build_demo_repository import CONFIG, build_models
 

@@ -32,7 +32,7 @@ class LiveServer:
         devices: tuple[str, ...] = (),
     ):
         """``devices``: inference workers (``runworker --device``) to start too;
-        give ``extra_env`` INFERENCE_EXECUTOR=celery and REDIS_URL with them."""
+        give ``extra_env`` INFERENCE_EXECUTOR=workers and REDIS_URL with them."""
         self.devices = devices
         self.worker_processes: dict[str, subprocess.Popen] = {}
         self.http_port = free_port()
@@ -87,26 +87,28 @@ class LiveServer:
         log = open(self.worker_log_path(device), "ab")
         env = dict(self.env, **(extra_env or {}))
         process = subprocess.Popen(
-            [sys.executable, "manage.py", "runworker", "--device", device, "--concurrency", "4"],
+            [sys.executable, "manage.py", "runworker", "--device", device],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         self.worker_processes[device] = process
         return process
 
     def wait_for_workers(self, devices: tuple[str, ...] | None = None, timeout: float = 60) -> None:
-        """Until every worker's heartbeat is in Redis and the front end has seen it."""
+        """Until the heartbeat of every started worker process (its worker id
+        ends with its pid) is in Redis and the front end has seen it."""
         import redis
 
         from inference.runtime.placement import HEARTBEAT_PREFIX, queue_for
 
         client = redis.Redis.from_url(self.env["REDIS_URL"])
-        wanted = {queue_for(d) for d in (devices or self.devices)}
+        wanted = {(queue_for(d), self.worker_processes[d].pid) for d in (devices or self.devices)}
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            keys = {
-                k.decode()[len(HEARTBEAT_PREFIX) :].rsplit(":", 1)[0] for k in client.scan_iter(f"{HEARTBEAT_PREFIX}*")
-            }
-            if wanted <= keys:
+            live = set()
+            for key in client.scan_iter(f"{HEARTBEAT_PREFIX}*"):
+                queue, _, worker_id = key.decode()[len(HEARTBEAT_PREFIX) :].partition(":")
+                live.add((queue, int(worker_id.rsplit("-", 1)[1])))
+            if wanted <= live:
                 time.sleep(1.0)  # the front end refreshes its view every 0.5 s
                 return
             for device, process in self.worker_processes.items():

@@ -112,7 +112,7 @@ def test_worker_on_another_disk_fetches_from_object_storage(s3_server, tmp_path)
     live = LiveServer(
         repo,
         tmp_path / "front",
-        extra_env={"INFERENCE_EXECUTOR": "celery", "REDIS_URL": url, **s3_env(endpoint)},
+        extra_env={"INFERENCE_EXECUTOR": "workers", "REDIS_URL": url, **s3_env(endpoint)},
     )
     live.start()
     other_disk = tmp_path / "worker-machine"

@@ -1,96 +1,107 @@
-"""Worker pieces without processes: the wire format, the LRU session budget,
-execution providers per device, placement."""
+"""Worker pieces without processes: the frames of the worker transport,
+execution providers per device, placement, instances per device."""
 
 from __future__ import annotations
 
-import pickle
+import socket
+import threading
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from kombu.exceptions import ContentDisallowed
-from kombu.serialization import dumps as kombu_dumps
-from kombu.serialization import loads as kombu_loads
 
-from inference.runtime import wire
-from inference.runtime.placement import DeviceError, allowed_queues, parse_device, queue_for
-from inference.runtime.worker import DeviceUnavailable, LRUSessions, providers_for
+from inference.protocol.datatypes import BY_NAME
+from inference.protocol.errors import InvalidInput
+from inference.runtime import frames
+from inference.runtime.placement import DeviceError, allowed_queues, instances_on, parse_device, queue_for
+from inference.runtime.worker import DeviceUnavailable, providers_for
 from tests.support.onnx_models import ALL_DATATYPES, expected_identity_input
 
 NUMERIC = [d for d in ALL_DATATYPES if d != "BYTES"]
 
 
+def _round_trip(header: dict, tensors: list) -> tuple[dict, dict]:
+    """Send one frame through a real socket pair; the header and tensors received."""
+    a, b = socket.socketpair()
+    with a, b:
+        sender = threading.Thread(target=frames.send, args=(a, frames.encode(header, tensors)))
+        sender.start()
+        got, body = frames.Reader(b, 1 << 30).frame()
+        sender.join()
+    return got, frames.tensors(got, body)
+
+
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
-def test_wire_round_trip_numeric(data):
+def test_frames_round_trip_numeric(data):
     name = data.draw(st.sampled_from(NUMERIC))
-    from inference.protocol.datatypes import BY_NAME
-
     dtype = BY_NAME[name].numpy
     array = data.draw(hnp.arrays(dtype, hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=5)))
-    payload = {"inputs": {"x": array}, "outputs": ["y"], "deadline": 1.5, "version": 3}
-    got = wire.loads(wire.dumps(payload))
-    assert got["outputs"] == ["y"] and got["deadline"] == 1.5 and got["version"] == 3
-    out = got["inputs"]["x"]
+    header, tensors = _round_trip({"outputs": ["y"], "deadline": 1.5, "version": 3}, [("x", array)])
+    assert header["outputs"] == ["y"] and header["deadline"] == 1.5 and header["version"] == 3
+    out = tensors["x"]
     assert out.dtype == dtype and out.shape == array.shape
     assert out.tobytes() == array.tobytes()  # bit for bit (NaN payloads included)
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.binary(max_size=20), max_size=12))
-def test_wire_round_trip_bytes(items):
+def test_frames_round_trip_bytes(items):
     array = np.empty(len(items), dtype=object)
     array[:] = items
-    got = wire.loads(wire.dumps({"t": array.reshape(len(items), 1) if items else array}))["t"]
-    assert [bytes(x) for x in got.reshape(-1)] == items
+    _, tensors = _round_trip({}, [("t", array.reshape(len(items), 1) if items else array)])
+    assert [bytes(x) for x in tensors["t"].reshape(-1)] == items
 
 
-def test_wire_layout_is_raw_little_endian_and_refuses_objects():
+def test_frames_are_raw_little_endian_aligned_views():
     x = np.array([[1.0, 2.0]], dtype=">f4")  # big-endian in, little-endian on the wire
-    message = wire.dumps(x)
-    assert np.array([1.0, 2.0], dtype="<f4").tobytes() in message
-    assert wire.loads(message).dtype == np.dtype("<f4")
-    with pytest.raises(TypeError, match="cannot send"):
-        wire.dumps({"bad": object()})
-    # kombu uses the registered serializer; pickle never appears.
-    content_type, encoding, body = kombu_dumps({"a": np.arange(3)}, serializer="modelhost")
-    assert content_type == wire.CONTENT_TYPE and encoding == "binary"
-    assert kombu_loads(body, content_type, encoding, accept=[wire.CONTENT_TYPE])["a"].tolist() == [0, 1, 2]
-    with pytest.raises(ContentDisallowed):
-        kombu_loads(pickle.dumps({"a": 1}), "application/x-python-serialize", "binary", accept=[wire.CONTENT_TYPE])
+    image = np.arange(3 * 224 * 224, dtype=np.float32).reshape(1, 3, 224, 224)
+    buffers = frames.encode({"n": 1}, [("x", x), ("odd", np.arange(3, dtype=np.int8)), ("image", image)])
+    joined = b"".join(bytes(b) for b in buffers)
+    assert np.array([1.0, 2.0], dtype="<f4").tobytes() in joined
+    assert len(buffers) >= 5  # the image is sent from its own memory, not copied into one message
+    _, tensors = _round_trip({"n": 1}, [("x", x), ("odd", np.arange(3, dtype=np.int8)), ("image", image)])
+    assert tensors["x"].dtype == np.dtype("<f4")
+    np.testing.assert_array_equal(tensors["image"], image)
+    assert tensors["image"].ctypes.data % 16 == 0  # aligned: ONNX Runtime uses it in place
+    assert tensors["image"].base is not None  # a view of the received frame
 
 
 @pytest.mark.parametrize("datatype", ALL_DATATYPES)
-def test_wire_every_datatype(datatype):
+def test_frames_every_datatype(datatype):
     data = expected_identity_input(datatype, (2, 3))
-    got = wire.loads(wire.dumps([data]))[0]
+    _, tensors = _round_trip({}, [("t", data)])
     if datatype == "BYTES":
-        assert list(got.flat) == list(data.flat)
+        assert list(tensors["t"].flat) == list(data.flat)
     else:
-        np.testing.assert_array_equal(got, data)
-        assert not got.flags.writeable  # a view of the message, not a copy
+        np.testing.assert_array_equal(tensors["t"], data)
 
 
-def test_lru_sessions_respect_the_budget():
-    loads = []
+def test_frames_refuse_what_does_not_fit():
+    a, b = socket.socketpair()
+    with a, b:
+        frames.send(a, frames.encode({"x": 1}, [("t", np.zeros(1000, dtype=np.float32))]))
+        with pytest.raises(frames.FrameError, match="over the limit"):
+            frames.Reader(b, 1000).frame()  # a frame larger than the limit is refused before it is read
+    header = {"tensors": [["t", "<f4", [10], 0, 8]]}  # 10 floats in 8 bytes
+    body = memoryview(bytes(64))
+    with pytest.raises(InvalidInput, match="8 bytes for 10"):
+        frames.tensors(header, body)
+    with pytest.raises(InvalidInput, match="outside the frame"):
+        frames.tensors({"tensors": [["t", "<f4", [1000], 0, 4000]]}, body)
+    with pytest.raises(InvalidInput):
+        frames.tensors({"tensors": [["t", "|O", [1], 0, 8]]}, body)  # objects never come from bytes
 
-    def loader(artifact, sha256):
-        loads.append(artifact)
-        return f"session:{artifact}"
 
-    cache = LRUSessions(loader, budget=1000, factor=2.0)
-    assert cache.get(("a", 1, "s1"), "a", "s1", 200) == "session:a"  # cost 400
-    assert cache.get(("b", 1, "s2"), "b", "s2", 200) == "session:b"  # 800 in use
-    assert cache.get(("a", 1, "s1"), "a", "s1", 200) == "session:a"  # a is now the most recent
-    cache.get(("c", 1, "s3"), "c", "s3", 200)  # 1200 > 1000: evict the least recent (b)
-    assert cache.keys() == [("a", 1, "s1"), ("c", 1, "s3")] and cache.used == 800
-    cache.get(("huge", 1, "s4"), "huge", "s4", 5000)  # alone over budget: still loads, after evicting all
-    assert cache.keys() == [("huge", 1, "s4")]
-    cache.retain({("a", 1, "s1")})
-    assert cache.keys() == []
-    assert loads == ["a", "b", "c", "huge"]
+def test_instances_per_device():
+    assert instances_on("infer.cpu", ()) == 1
+    assert instances_on("infer.cpu", [{"kind": "KIND_CPU", "count": 3}]) == 3
+    assert instances_on("infer.cuda0", [{"kind": "KIND_CPU", "count": 3}]) == 1
+    gpu = [{"kind": "KIND_GPU", "count": 2, "gpus": [1]}]
+    assert instances_on("infer.cuda1", gpu) == 2 and instances_on("infer.cuda0", gpu) == 1
+    assert instances_on("infer.cuda0", [{"kind": "KIND_AUTO", "count": 4}]) == 4
 
 
 def test_providers_per_device():

@@ -55,7 +55,7 @@ def server(repository, tmp_path_factory):
     live = LiveServer(
         repository,
         tmp_path_factory.mktemp("workers"),
-        extra_env={"INFERENCE_EXECUTOR": "celery", "REDIS_URL": REDIS_URL, "WORKER_CPU_FALLBACK": "true"},
+        extra_env={"INFERENCE_EXECUTOR": "workers", "REDIS_URL": REDIS_URL, "WORKER_CPU_FALLBACK": "true"},
         devices=("cpu", "cuda:0"),
     )
     live.start()
@@ -140,8 +140,8 @@ def test_killed_worker_fails_its_request_and_a_restart_serves_again(server):
     thread.join(30)
     assert outcome["result"][0] == "503", outcome
     assert "stopped before answering" in outcome["result"][1]
-    # The heartbeat expires 5 s after the kill; the request's deadline is 30 s.
-    assert outcome["ended"] - killed < 12, outcome
+    # Its connection closed with it: answered at once, not at the request's 30 s deadline.
+    assert outcome["ended"] - killed < 6, outcome
     with pytest.raises(InferenceServerException) as info:
         _affine(http, httpclient, "on_gpu")
     assert info.value.status() == "503"
@@ -180,7 +180,7 @@ def test_new_and_retired_versions_reach_the_workers(server, repository):
 
 def test_redis_unreachable_at_start_up(repository, tmp_path):
     closed = f"redis://127.0.0.1:{free_port()}/0"
-    env = dict(os.environ, VAR_DIR=str(tmp_path), INFERENCE_EXECUTOR="celery", REDIS_URL=closed)
+    env = dict(os.environ, VAR_DIR=str(tmp_path), INFERENCE_EXECUTOR="workers", REDIS_URL=closed)
     env.pop("DATABASE_URL", None)
     for args in (
         ["serve", "--model-repository", str(repository), "--http-port", str(free_port())],
@@ -242,35 +242,33 @@ def _pings(client) -> bool:
 
 
 def test_redis_going_away_mid_run(repository, tmp_path, private_redis):
+    """Inference goes over the workers' own connections: with Redis gone,
+    requests keep being answered (only new workers and heartbeats wait for
+    it), and everything carries on when it returns."""
     url = f"redis://127.0.0.1:{private_redis['port']}/0"
     live = LiveServer(
-        repository, tmp_path / "live", extra_env={"INFERENCE_EXECUTOR": "celery", "REDIS_URL": url}, devices=("cpu",)
+        repository, tmp_path / "live", extra_env={"INFERENCE_EXECUTOR": "workers", "REDIS_URL": url}, devices=("cpu",)
     )
     live.start()
     try:
         live.wait_for_workers()
         http = httpclient.InferenceServerClient(live.http_url)
+        grpc_c = grpcclient.InferenceServerClient(live.grpc_url)
         x, y = _affine(http, httpclient, "anywhere")
         np.testing.assert_allclose(y, x + 5)
         private_redis["process"].kill()
         private_redis["process"].wait()
-        time.sleep(1.0)  # a request now must fail fast, whether or not the front end noticed yet
-        started = time.monotonic()
-        with pytest.raises(InferenceServerException) as info:
-            _affine(http, httpclient, "anywhere")
-        assert info.value.status() == "503" and "Redis" in info.value.message()
-        assert time.monotonic() - started < 5
-        assert http.is_server_live()
+        ended = time.monotonic() + 6  # past the heartbeat's expiry
+        while time.monotonic() < ended:
+            for client, module in ((http, httpclient), (grpc_c, grpcclient)):
+                x, y = _affine(client, module, "anywhere")
+                np.testing.assert_allclose(y, x + 5)
+            time.sleep(0.2)
+        assert http.is_server_live() and live.worker_processes["cpu"].poll() is None
         private_redis["process"] = private_redis["start"]()
-
-        def serves():
-            try:
-                x, y = _affine(http, httpclient, "anywhere")
-                return np.allclose(y, x + 5)
-            except InferenceServerException:
-                return False
-
-        assert wait_for(serves, timeout=60), live.worker_log_path("cpu").read_text()[-3000:]
+        time.sleep(2)
+        x, y = _affine(http, httpclient, "anywhere")
+        np.testing.assert_allclose(y, x + 5)
     finally:
         assert live.stop() == 0
 

@@ -1,10 +1,9 @@
-"""Protocol errors to HTTP for the V2 REST API: ``{"error": "<message>"}``.
+"""HTTP responses of the protocol adapters: JSON, JSON + binary data, errors.
 
-INVALID_ARGUMENT 400, UNAUTHENTICATED 401, PERMISSION_DENIED 403, NOT_FOUND
-404, RESOURCE_EXHAUSTED 413, UNIMPLEMENTED 501, UNAVAILABLE 503,
-DEADLINE_EXCEEDED 504; an unknown Content-Encoding 415 with
-``Accept-Encoding: gzip, deflate``; anything unexpected is logged and
-answered 500 without internals.
+Errors are ``{"error": "<message>"}`` with each protocol error's
+``http_status`` (:mod:`inference.protocol.errors`); an unknown
+Content-Encoding is 415 with ``Accept-Encoding: gzip, deflate``; anything
+unexpected is logged and answered 500 without internals.
 """
 
 from __future__ import annotations
@@ -15,22 +14,25 @@ from django.http import Http404, HttpResponse
 from rest_framework.exceptions import APIException
 
 from inference.codecs.message import dumps
+from inference.http.compression import UnsupportedEncoding
 from inference.protocol.errors import InferenceError
-from inference.rest.compression import UnsupportedEncoding
 
 logger = logging.getLogger(__name__)
 
-HTTP_STATUS = {
-    "INVALID_ARGUMENT": 400,
-    "NOT_FOUND": 404,
-    "UNAVAILABLE": 503,
-    "RESOURCE_EXHAUSTED": 413,
-    "DEADLINE_EXCEEDED": 504,
-    "UNIMPLEMENTED": 501,
-    "UNAUTHENTICATED": 401,
-    "PERMISSION_DENIED": 403,
-    "INTERNAL": 500,
-}
+
+def json_response(obj, status: int = 200) -> HttpResponse:
+    """``application/json`` response from a dict (numpy arrays allowed)."""
+    return HttpResponse(dumps(obj), status=status, content_type="application/json")
+
+
+def inference_response(body: bytes, header_length: int | None) -> HttpResponse:
+    """A JSON-only body is ``application/json``; with binary outputs the body
+    is ``application/octet-stream`` with ``Inference-Header-Content-Length``."""
+    if header_length is None:
+        return HttpResponse(body, content_type="application/json")
+    response = HttpResponse(body, content_type="application/octet-stream")
+    response["Inference-Header-Content-Length"] = str(header_length)
+    return response
 
 
 def error_response(status: int, message: str, **extra) -> HttpResponse:
@@ -38,13 +40,13 @@ def error_response(status: int, message: str, **extra) -> HttpResponse:
 
 
 def exception_handler(exc: Exception, context) -> HttpResponse:
-    """DRF exception handler of the inference views (also used by TF Serving)."""
+    """DRF exception handler of the protocol views (V2 REST and TF Serving)."""
     if isinstance(exc, UnsupportedEncoding):
         response = error_response(415, exc.message)
         response["Accept-Encoding"] = "gzip, deflate"
         return response
     if isinstance(exc, InferenceError):
-        return error_response(HTTP_STATUS.get(exc.code, 500), exc.message)
+        return error_response(exc.http_status, exc.message)
     if isinstance(exc, APIException):
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         response = error_response(exc.status_code, detail)

@@ -1,5 +1,6 @@
-"""``manage.py worker_health --device cuda:0``: exit 0 when this host's worker
-for the device keeps its heartbeat in Redis, 1 otherwise (a container health check)."""
+"""``manage.py worker_health --device cuda:0``: exit 0 when a worker of this
+host for the device keeps its heartbeat in Redis, 1 otherwise (a container
+health check)."""
 
 import socket
 
@@ -20,11 +21,12 @@ class Command(BaseCommand):
         from inference.runtime.placement import DeviceError, heartbeat_key, queue_for
 
         try:
-            key = heartbeat_key(queue_for(device), hostname)
+            pattern = heartbeat_key(queue_for(device), hostname) + "-*"  # worker ids: <hostname>-<pid>
         except DeviceError as exc:
             raise CommandError(str(exc)) from None
         try:
-            alive = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=3).exists(key)
+            client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=3)
+            alive = any(True for _ in client.scan_iter(match=pattern, count=500))
         except redis.RedisError as exc:
             raise CommandError(f"Redis unreachable: {exc}") from None
         if not alive:

@@ -20,18 +20,20 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
+from hosting.composition import IN_PROCESS, WORKERS, executor_mode
 from hosting.supervisor import Child, Supervisor
 from models_store.repository import import_repository
 
 
 def _check_executor() -> None:
     """Worker mode needs Redis: a clear error at start-up, not failing workers."""
-    if settings.INFERENCE_EXECUTOR == "inprocess":
+    mode = executor_mode()
+    if mode == IN_PROCESS:
         return
-    if settings.INFERENCE_EXECUTOR != "celery":
-        raise CommandError(f"INFERENCE_EXECUTOR must be inprocess or celery, not {settings.INFERENCE_EXECUTOR!r}")
+    if mode != WORKERS:
+        raise CommandError(f"INFERENCE_EXECUTOR must be inprocess or workers, not {settings.INFERENCE_EXECUTOR!r}")
     if not settings.REDIS_URL:
-        raise CommandError("INFERENCE_EXECUTOR=celery needs REDIS_URL (e.g. redis://127.0.0.1:6379/0)")
+        raise CommandError("INFERENCE_EXECUTOR=workers needs REDIS_URL (e.g. redis://127.0.0.1:6379/0)")
     import redis
 
     try:

@@ -4,10 +4,13 @@ With ``--processes N`` (default GRPC_PROCESSES) N server processes share the
 port (SO_REUSEPORT), supervised like ``serve``'s children.
 """
 
+import os
 import sys
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+
+from hosting.supervisor import Child, Supervisor
 
 
 class Command(BaseCommand):
@@ -31,10 +34,6 @@ class Command(BaseCommand):
 
             serve_forever(f"{host}:{port}", threads)
             return
-        import os
-
-        from hosting.supervisor import Child, Supervisor
-
         argv = [sys.executable, "manage.py", "rungrpc", "--host", host, "--port", str(port), "--processes", "1",
                 "--threads", str(threads)]  # fmt: skip
         children = [Child(f"grpc-{i}", argv, dict(os.environ), str(settings.BASE_DIR)) for i in range(processes)]

@@ -1,6 +1,6 @@
 import pytest
 
-from models_store.version_policy import default_version, served_versions
+from inference.version_policy import default_version, served_versions
 
 
 @pytest.mark.parametrize(

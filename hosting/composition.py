@@ -1,0 +1,128 @@
+"""The composition root: the one place that wires the apps together.
+
+``inference`` (the serving side) defines the ports it needs
+(:mod:`inference.ports`) and never imports ``models_store``; ``models_store``
+implements them (:mod:`models_store.serving`, :mod:`models_store.tokens`) and
+imports ``inference``; this module, run when Django starts (``HostingConfig.ready``),
+installs the implementations and builds the process's data plane (REST and
+gRPC processes) or worker runtime (``runworker``) from settings.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import redis
+from django.conf import settings
+
+import hosting
+from inference import observability, ports
+from inference.changes import beacon_at
+from inference.dataplane import DataPlane
+from inference.registry import ModelRegistry
+from inference.runtime import onnx as onnx_runtime
+from inference.runtime.executors import InProcessExecutor, session_loader
+from inference.runtime.placement import WorkerDirectory
+from inference.runtime.remote import RemoteExecutor
+from inference.runtime.runner import ModelRunner
+from inference.runtime.worker import WorkerRuntime
+from inference.runtime.worker_server import transport_key
+from inference.statistics import StatisticsRecorder
+from inference.statistics_db import DatabaseStatistics
+from models_store.serving import StoreArtifacts, StoreRegistrySource
+from models_store.tokens import StoreAuthorizer, TokenCache
+
+logger = logging.getLogger(__name__)
+
+#: INFERENCE_EXECUTOR values: ONNX Runtime in this process, or in inference workers.
+IN_PROCESS, WORKERS = "inprocess", "workers"
+
+
+def executor_mode() -> str:
+    """``inprocess`` or ``workers`` (``celery``, the earlier name, is accepted)."""
+    mode = settings.INFERENCE_EXECUTOR
+    return WORKERS if mode == "celery" else mode
+
+
+def install() -> None:
+    """Install the model store's implementations of the serving side's ports."""
+    token_cache = TokenCache(ttl=settings.INFERENCE_TOKEN_CACHE_SECONDS)
+    ports.install(
+        registry_source=StoreRegistrySource(),
+        artifact_source=StoreArtifacts(),
+        authorizer=StoreAuthorizer(token_cache),
+        statistics_store=DatabaseStatistics(),
+        dataplane_factory=build_dataplane,
+    )
+
+
+def _registry() -> ModelRegistry:
+    return ModelRegistry(
+        ports.providers.registry_source, poll_seconds=settings.REGISTRY_POLL_SECONDS, beacon=beacon_at(settings.VAR_DIR)
+    )
+
+
+def _session_options():
+    return onnx_runtime.session_options(
+        settings.ORT_INTRA_OP_THREADS, settings.ORT_INTER_OP_THREADS, settings.ORT_GRAPH_OPTIMIZATION
+    )
+
+
+def _observe_load(target, seconds: float) -> None:
+    observability.LOAD_TIME.labels(target.model, str(target.version)).observe(seconds)
+
+
+def redis_client(timeout: float = 10.0):
+    return redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=3, socket_timeout=timeout)
+
+
+def build_dataplane() -> DataPlane:
+    """This server process's data plane, from settings."""
+    registry = _registry()
+    if executor_mode() == WORKERS:
+        executor = RemoteExecutor(
+            WorkerDirectory(redis_client()),
+            transport_key(settings.SECRET_KEY),
+            2 * settings.MAX_REQUEST_BYTES,
+            settings.WORKER_TIMEOUT_SECONDS,
+        )
+    else:
+        providers = onnx_runtime.provider_list(settings.ORT_EXECUTION_PROVIDERS, settings.ORT_DEVICE_ID)
+        runner = ModelRunner(
+            session_loader(ports.providers.artifact_source, _session_options(), providers),
+            settings.SESSION_MEMORY_BUDGET_MB * 1024 * 1024,
+            on_load=_observe_load,
+            on_change=observability.LOADED_SESSIONS.set,
+        )
+        executor = InProcessExecutor(runner)
+    executor.start()
+    registry.add_listener(executor.on_snapshot)
+    registry.add_listener(ports.providers.authorizer.cache.on_registry_change)
+    registry.start()
+    statistics = StatisticsRecorder(ports.providers.statistics_store, settings.STATISTICS_FLUSH_SECONDS)
+    statistics.start()
+    return DataPlane(
+        registry,
+        executor,
+        hosting.SERVER_NAME,
+        hosting.__version__,
+        statistics=statistics,
+        timeout_seconds=settings.INFERENCE_TIMEOUT_SECONDS,
+    )
+
+
+def build_worker(device: str, providers: list) -> WorkerRuntime:
+    """The runtime of an inference worker pinned to ``device`` (registry
+    followed, sessions on the device's providers, artifacts cached under
+    WORKER_CACHE_DIR)."""
+    registry = _registry()
+    runner = ModelRunner(
+        session_loader(StoreArtifacts(settings.WORKER_CACHE_DIR), _session_options(), providers),
+        settings.WORKER_MEMORY_BUDGET_MB * 1024 * 1024,
+        on_load=_observe_load,
+        on_change=observability.LOADED_SESSIONS.set,
+    )
+    runtime = WorkerRuntime(device, runner, registry)
+    registry.add_listener(runtime.on_snapshot)
+    registry.start()
+    return runtime

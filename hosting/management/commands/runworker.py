@@ -1,0 +1,106 @@
+"""``manage.py runworker --device cuda:0`` (or ``cpu``): an inference worker
+pinned to one device.
+
+It accepts front-end connections (``WORKER_LISTEN``; inference requests
+arrive there, see inference/runtime/remote.py), announces its address with a
+Redis heartbeat, follows the registry, and consumes the model store's
+control tasks (validation of uploaded versions, queue ``modelhost.control``)
+with Celery. SIGTERM: the heartbeat goes first (front ends stop sending),
+requests in progress finish, then it exits.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+
+import redis
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from hosting import composition
+from hosting.celery import CONTROL_QUEUE, app
+from inference.runtime import worker
+from inference.runtime.placement import DeviceError, Heartbeat, parse_device, queue_for
+from inference.runtime.worker_server import WorkerServer, transport_key
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise CommandError(f"not a host:port address: {text!r}")
+    return host.strip("[]"), int(port)
+
+
+class Command(BaseCommand):
+    help = "Run an inference worker for one device (cpu or cuda:<n>); needs REDIS_URL."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--device", required=True, help="cpu or cuda:<n>")
+        parser.add_argument("--hostname", default=socket.gethostname())
+        parser.add_argument("--listen", default=settings.WORKER_LISTEN, help="host:port (port 0: any free port)")
+        parser.add_argument("--advertise", default=settings.WORKER_ADVERTISE, help="host:port front ends connect to")
+        parser.add_argument(
+            "--no-control", action="store_true", help="do not run control tasks (validation of uploads)"
+        )
+
+    def handle(self, *args, device, hostname, listen, advertise, no_control, **options):
+        try:
+            kind, _ = parse_device(device)
+            queue = queue_for(device)
+        except DeviceError as exc:
+            raise CommandError(str(exc)) from None
+        if not settings.REDIS_URL:
+            raise CommandError("runworker needs REDIS_URL (e.g. redis://127.0.0.1:6379/0)")
+        client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=5, socket_timeout=10)
+        try:
+            client.ping()
+        except redis.RedisError as exc:
+            raise CommandError(f"Redis at {settings.REDIS_URL} is unreachable: {exc}") from None
+        if kind == "cuda":
+            # Device numbers as nvidia-smi shows them; ONNX Runtime gets device_id.
+            os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+        try:
+            providers = worker.providers_for(device, settings.WORKER_CPU_FALLBACK)
+        except worker.DeviceUnavailable as exc:
+            raise CommandError(str(exc)) from None
+        runtime = composition.build_worker(device, providers)
+        try:
+            server = WorkerServer(
+                _address(listen), transport_key(settings.SECRET_KEY), runtime.handle, 2 * settings.MAX_REQUEST_BYTES
+            )
+        except OSError as exc:
+            raise CommandError(f"cannot listen on {listen}: {exc}") from None
+        server.start()
+        host, port = server.address
+        if not advertise:
+            advertise = f"{hostname if host in ('0.0.0.0', '::') else host}:{port}"
+        worker_id = f"{hostname}-{os.getpid()}"
+        heartbeat = Heartbeat(
+            client, queue, worker_id,
+            lambda: {"address": advertise, "device": device, "host": hostname, "pid": os.getpid(),
+                     "busy": server.busy, "providers": [str(p) for p in providers]},
+        )  # fmt: skip
+        heartbeat.start()
+        self.stdout.write(f"worker {worker_id} for {device} on {advertise} (providers {providers})")
+        self.stdout.flush()
+        try:
+            if no_control:
+                stopped = threading.Event()
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    signal.signal(sig, lambda *_: stopped.set())
+                stopped.wait()
+            else:
+                app.worker_main(
+                    [
+                        "worker", "--queues", CONTROL_QUEUE, "--pool", "threads", "--concurrency", "1",
+                        "--hostname", f"{device}@{worker_id}", "--without-gossip", "--without-mingle",
+                        "--without-heartbeat", "--loglevel", settings.LOG_LEVEL,
+                    ]
+                )  # fmt: skip
+        finally:
+            heartbeat.stop()
+            server.stop(grace=settings.GRPC_GRACE_SECONDS)
+            runtime.registry.stop()

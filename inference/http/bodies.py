@@ -1,0 +1,58 @@
+"""Reading request bodies: the size limit checked before reading, gzip/deflate."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from inference.http import compression
+from inference.protocol.errors import InvalidInput, RequestTooLarge
+
+
+def declared_length(request, limit: int) -> int:
+    """The body's Content-Length; raises InvalidInput when it is not an
+    integer and RequestTooLarge above ``limit`` (before reading anything)."""
+    length = request.META.get("CONTENT_LENGTH") or "0"
+    try:
+        declared = int(length)
+    except ValueError:
+        raise InvalidInput(f"Content-Length is not an integer: {length!r}") from None
+    if declared > limit:
+        raise RequestTooLarge(f"request body of {declared} bytes exceeds the limit of {limit} bytes")
+    return declared
+
+
+def read_body(request, allow_empty: bool = False) -> bytes:
+    """The request body, refusing one above MAX_REQUEST_BYTES before reading it.
+
+    ``request`` is a Django HttpRequest. A gzip/deflate body is inflated
+    (inference/http/compression.py). Raises RequestTooLarge, and
+    InvalidInput for an empty body unless ``allow_empty``.
+    """
+    limit = settings.MAX_REQUEST_BYTES
+    declared_length(request, limit)  # refuses an oversized body before reading it
+    body = compression.decompress(request.body, request.META.get("HTTP_CONTENT_ENCODING"), limit)
+    if not body and not allow_empty:
+        raise InvalidInput("the request body is empty; it must hold an inference request")
+    return body
+
+
+def read_split(request, header_length: int) -> tuple[bytes, bytes]:
+    """Read the JSON header and the binary tail of a body as two reads.
+
+    The tail is then a bytes object of its own, whose data CPython aligns, so
+    the numeric tensors viewed in it are aligned and ONNX Runtime uses them in
+    place: one copy from the socket to the session. Raises like read_body.
+    """
+    limit = settings.MAX_REQUEST_BYTES
+    declared = declared_length(request, limit)
+    if header_length < 0:
+        raise InvalidInput(f"Inference-Header-Content-Length is negative ({header_length})")
+    if header_length > declared:
+        raise InvalidInput(
+            f"Inference-Header-Content-Length ({header_length}) is larger than the body ({declared} bytes)"
+        )
+    head = request.read(header_length)
+    tail = request.read(declared - header_length)
+    if len(head) != header_length or len(head) + len(tail) != declared:
+        raise InvalidInput("the request body is shorter than its Content-Length")
+    return head, tail

@@ -1,0 +1,101 @@
+"""Base views of the protocol adapters: no authentication, throttling or
+content negotiation work in DRF (access control is the DataPlane's), protocol
+errors as ``{"error": ...}``, and every POST observed in metrics and the
+request log (inference/observability.py)."""
+
+from __future__ import annotations
+
+import time
+
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.views import APIView
+
+from inference import observability
+from inference.auth import bearer_token
+from inference.dataplane import get_dataplane
+from inference.http.responses import exception_handler
+
+
+class FirstChoiceNegotiation(BaseContentNegotiation):
+    """Use the view's first parser and renderer whatever the headers say."""
+
+    def select_parser(self, request, parsers):
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
+class ProtocolView(APIView):
+    """Base of the protocol views."""
+
+    authentication_classes: list = []
+    permission_classes: list = []
+    throttle_classes: list = []
+    content_negotiation_class = FirstChoiceNegotiation
+    parser_classes: list = []  # bodies are read by the views themselves (inference/http/bodies.py)
+
+    @property
+    def dataplane(self):
+        return get_dataplane()
+
+    def get_exception_handler(self):
+        return exception_handler
+
+    # The protocol views use no authentication classes, permissions,
+    # throttling, versioning or content negotiation: skip DRF's per-request
+    # steps for them.
+    def initial(self, request, *args, **kwargs):
+        pass
+
+    @property
+    def default_response_headers(self):
+        return {}
+
+    @staticmethod
+    def token(request) -> str | None:
+        """The request's bearer token (``Authorization: Bearer <token>``), if any."""
+        return bearer_token(request.META.get("HTTP_AUTHORIZATION"))
+
+
+#: HTTP status -> the outcome label of metrics and request logs.
+OUTCOMES = {
+    200: "success",
+    400: "invalid_argument",
+    401: "unauthenticated",
+    403: "permission_denied",
+    404: "not_found",
+    413: "resource_exhausted",
+    415: "invalid_argument",
+    501: "unimplemented",
+    503: "unavailable",
+    504: "deadline_exceeded",
+}
+
+
+class ObservedView(ProtocolView):
+    """Records every POST in metrics and the request log; a view sets
+    ``served`` (the ServedVersion that ran) and ``request_id``."""
+
+    protocol = "rest"
+    served = None
+    request_id = None
+
+    def dispatch(self, request, *args, **kwargs):
+        if request.method != "POST":
+            return super().dispatch(request, *args, **kwargs)
+        started = time.perf_counter()
+        response = super().dispatch(request, *args, **kwargs)
+        served = self.served
+        observability.observe(
+            self.protocol,
+            served.model_name if served else "",
+            served.version if served else "",
+            OUTCOMES.get(response.status_code, "internal"),
+            time.perf_counter() - started,
+            int(request.META.get("CONTENT_LENGTH") or 0),
+            len(response.content),
+            response.status_code,
+            self.request_id or request.META.get("HTTP_X_REQUEST_ID"),
+        )
+        return response

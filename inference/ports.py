@@ -1,0 +1,142 @@
+"""What the serving side needs from the rest of the platform.
+
+``inference`` never imports the model store: it defines these small
+interfaces, the model store (``models_store``) implements them, and the
+composition root (``hosting``, when Django starts) installs the
+implementations with :func:`install`. Tests install fakes the same way.
+
+- :class:`RegistrySource`: the model registry as plain records, its change
+  stamp, local change notices, and the two registry writes of Triton's
+  repository extension (load/unload, a version policy from ``config``).
+- :class:`ArtifactSource`: a model version's artifact as a local file.
+- :class:`Authorizer`: who may call which model (inference, repository
+  control, listing).
+- :class:`StatisticsStore`: where statistics of every process add up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class VersionRecord:
+    """One stored model version. ``inputs``/``outputs``: ``{"name", "datatype",
+    "shape"}`` dicts (-1 for variable dimensions)."""
+
+    number: int
+    state: str  # UPLOADED, VALIDATING, READY, FAILED, UNAVAILABLE
+    reason: str
+    sha256: str
+    artifact: str
+    size: int  # bytes
+    inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+    properties: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """One registered model with its versions and version labels.
+
+    ``dynamic_batching``: Triton's ``dynamic_batching`` message as JSON
+    (``preferred_batch_size``, ``max_queue_delay_microseconds``,
+    ``preserve_ordering``), or None when the model does not batch.
+    ``team``: the owning team's name ("" for operator-owned models).
+    """
+
+    name: str
+    platform: str
+    max_batch_size: int
+    version_policy: str  # latest, all, specific
+    latest_versions: int
+    specific_versions: tuple[int, ...]
+    loaded: bool
+    instance_group: tuple = ()
+    config: dict = field(default_factory=dict)
+    dynamic_batching: dict | None = None
+    team: str = ""
+    labels: dict = field(default_factory=dict)  # version label -> version number
+    versions: tuple[VersionRecord, ...] = ()
+
+
+class RegistrySource(Protocol):
+    def models(self) -> list[ModelRecord]:
+        """Every registered model (a consistent read)."""
+
+    def stamp(self) -> int:
+        """The registry's change counter; it moves with every committed write."""
+
+    def subscribe(self, callback) -> None:
+        """Call ``callback()`` after each registry write committed in this process."""
+
+    def unsubscribe(self, callback) -> None: ...
+
+    def done(self) -> None:
+        """A long-lived thread finished a read (lets the source recycle connections)."""
+
+    def set_loaded(self, name: str, loaded: bool, actor: Any = None) -> None:
+        """Load or unload a model in every process (audited as ``actor``).
+        Raises ModelNotFound."""
+
+    def set_policy(self, name: str, policy: str, latest: int, specific: list[int], actor: Any = None) -> None:
+        """Change a model's version policy (audited). Raises ModelNotFound,
+        InvalidInput for a policy the registry refuses."""
+
+
+class ArtifactSource(Protocol):
+    def local_path(self, artifact: str, sha256: str) -> Path:
+        """A local path of the artifact's ``model.onnx`` (fetched into a
+        local cache first when the store is remote). Raises OSError."""
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who makes a call: ``actor`` is what the registry's audit log records."""
+
+    label: str
+    actor: Any = None
+
+
+class Authorizer(Protocol):
+    def check_inference(self, token: str | None, model_name: str) -> None:
+        """Raise Unauthenticated / PermissionDenied unless ``token`` may run
+        inference on ``model_name`` (only asked while tokens are required)."""
+
+    def check_control(self, token: str | None, model_name: str) -> Caller:
+        """The caller if ``token`` may load/unload ``model_name`` (a token of the
+        model's team, or an operator's); raises Unauthenticated / PermissionDenied."""
+
+    def visible_models(self, token: str | None):
+        """A predicate on model names the caller may see listed, or None for all."""
+
+
+class StatisticsStore(Protocol):
+    def add(self, versions: dict, batches: dict, last: dict) -> None:
+        """Add per-version and per-batch-size counter deltas (see
+        :mod:`inference.statistics`); raises on failure (deltas are kept)."""
+
+    def read(self, keys: list[tuple[str, int]]) -> tuple[dict, dict, dict]:
+        """Totals of every process for (model, version) keys: (versions, batches, last)."""
+
+
+@dataclass
+class Providers:
+    registry_source: RegistrySource | None = None
+    artifact_source: ArtifactSource | None = None
+    authorizer: Authorizer | None = None
+    statistics_store: StatisticsStore | None = None
+    dataplane_factory: Any = None  # () -> DataPlane
+
+
+providers = Providers()
+
+
+def install(**implementations) -> None:
+    """Install implementations (keyword names: the fields of :class:`Providers`)."""
+    for name, value in implementations.items():
+        if not hasattr(providers, name):
+            raise TypeError(f"unknown provider {name!r}")
+        setattr(providers, name, value)

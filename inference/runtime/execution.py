@@ -1,0 +1,90 @@
+"""What the model runner works with: run targets, results, one guarded ``session.run``.
+
+Shared by :mod:`inference.runtime.runner` and :mod:`inference.runtime.batching`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import onnxruntime as ort
+
+from inference.protocol.errors import DeadlineExceeded
+from inference.runtime.deadlines import watchdog
+from inference.runtime.onnx import OnnxModel
+
+now_ns = time.perf_counter_ns
+
+
+@dataclass(frozen=True)
+class BatchingPolicy:
+    """Triton's ``dynamic_batching`` with the model's ``max_batch_size``.
+
+    ``preferred_batch_sizes``: batch sizes sent as soon as they can be formed;
+    ``max_queue_delay_us``: how long the oldest queued request may wait for a
+    fuller batch (microseconds, 0: send what is queued at once);
+    ``preserve_ordering``: answers leave in the order requests arrived.
+    """
+
+    max_batch_size: int
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_delay_us: int = 0
+    preserve_ordering: bool = False
+
+
+@dataclass(frozen=True)
+class RunTarget:
+    """What the runner needs to know about a model version."""
+
+    model: str
+    version: int
+    sha256: str
+    artifact: str  # where the artifact source finds it
+    size: int  # bytes, for the memory budget
+    instances: int = 1  # sessions (model instances) to run it on
+    batching: BatchingPolicy | None = None
+
+    @property
+    def key(self) -> tuple[str, int, str]:
+        return (self.model, self.version, self.sha256)
+
+    def describe(self) -> str:
+        return f"version {self.version} of model '{self.model}'"
+
+
+@dataclass(slots=True)
+class RunResult:
+    """One request's outputs and how it ran (for the statistics extension).
+
+    ``batch_size``: rows of the execution the request ran in; ``executed``:
+    true for exactly one request per execution (the one that counts it);
+    ``queue_ns``: time waiting for an instance or a batch; ``infer_ns``: the
+    execution's ``session.run`` time.
+    """
+
+    outputs: list[np.ndarray]
+    batch_size: int
+    executed: bool
+    queue_ns: int
+    infer_ns: int
+
+
+def execute(model: OnnxModel, feeds: dict, output_names: list[str], deadline: float | None) -> list[np.ndarray]:
+    """``session.run`` under the deadline watchdog (None: no deadline).
+
+    Raises DeadlineExceeded when the deadline has passed already or passes
+    while the model runs, InvalidInput for inputs the model refuses.
+    """
+    if deadline is None:
+        return model.run(feeds, output_names)
+    if time.monotonic() >= deadline:
+        raise DeadlineExceeded("the request's deadline passed before the model ran")
+    options = ort.RunOptions()
+    options.log_severity_level = 4  # a terminated run is expected here, not an error to log
+    token = watchdog.watch(deadline, options)
+    try:
+        return model.run(feeds, output_names, options)
+    finally:
+        watchdog.done(token)

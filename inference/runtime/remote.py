@@ -1,0 +1,218 @@
+"""Worker mode, front-end side: run inferences on pinned workers over
+persistent connections (``INFERENCE_EXECUTOR=workers`` with ``REDIS_URL``).
+
+Workers announce their address with a Redis heartbeat
+(:class:`~inference.runtime.placement.WorkerDirectory`); Redis is used for
+nothing else on the request path. Each front-end process keeps idle
+connections to each worker; a request takes one (or opens one: TCP, the
+key challenge of :mod:`inference.runtime.worker_server`), sends one frame
+(:mod:`inference.runtime.frames`: the tensors' bytes as they are), waits for
+the answer frame and puts the connection back.
+
+Faults, each answered once and never retried after the request was sent:
+
+- no live worker for the model's devices -> UNAVAILABLE at once;
+- the worker dies holding the request: its connection closes, so exactly
+  the requests it held answer UNAVAILABLE at once (other workers of the
+  same device keep serving); a worker that hangs without closing answers
+  UNAVAILABLE once its heartbeat expires (about 5 s);
+- no answer before the request's deadline -> DEADLINE_EXCEEDED (the
+  connection is closed, so a late answer is never read as another's);
+- a pooled connection found closed before use (a restarted worker) is
+  replaced; a send that fails on a reused connection is retried once on a
+  fresh one (the worker never received a whole frame); a worker that
+  refuses connections (killed, its heartbeat not yet expired) is passed
+  over for the next one of the device.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+import threading
+import time
+
+import numpy as np
+
+from inference.protocol import errors
+from inference.runtime import frames
+from inference.runtime.execution import RunResult, RunTarget
+from inference.runtime.placement import Worker, WorkerDirectory, describe_group
+from inference.runtime.worker_server import proof
+
+logger = logging.getLogger(__name__)
+
+#: How often a waiting request checks its deadline and that its worker is still alive.
+_LIVENESS_SECONDS = 0.25
+_RCVTIMEO = struct.pack("ll", 0, int(_LIVENESS_SECONDS * 1e6))
+_CONNECT_SECONDS = 3.0
+#: How long a worker that refused a connection is passed over (its heartbeat expires meanwhile).
+_UNREACHABLE_SECONDS = 5.0
+
+
+class _Connection:
+    __slots__ = ("reader", "sock", "worker")
+
+    def __init__(self, sock: socket.socket, worker: Worker, max_frame: int):
+        self.sock = sock
+        self.worker = worker
+        self.reader = frames.Reader(sock, max_frame)
+
+    def closed_by_peer(self) -> bool:
+        """True when the worker closed it (or it is broken) while it sat idle."""
+        try:
+            return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class RemoteExecutor:
+    """Runs inferences on workers (see module doc); thread-safe."""
+
+    def __init__(self, directory: WorkerDirectory, key: bytes, max_frame: int, default_timeout: float = 30.0):
+        self.directory = directory
+        self.key = key
+        self.max_frame = max_frame
+        self.default_timeout = default_timeout
+        self._idle: dict[str, list[_Connection]] = {}
+        self._unreachable: dict[str, float] = {}  # worker id -> until when it is skipped
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self.directory.start()
+
+    def on_snapshot(self, snapshot) -> None:
+        """Sessions live in the workers; they follow the registry themselves."""
+
+    def blocks(self, target: RunTarget) -> bool:
+        """Every call waits on a worker."""
+        return True
+
+    # -- connections -----------------------------------------------------
+    def _connect(self, worker: Worker) -> _Connection:
+        try:
+            sock = socket.create_connection(worker.address, timeout=_CONNECT_SECONDS)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = _Connection(sock, worker, self.max_frame)
+            header, _ = conn.reader.frame()
+            frames.send(sock, frames.encode({"proof": proof(self.key, header.get("challenge", b""))}))
+            sock.settimeout(None)
+            # A blocking socket whose reads give up after a while (BlockingIOError), so
+            # that a waiting request checks its deadline and its worker's heartbeat.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _RCVTIMEO)
+        except (OSError, frames.FrameError) as exc:
+            raise errors.ModelNotReady(f"cannot connect to the {worker.queue} worker {worker.id}: {exc}") from None
+        return conn
+
+    def _checkout(self, worker: Worker) -> tuple[_Connection, bool]:
+        """A connection to ``worker`` and whether it was reused."""
+        while True:
+            with self._lock:
+                pool = self._idle.get(worker.id)
+                conn = pool.pop() if pool else None
+            if conn is None:
+                return self._connect(worker), False
+            if conn.worker.address == worker.address and not conn.closed_by_peer():
+                return conn, True
+            conn.close()
+
+    def _connection(self, target: RunTarget, workers: list[Worker]) -> tuple[_Connection, bool]:
+        """A connection to the next worker in round robin; a worker that
+        refuses connections (dead, its heartbeat not yet expired) is skipped
+        for a while and the next one tried, since nothing was sent yet."""
+        first = self.directory.pick(target.key, workers)
+        start = workers.index(first)
+        now = time.monotonic()
+        order = workers[start:] + workers[:start]
+        reachable = [w for w in order if self._unreachable.get(w.id, 0.0) <= now] or order
+        failure = None
+        for worker in reachable:
+            try:
+                return self._checkout(worker)
+            except errors.ModelNotReady as exc:
+                self._unreachable[worker.id] = time.monotonic() + _UNREACHABLE_SECONDS
+                failure = exc
+        raise failure
+
+    def _checkin(self, conn: _Connection) -> None:
+        with self._lock:
+            self._idle.setdefault(conn.worker.id, []).append(conn)
+
+    # -- running ---------------------------------------------------------
+    def run(
+        self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
+        deadline: float | None = None, placement=(),
+    ) -> RunResult:  # fmt: skip
+        """Run one request on a worker of a device ``placement`` (the model's
+        instance group) allows. Raises ModelNotReady, DeadlineExceeded and
+        the errors the worker reports (see module doc)."""
+        if deadline is None:
+            deadline = time.monotonic() + self.default_timeout
+        workers = self.directory.candidates(placement)
+        if not workers:
+            why = self.directory.error or f"no live worker serves {describe_group(placement)}"
+            raise errors.ModelNotReady(f"model '{target.model}' cannot run now: {why}")
+        header = {
+            "model": target.model,
+            "version": target.version,
+            "sha256": target.sha256,
+            "outputs": output_names,
+            "rows": rows,
+            "deadline": time.time() + (deadline - time.monotonic()),
+        }
+        buffers = frames.encode(header, feeds.items())
+        conn, reused = self._connection(target, workers)
+        worker = conn.worker
+        try:
+            frames.send(conn.sock, buffers)
+        except OSError:
+            conn.close()
+            if not reused:
+                raise errors.ModelNotReady(f"the {worker.queue} worker {worker.id} refused the request") from None
+            conn, _ = self._checkout(worker)  # the pooled connection had died: once more on a new one
+            try:
+                frames.send(conn.sock, buffers)
+            except OSError as exc:
+                conn.close()
+                raise errors.ModelNotReady(f"cannot send to the {worker.queue} worker {worker.id}: {exc}") from None
+        answer, body = self._wait(conn, deadline)
+        self._checkin(conn)
+        error = answer.get("error")
+        if error is not None:
+            raise errors.from_code(error[0], error[1])
+        outputs = frames.tensors(answer, body, "worker answer")
+        return RunResult(
+            [outputs[name] for name in output_names],
+            answer["batch"], answer["executed"], answer["queue_ns"], answer["infer_ns"],
+        )  # fmt: skip
+
+    def _wait(self, conn: _Connection, deadline: float) -> tuple[dict, memoryview]:
+        worker = conn.worker
+        while True:
+            try:
+                return conn.reader.frame()
+            except BlockingIOError:  # nothing for _LIVENESS_SECONDS (SO_RCVTIMEO)
+                if time.monotonic() >= deadline:
+                    conn.close()
+                    raise errors.DeadlineExceeded(
+                        f"no answer from the {worker.queue} worker {worker.id} before the request's deadline"
+                    ) from None
+                if not self.directory.is_live(worker.id):
+                    conn.close()
+                    raise errors.ModelNotReady(
+                        f"the {worker.queue} worker {worker.id} stopped before answering (its heartbeat expired)"
+                    ) from None
+            except (OSError, frames.FrameError):
+                conn.close()
+                raise errors.ModelNotReady(
+                    f"the {worker.queue} worker {worker.id} stopped before answering (its connection closed)"
+                ) from None

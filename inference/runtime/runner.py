@@ -1,0 +1,195 @@
+"""The model runner: the only code that calls ``session.run``.
+
+One :class:`ModelRunner` per process serves the in-process executor (every
+REST and gRPC process) and the inference workers alike. For each model
+version it is asked to run, it loads ``instances`` ONNX Runtime sessions (the
+instance group's ``count``: Triton's model instances) from an injected
+loader, keeps them under a memory budget (least recently used versions are
+unloaded first), and runs each request on an idle instance:
+
+- without dynamic batching, a request waits for an idle instance (in
+  arrival order) and runs alone;
+- with dynamic batching (:mod:`inference.runtime.batching`), requests are
+  queued and the instances run them in batches.
+
+Deadlines (``time.monotonic()`` seconds) are guarded here, in one place: a
+request whose deadline passes while it waits is not run
+(DEADLINE_EXCEEDED), and a running ``session.run`` that outlives it is
+stopped through ``RunOptions.terminate`` by the deadline watchdog.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from inference.protocol.errors import DeadlineExceeded, InferenceError, ModelNotReady
+from inference.runtime.batching import DynamicBatcher
+from inference.runtime.execution import RunResult, RunTarget, execute, now_ns
+from inference.runtime.onnx import OnnxModel
+
+logger = logging.getLogger(__name__)
+
+
+class LoadedVersion:
+    """A model version's instances: idle ones in a queue, and its batcher."""
+
+    def __init__(self, target: RunTarget, instances: list[OnnxModel], cost: int):
+        self.target = target
+        self.instances = instances
+        self.cost = cost
+        self.last_used = time.monotonic()
+        self._idle: queue.SimpleQueue[OnnxModel] = queue.SimpleQueue()
+        for instance in instances:
+            self._idle.put(instance)
+        self.batcher = DynamicBatcher(target, instances) if target.batching else None
+
+    def run(self, feeds: dict, output_names: list[str], rows: int, deadline: float | None) -> RunResult:
+        if self.batcher is not None:
+            return self.batcher.submit(feeds, output_names, rows, deadline)
+        queued = now_ns()
+        try:
+            if deadline is None:
+                instance = self._idle.get()
+            else:
+                instance = self._idle.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise DeadlineExceeded(
+                "the request's deadline passed while it waited for an instance of the model; it was not run"
+            ) from None
+        started = now_ns()
+        try:
+            outputs = execute(instance, feeds, output_names, deadline)
+        finally:
+            self._idle.put(instance)
+        return RunResult(outputs, rows, True, started - queued, now_ns() - started)
+
+    def close(self) -> None:
+        if self.batcher is not None:
+            self.batcher.close()
+
+
+class ModelRunner:
+    """Loads model versions on demand and runs requests on them (module doc).
+
+    ``load(target)`` returns one new :class:`OnnxModel` (a session) for the
+    target; it is called ``target.instances`` times. ``budget_bytes``
+    (0: none) bounds the estimated memory of loaded versions,
+    ``cost_factor`` x artifact size x instances each; the version being
+    loaded always fits. ``on_change(loaded)`` is told the number of loaded
+    versions and each load's duration (metrics).
+    """
+
+    def __init__(
+        self,
+        load: Callable[[RunTarget], OnnxModel],
+        budget_bytes: int = 0,
+        cost_factor: float = 2.0,
+        on_load: Callable[[RunTarget, float], None] | None = None,
+        on_change: Callable[[int], None] | None = None,
+    ):
+        self._load = load
+        self.budget = budget_bytes
+        self.cost_factor = cost_factor
+        self._on_load = on_load
+        self._on_change = on_change
+        self._loaded: dict[tuple, LoadedVersion] = {}
+        self._lock = threading.Lock()
+        self._loading: dict[tuple, threading.Lock] = {}
+
+    # -- running ---------------------------------------------------------
+    def run(
+        self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
+        deadline: float | None = None,
+    ) -> RunResult:  # fmt: skip
+        """Run one request of ``rows`` batch rows on ``target`` (loading it
+        first if needed). Raises ModelNotReady when it cannot load,
+        DeadlineExceeded, InvalidInput (inputs the model refuses)."""
+        version = self._loaded.get(target.key)
+        if version is None or version.target != target:
+            version = self._get(target)
+        version.last_used = time.monotonic()
+        return version.run(feeds, output_names, rows, deadline)
+
+    def _get(self, target: RunTarget) -> LoadedVersion:
+        with self._lock:
+            lock = self._loading.setdefault(target.key, threading.Lock())
+        with lock:
+            version = self._loaded.get(target.key)
+            if version is not None and version.target == target:
+                return version
+            started = time.perf_counter()
+            try:
+                instances = [self._load(target) for _ in range(max(1, target.instances))]
+            except InferenceError:
+                raise
+            except Exception as exc:
+                logger.exception("loading %s failed", target.describe())
+                raise ModelNotReady(f"{target.describe()} failed to load: {exc}") from None
+            seconds = time.perf_counter() - started
+            cost = int(target.size * self.cost_factor * len(instances))
+            fresh = LoadedVersion(target, instances, cost)
+            with self._lock:
+                if self.budget:
+                    self._evict(self.budget - cost, keep=target.key)
+                old = self._loaded.get(target.key)
+                self._loaded[target.key] = fresh
+                count = len(self._loaded)
+            if old is not None:  # its instance group or batching changed
+                old.close()
+            logger.info(
+                "loaded %s/%s (%d instance%s%s) in %.1f ms",
+                target.model, target.version, len(instances), "" if len(instances) == 1 else "s",
+                ", dynamic batching" if target.batching else "", seconds * 1e3,
+            )  # fmt: skip
+            if self._on_load:
+                self._on_load(target, seconds)
+            if self._on_change:
+                self._on_change(count)
+            return fresh
+
+    def _evict(self, room: int, keep: tuple) -> None:
+        """Unload least recently used versions until the others use <= ``room`` (lock held)."""
+        while True:
+            others = [v for k, v in self._loaded.items() if k != keep]
+            if not others or sum(v.cost for v in others) <= room:
+                return
+            oldest = min(others, key=lambda v: v.last_used)
+            del self._loaded[oldest.target.key]
+            oldest.close()
+            logger.info("unloaded %s version %s (memory budget)", oldest.target.model, oldest.target.version)
+
+    # -- housekeeping ----------------------------------------------------
+    def retain(self, keys: set) -> None:
+        """Unload every version whose key is not in ``keys`` (no longer serving)."""
+        with self._lock:
+            gone = [k for k in self._loaded if k not in keys]
+            for key in gone:
+                self._loaded.pop(key).close()
+                self._loading.pop(key, None)
+                logger.info("unloaded %s version %s (no longer serving)", key[0], key[1])
+            count = len(self._loaded)
+        if gone and self._on_change:
+            self._on_change(count)
+
+    def loaded(self) -> list[RunTarget]:
+        """Targets of the loaded versions, least recently used first."""
+        with self._lock:
+            return [v.target for v in sorted(self._loaded.values(), key=lambda v: v.last_used)]
+
+    @property
+    def used(self) -> int:
+        """Estimated bytes of the loaded versions."""
+        with self._lock:
+            return sum(v.cost for v in self._loaded.values())
+
+    def close(self) -> None:
+        with self._lock:
+            for version in self._loaded.values():
+                version.close()
+            self._loaded.clear()

@@ -1,0 +1,104 @@
+"""The model store's implementations of the serving side's ports
+(:mod:`inference.ports`): the registry as records, artifacts as local
+files. The composition root (``hosting``) installs them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.db import close_old_connections
+
+from inference.ports import ModelRecord, VersionRecord
+from inference.protocol.errors import InvalidInput, ModelNotFound
+from models_store import selectors, services, storage
+from models_store.signals import registry_changed
+
+
+def _record(model) -> ModelRecord:
+    return ModelRecord(
+        name=model.name,
+        platform=model.platform,
+        max_batch_size=model.max_batch_size,
+        version_policy=model.version_policy,
+        latest_versions=model.latest_versions,
+        specific_versions=tuple(model.specific_versions),
+        loaded=model.loaded,
+        instance_group=tuple(model.instance_group),
+        config=model.config,
+        dynamic_batching=(model.config or {}).get("dynamic_batching"),
+        team=model.team.name if model.team_id else "",
+        labels={label.name: label.version.number for label in model.labels.all()},
+        versions=tuple(
+            VersionRecord(
+                number=v.number,
+                state=v.state,
+                reason=v.reason,
+                sha256=v.sha256,
+                artifact=v.artifact,
+                size=v.size,
+                inputs=v.inputs,
+                outputs=v.outputs,
+                properties=v.properties,
+            )
+            for v in model.versions.all()
+        ),
+    )
+
+
+class StoreRegistrySource:
+    """:class:`inference.ports.RegistrySource` over the registry database."""
+
+    def __init__(self):
+        self._receivers: dict = {}
+
+    def models(self) -> list[ModelRecord]:
+        return [_record(m) for m in selectors.registry_snapshot()]
+
+    def stamp(self) -> int:
+        return selectors.stamp_get()
+
+    def subscribe(self, callback) -> None:
+        def receiver(**_kwargs):
+            callback()
+
+        self._receivers[callback] = receiver
+        registry_changed.connect(receiver, weak=False)
+
+    def unsubscribe(self, callback) -> None:
+        receiver = self._receivers.pop(callback, None)
+        if receiver is not None:
+            registry_changed.disconnect(receiver)
+
+    def done(self) -> None:
+        close_old_connections()
+
+    @staticmethod
+    def _model(name: str):
+        model = selectors.model_get(name)
+        if model is None:
+            raise ModelNotFound(f"unknown model '{name}'")
+        return model
+
+    def set_loaded(self, name: str, loaded: bool, actor=None) -> None:
+        services.model_set_loaded(self._model(name), loaded, actor)
+
+    def set_policy(self, name: str, policy: str, latest: int, specific: list[int], actor=None) -> None:
+        try:
+            services.model_set_policy(self._model(name), policy, latest, specific, actor=actor)
+        except services.RegistryError as exc:
+            raise InvalidInput(str(exc)) from None
+
+
+class StoreArtifacts:
+    """:class:`inference.ports.ArtifactSource` over the artifact store: the
+    store's own file (fetched from the storage backend when this machine
+    lacks it), or, with ``cache_dir`` (workers), a copy under
+    ``cache_dir/<sha256>/`` made once per machine."""
+
+    def __init__(self, cache_dir: Path | None = None):
+        self.cache_dir = cache_dir
+
+    def local_path(self, artifact: str, sha256: str) -> Path:
+        if self.cache_dir is None:
+            return storage.local_artifact(artifact)
+        return storage.copy_artifact(artifact, Path(self.cache_dir) / sha256)

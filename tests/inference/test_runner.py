@@ -1,0 +1,228 @@
+"""The model runner: instances, the memory budget, deadlines, dynamic batching
+(real ONNX Runtime sessions of models built in code; expected values from numpy)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from inference.protocol.errors import DeadlineExceeded, InvalidInput, ModelNotReady
+from inference.runtime.execution import BatchingPolicy, RunTarget
+from inference.runtime.onnx import OnnxModel
+from inference.runtime.runner import ModelRunner
+from tests.support import onnx_models as m
+
+AFFINE = m.affine(2.0, 1.0)  # y = 2x + 1, x: FP32 [N, 4]
+GATHER = m.gather_table()
+TABLE = np.array([0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5], dtype=np.float32)
+SLOW = m.slow_loop()
+
+
+class Loader:
+    """Builds sessions from in-memory model bytes (the artifact is a key of ``models``) and counts them."""
+
+    def __init__(self, **models: bytes):
+        self.models = models
+        self.loads: list[str] = []
+
+    def __call__(self, target: RunTarget) -> OnnxModel:
+        self.loads.append(target.artifact)
+        if target.artifact not in self.models:
+            raise FileNotFoundError(target.artifact)
+        return OnnxModel(ort.InferenceSession(self.models[target.artifact], providers=["CPUExecutionProvider"]))
+
+
+def target(artifact: str, size: int = 100, version: int = 1, **kwargs) -> RunTarget:
+    return RunTarget(artifact, version, f"sha-{artifact}", artifact, size, **kwargs)
+
+
+def test_runs_and_loads_each_version_once_with_its_instances():
+    loader = Loader(affine=AFFINE)
+    runner = ModelRunner(loader)
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    for _ in range(3):
+        result = runner.run(target("affine", instances=3), {"x": x}, ["y"], rows=2)
+        np.testing.assert_allclose(result.outputs[0], 2 * x + 1)
+        assert (result.batch_size, result.executed) == (2, True) and result.infer_ns > 0
+    assert loader.loads == ["affine"] * 3  # three instances, loaded once
+
+
+def test_instances_bound_concurrent_runs():
+    """With one instance, two slow requests run one after the other."""
+    runner = ModelRunner(Loader(slow=SLOW))
+    feeds = {"x": np.ones((1, 256), dtype=np.float32), "n": np.array(5000, dtype=np.int64)}
+    runner.run(target("slow"), feeds, ["y"])  # load and warm up
+    alone = min(_timed(lambda: runner.run(target("slow"), feeds, ["y"])) for _ in range(3))
+    results = []
+    threads = [
+        threading.Thread(target=lambda: results.append(runner.run(target("slow"), feeds, ["y"]))) for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    queued = sorted(r.queue_ns for r in results)
+    assert queued[1] > 0.5 * alone * 1e9  # the second waited for the first's instance
+
+
+def _timed(call) -> float:
+    started = time.perf_counter()
+    call()
+    return time.perf_counter() - started
+
+
+def test_memory_budget_unloads_the_least_recently_used():
+    loader = Loader(a=AFFINE, b=AFFINE, c=AFFINE)
+    runner = ModelRunner(loader, budget_bytes=1000, cost_factor=2.0)
+    x = {"x": np.zeros((1, 4), dtype=np.float32)}
+    runner.run(target("a", size=200), x, ["y"])  # cost 400
+    runner.run(target("b", size=200), x, ["y"])  # 800 in use
+    runner.run(target("a", size=200), x, ["y"])  # a is the most recent now
+    runner.run(target("c", size=200), x, ["y"])  # 1200 > 1000: b goes
+    assert [t.artifact for t in runner.loaded()] == ["a", "c"] and runner.used == 800
+    runner.retain({target("c", size=200).key})
+    assert [t.artifact for t in runner.loaded()] == ["c"]
+    assert loader.loads == ["a", "b", "c"]
+
+
+def test_a_version_that_cannot_load_is_not_ready():
+    runner = ModelRunner(Loader())
+    with pytest.raises(ModelNotReady, match="version 1 of model 'missing' failed to load"):
+        runner.run(target("missing"), {"x": np.zeros((1, 4), dtype=np.float32)}, ["y"])
+
+
+def test_deadline_passed_while_waiting_for_an_instance_is_not_run():
+    runner = ModelRunner(Loader(slow=SLOW))
+    busy = {"x": np.ones((1, 256), dtype=np.float32), "n": np.array(40000, dtype=np.int64)}
+    runner.run(target("slow"), {**busy, "n": np.array(1, dtype=np.int64)}, ["y"])
+    thread = threading.Thread(target=runner.run, args=(target("slow"), busy, ["y"]))
+    thread.start()
+    time.sleep(0.1)
+    with pytest.raises(DeadlineExceeded, match="waited for an instance"):
+        runner.run(target("slow"), busy, ["y"], deadline=time.monotonic() + 0.05)
+    thread.join()
+
+
+def test_deadline_stops_a_running_model():
+    runner = ModelRunner(Loader(slow=SLOW))
+    feeds = {"x": np.ones((1, 256), dtype=np.float32), "n": np.array(10_000_000, dtype=np.int64)}
+    started = time.monotonic()
+    with pytest.raises(DeadlineExceeded, match="while the model was running"):
+        runner.run(target("slow"), feeds, ["y"], deadline=time.monotonic() + 0.3)
+    assert time.monotonic() - started < 5
+
+
+# -- dynamic batching ----------------------------------------------------------
+def batching(delay_us: int = 20000, max_batch: int = 8, **kwargs) -> BatchingPolicy:
+    return BatchingPolicy(max_batch, max_queue_delay_us=delay_us, **kwargs)
+
+
+def _concurrently(calls):
+    """Run the calls at once from threads; their results (or exceptions) in order."""
+    results: list = [None] * len(calls)
+    barrier = threading.Barrier(len(calls))
+
+    def one(i, call):
+        barrier.wait()
+        try:
+            results[i] = call()
+        except Exception as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i, c)) for i, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return results
+
+
+def test_concurrent_requests_run_as_one_batch_and_split_back():
+    runner = ModelRunner(Loader(affine=AFFINE))
+    spec = target("affine", batching=batching())
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((1, 4)).astype(np.float32) for _ in range(8)]
+    results = _concurrently([lambda x=x: runner.run(spec, {"x": x}, ["y"]) for x in xs])
+    for x, result in zip(xs, results):
+        np.testing.assert_allclose(result.outputs[0], 2 * x + 1, rtol=1e-6)
+    executions = sum(r.executed for r in results)
+    assert executions <= 4
+    assert sum(r.batch_size for r in results if r.executed) == 8  # every request counted in one execution
+    assert max(r.batch_size for r in results) >= 2
+
+
+def test_requests_that_cannot_join_run_in_their_own_batches():
+    """Other non-batch dimensions, or more rows than fit, wait for another batch."""
+    runner = ModelRunner(Loader(gather=GATHER))
+    spec = target("gather", batching=batching(max_batch=4))
+    shapes = [(1, 2), (1, 2), (1, 3), (3, 2), (2, 3), (4, 2)]
+    rng = np.random.default_rng(2)
+    idx = [rng.integers(0, 10, size=s, dtype=np.int64) for s in shapes]
+    results = _concurrently([lambda i=i: runner.run(spec, {"idx": i}, ["y"], rows=i.shape[0]) for i in idx])
+    for i, result in zip(idx, results):
+        np.testing.assert_array_equal(result.outputs[0], TABLE[i])
+        assert result.batch_size <= 4
+    assert sum(r.batch_size for r in results if r.executed) == sum(s[0] for s in shapes)
+
+
+def test_preferred_batch_size_is_sent_without_waiting_for_the_delay():
+    runner = ModelRunner(Loader(affine=AFFINE))
+    spec = target("affine", batching=batching(delay_us=5_000_000, preferred_batch_sizes=(2,)))
+    x = np.ones((1, 4), dtype=np.float32)
+    runner.run(target("affine"), {"x": x}, ["y"])  # warm the plain session (another LoadedVersion)
+    started = time.monotonic()
+    results = _concurrently([lambda: runner.run(spec, {"x": x}, ["y"]) for _ in range(2)])
+    assert time.monotonic() - started < 2.5  # not the 5 s delay
+    assert [r.batch_size for r in results] == [2, 2]
+
+
+def test_a_failed_batch_fails_only_its_requests():
+    runner = ModelRunner(Loader(gather=GATHER))
+    spec = target("gather", batching=batching(delay_us=200_000, max_batch=4))
+    good = np.array([[1, 2]], dtype=np.int64)
+    bad = np.array([[1, 99]], dtype=np.int64)  # index 99: the run fails
+    results = _concurrently([lambda i=i: runner.run(spec, {"idx": i}, ["y"]) for i in (good, bad, good, good)])
+    assert all(isinstance(r, InvalidInput) for r in results), results
+    assert "the model rejected the inputs" in str(results[1])
+    again = runner.run(spec, {"idx": good}, ["y"])  # the next batch is unaffected
+    np.testing.assert_array_equal(again.outputs[0], TABLE[good])
+
+
+def test_a_deadline_that_passes_in_the_queue_is_not_run():
+    runner = ModelRunner(Loader(affine=AFFINE))
+    spec = target("affine", batching=batching(delay_us=1_000_000))
+    x = np.ones((1, 4), dtype=np.float32)
+    late = time.monotonic() + 0.1
+    results = _concurrently(
+        [lambda: runner.run(spec, {"x": x}, ["y"], deadline=late), lambda: runner.run(spec, {"x": 2 * x}, ["y"])]
+    )
+    assert isinstance(results[0], DeadlineExceeded) and "queued for a batch; it was not run" in str(results[0])
+    np.testing.assert_allclose(results[1].outputs[0], 2 * (2 * x) + 1)
+    assert (results[1].batch_size, results[1].executed) == (1, True)  # the expired request did not ride along
+
+
+@pytest.mark.parametrize("preserve", [False, True])
+def test_preserve_ordering_releases_answers_in_arrival_order(preserve):
+    """A slow request then a fast one, on two instances: the fast one answers
+    at once unless preserve_ordering holds it until the slow one is done."""
+    runner = ModelRunner(Loader(slow=SLOW))
+    spec = target("slow", instances=2, batching=batching(delay_us=0, max_batch=1, preserve_ordering=preserve))
+    x = np.ones((1, 256), dtype=np.float32)
+    runner.run(spec, {"x": x, "n": np.array(1, dtype=np.int64)}, ["y"])
+    slow = threading.Thread(target=runner.run, args=(spec, {"x": x, "n": np.array(200000, dtype=np.int64)}, ["y"]))
+    started = time.monotonic()
+    slow.start()
+    time.sleep(0.05)
+    fast = runner.run(spec, {"x": x, "n": np.array(1, dtype=np.int64)}, ["y"])
+    fast_answered = time.monotonic() - started
+    slow.join()
+    slow_answered = time.monotonic() - started
+    assert fast.executed and slow_answered > 0.3
+    if preserve:  # held back until the slow one was done
+        assert fast_answered > 0.9 * slow_answered - 0.05
+    else:
+        assert fast_answered < 0.5 * slow_answered
