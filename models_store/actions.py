@@ -16,6 +16,8 @@ service. Errors, each with a message for the user:
 
 from __future__ import annotations
 
+from django.db import transaction
+
 from models_store import accounts, selectors, services
 from models_store.models import ApiToken, ModelVersion, RegisteredModel
 from models_store.permissions import AccessDenied, require_change_model, require_team
@@ -108,20 +110,22 @@ def update_model(
 ):
     """Change the description, the version policy (``policy``: keys
     ``version_policy``, ``latest_versions``, ``specific_versions``) and/or the
-    instance group (where worker mode runs the model)."""
+    instance group (where worker mode runs the model): all of them or, when
+    one is refused, none."""
     model = _changeable_model(user, token, name)
-    if instance_group is not None and instance_group != model.instance_group:
-        model = services.model_set_instance_group(model, instance_group, actor=user)
-    if policy:
-        model = services.model_set_policy(
-            model,
-            policy.get("version_policy", model.version_policy),
-            policy.get("latest_versions", model.latest_versions),
-            policy.get("specific_versions", model.specific_versions),
-            actor=user,
-        )
-    if description is not None and description != model.description:
-        model = services.model_update(model, user, description=description)
+    with transaction.atomic():
+        if instance_group is not None and instance_group != model.instance_group:
+            model = services.model_set_instance_group(model, instance_group, actor=user)
+        if policy:
+            model = services.model_set_policy(
+                model,
+                policy.get("version_policy", model.version_policy),
+                policy.get("latest_versions", model.latest_versions),
+                policy.get("specific_versions", model.specific_versions),
+                actor=user,
+            )
+        if description is not None and description != model.description:
+            model = services.model_update(model, user, description=description)
     return model
 
 

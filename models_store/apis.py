@@ -119,15 +119,17 @@ DELETE_LABEL = "models_labels_destroy"
 AUDIT_LOG = "models_audit_list"
 
 
-def _version_links(name: str, number: str) -> tuple[OpenApiLink, ...]:
-    """Links to the operations on one version (``name``, ``number``: runtime expressions)."""
+def _version_links(name: str, number: str, only: tuple[str, ...] = ()) -> tuple[OpenApiLink, ...]:
+    """Links to the operations on one version (``name``, ``number``: runtime
+    expressions); ``only`` these links when given."""
     where = {"name": name, "number": number}
-    return (
+    links = (
         OpenApiLink("GetVersion", GET_VERSION, where, description="The version."),
         OpenApiLink("RetireVersion", RETIRE_VERSION, where, description="Stop serving the version."),
         OpenApiLink("RestoreVersion", RESTORE_VERSION, where, description="Serve the retired version again."),
         OpenApiLink("DeleteVersion", DELETE_VERSION, where, description="Delete the version."),
     )
+    return tuple(link for link in links if not only or link.name in only)
 
 
 def _model_links(name: str) -> tuple[OpenApiLink, ...]:
@@ -348,7 +350,7 @@ class VersionRetireView(ManagementView):
             200: LinkedResponse(
                 VersionSerializer,
                 description="The retired version (UNAVAILABLE).",
-                links=_version_links("$request.path.name", "$response.body#/number")[2:3],
+                links=_version_links("$request.path.name", "$response.body#/number", only=("RestoreVersion",)),
             ),
             **errors(401, 403, 404, 409, e409="the version is not READY, or a version label points at it"),
         },
@@ -366,7 +368,7 @@ class VersionRestoreView(ManagementView):
             200: LinkedResponse(
                 VersionSerializer,
                 description="The version, READY again.",
-                links=_version_links("$request.path.name", "$response.body#/number")[1:2],
+                links=_version_links("$request.path.name", "$response.body#/number", only=("RetireVersion",)),
             ),
             **errors(401, 403, 404, 409, e409="the version is not retired (UNAVAILABLE)"),
         },

@@ -359,6 +359,17 @@ def test_errors_have_one_shape(alice_api):
     assert RegisteredModel.objects.count() == 1 and not VersionLabel.objects.exists()
 
 
+def test_a_refused_change_changes_nothing(alice_api):
+    alice_api.upload("m", m.affine(1, 1), team="ml")
+    change = {"description": "new", "instance_group": [{"kind": "KIND_CPU"}], "version_policy": "specific"}
+    assert "has no version 5" in _error(
+        alice_api.json("patch", "/api/models/m/", {**change, "specific_versions": [5]}), 409
+    )
+    model = RegisteredModel.objects.get(name="m")
+    assert (model.description, model.instance_group, model.version_policy) == ("", [], "latest")
+    assert not AuditEvent.objects.filter(action__in=["model.instance_group", "model.policy", "model.update"]).exists()
+
+
 def test_instance_group_through_the_api(alice_api):
     alice_api.upload("placed", m.affine(1, 1), team="ml")
     ok = alice_api.json("patch", "/api/models/placed/", {"instance_group": [{"kind": "KIND_GPU", "gpus": [1, 0]}]})
