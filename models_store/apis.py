@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.authentication import SessionAuthentication
@@ -87,10 +88,13 @@ def validation_error_body(exc: ValidationError) -> dict:
 def api_exception_handler(exc, context) -> Response:
     """Every error as ``{"error": ...}`` (validation errors with ``fields``):
     action errors with their status, DRF's own (401, 403, 404, 405, 415,
-    parse errors); anything unexpected is logged and answered 500."""
+    parse errors), Django's refusals of a form body beyond its limits (400,
+    413); anything unexpected is logged and answered 500."""
     code = actions.http_status(exc)
     if code is not None:
         return Response({"error": str(exc)}, status=code)
+    if isinstance(exc, SuspiciousOperation):  # Django's limits on a form body (fields, files, size)
+        return Response({"error": str(exc)}, status=413 if isinstance(exc, RequestDataTooBig) else 400)
     response = drf_exception_handler(exc, context)
     if response is None:
         logger.exception("unexpected error in the management API", exc_info=exc)

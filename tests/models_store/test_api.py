@@ -346,6 +346,8 @@ def test_errors_have_one_shape(alice_api):
     plain = alice_api.client.patch("/api/models/m/", "x", content_type="text/plain", **alice_api.auth)
     assert _error(plain, 415) == 'Unsupported media type "text/plain" in request.'
     assert _error(alice_api.json("post", "/api/models/m/"), 405) == 'Method "POST" not allowed.'
+    crowded = {f"field{i}": "x" for i in range(1001)}
+    assert "DATA_UPLOAD_MAX_NUMBER_FIELDS" in _error(alice_api.upload("m", m.affine(2, 2), **crowded), 400)
     assert _error(alice_api.get("/api/models/m/versions/1/nope"), 404) == "not found: GET /api/models/m/versions/1/nope"
     # A version number no version can have is a 404, never an error of the database.
     assert (
