@@ -4,6 +4,8 @@
   check, the coverage, fuzzing and stateful phases) with a team token, an
   operator token and no token finds nothing: no 5xx, no answer outside the
   schema, no schema-valid request rejected, no schema-violating one accepted;
+  with a token it reaches every operation (each answers a 2xx at least once),
+  without one every operation answers its declared 401;
 - the README's generated-client example (openapi-python-client) runs as
   written: it uploads a model and sets a version label.
 """
@@ -54,11 +56,11 @@ def _schema_url(server) -> str:
 
 def schemathesis(server, report: Path, token: str | None, *options: str) -> dict:
     """Run the schemathesis CLI against ``server`` (with ``token``, or none);
-    its JSON run report."""
+    its JSON run report (the requests it sent are in ``report`` .har)."""
     command = [
-        str(BIN / "schemathesis"), "--config-file", str(CONFIG), "run", _schema_url(server),
-        "--checks", "all", "--report", "json", "--report-json-path", str(report), *options,
-        *(("--header", f"Authorization: Bearer {token}") if token else ()),
+        str(BIN / "schemathesis"), "--config-file", str(CONFIG), "run", _schema_url(server), "--checks", "all",
+        "--report", "json,har", "--report-json-path", str(report), "--report-har-path", str(report.with_suffix(".har")),
+        *options, *(("--header", f"Authorization: Bearer {token}") if token else ()),
     ]  # fmt: skip
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     output = result.stdout[-12000:] + result.stderr[-4000:]
@@ -72,24 +74,55 @@ def schemathesis(server, report: Path, token: str | None, *options: str) -> dict
     return summary
 
 
+def operations_answered(har: Path, schema: dict, statuses: range) -> set[str]:
+    """The operations (``METHOD /path/{param}/``) of ``schema`` that answered
+    a status in ``statuses`` to a request recorded in ``har``."""
+    patterns = [
+        (
+            method.upper(),
+            re.compile(re.sub(r"\\{\w+\\}", "[^/]+", re.escape(path)) + r"(\?.*)?"),
+            f"{method.upper()} {path}",
+        )
+        for path, operations in schema["paths"].items()
+        for method in operations
+    ]
+    answered = set()
+    for entry in json.loads(har.read_text())["log"]["entries"]:
+        if entry["response"]["status"] in statuses:
+            path = "/" + entry["request"]["url"].split("/", 3)[3]
+            for method, pattern, name in patterns:
+                if entry["request"]["method"] == method and pattern.fullmatch(path):
+                    answered.add(name)
+    return answered
+
+
 def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
     # A model of team ml for the team token to change (the fuzzer also creates its own).
     body, kind = multipart({"team": "ml"}, m.affine(2.0, 1.0))
     headers = {**bearer(tokens["alice"]), "Content-Type": kind}
     assert request(server, "POST", "/api/models/affine/versions/", body, headers)[0] == 201
 
+    status, schema = request(server, "GET", "/api/schema/?format=json")
+    schema = schema if isinstance(schema, dict) else json.loads(schema)  # application/vnd.oai.openapi+json
+    assert status == 200 and len(schema["paths"]) == 8
+    every_operation = {
+        f"{method.upper()} {path}" for path, operations in schema["paths"].items() for method in operations
+    }
     phases = ("--phases", ",".join(PHASES))
     for who in ("alice", "root"):
         summary = schemathesis(server, tmp_path / f"{who}.json", tokens[who], *phases)
         assert {phase: summary["phases"][phase]["status"] for phase in PHASES} == dict.fromkeys(PHASES, "success")
         assert summary["seed"] == 18 and summary["test_cases"]["generated"] > 500
+        # The links and the test's names let it reach every operation, not only its refusals.
+        assert operations_answered(tmp_path / f"{who}.har", schema, range(200, 300)) == every_operation
     # No token: every operation answers its declared 401 (error body, WWW-Authenticate) and nothing else.
     anonymous = ("--phases", "fuzzing", "--mode", "positive", "--max-examples", "5")
     summary = schemathesis(server, tmp_path / "anonymous.json", None, *anonymous)
     assert summary["phases"]["fuzzing"]["status"] == "success"
     assert len(summary["warnings"]["missing_auth"]) == 12
+    assert operations_answered(tmp_path / "anonymous.har", schema, range(401, 402)) == every_operation
 
-    # The runs changed the registry through the API only: it still answers in the contract's shape.
+    # The registry after the runs: both models still listed, the operator-owned one without a team.
     status, models = request(server, "GET", "/api/models/", headers=bearer(tokens["root"]))
     assert status == 200 and {"affine", "legacy"} <= {model["name"] for model in models}
     assert next(model for model in models if model["name"] == "legacy")["team"] is None
