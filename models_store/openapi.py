@@ -101,6 +101,8 @@ class ManagementAutoSchema(AutoSchema):
         path_parameters = [PATH_PARAMETERS[name] for name in variables(self.path) if name in PATH_PARAMETERS]
         return [*path_parameters, WWW_AUTHENTICATE, *super().get_override_parameters()]
 
+    # drf-spectacular (0.30) has no links of its own: the response object it
+    # builds for a status code gets the LinkedResponse's links added.
     def _get_response_for_code(self, serializer, status_code, media_types=None, direction="response"):
         response = super()._get_response_for_code(serializer, status_code, media_types, direction)
         links = getattr(serializer, "links", ())

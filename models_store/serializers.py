@@ -10,7 +10,7 @@ text may not hold NUL characters (PostgreSQL cannot store them).
 from __future__ import annotations
 
 from django.core.validators import ProhibitNullCharactersValidator, RegexValidator
-from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field, extend_schema_serializer
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
 from models_store import selectors
@@ -225,7 +225,6 @@ class ModelUpdateSerializer(serializers.Serializer):
     instance_group = InstanceGroupListField(required=False)
 
 
-@extend_schema_serializer(component_name="Upload")
 class UploadSerializer(serializers.Serializer):
     """Multipart body of an upload. When the model does not exist yet, the
     upload creates it for ``team`` (required then: without it the answer is
