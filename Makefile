@@ -24,7 +24,8 @@ run: demo
 	$(PY) manage.py serve --model-repository var/demo_repository --host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT)
 
 # Everything on SQLite (in-process ONNX Runtime; tests/workers start their own
-# Celery workers on the Redis at 127.0.0.1:6379), the registry tests again on
+# Celery workers on the Redis at 127.0.0.1:6379; the management API's contract
+# test runs schemathesis against a live server), the registry tests again on
 # PostgreSQL, and every live-server test again through a pinned Celery worker.
 test: test-sqlite test-postgres test-worker-mode
 

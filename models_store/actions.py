@@ -4,26 +4,34 @@ Each action looks up its target, checks that the user (through an API token
 when given) may do it (:mod:`models_store.permissions`), and calls one
 service. Errors, each with a message for the user:
 
-- :class:`NotFound` (404): no such model, version or label;
+- :class:`NotFound` (404): no such model, version, label or team (also an
+  upload to a model that does not exist yet without the team to create it);
 - :class:`~models_store.permissions.AccessDenied` (403);
-- :class:`~models_store.services.RegistryError` (400), its subclass
-  :class:`~models_store.services.DuplicateVersion` (409);
+- :class:`~models_store.services.RegistryError` (400: malformed), its
+  subclass :class:`~models_store.services.Conflict` (409: refused by the
+  registry's current state, e.g. a version policy that would serve nothing,
+  a version label on a FAILED version, the same bytes uploaded twice);
 - :class:`~models_store.uploads.UploadRefused` (400, or 413 for size).
 """
 
 from __future__ import annotations
 
+from django.db import transaction
+
 from models_store import accounts, selectors, services
 from models_store.models import ApiToken, ModelVersion, RegisteredModel
 from models_store.permissions import AccessDenied, require_change_model, require_team
-from models_store.services import DuplicateVersion, RegistryError
+from models_store.services import Conflict, DuplicateVersion, RegistryError
 from models_store.uploads import StagedFile, UploadRefused
 
-__all__ = ["AccessDenied", "DuplicateVersion", "NotFound", "RegistryError", "UploadRefused", "http_status"]
+#: The registry's version numbers are 32-bit (PositiveIntegerField).
+MAX_VERSION_NUMBER = 2**31 - 1
+
+__all__ = ["AccessDenied", "Conflict", "DuplicateVersion", "NotFound", "RegistryError", "UploadRefused", "http_status"]
 
 
 class NotFound(LookupError):
-    """No such model, model version or version label."""
+    """No such model, model version, version label or team."""
 
     def __str__(self) -> str:
         return self.args[0] if self.args else "not found"
@@ -33,7 +41,7 @@ def http_status(exc: Exception) -> int | None:
     """The HTTP status of an action error, or None for another exception."""
     if isinstance(exc, UploadRefused):
         return exc.status
-    for kind, status in ((NotFound, 404), (AccessDenied, 403), (DuplicateVersion, 409), (RegistryError, 400)):
+    for kind, status in ((NotFound, 404), (AccessDenied, 403), (Conflict, 409), (RegistryError, 400)):
         if isinstance(exc, kind):
             return status
     return None
@@ -47,7 +55,9 @@ def get_model(name: str) -> RegisteredModel:
 
 
 def get_version(model: RegisteredModel, number: int) -> ModelVersion:
-    version = selectors.version_get(model, number)
+    """The model's version ``number``; NotFound also for a number no version
+    can have (beyond the registry's 32-bit version numbers)."""
+    version = selectors.version_get(model, number) if 0 < number <= MAX_VERSION_NUMBER else None
     if version is None:
         raise NotFound(f"model '{model.name}' has no version {number}")
     return version
@@ -71,17 +81,20 @@ def upload(
     user, token: ApiToken | None, model_name: str, staged: StagedFile, team_name: str = "", description: str = ""
 ) -> ModelVersion:
     """Upload ``staged`` as the next version of ``model_name``; a new model
-    needs ``team_name`` (a team the user belongs to)."""
+    needs ``team_name`` (a team the user belongs to): without it, or with a
+    team that does not exist, NotFound."""
     model = selectors.model_get(model_name)
     team = None
     if model is not None:
         require_change_model(user, model, token)
     else:
         if not team_name:
-            raise RegistryError(f"model '{model_name}' does not exist yet: choose the team that will own it")
+            raise NotFound(
+                f"unknown model '{model_name}': to create it with this upload, give the team that will own it"
+            )
         team = selectors.team_get(team_name)
         if team is None:
-            raise RegistryError(f"unknown team '{team_name}'")
+            raise NotFound(f"unknown team '{team_name}'")
         require_team(user, team, token)
     return services.version_upload(model_name, staged, user, team=team, description=description)
 
@@ -97,20 +110,22 @@ def update_model(
 ):
     """Change the description, the version policy (``policy``: keys
     ``version_policy``, ``latest_versions``, ``specific_versions``) and/or the
-    instance group (where worker mode runs the model)."""
+    instance group (where worker mode runs the model): all of them or, when
+    one is refused, none."""
     model = _changeable_model(user, token, name)
-    if instance_group is not None and instance_group != model.instance_group:
-        model = services.model_set_instance_group(model, instance_group, actor=user)
-    if policy:
-        model = services.model_set_policy(
-            model,
-            policy.get("version_policy", model.version_policy),
-            policy.get("latest_versions", model.latest_versions),
-            policy.get("specific_versions", model.specific_versions),
-            actor=user,
-        )
-    if description is not None and description != model.description:
-        model = services.model_update(model, user, description=description)
+    with transaction.atomic():
+        if instance_group is not None and instance_group != model.instance_group:
+            model = services.model_set_instance_group(model, instance_group, actor=user)
+        if policy:
+            model = services.model_set_policy(
+                model,
+                policy.get("version_policy", model.version_policy),
+                policy.get("latest_versions", model.latest_versions),
+                policy.get("specific_versions", model.specific_versions),
+                actor=user,
+            )
+        if description is not None and description != model.description:
+            model = services.model_update(model, user, description=description)
     return model
 
 

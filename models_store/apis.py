@@ -2,67 +2,175 @@
 version policies and the audit log.
 
 Authentication: ``Authorization: Bearer <API token>`` (scripts) or the web
-UI's session (with CSRF). Errors: ``{"error": "..."}`` with 400 (refused),
-401, 403 (not your team's model), 404, 409 (same bytes uploaded twice), 413
-(above MAX_UPLOAD_BYTES), 422 (the upload failed validation; the FAILED
-version is kept with its reason); malformed fields get DRF's field errors.
+UI's session (with CSRF). Every 4xx answers one shape (declared once in the
+schema: :class:`~models_store.serializers.ErrorSerializer`):
+``{"error": "<one sentence>", "fields": {<field>: [<messages>]}}``, with
+``fields`` only for validation errors. 400: malformed (the request does not
+match the schema, or an upload that is not a self-contained ONNX model);
+401; 403 (not your team's model); 404 (no such model, version, label or
+team); 409 (refused by the registry's current state: the same bytes twice, a
+version policy that would serve nothing, a label on a version that is not
+READY, retiring a labelled version, ...); 413 (above MAX_UPLOAD_BYTES); 415;
+422 (the upload failed validation: the error and the FAILED version, which
+is kept).
 """
 
 from __future__ import annotations
 
 import logging
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.authentication import SessionAuthentication
-from rest_framework.exceptions import ParseError
+from rest_framework.exceptions import ParseError, ValidationError
 from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from models_store import actions, openapi, selectors, uploads  # noqa: F401 (openapi: the token scheme)
+from models_store import actions, selectors, uploads
 from models_store.authentication import BearerTokenAuthentication
 from models_store.models import ApiToken, ModelVersion
+from models_store.openapi import LinkedResponse, ManagementAutoSchema, OpenApiLink, errors
 from models_store.serializers import (
     AuditEventSerializer,
-    ErrorSerializer,
     LabelSerializer,
     ModelDetailSerializer,
     ModelSerializer,
     ModelUpdateSerializer,
+    UploadFailedSerializer,
     UploadSerializer,
     VersionSerializer,
 )
 
 logger = logging.getLogger(__name__)
 
-ERRORS = {code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403, 404)}
+
+def field_errors(detail, prefix: str = "") -> dict[str, list[str]]:
+    """DRF's nested validation errors as ``{"field.index.subfield": [messages]}``."""
+    flat: dict[str, list[str]] = {}
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            for name, messages in field_errors(value, f"{prefix}.{key}" if prefix else str(key)).items():
+                flat.setdefault(name, []).extend(messages)
+    elif isinstance(detail, list):
+        for index, item in enumerate(detail):
+            if isinstance(item, (dict, list)):
+                nested = field_errors(item, f"{prefix}.{index}" if prefix else str(index))
+                for name, messages in nested.items():
+                    flat.setdefault(name, []).extend(messages)
+            else:
+                flat.setdefault(prefix, []).append(str(item))
+    else:
+        flat.setdefault(prefix, []).append(str(detail))
+    return flat
+
+
+def validation_error_body(exc: ValidationError) -> dict:
+    """``{"error": "<one sentence>", "fields": {...}}`` of a DRF validation error;
+    errors that concern no field go into the sentence only."""
+    flat = field_errors(exc.detail)
+    general = flat.pop("", []) + flat.pop(api_settings.NON_FIELD_ERRORS_KEY, [])
+    if not flat:
+        return {"error": " ".join(general) or "invalid request"}
+    if len(flat) == 1 and not general:
+        ((name, messages),) = flat.items()
+        sentence = f"{name}: {' '.join(messages)}"
+    else:
+        sentence = " ".join([*general, f"invalid fields: {', '.join(flat)}"])
+    return {"error": sentence, "fields": flat}
 
 
 def api_exception_handler(exc, context) -> Response:
-    """Action errors and DRF's own as ``{"error": ...}``; field errors stay
-    DRF's ``{"field": ["..."]}``; anything unexpected is logged, answered 500."""
+    """Every error as ``{"error": ...}`` (validation errors with ``fields``):
+    action errors with their status, DRF's own (401, 403, 404, 405, 415,
+    parse errors), Django's refusals of a form body beyond its limits (400,
+    413); anything unexpected is logged and answered 500."""
     code = actions.http_status(exc)
     if code is not None:
         return Response({"error": str(exc)}, status=code)
+    if isinstance(exc, SuspiciousOperation):  # Django's limits on a form body (fields, files, size)
+        return Response({"error": str(exc)}, status=413 if isinstance(exc, RequestDataTooBig) else 400)
     response = drf_exception_handler(exc, context)
     if response is None:
         logger.exception("unexpected error in the management API", exc_info=exc)
         return Response({"error": f"internal error ({type(exc).__name__}); see the server log"}, status=500)
-    if isinstance(response.data, dict) and set(response.data) == {"detail"}:
+    if isinstance(exc, ValidationError):
+        response.data = validation_error_body(exc)
+    elif isinstance(response.data, dict) and "detail" in response.data:
         response.data = {"error": str(response.data["detail"])}
+    else:
+        response.data = {"error": str(exc)}
     return response
 
 
+# operationIds: drf-spectacular's own (from the paths), kept stable for generated clients.
+LIST_MODELS = "models_list"
+GET_MODEL = "models_retrieve"
+UPDATE_MODEL = "models_partial_update"
+LIST_VERSIONS = "models_versions_list"
+UPLOAD_VERSION = "models_versions_create"
+GET_VERSION = "models_versions_retrieve"
+DELETE_VERSION = "models_versions_destroy"
+RETIRE_VERSION = "models_versions_retire_create"
+RESTORE_VERSION = "models_versions_restore_create"
+SET_LABEL = "models_labels_update"
+DELETE_LABEL = "models_labels_destroy"
+AUDIT_LOG = "models_audit_list"
+
+
+def _version_links(name: str, number: str, only: tuple[str, ...] = ()) -> tuple[OpenApiLink, ...]:
+    """Links to the operations on one version (``name``, ``number``: runtime
+    expressions); ``only`` these links when given."""
+    where = {"name": name, "number": number}
+    links = (
+        OpenApiLink("GetVersion", GET_VERSION, where, description="The version."),
+        OpenApiLink("RetireVersion", RETIRE_VERSION, where, description="Stop serving the version."),
+        OpenApiLink("RestoreVersion", RESTORE_VERSION, where, description="Serve the retired version again."),
+        OpenApiLink("DeleteVersion", DELETE_VERSION, where, description="Delete the version."),
+    )
+    return tuple(link for link in links if not only or link.name in only)
+
+
+def _model_links(name: str) -> tuple[OpenApiLink, ...]:
+    """Links to the operations on one model (``name``: a runtime expression)."""
+    where = {"name": name}
+    return (
+        OpenApiLink("GetModel", GET_MODEL, where, description="The model."),
+        OpenApiLink("UpdateModel", UPDATE_MODEL, where, description="Change its description or version policy."),
+        OpenApiLink("ListVersions", LIST_VERSIONS, where, description="Its versions."),
+        OpenApiLink("UploadVersion", UPLOAD_VERSION, where, description="Upload its next version."),
+        OpenApiLink("GetAuditLog", AUDIT_LOG, where, description="Its audit log."),
+    )
+
+
+UPLOADED_LINKS = (
+    *_version_links("$request.path.name", "$response.body#/number"),
+    OpenApiLink("GetModel", GET_MODEL, {"name": "$request.path.name"}, description="The model of the version."),
+    OpenApiLink(
+        "SetLabel",
+        SET_LABEL,
+        {"name": "$request.path.name"},
+        request_body={"version": "$response.body#/number"},
+        description="Point a version label at the version (once it is READY).",
+    ),
+)
+
+
 class ManagementView(APIView):
+    """Base of the management API's views: token or session authentication,
+    JSON, the one error shape, the management API's schema class."""
+
     # The session is the web UI's (its scripts call the API); DRF enforces CSRF for it.
     authentication_classes = [BearerTokenAuthentication, SessionAuthentication]
     permission_classes = [IsAuthenticated]
     renderer_classes = [JSONRenderer]
     parser_classes = [JSONParser]
+    schema = ManagementAutoSchema()
 
     def get_exception_handler(self):
         return api_exception_handler
@@ -74,7 +182,17 @@ class ManagementView(APIView):
 
 
 class ModelListView(ManagementView):
-    @extend_schema(responses={200: ModelSerializer(many=True), 401: ERRORS[401]})
+    @extend_schema(
+        operation_id=LIST_MODELS,
+        responses={
+            200: LinkedResponse(
+                ModelSerializer(many=True),
+                description="Every model, by name.",
+                links=_model_links("$response.body#/0/name"),
+            ),
+            **errors(401),
+        },
+    )
     def get(self, request):
         """Every model with its team, version policy, served versions, labels and versions."""
         return Response(ModelSerializer(selectors.model_overview(), many=True).data)
@@ -88,16 +206,39 @@ def _model_body(name: str) -> dict:
 
 
 class ModelDetailView(ManagementView):
-    @extend_schema(responses={200: ModelDetailSerializer, **ERRORS})
+    @extend_schema(
+        operation_id=GET_MODEL,
+        responses={
+            200: LinkedResponse(
+                ModelDetailSerializer,
+                description="The model.",
+                links=(
+                    *_model_links("$request.path.name"),
+                    *_version_links("$request.path.name", "$response.body#/versions/0/number"),
+                ),
+            ),
+            **errors(401, 404),
+        },
+    )
     def get(self, request, name: str):
         """One model with every version in full (signature, state, reason, validation log)."""
         return Response(_model_body(name))
 
-    @extend_schema(request=ModelUpdateSerializer, responses={200: ModelDetailSerializer, **ERRORS})
+    @extend_schema(
+        operation_id=UPDATE_MODEL,
+        request=ModelUpdateSerializer,
+        responses={
+            200: OpenApiResponse(ModelDetailSerializer, description="The model as changed."),
+            **errors(
+                400, 401, 403, 404, 409, 415,
+                e409="a version policy that would serve no READY version, or lists versions the model does not have",
+            ),
+        },
+    )  # fmt: skip
     def patch(self, request, name: str):
         """Change the description, the version policy (``latest`` N, ``all``,
         ``specific`` versions) and/or the instance group. A policy that would
-        serve no READY version is refused."""
+        serve no READY version is refused (409)."""
         serializer = ModelUpdateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
@@ -126,39 +267,61 @@ class VersionListView(ManagementView):
             if self.upload_handler is not None:
                 self.upload_handler.discard()
 
-    @extend_schema(responses={200: VersionSerializer(many=True), **ERRORS})
+    @extend_schema(
+        operation_id=LIST_VERSIONS,
+        responses={
+            200: OpenApiResponse(VersionSerializer(many=True), description="The versions, highest first."),
+            **errors(401, 404),
+        },
+    )
     def get(self, request, name: str):
+        """The versions of a model, highest first."""
         model = selectors.model_detail(name)
         if model is None:
             raise actions.NotFound(f"unknown model '{name}'")
         return Response(VersionSerializer(model.versions.all(), many=True).data)
 
     @extend_schema(
+        operation_id=UPLOAD_VERSION,
         request={"multipart/form-data": UploadSerializer},
         responses={
-            201: OpenApiResponse(VersionSerializer, description="validated: READY"),
-            202: OpenApiResponse(VersionSerializer, description="accepted; validation runs in a worker"),
-            409: OpenApiResponse(ErrorSerializer, description="the model already has these bytes"),
-            413: OpenApiResponse(ErrorSerializer, description="above MAX_UPLOAD_BYTES"),
-            422: OpenApiResponse(description="validation failed: {error, version}"),
-            **ERRORS,
+            201: LinkedResponse(VersionSerializer, description="Validated: READY.", links=UPLOADED_LINKS),
+            202: LinkedResponse(
+                VersionSerializer,
+                description="Accepted; a worker validates it (poll the version).",
+                links=UPLOADED_LINKS,
+            ),
+            **errors(
+                400, 401, 403, 404, 409, 413, 415,
+                e404="the model does not exist and no team was given to create it, or the team does not exist",
+                e409="the model already has these bytes as a version",
+            ),
+            422: OpenApiResponse(UploadFailedSerializer, description="Validation failed: the FAILED version is kept."),
         },
-    )
+        parameters=[
+            OpenApiParameter(
+                "Location", str, OpenApiParameter.HEADER, response=[201, 202], description="The new version's URL."
+            )
+        ],
+    )  # fmt: skip
     def post(self, request, name: str):
-        """Upload an ONNX file as the next version of model ``name`` (created
-        for ``team`` when it does not exist). Validation (ONNX checker, ONNX
-        Runtime session, signature, warm-up inference) runs as a task: in the
-        embedded mode before this answers (201 READY or 422 FAILED), with a
-        worker afterwards (202; poll the version)."""
+        """Upload an ONNX file as the next version of model ``name``. When
+        the model does not exist yet the upload creates it for ``team``
+        (required then; without it the answer is 404). Validation (ONNX
+        checker, ONNX Runtime session, signature, warm-up inference) runs as
+        a task: in the embedded mode before this answers (201 READY or 422
+        FAILED), with a worker afterwards (202; poll the version)."""
         actions.check_upload(request.user, self.token, name)
         try:
             data = request.data
         except OSError as exc:
             raise ParseError(f"the upload was interrupted: {exc}") from None
         staged = self.upload_handler.result()
-        version = actions.upload(
-            request.user, self.token, name, staged, data.get("team", ""), data.get("description", "")
-        )
+        fields = UploadSerializer(data=data)
+        fields.is_valid(raise_exception=True)
+        team = fields.validated_data.get("team", "")
+        description = fields.validated_data.get("description", "")
+        version = actions.upload(request.user, self.token, name, staged, team, description)
         version.refresh_from_db()
         body = VersionSerializer(version).data
         headers = {"Location": f"/api/models/{name}/versions/{version.number}/"}
@@ -170,13 +333,13 @@ class VersionListView(ManagementView):
 
 
 class VersionDetailView(ManagementView):
-    @extend_schema(responses={200: VersionSerializer, **ERRORS})
+    @extend_schema(operation_id=GET_VERSION, responses={200: VersionSerializer, **errors(401, 404)})
     def get(self, request, name: str, number: int):
         """One version: state, reason, signature, sha256, size, validation log."""
         version = actions.get_version(actions.get_model(name), number)
         return Response(VersionSerializer(version).data)
 
-    @extend_schema(responses={204: None, **ERRORS})
+    @extend_schema(operation_id=DELETE_VERSION, responses={204: None, **errors(401, 403, 404)})
     def delete(self, request, name: str, number: int):
         """Delete a version, its labels and its artifact (the number is never reused)."""
         actions.delete_version(request.user, self.token, name, number)
@@ -184,21 +347,61 @@ class VersionDetailView(ManagementView):
 
 
 class VersionRetireView(ManagementView):
-    @extend_schema(request=None, responses={200: VersionSerializer, **ERRORS})
+    @extend_schema(
+        operation_id=RETIRE_VERSION,
+        request=None,
+        responses={
+            200: LinkedResponse(
+                VersionSerializer,
+                description="The retired version (UNAVAILABLE).",
+                links=_version_links("$request.path.name", "$response.body#/number", only=("RestoreVersion",)),
+            ),
+            **errors(401, 403, 404, 409, e409="the version is not READY, or a version label points at it"),
+        },
+    )
     def post(self, request, name: str, number: int):
         """Stop serving a READY version (state UNAVAILABLE); no label may point at it."""
         return Response(VersionSerializer(actions.retire_version(request.user, self.token, name, number)).data)
 
 
 class VersionRestoreView(ManagementView):
-    @extend_schema(request=None, responses={200: VersionSerializer, **ERRORS})
+    @extend_schema(
+        operation_id=RESTORE_VERSION,
+        request=None,
+        responses={
+            200: LinkedResponse(
+                VersionSerializer,
+                description="The version, READY again.",
+                links=_version_links("$request.path.name", "$response.body#/number", only=("RetireVersion",)),
+            ),
+            **errors(401, 403, 404, 409, e409="the version is not retired (UNAVAILABLE)"),
+        },
+    )
     def post(self, request, name: str, number: int):
         """Serve a retired version again (READY)."""
         return Response(VersionSerializer(actions.restore_version(request.user, self.token, name, number)).data)
 
 
 class LabelView(ManagementView):
-    @extend_schema(request=LabelSerializer, responses={200: ModelDetailSerializer, **ERRORS})
+    @extend_schema(
+        operation_id=SET_LABEL,
+        request=LabelSerializer,
+        responses={
+            200: LinkedResponse(
+                ModelDetailSerializer,
+                description="The model, with the version label set.",
+                links=(
+                    OpenApiLink(
+                        "DeleteLabel",
+                        DELETE_LABEL,
+                        {"name": "$request.path.name", "label": "$request.path.label"},
+                        description="Remove the version label.",
+                    ),
+                ),
+            ),
+            **errors(400, 401, 403, 404, 409, 415, e409="the model has no such version, or the version is not READY"),
+        },
+    )
     def put(self, request, name: str, label: str):
         """Point version label ``label`` at a READY version."""
         serializer = LabelSerializer(data=request.data)
@@ -206,7 +409,7 @@ class LabelView(ManagementView):
         actions.set_label(request.user, self.token, name, label, serializer.validated_data["version"])
         return Response(_model_body(name))
 
-    @extend_schema(responses={204: None, **ERRORS})
+    @extend_schema(operation_id=DELETE_LABEL, responses={204: None, **errors(401, 403, 404)})
     def delete(self, request, name: str, label: str):
         """Remove a version label."""
         actions.delete_label(request.user, self.token, name, label)
@@ -214,7 +417,7 @@ class LabelView(ManagementView):
 
 
 class AuditView(ManagementView):
-    @extend_schema(responses={200: AuditEventSerializer(many=True), **ERRORS})
+    @extend_schema(operation_id=AUDIT_LOG, responses={200: AuditEventSerializer(many=True), **errors(401, 404)})
     def get(self, request, name: str):
         """The newest changes of a model (who, what, when), newest first."""
         return Response(AuditEventSerializer(selectors.audit_for_model(actions.get_model(name)), many=True).data)

@@ -1,11 +1,61 @@
-"""Serializers of the management API (models, model versions, labels, audit)."""
+"""Serializers of the management API (models, model versions, version
+labels, version policies, audit events, errors).
+
+Everything the OpenAPI schema says about a field comes from here (through
+drf-spectacular): nullable fields are ``allow_null``, bounds are
+``min_value``/``max_value``, names carry the registry's patterns, and input
+text may not hold NUL characters (PostgreSQL cannot store them).
+"""
 
 from __future__ import annotations
 
+from django.core.validators import ProhibitNullCharactersValidator, RegexValidator
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
 from models_store import selectors
-from models_store.models import AuditEvent, ModelVersion, RegisteredModel, VersionPolicy
+from models_store.actions import MAX_VERSION_NUMBER
+from models_store.models import (
+    AuditEvent,
+    ModelVersion,
+    RegisteredModel,
+    VersionPolicy,
+    team_name_validator,
+)
+
+#: Largest version number (and version count) the registry stores: its
+#: integer columns are 32-bit.
+MAX_VERSION = MAX_VERSION_NUMBER
+#: Bounds of an instance group: instances per group and GPU numbers.
+MAX_INSTANCES = 1024
+MAX_GPU = 1023
+
+
+class Integer(serializers.IntegerField):
+    """An IntegerField that takes JSON integers only: not strings of digits,
+    not floats, not booleans (the schema says ``integer``)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class TextField(serializers.CharField):
+    """A CharField for strings only (DRF would take a number as its text)
+    whose refusal of NUL characters (PostgreSQL cannot store them) is a
+    RegexValidator, so that the schema shows it as a pattern (a blank value
+    is ``allow_blank``'s to accept or refuse)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.validators = [v for v in self.validators if not isinstance(v, ProhibitNullCharactersValidator)]
+        self.validators.append(RegexValidator(r"\A[^\x00]+\Z", "Null characters are not allowed."))
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):  # DRF would take numbers as text; the schema says string
+            self.fail("invalid")
+        return super().to_internal_value(data)
 
 
 class TensorSerializer(serializers.Serializer):
@@ -19,11 +69,14 @@ class TensorSerializer(serializers.Serializer):
 class VersionSerializer(serializers.ModelSerializer):
     """A model version. ``state``: UPLOADED, VALIDATING, READY, FAILED, or
     UNAVAILABLE (retired); ``reason`` says why it is FAILED/UNAVAILABLE;
-    ``log`` lists the validation steps; ``size`` is in bytes."""
+    ``log`` lists the validation steps; ``size`` is in bytes;
+    ``properties`` are the ONNX model's metadata properties."""
 
     model = serializers.CharField(source="model.name", read_only=True)
     inputs = TensorSerializer(many=True, read_only=True)
     outputs = TensorSerializer(many=True, read_only=True)
+    properties = serializers.DictField(child=serializers.CharField(), read_only=True)
+    log = serializers.ListField(child=serializers.CharField(), read_only=True)
     labels = serializers.SerializerMethodField()
     serving = serializers.SerializerMethodField()
     uploaded_by = serializers.SerializerMethodField()
@@ -37,6 +90,7 @@ class VersionSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_labels(self, version) -> list[str]:
+        """The version labels that point at this version."""
         return sorted(label.name for label in version.model.labels.all() if label.version_id == version.pk)
 
     def get_serving(self, version) -> bool:
@@ -44,6 +98,7 @@ class VersionSerializer(serializers.ModelSerializer):
         return version.number in selectors.served_numbers(version.model)
 
     def get_uploaded_by(self, version) -> str | None:
+        """Who uploaded the version (null: imported from a model repository, or the user is gone)."""
         return version.uploaded_by.get_username() if version.uploaded_by else None
 
 
@@ -54,11 +109,31 @@ class VersionSummarySerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class ModelSerializer(serializers.ModelSerializer):
-    """A registered model: its owning team, version policy, served versions
-    (highest first), version labels (label -> version number) and versions."""
+class InstanceGroupSerializer(serializers.Serializer):
+    """Triton's instance group as stored: where worker mode runs the model
+    (``kind`` KIND_AUTO, KIND_GPU, KIND_CPU, or KIND_MODEL from a
+    config.pbtxt; ``gpus`` only for KIND_GPU)."""
 
-    team = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    name = serializers.CharField(read_only=True)
+    kind = serializers.CharField(read_only=True)
+    count = serializers.IntegerField(read_only=True)
+    gpus = serializers.ListField(child=serializers.IntegerField(), read_only=True)
+
+
+class ModelSerializer(serializers.ModelSerializer):
+    """A registered model: its owning team (null: operator-owned, e.g.
+    imported from a model repository without ``REPOSITORY_TEAM``), version
+    policy, served versions (highest first), version labels (label ->
+    version number) and versions."""
+
+    team = serializers.SlugRelatedField(
+        slug_field="name",
+        read_only=True,
+        allow_null=True,
+        help_text="The owning team; null for an operator-owned model (only superusers change it).",
+    )
+    specific_versions = serializers.ListField(child=serializers.IntegerField(), read_only=True)
+    instance_group = InstanceGroupSerializer(many=True, read_only=True)
     served_versions = serializers.SerializerMethodField()
     labels = serializers.SerializerMethodField()
     versions = VersionSummarySerializer(many=True, read_only=True)
@@ -72,9 +147,11 @@ class ModelSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_served_versions(self, model) -> list[int]:
+        """The version numbers the version policy serves now, highest first."""
         return selectors.served_numbers(model)
 
     def get_labels(self, model) -> dict[str, int]:
+        """Version labels: label name -> version number."""
         return {label.name: label.version.number for label in model.labels.all()}
 
 
@@ -82,47 +159,120 @@ class ModelDetailSerializer(ModelSerializer):
     versions = VersionSerializer(many=True, read_only=True)
 
 
-class InstanceGroupSerializer(serializers.Serializer):
-    """Triton's instance group: where worker mode runs the model."""
+def _gpu_numbers(**kwargs) -> serializers.ListField:
+    return serializers.ListField(child=Integer(min_value=0, max_value=MAX_GPU), default=list, **kwargs)
+
+
+class _GroupFields(serializers.Serializer):
+    count = Integer(min_value=1, max_value=MAX_INSTANCES, default=1)
+
+
+class GpuInstanceGroupSerializer(_GroupFields):
+    """An instance group on GPUs: ``gpus`` lists the GPU numbers (empty: any GPU)."""
+
+    kind = serializers.ChoiceField(choices=["KIND_GPU"])
+    gpus = _gpu_numbers()
+
+
+class HostInstanceGroupSerializer(_GroupFields):
+    """An instance group on the CPU (KIND_CPU) or wherever there is a worker
+    (KIND_AUTO, the default); it lists no GPUs."""
+
+    kind = serializers.ChoiceField(choices=["KIND_AUTO", "KIND_CPU"], default="KIND_AUTO")
+    gpus = _gpu_numbers(max_length=0)
+
+
+class InstanceGroupChangeSerializer(_GroupFields):
+    """One instance group to set: KIND_AUTO (default), KIND_CPU, or KIND_GPU
+    with its GPU numbers; ``gpus`` only go with KIND_GPU."""
 
     kind = serializers.ChoiceField(choices=["KIND_AUTO", "KIND_GPU", "KIND_CPU"], default="KIND_AUTO")
-    count = serializers.IntegerField(min_value=1, default=1)
-    gpus = serializers.ListField(child=serializers.IntegerField(min_value=0), default=list)
+    gpus = _gpu_numbers()
+
+    def validate(self, attrs):
+        if attrs.get("gpus") and attrs.get("kind") != "KIND_GPU":
+            raise serializers.ValidationError({"gpus": ["gpus are only for KIND_GPU"]})
+        return attrs
+
+
+@extend_schema_field(
+    PolymorphicProxySerializer(
+        component_name="InstanceGroupChange",
+        serializers=[HostInstanceGroupSerializer, GpuInstanceGroupSerializer],
+        resource_type_field_name=None,
+        many=True,
+    )
+)
+class InstanceGroupListField(serializers.ListField):
+    """The instance groups to set, validated by
+    :class:`InstanceGroupChangeSerializer`; the schema shows each as one of
+    its two shapes (on the host, or on GPUs with ``gpus``)."""
+
+    child = InstanceGroupChangeSerializer()
 
 
 class ModelUpdateSerializer(serializers.Serializer):
     """Fields to change; all optional. The version policy must serve at least
-    one READY version; GPU numbers only go with KIND_GPU."""
+    one READY version (else 409); ``specific_versions`` and
+    ``latest_versions`` are kept from the model when not given."""
 
-    description = serializers.CharField(required=False, allow_blank=True)
+    description = TextField(required=False, allow_blank=True)
     version_policy = serializers.ChoiceField(choices=VersionPolicy.choices, required=False)
-    latest_versions = serializers.IntegerField(min_value=1, required=False)
+    latest_versions = Integer(min_value=1, max_value=MAX_VERSION, required=False)
     specific_versions = serializers.ListField(
-        child=serializers.IntegerField(min_value=1), required=False, allow_empty=False
+        child=Integer(min_value=1, max_value=MAX_VERSION), required=False, allow_empty=False, min_length=1
     )
-    instance_group = InstanceGroupSerializer(many=True, required=False)
+    instance_group = InstanceGroupListField(required=False)
 
 
 class UploadSerializer(serializers.Serializer):
-    """Multipart body of an upload. ``team`` and ``description`` are used when
-    the upload creates the model."""
+    """Multipart body of an upload. When the model does not exist yet, the
+    upload creates it for ``team`` (required then: without it the answer is
+    404) with ``description``; for an existing model both are ignored."""
 
-    file = serializers.FileField(help_text="the ONNX model file (self-contained, at most MAX_UPLOAD_BYTES)")
-    team = serializers.CharField(required=False, allow_blank=True, help_text="owning team of a new model")
-    description = serializers.CharField(required=False, allow_blank=True)
+    file = serializers.FileField(
+        allow_empty_file=True,  # refused by the upload's own checks, with their message
+        help_text="The ONNX model file: self-contained (no external data), at most MAX_UPLOAD_BYTES.",
+    )
+    team = TextField(
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        validators=[RegexValidator(r"\A[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}\Z", team_name_validator.message)],
+        help_text="Required when the upload creates the model: the team that will own it "
+        "(one of your teams; an operator may name any team). Empty: not given.",
+    )
+    description = TextField(required=False, allow_blank=True, help_text="Description of a new model.")
 
 
 class LabelSerializer(serializers.Serializer):
-    """The version a version label points at (must be READY)."""
+    """The version a version label points at (must be READY, else 409)."""
 
-    version = serializers.IntegerField(min_value=1)
+    version = Integer(min_value=1, max_value=MAX_VERSION)
 
 
 class ErrorSerializer(serializers.Serializer):
+    """Every 4xx of the management API: one sentence saying what is wrong;
+    ``fields`` (validation errors only) maps each invalid field (nested ones
+    as ``instance_group.0.gpus``) to its messages."""
+
     error = serializers.CharField()
+    fields = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        required=False,
+        help_text="Validation errors only: messages by field.",
+    )
+
+
+class UploadFailedSerializer(ErrorSerializer):
+    """A 422 of an upload: the error, and the FAILED version that was kept."""
+
+    version = VersionSerializer()
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
+    detail = serializers.DictField(read_only=True, help_text="What changed (depends on the action).")
+
     class Meta:
         model = AuditEvent
         fields = ["created_at", "actor_name", "action", "model_name", "version_number", "detail"]

@@ -42,8 +42,23 @@ class RegistryError(ValueError):
     """A registry write was refused; the message says why (HTTP 400)."""
 
 
-class DuplicateVersion(RegistryError):
+class Conflict(RegistryError):
+    """A well-formed write that the registry's current state refuses (HTTP
+    409): a version policy that would serve nothing, a version label on a
+    missing or not-READY version, retiring a version that is not READY or
+    that a label points at, restoring one that is not retired, a taken name."""
+
+
+class DuplicateVersion(Conflict):
     """The model already has a version with these bytes (HTTP 409)."""
+
+
+def _validate_whole(validator, value: str) -> None:
+    """Run a name's RegexValidator on the whole value: its ``$`` also matches
+    before a final newline, which a name may not end with."""
+    validator(value)
+    if value.endswith("\n"):
+        raise DjangoValidationError(validator.message)
 
 
 def bump_stamp() -> None:
@@ -93,14 +108,14 @@ def model_upsert(name: str, config: TritonConfig | None = None, team: Team | Non
 
 def _model_create(name: str, team: Team, actor, description: str = "") -> RegisteredModel:
     try:
-        model_name_validator(name)
+        _validate_whole(model_name_validator, name)
     except DjangoValidationError as exc:
         raise RegistryError(exc.messages[0]) from None
     try:
         with transaction.atomic():
             model = RegisteredModel.objects.create(name=name, team=team, description=description, created_by=actor)
     except IntegrityError:
-        raise RegistryError(f"a model named '{name}' already exists") from None
+        raise Conflict(f"a model named '{name}' already exists") from None
     audit.record(actor, "model.create", model, team=team.name)
     bump_stamp()
     return model
@@ -109,7 +124,7 @@ def _model_create(name: str, team: Team, actor, description: str = "") -> Regist
 @transaction.atomic
 def model_create(name: str, team: Team, actor, description: str = "") -> RegisteredModel:
     """Register an empty model owned by ``team``. Raises RegistryError for a
-    malformed or taken name."""
+    malformed name, Conflict for a taken one."""
     return _model_create(name, team, actor, description)
 
 
@@ -124,9 +139,10 @@ def model_update(model: RegisteredModel, actor, *, description: str) -> Register
 
 
 def check_version_policy(model: RegisteredModel, policy: str, latest: int, specific: list[int]) -> None:
-    """Raise RegistryError unless the policy is well formed and serves at
-    least one READY version (a ``latest`` or ``all`` policy of a model
-    without READY versions is accepted: it serves the first one to come)."""
+    """Raise RegistryError unless the policy is well formed, and Conflict
+    unless it lists existing versions and serves at least one READY version
+    (a ``latest`` or ``all`` policy of a model without READY versions is
+    accepted: it serves the first one to come)."""
     if policy not in VersionPolicy.values:
         raise RegistryError(f"unknown version policy '{policy}' (one of: {', '.join(VersionPolicy.values)})")
     if policy == VersionPolicy.LATEST and latest < 1:
@@ -134,14 +150,14 @@ def check_version_policy(model: RegisteredModel, policy: str, latest: int, speci
     states = dict(model.versions.values_list("number", "state"))
     if policy == VersionPolicy.SPECIFIC:
         if not specific:
-            raise RegistryError("a specific policy lists at least one version number")
+            raise Conflict("a specific policy lists at least one version number (give specific_versions)")
         missing = sorted(n for n in set(specific) if n not in states)
         if missing:
-            raise RegistryError(f"model '{model.name}' has no version {', '.join(map(str, missing))}")
+            raise Conflict(f"model '{model.name}' has no version {', '.join(map(str, missing))}")
     ready = [n for n, state in states.items() if state == State.READY]
     if not served_versions(policy, ready, latest, specific) and (ready or policy == VersionPolicy.SPECIFIC):
         listed = ", ".join(f"{n} ({states[n]})" for n in sorted(set(specific)))
-        raise RegistryError(
+        raise Conflict(
             f"this version policy would serve no version of '{model.name}': "
             + (f"it lists {listed}; " if policy == VersionPolicy.SPECIFIC else "")
             + f"READY versions: {', '.join(map(str, sorted(ready))) or 'none'}"
@@ -154,8 +170,8 @@ def model_set_policy(
 ) -> RegisteredModel:
     """Set the version policy (``latest`` N, ``all``, ``specific`` numbers).
 
-    Raises RegistryError for a malformed policy or one that serves nothing
-    (see :func:`check_version_policy`).
+    Raises RegistryError for a malformed policy, Conflict for one that
+    serves nothing (see :func:`check_version_policy`).
     """
     model = RegisteredModel.objects.select_for_update().get(pk=model.pk)
     specific = sorted({int(n) for n in specific})
@@ -256,7 +272,7 @@ def version_upload(
             )
     else:
         try:
-            model_name_validator(model_name)
+            _validate_whole(model_name_validator, model_name)
         except DjangoValidationError as exc:
             raise RegistryError(exc.messages[0]) from None
     stored = storage.commit_staged(model_name, staged.directory, staged.sha256, staged.size)
@@ -363,13 +379,13 @@ def version_set_state(version: ModelVersion, state: str, reason: str = "") -> Mo
 @transaction.atomic
 def version_retire(version: ModelVersion, actor) -> ModelVersion:
     """Stop serving a READY version (state UNAVAILABLE); it can be restored.
-    Raises RegistryError when it is not READY or a version label points at it."""
+    Raises Conflict when it is not READY or a version label points at it."""
     version = ModelVersion.objects.select_for_update().select_related("model").get(pk=version.pk)
     if version.state != State.READY:
-        raise RegistryError(f"only a READY version can be retired; version {version.number} is {version.state}")
+        raise Conflict(f"only a READY version can be retired; version {version.number} is {version.state}")
     labels = sorted(version.labels.values_list("name", flat=True))
     if labels:
-        raise RegistryError(
+        raise Conflict(
             f"version label(s) {', '.join(labels)} point at version {version.number}; move or delete them first"
         )
     when = timezone.now().strftime("%Y-%m-%d %H:%M UTC")
@@ -382,10 +398,10 @@ def version_retire(version: ModelVersion, actor) -> ModelVersion:
 @transaction.atomic
 def version_restore(version: ModelVersion, actor) -> ModelVersion:
     """Serve a retired version again (UNAVAILABLE -> READY).
-    Raises RegistryError for a version that is not retired."""
+    Raises Conflict for a version that is not retired."""
     version = ModelVersion.objects.select_for_update().select_related("model").get(pk=version.pk)
     if version.state != State.UNAVAILABLE:
-        raise RegistryError(f"only a retired version can be restored; version {version.number} is {version.state}")
+        raise Conflict(f"only a retired version can be restored; version {version.number} is {version.state}")
     version_set_state(version, State.READY)
     audit.record(actor, "version.restore", version.model, version.number)
     return version
@@ -410,18 +426,18 @@ def version_delete(version: ModelVersion, actor=None) -> None:
 def label_set(model: RegisteredModel, name: str, number: int, actor=None) -> VersionLabel:
     """Point label ``name`` at version ``number``; the version must be READY.
 
-    Raises RegistryError for a malformed name, a missing version, or a
-    version that is not READY.
+    Raises RegistryError for a malformed name, Conflict for a missing
+    version or one that is not READY.
     """
     try:
-        label_validator(name)
+        _validate_whole(label_validator, name)
     except DjangoValidationError as exc:
         raise RegistryError(exc.messages[0]) from None
     version = model.versions.filter(number=number).first()
     if version is None:
-        raise RegistryError(f"model '{model.name}' has no version {number}")
+        raise Conflict(f"model '{model.name}' has no version {number}")
     if version.state != State.READY:
-        raise RegistryError(
+        raise Conflict(
             f"label '{name}' may only point at a READY version; version {number} of '{model.name}' is {version.state}"
         )
     label, _ = VersionLabel.objects.update_or_create(model=model, name=name, defaults={"version": version})

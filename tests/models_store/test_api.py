@@ -10,8 +10,8 @@ import io
 import pytest
 from django.test import Client
 
-from models_store import accounts, storage
-from models_store.models import AuditEvent, ModelVersion, RegisteredModel
+from models_store import accounts, services, storage
+from models_store.models import AuditEvent, ModelVersion, RegisteredModel, VersionLabel
 from tests.support import onnx_models as m
 from tests.support.onnx_models import external_data_model, failing_model
 from tests.support.store import PASSWORD, person
@@ -61,10 +61,21 @@ def _staging_entries():
 
 
 def _error(response, status: int) -> str:
+    """The error sentence of a 4xx answered in the one error shape."""
     assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/json"
     body = response.json()
     assert isinstance(body["error"], str) and body["error"]
+    assert set(body) <= ({"error", "version"} if status == 422 else {"error", "fields"}), body
     return body["error"]
+
+
+def _fields(response, status: int) -> dict:
+    """The ``fields`` of a validation error (its sentence names each of them)."""
+    error = _error(response, status)
+    fields = response.json()["fields"]
+    assert fields and all(name in error for name in fields), (error, fields)
+    return fields
 
 
 def test_authentication_is_required():
@@ -122,8 +133,17 @@ def test_upload_edge_cases(alice_api, settings):
     assert "no model file in the upload" in _error(
         alice_api.client.post("/api/models/m/versions/", {"team": "ml"}, **alice_api.auth), 400
     )
-    assert "choose the team" in _error(alice_api.upload("m", m.affine(1, 1)), 400)
-    assert "unknown team 'nope'" in _error(alice_api.upload("m", m.affine(1, 1), team="nope"), 400)
+    assert _error(alice_api.upload("m", m.affine(1, 1)), 404) == (
+        "unknown model 'm': to create it with this upload, give the team that will own it"
+    )
+    assert _error(alice_api.upload("m", m.affine(1, 1), team="nope"), 404) == "unknown team 'nope'"
+    assert _fields(alice_api.upload("m", m.affine(1, 1), team="ml "), 400) == {
+        "team": ["A team name starts with a letter or digit and holds only letters, digits, '_', '.' and '-' "
+                 "(at most 64 characters)."]
+    }  # fmt: skip
+    assert _fields(alice_api.upload("m", m.affine(1, 1), team="ml", description="a\x00b"), 400) == {
+        "description": ["Null characters are not allowed."]
+    }
     assert "A model name starts with" in _error(alice_api.upload("-bad", m.affine(1, 1), team="ml"), 400)
     settings.MAX_UPLOAD_BYTES = 100
     assert "larger than the upload limit of 100 bytes" in _error(alice_api.upload("m", m.affine(1, 1), team="ml"), 413)
@@ -168,17 +188,29 @@ def test_policy_labels_retire_delete_and_audit(alice_api):
     patch = alice_api.json("patch", "/api/models/p/", {"version_policy": "all", "description": "three"})
     assert patch.status_code == 200 and patch.json()["served_versions"] == [3, 1]
     error = _error(
-        alice_api.json("patch", "/api/models/p/", {"version_policy": "specific", "specific_versions": [2]}), 400
+        alice_api.json("patch", "/api/models/p/", {"version_policy": "specific", "specific_versions": [2]}), 409
     )
     assert "would serve no version" in error
+    assert "has no version 7" in _error(
+        alice_api.json("patch", "/api/models/p/", {"version_policy": "specific", "specific_versions": [1, 7]}), 409
+    )
     fields = alice_api.json("patch", "/api/models/p/", {"latest_versions": 0, "version_policy": "sometimes"})
-    assert fields.status_code == 400 and set(fields.json()) == {"latest_versions", "version_policy"}
+    assert fields.status_code == 400 and fields.json() == {
+        "error": "invalid fields: version_policy, latest_versions",
+        "fields": {
+            "latest_versions": ["Ensure this value is greater than or equal to 1."],
+            "version_policy": ['"sometimes" is not a valid choice.'],
+        },
+    }
 
     label = alice_api.json("put", "/api/models/p/labels/stable/", {"version": 1})
     assert label.status_code == 200 and label.json()["labels"] == {"stable": 1}
-    assert "is FAILED" in _error(alice_api.json("put", "/api/models/p/labels/canary/", {"version": 2}), 400)
-    assert "has no version 8" in _error(alice_api.json("put", "/api/models/p/labels/canary/", {"version": 8}), 400)
-    assert "stable point at version 1" in _error(alice_api.json("post", "/api/models/p/versions/1/retire"), 400)
+    assert "is FAILED" in _error(alice_api.json("put", "/api/models/p/labels/canary/", {"version": 2}), 409)
+    assert "has no version 8" in _error(alice_api.json("put", "/api/models/p/labels/canary/", {"version": 8}), 409)
+    assert "stable point at version 1" in _error(alice_api.json("post", "/api/models/p/versions/1/retire"), 409)
+    assert "only a retired version can be restored" in _error(
+        alice_api.json("post", "/api/models/p/versions/1/restore"), 409
+    )
     assert alice_api.json("delete", "/api/models/p/labels/stable/").status_code == 204
     assert "no version label 'stable'" in _error(alice_api.json("delete", "/api/models/p/labels/stable/"), 404)
 
@@ -226,16 +258,129 @@ def test_openapi_schema_and_docs_are_served_locally(alice_api):
     assert static.status_code == 200
 
 
+def test_the_schema_declares_what_the_api_does(alice_api):
+    schema = alice_api.client.get("/api/schema/?format=json").json()
+    components = schema["components"]["schemas"]
+    assert components["Error"]["required"] == ["error"]
+    assert set(components["Error"]["properties"]) == {"error", "fields"}
+    # Every 4xx of every operation is the one error shape (the 422 of an upload adds the version).
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            for code, response in operation["responses"].items():
+                if code.startswith("4"):
+                    expected = "UploadFailed" if code == "422" else "Error"
+                    ref = response["content"]["application/json"]["schema"]["$ref"]
+                    assert ref == f"#/components/schemas/{expected}", (method, path, code)
+            if "401" in operation["responses"]:
+                assert "WWW-Authenticate" in operation["responses"]["401"]["headers"]
+    assert all("401" in op["responses"] for ops in schema["paths"].values() for op in ops.values())
+    # Nullable where the API answers null.
+    assert components["Model"]["properties"]["team"]["nullable"] is True
+    assert components["Version"]["properties"]["uploaded_by"]["nullable"] is True
+    # The upload says when `team` is needed and what happens without it.
+    upload = schema["paths"]["/api/models/{name}/versions/"]["post"]
+    assert (
+        "Required when the upload creates the model" in components["UploadRequest"]["properties"]["team"]["description"]
+    )
+    assert "no team was given to create it" in upload["responses"]["404"]["description"]
+    # Links from an upload to the version operations, and from setting a label to its delete.
+    links = upload["responses"]["201"]["links"]
+    assert upload["responses"]["202"]["links"] == links
+    for name, operation_id in [
+        ("GetVersion", "models_versions_retrieve"),
+        ("RetireVersion", "models_versions_retire_create"),
+        ("RestoreVersion", "models_versions_restore_create"),
+        ("DeleteVersion", "models_versions_destroy"),
+    ]:
+        assert links[name]["operationId"] == operation_id
+        assert links[name]["parameters"] == {"name": "$request.path.name", "number": "$response.body#/number"}
+    assert links["SetLabel"]["requestBody"] == {"version": "$response.body#/number"}
+    label = schema["paths"]["/api/models/{name}/labels/{label}/"]["put"]
+    assert label["responses"]["200"]["links"]["DeleteLabel"] == {
+        "operationId": "models_labels_destroy",
+        "parameters": {"name": "$request.path.name", "label": "$request.path.label"},
+        "description": "Remove the version label.",
+    }
+    operation_ids = {op["operationId"] for ops in schema["paths"].values() for op in ops.values()}
+    linked = {
+        link["operationId"]
+        for ops in schema["paths"].values()
+        for op in ops.values()
+        for response in op["responses"].values()
+        for link in response.get("links", {}).values()
+    }
+    assert linked <= operation_ids
+
+
+def test_an_imported_model_has_no_team(alice_api, tmp_path):
+    services.model_upsert("legacy")
+    listing = alice_api.get("/api/models/").json()
+    assert [(model["name"], model["team"]) for model in listing] == [("legacy", None)]
+    assert alice_api.get("/api/models/legacy/").json()["team"] is None
+    assert "operator-owned" in _error(alice_api.json("patch", "/api/models/legacy/", {"description": "x"}), 403)
+
+
+def test_errors_have_one_shape(alice_api):
+    alice_api.upload("m", m.affine(1, 1), team="ml")
+    empty = alice_api.json("patch", "/api/models/m/", {"specific_versions": [], "instance_group": [{"gpus": [-1]}]})
+    assert _fields(empty, 400) == {
+        "specific_versions": ["This list may not be empty."],
+        "instance_group.0.gpus.0": ["Ensure this value is greater than or equal to 0."],
+    }
+    assert _fields(alice_api.json("put", "/api/models/m/labels/stable/", {}), 400) == {
+        "version": ["This field is required."]
+    }
+    assert _fields(alice_api.json("put", "/api/models/m/labels/stable/", {"version": "1"}), 400) == {
+        "version": ["A valid integer is required."]
+    }
+    assert _fields(alice_api.json("patch", "/api/models/m/", {"description": 7}), 400) == {
+        "description": ["Not a valid string."]
+    }
+    response = alice_api.client.put(
+        "/api/models/m/labels/stable/", b"{", content_type="application/json", **alice_api.auth
+    )
+    assert _error(response, 400).startswith("JSON parse error")
+    assert _error(alice_api.json("put", "/api/models/m/labels/stable/", [1]), 400) == (
+        "Invalid data. Expected a dictionary, but got list."
+    )
+    plain = alice_api.client.patch("/api/models/m/", "x", content_type="text/plain", **alice_api.auth)
+    assert _error(plain, 415) == 'Unsupported media type "text/plain" in request.'
+    assert _error(alice_api.json("post", "/api/models/m/"), 405) == 'Method "POST" not allowed.'
+    crowded = {f"field{i}": "x" for i in range(1001)}
+    assert "DATA_UPLOAD_MAX_NUMBER_FIELDS" in _error(alice_api.upload("m", m.affine(2, 2), **crowded), 400)
+    assert _error(alice_api.get("/api/models/m/versions/1/nope"), 404) == "not found: GET /api/models/m/versions/1/nope"
+    # A version number no version can have is a 404, never an error of the database.
+    assert (
+        _error(alice_api.get("/api/models/m/versions/99999999999999999999/"), 404)
+        == "model 'm' has no version 99999999999999999999"
+    )
+    assert _error(alice_api.json("post", "/api/models/m/versions/99999999999999999999/retire"), 404)
+    # A name may not end with a newline (a regular expression's $ would let it).
+    assert "A model name starts with" in _error(alice_api.upload("n%0A", m.affine(2, 2), team="ml"), 400)
+    assert "A version label holds" in _error(alice_api.json("put", "/api/models/m/labels/s%0A/", {"version": 1}), 400)
+    assert RegisteredModel.objects.count() == 1 and not VersionLabel.objects.exists()
+
+
+def test_a_refused_change_changes_nothing(alice_api):
+    alice_api.upload("m", m.affine(1, 1), team="ml")
+    change = {"description": "new", "instance_group": [{"kind": "KIND_CPU"}], "version_policy": "specific"}
+    assert "has no version 5" in _error(
+        alice_api.json("patch", "/api/models/m/", {**change, "specific_versions": [5]}), 409
+    )
+    model = RegisteredModel.objects.get(name="m")
+    assert (model.description, model.instance_group, model.version_policy) == ("", [], "latest")
+    assert not AuditEvent.objects.filter(action__in=["model.instance_group", "model.policy", "model.update"]).exists()
+
+
 def test_instance_group_through_the_api(alice_api):
     alice_api.upload("placed", m.affine(1, 1), team="ml")
     ok = alice_api.json("patch", "/api/models/placed/", {"instance_group": [{"kind": "KIND_GPU", "gpus": [1, 0]}]})
     assert ok.status_code == 200
     assert ok.json()["instance_group"] == [{"name": "", "kind": "KIND_GPU", "count": 1, "gpus": [1, 0]}]
     assert RegisteredModel.objects.get(name="placed").instance_group[0]["gpus"] == [1, 0]
-    error = _error(
-        alice_api.json("patch", "/api/models/placed/", {"instance_group": [{"kind": "KIND_CPU", "gpus": [0]}]}), 400
-    )
-    assert "gpus are only for KIND_GPU" in error
-    bad = alice_api.json("patch", "/api/models/placed/", {"instance_group": [{"kind": "KIND_TPU"}]})
-    assert bad.status_code == 400 and "instance_group" in bad.json()
+    wrong = alice_api.json("patch", "/api/models/placed/", {"instance_group": [{"kind": "KIND_CPU", "gpus": [0]}]})
+    assert _fields(wrong, 400) == {"instance_group.0.gpus": ["gpus are only for KIND_GPU"]}
+    assert wrong.json()["error"] == "instance_group.0.gpus: gpus are only for KIND_GPU"
+    bad = alice_api.json("patch", "/api/models/placed/", {"instance_group": [{}, {"kind": "KIND_TPU"}]})
+    assert _fields(bad, 400) == {"instance_group.1.kind": ['"KIND_TPU" is not a valid choice.']}
     assert AuditEvent.objects.filter(model_name="placed", action="model.instance_group").count() == 1

@@ -157,7 +157,7 @@ def test_settings_labels_and_version_actions(alice):
     nothing = _post(
         alice, "/models/p/settings", {"version_policy": "specific", "latest_versions": 1, "specific_versions": "2"}
     )
-    assert nothing.status_code == 400 and "would serve no version" in _text(nothing)
+    assert nothing.status_code == 409 and "would serve no version" in _text(nothing)
     assert RegisteredModel.objects.get().version_policy == "all"
     garbage = _post(
         alice, "/models/p/settings", {"version_policy": "specific", "latest_versions": 1, "specific_versions": "one"}
@@ -166,14 +166,14 @@ def test_settings_labels_and_version_actions(alice):
 
     assert _post(alice, "/models/p/labels", {"label": "stable", "version": 3}).status_code == 302
     failed_label = _post(alice, "/models/p/labels", {"label": "canary", "version": 2})
-    assert failed_label.status_code == 400 and "version 2 of &#x27;p&#x27; is FAILED" in _text(failed_label)
+    assert failed_label.status_code == 409 and "version 2 of &#x27;p&#x27; is FAILED" in _text(failed_label)
     missing = _post(alice, "/models/p/labels", {"label": "canary", "version": 9})
-    assert missing.status_code == 400 and "has no version 9" in _text(missing)
+    assert missing.status_code == 409 and "has no version 9" in _text(missing)
     options = re.findall(r'<option value="(\d+)"', _text(alice.get("/models/p/")))
     assert options.count("2") == 0 and "3" in options  # the select offers READY versions only
     assert dict(VersionLabel.objects.values_list("name", "version__number")) == {"stable": 3}
     retire = _post(alice, "/models/p/versions/3/retire", {})
-    assert retire.status_code == 400 and "stable point at version 3" in _text(retire)
+    assert retire.status_code == 409 and "stable point at version 3" in _text(retire)
     assert _post(alice, "/models/p/labels/stable/delete", {}).status_code == 302
     assert _post(alice, "/models/p/versions/3/retire", {}).status_code == 302
     assert ModelVersion.objects.get(number=3).state == "UNAVAILABLE"
