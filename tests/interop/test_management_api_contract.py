@@ -32,7 +32,7 @@ from tests.support.server import ROOT
 pytestmark = [
     pytest.mark.interop,
     pytest.mark.skipif(
-        EXECUTOR == "celery", reason="the management API does not involve the inference executor: run once"
+        EXECUTOR != "inprocess", reason="the management API does not involve the inference executor: run once"
     ),
 ]
 
