@@ -56,13 +56,14 @@ profile: venv
 PROTO_OUT ?= .
 proto: venv
 	mkdir -p $(PROTO_OUT)
-	$(PY) -m grpc_tools.protoc -I. --python_out=$(PROTO_OUT) --pyi_out=$(PROTO_OUT) models_store/config/model_config.proto
+	$(PY) -m grpc_tools.protoc -I. --python_out=$(PROTO_OUT) --pyi_out=$(PROTO_OUT) inference/grpc/proto/model_config.proto
 	$(PY) -m grpc_tools.protoc -I. --python_out=$(PROTO_OUT) --pyi_out=$(PROTO_OUT) --grpc_python_out=$(PROTO_OUT) \
 		inference/grpc/proto/oip.proto
 
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf var/demo_repository

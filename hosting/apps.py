@@ -9,6 +9,6 @@ class HostingConfig(AppConfig):
     verbose_name = "Hosting"
 
     def ready(self) -> None:
-        from hosting import composition
+        from hosting import composition  # here: it imports the apps' models, loadable only once apps are ready
 
         composition.install()

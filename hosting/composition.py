@@ -25,10 +25,10 @@ from inference.runtime.executors import InProcessExecutor, session_loader
 from inference.runtime.placement import WorkerDirectory
 from inference.runtime.remote import RemoteExecutor
 from inference.runtime.runner import ModelRunner
-from inference.runtime.worker import WorkerRuntime
 from inference.runtime.worker_server import transport_key
 from inference.statistics import StatisticsRecorder
 from inference.statistics_db import DatabaseStatistics
+from inference.worker import WorkerRuntime
 from models_store.serving import StoreArtifacts, StoreRegistrySource
 from models_store.tokens import StoreAuthorizer, TokenCache
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 from django.core.handlers.exception import convert_exception_to_response, response_for_exception
 from django.core.handlers.wsgi import WSGIHandler
 
+from inference.urls import INFER_PATH, infer_view
+
 PROTOCOL_PREFIXES = ("/v2", "/v1/", "/metrics")
 PROTOCOL_URLCONF = "inference.urls"
 
@@ -33,8 +35,6 @@ class ProtocolHandler(WSGIHandler):
 
     def __init__(self):
         super().__init__()
-        from inference.urls import INFER_PATH, infer_view
-
         self._infer_path = INFER_PATH
         self._infer_view = infer_view
 

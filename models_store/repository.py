@@ -19,8 +19,10 @@ import onnx
 from django.conf import settings
 
 from models_store import selectors, services, storage, validation
+from models_store.accounts import team_get_or_create
 from models_store.config import ConfigError, TritonConfig, parse_config
 from models_store.models import PLATFORM_ONNX, ModelVersion, model_name_validator
+from models_store.validating import tensor_json
 
 SUPPORTED_BACKENDS = ("", "onnxruntime")
 SUPPORTED_PLATFORMS = ("", PLATFORM_ONNX)
@@ -92,8 +94,8 @@ def _import_version(model, version_dir: Path, filename: str, config, config_erro
         sha256=stored.sha256,
         size=stored.size,
         state=ModelVersion.State.FAILED if reason else ModelVersion.State.READY,
-        inputs=[_tensor_json(t) for t in signature.inputs] if signature else [],
-        outputs=[_tensor_json(t) for t in signature.outputs] if signature else [],
+        inputs=[tensor_json(t) for t in signature.inputs] if signature else [],
+        outputs=[tensor_json(t) for t in signature.outputs] if signature else [],
         properties=signature.properties if signature else {},
         reason=reason,
         source=str(version_dir.resolve()),
@@ -107,15 +109,9 @@ def _import_version(model, version_dir: Path, filename: str, config, config_erro
     return ImportResult(model.name, version_dir.name, "failed" if reason else "created", version.number, message)
 
 
-def _tensor_json(tensor) -> dict:
-    return {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
-
-
 def _import_team(name: str | None):
     """The team that imported models without one get: ``name``, else the
     REPOSITORY_TEAM setting; None (operator-owned models) when both are empty."""
-    from models_store.accounts import team_get_or_create
-
     name = name if name is not None else settings.REPOSITORY_TEAM
     return team_get_or_create(name) if name else None
 

@@ -10,28 +10,29 @@ from __future__ import annotations
 
 import logging
 
-from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import F
 from django.utils import timezone
+from kombu.exceptions import OperationalError
 
-from inference.changes import beacon_at
 from inference.version_policy import served_versions
-from models_store import audit, storage, validation
-from models_store.config import TritonConfig, config_from_raw
+from models_store import audit, storage
+from models_store.config import TritonConfig
 from models_store.models import (
     ModelVersion,
     RegisteredModel,
-    RegistryStamp,
     Team,
     VersionLabel,
     VersionPolicy,
     label_validator,
     model_name_validator,
 )
-from models_store.signals import registry_changed
+from models_store.stamp import bump_stamp
+from models_store.tasks import validate_version
 from models_store.uploads import StagedFile, preflight
+from models_store.validating import version_set_state, version_validate
+
+__all__ = ["bump_stamp", "version_set_state", "version_validate"]  # also services of the registry
 
 logger = logging.getLogger(__name__)
 
@@ -59,22 +60,6 @@ def _validate_whole(validator, value: str) -> None:
     validator(value)
     if value.endswith("\n"):
         raise DjangoValidationError(validator.message)
-
-
-def bump_stamp() -> None:
-    """Advance the change stamp inside the current transaction; every server
-    process rebuilds its registry snapshot (and token scopes) after it."""
-    updated = RegistryStamp.objects.filter(pk=1).update(counter=F("counter") + 1)
-    if not updated:
-        RegistryStamp.objects.get_or_create(pk=1, defaults={"counter": 1})
-    transaction.on_commit(_announce_change)
-
-
-def _announce_change() -> None:
-    """After commit: tell every process of the machine (the change beacon, read
-    before each lookup) and this process's listeners, before the call answers."""
-    beacon_at(settings.VAR_DIR).bump()
-    registry_changed.send(sender=RegistryStamp)
 
 
 # -- models -------------------------------------------------------------------
@@ -302,10 +287,6 @@ def _schedule_validation(version_id: int) -> None:
     cannot take it (Redis down or unreachable), validate in this process
     instead: the upload answers later, but its version never stays UPLOADED
     with nobody to validate it."""
-    from kombu.exceptions import OperationalError
-
-    from models_store.tasks import validate_version
-
     try:
         validate_version.delay(version_id)
     except (OperationalError, ConnectionError) as exc:
@@ -316,64 +297,6 @@ def _schedule_validation(version_id: int) -> None:
 def _remove_if_unreferenced(relpath: str) -> None:
     if not ModelVersion.objects.filter(artifact=relpath).exists():
         storage.remove_artifact(relpath)
-
-
-def version_validate(version_id: int) -> ModelVersion | None:
-    """Validate an UPLOADED version: VALIDATING, then READY with its
-    signature and validation log, or FAILED with the reason (and the log of
-    the steps that passed). Returns the version (None when it was deleted);
-    a version in another state is left alone, so running it twice is harmless.
-    """
-    version = ModelVersion.objects.select_related("model").filter(pk=version_id).first()
-    if version is None or version.state != State.UPLOADED:
-        return version
-    version_set_state(version, State.VALIDATING)
-    log: list[str] = []
-    try:
-        config = config_from_raw(version.model.config)
-        signature = validation.validate_artifact(storage.artifact_path(version.artifact), config, log)
-    except validation.ValidationError as exc:
-        return _version_validated(version_id, State.FAILED, reason=str(exc), log=[*log, f"failed: {exc}"])
-    except Exception as exc:  # never leave a version VALIDATING
-        logger.exception("validation of version %s crashed", version_id)
-        reason = f"internal error during validation ({type(exc).__name__}); see the server log"
-        return _version_validated(version_id, State.FAILED, reason=reason, log=[*log, f"failed: {reason}"])
-    return _version_validated(
-        version_id,
-        State.READY,
-        log=log,
-        inputs=[_tensor_json(t) for t in signature.inputs],
-        outputs=[_tensor_json(t) for t in signature.outputs],
-        properties=signature.properties,
-    )
-
-
-def _tensor_json(tensor) -> dict:
-    return {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
-
-
-@transaction.atomic
-def _version_validated(version_id: int, state: str, *, log: list[str], reason: str = "", **signature):
-    version = ModelVersion.objects.select_for_update().select_related("model").filter(pk=version_id).first()
-    if version is None:  # deleted while it was validated
-        return None
-    version.state, version.reason, version.log = state, reason, log
-    for key, value in signature.items():
-        setattr(version, key, value)
-    version.save()
-    action = "version.ready" if state == State.READY else "version.failed"
-    audit.record(None, action, version.model, version.number, reason=reason)
-    bump_stamp()
-    return version
-
-
-@transaction.atomic
-def version_set_state(version: ModelVersion, state: str, reason: str = "") -> ModelVersion:
-    version.state = state
-    version.reason = reason
-    version.save(update_fields=["state", "reason", "updated_at"])
-    bump_stamp()
-    return version
 
 
 @transaction.atomic

@@ -11,7 +11,7 @@ from django.db import close_old_connections
 from inference.ports import ModelRecord, VersionRecord
 from inference.protocol.errors import InvalidInput, ModelNotFound
 from models_store import selectors, services, storage
-from models_store.signals import registry_changed
+from models_store.stamp import registry_changed
 
 
 def _record(model) -> ModelRecord:

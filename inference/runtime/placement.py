@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 
 from inference.observability import QUEUE_DEPTH
+from inference.runtime import onnx as onnx_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,24 @@ def parse_device(name: str) -> tuple[str, int | None]:
     if match is None:
         raise DeviceError(f"unknown device {name!r}: use 'cpu' or 'cuda:<n>' (e.g. cuda:0)")
     return ("cpu", None) if match.group(1) == "cpu" else ("cuda", int(match.group(2)))
+
+
+class DeviceUnavailable(RuntimeError):
+    """The device's execution provider is missing and CPU fallback is off."""
+
+
+def providers_for(device: str, fallback_to_cpu: bool = False) -> list:
+    """Execution providers for a device; raises DeviceError / DeviceUnavailable."""
+    kind, index = parse_device(device)
+    if kind == "cpu":
+        return onnx_runtime.provider_list(["CPUExecutionProvider"])
+    try:
+        return onnx_runtime.provider_list(["CUDAExecutionProvider", "CPUExecutionProvider"], device_id=index)
+    except onnx_runtime.ProviderError as exc:
+        if not fallback_to_cpu:
+            raise DeviceUnavailable(f"{device}: {exc}; install onnxruntime-gpu, or set WORKER_CPU_FALLBACK") from None
+        logger.warning("%s: %s; falling back to the CPU (WORKER_CPU_FALLBACK)", device, exc)
+        return onnx_runtime.provider_list(["CPUExecutionProvider"])
 
 
 def queue_for(device: str) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from google.protobuf import json_format, text_format
 
-from models_store.config import model_config_pb2 as pb
+from inference.grpc.proto import model_config_pb2 as pb
 
 __all__ = ["ConfigError", "TensorConfig", "TritonConfig", "config_from_raw", "parse_config", "pb"]
 

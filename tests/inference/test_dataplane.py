@@ -163,7 +163,7 @@ def test_registry_follows_writes_and_drops_stale_sessions(dataplane, repo):
 def _in_another_process(write, *args):
     """Run a registry write without this process's change signal, as if
     another process made it: only the change stamp tells."""
-    from models_store.signals import registry_changed
+    from models_store.stamp import registry_changed
 
     receivers = registry_changed.receivers
     registry_changed.receivers = []

@@ -8,7 +8,7 @@ import hashlib
 import pytest
 from django.db import transaction
 
-from models_store import audit, selectors, services, storage
+from models_store import audit, selectors, services, storage, validating
 from models_store.models import AuditEvent, ModelVersion, RegisteredModel, RegistryStamp
 from models_store.repository import import_repository
 from models_store.uploads import UploadRefused
@@ -78,13 +78,13 @@ def test_upload_creates_model_and_a_validated_version(alice):
 
 def test_validation_goes_through_validating(alice, monkeypatch):
     seen = []
-    original = services.version_set_state
+    original = validating.version_set_state
 
     def spy(version, state, reason=""):
         seen.append(state)
         return original(version, state, reason)
 
-    monkeypatch.setattr(services, "version_set_state", spy)
+    monkeypatch.setattr(validating, "version_set_state", spy)
     services.version_upload("a", stage(m.affine(1, 1)), alice, team=_team(alice))
     assert seen == ["VALIDATING"]
     assert ModelVersion.objects.get().state == "READY"
@@ -150,7 +150,7 @@ def test_validation_crash_fails_the_version_instead_of_leaving_it_validating(ali
     def boom(*args, **kwargs):
         raise MemoryError("simulated")
 
-    monkeypatch.setattr(services.validation, "validate_artifact", boom)
+    monkeypatch.setattr(validating.validation, "validate_artifact", boom)
     version = services.version_upload("a", stage(m.affine(1, 1)), alice, team=_team(alice))
     version.refresh_from_db()
     assert version.state == "FAILED"

@@ -15,8 +15,15 @@ from hypothesis.extra import numpy as hnp
 from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InvalidInput
 from inference.runtime import frames
-from inference.runtime.placement import DeviceError, allowed_queues, instances_on, parse_device, queue_for
-from inference.runtime.worker import DeviceUnavailable, providers_for
+from inference.runtime.placement import (
+    DeviceError,
+    DeviceUnavailable,
+    allowed_queues,
+    instances_on,
+    parse_device,
+    providers_for,
+    queue_for,
+)
 from tests.support.onnx_models import ALL_DATATYPES, expected_identity_input
 
 NUMERIC = [d for d in ALL_DATATYPES if d != "BYTES"]

@@ -22,8 +22,14 @@ from django.core.management.base import BaseCommand, CommandError
 
 from hosting import composition
 from hosting.celery import CONTROL_QUEUE, app
-from inference.runtime import worker
-from inference.runtime.placement import DeviceError, Heartbeat, parse_device, queue_for
+from inference.runtime.placement import (
+    DeviceError,
+    DeviceUnavailable,
+    Heartbeat,
+    parse_device,
+    providers_for,
+    queue_for,
+)
 from inference.runtime.worker_server import WorkerServer, transport_key
 
 
@@ -63,8 +69,8 @@ class Command(BaseCommand):
             # Device numbers as nvidia-smi shows them; ONNX Runtime gets device_id.
             os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
         try:
-            providers = worker.providers_for(device, settings.WORKER_CPU_FALLBACK)
-        except worker.DeviceUnavailable as exc:
+            providers = providers_for(device, settings.WORKER_CPU_FALLBACK)
+        except DeviceUnavailable as exc:
             raise CommandError(str(exc)) from None
         runtime = composition.build_worker(device, providers)
         try:

@@ -4,8 +4,11 @@ health check)."""
 
 import socket
 
+import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+
+from inference.runtime.placement import DeviceError, heartbeat_key, queue_for
 
 
 class Command(BaseCommand):
@@ -16,10 +19,6 @@ class Command(BaseCommand):
         parser.add_argument("--hostname", default=socket.gethostname())
 
     def handle(self, *args, device, hostname, **options):
-        import redis
-
-        from inference.runtime.placement import DeviceError, heartbeat_key, queue_for
-
         try:
             pattern = heartbeat_key(queue_for(device), hostname) + "-*"  # worker ids: <hostname>-<pid>
         except DeviceError as exc:

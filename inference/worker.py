@@ -1,4 +1,4 @@
-"""The inference worker: what runs inside ``manage.py runworker --device D``.
+"""The inference worker's runtime: what ``manage.py runworker --device D`` serves.
 
 One process per device. Front ends connect to its
 :class:`~inference.runtime.worker_server.WorkerServer`; each request names a
@@ -22,30 +22,11 @@ import time
 from inference.protocol.errors import InferenceError, ModelNotReady
 from inference.registry import ModelRegistry
 from inference.runtime import frames
-from inference.runtime import onnx as onnx_runtime
 from inference.runtime.execution import RunTarget
-from inference.runtime.placement import instances_on, parse_device, queue_for
+from inference.runtime.placement import instances_on, queue_for
 from inference.runtime.runner import ModelRunner
 
 logger = logging.getLogger(__name__)
-
-
-class DeviceUnavailable(RuntimeError):
-    """The device's execution provider is missing and CPU fallback is off."""
-
-
-def providers_for(device: str, fallback_to_cpu: bool = False) -> list:
-    """Execution providers for a device; raises DeviceError / DeviceUnavailable."""
-    kind, index = parse_device(device)
-    if kind == "cpu":
-        return onnx_runtime.provider_list(["CPUExecutionProvider"])
-    try:
-        return onnx_runtime.provider_list(["CUDAExecutionProvider", "CPUExecutionProvider"], device_id=index)
-    except onnx_runtime.ProviderError as exc:
-        if not fallback_to_cpu:
-            raise DeviceUnavailable(f"{device}: {exc}; install onnxruntime-gpu, or set WORKER_CPU_FALLBACK") from None
-        logger.warning("%s: %s; falling back to the CPU (WORKER_CPU_FALLBACK)", device, exc)
-        return onnx_runtime.provider_list(["CPUExecutionProvider"])
 
 
 class WorkerRuntime:
