@@ -18,6 +18,11 @@ model_warmup [ { name: "w" batch_size: 1 } ]
 ALL_POLICY = """version_policy: { all: { } }
 """
 
+#: Dynamic batching as Triton configures it (tests/interop/test_batching.py).
+DYNAMIC_BATCHING = """max_batch_size: 8
+dynamic_batching {{ max_queue_delay_microseconds: {delay} }}
+"""
+
 
 def diabetes_regressor() -> bytes:
     """LinearRegression on scikit-learn's bundled diabetes data; output "variable" [N, 1]."""
@@ -59,6 +64,10 @@ def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
     m.write_model(root, "stats_probe", m.affine(1.0, 0.0), config=BATCHED_CONFIG.replace('"affine"', '"stats_probe"'))
     m.write_model(root, "repo_probe", m.identity("FP32"))
     m.write_model(root, "audited", m.identity("FP32"))  # repository load/unload audit
+    # Dynamic batching: y = 3x - 1 batched within 20 ms; a gather table over [N, K] (any K); a 2 s window.
+    m.write_model(root, "batched", m.affine(3.0, -1.0), config=DYNAMIC_BATCHING.format(delay=20000))
+    m.write_model(root, "batched_gather", m.gather_table(), config=DYNAMIC_BATCHING.format(delay=20000))
+    m.write_model(root, "batched_slow", m.affine(1.0, 0.0), config=DYNAMIC_BATCHING.format(delay=2000000))
     if with_sklearn:
         from models_store.management.commands.build_demo_repository import CONFIG, build_models
 

@@ -282,3 +282,92 @@ def test_container_health_checks(server):
     assert manage(server, "grpc_health", "--port", str(server.grpc_port)).returncode == 0
     closed = manage(server, "grpc_health", "--port", str(free_port()), "--timeout", "1")
     assert closed.returncode != 0 and "UNAVAILABLE" in closed.stderr
+
+
+def test_a_killed_worker_fails_exactly_its_requests_while_another_serves_the_device(tmp_path):
+    """Two workers on the cpu device, 8 slow requests in flight (spread by
+    round robin), kill -9 one: the requests it held answer 503 within 6 s
+    (its connections close), the other worker's answer correctly, nothing
+    is run again elsewhere (executions == successes, failures counted once),
+    and the front end keeps serving."""
+    repo = tmp_path / "repo"
+    m.write_model(repo, "slow", m.slow_loop(), config="instance_group [ { kind: KIND_CPU count: 2 } ]\n")
+    url = REDIS_URL.rsplit("/", 1)[0] + "/" + str(int(REDIS_URL.rsplit("/", 1)[1]) + 1)
+    redis.Redis.from_url(url).flushdb()
+    live = LiveServer(repo, tmp_path / "live", extra_env={"INFERENCE_EXECUTOR": "workers", "REDIS_URL": url})
+    live.start()
+    workers = {}
+    try:
+        for host in ("host-a", "host-b"):
+            log = open(live.var_dir / f"{host}.log", "wb")
+            workers[host] = subprocess.Popen(
+                [sys.executable, "manage.py", "runworker", "--device", "cpu", "--hostname", host],
+                cwd=ROOT, env=live.env, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        client = redis.Redis.from_url(url)
+        assert wait_for(lambda: len(list(client.scan_iter("modelhost:worker:infer.cpu:*"))) == 2, timeout=60)
+        time.sleep(1.0)  # the front ends refresh their directory every 0.5 s
+        x = np.ones((1, 256), dtype=np.float32)
+        n = np.array(250_000, dtype=np.int64)
+        session = __import__("onnxruntime").InferenceSession(m.slow_loop(), providers=["CPUExecutionProvider"])
+        expected = session.run(None, {"x": x, "n": n})[0]
+        http = httpclient.InferenceServerClient(live.http_url)
+        np.testing.assert_allclose(_slow(http, x, np.array(1, dtype=np.int64))[1], _tanh_step(x), atol=1e-6)
+        outcomes: list = [None] * 8
+
+        def request(i):
+            c = httpclient.InferenceServerClient(live.http_url, network_timeout=60)
+            try:
+                outcomes[i] = ("ok", _slow(c, x, n)[1], time.monotonic())
+            except InferenceServerException as exc:
+                outcomes[i] = (exc.status(), exc.message(), time.monotonic())
+
+        threads = [threading.Thread(target=request, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+            time.sleep(0.02)
+        time.sleep(0.5)
+        workers["host-a"].send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        for t in threads:
+            t.join(60)
+        failed = [o for o in outcomes if o[0] != "ok"]
+        succeeded = [o for o in outcomes if o[0] == "ok"]
+        assert failed and succeeded and len(failed) + len(succeeded) == 8, outcomes
+        for status, message, ended in failed:
+            assert status == "503" and "stopped before answering" in message
+            assert ended - killed < 6
+        for _, y, _ in succeeded:
+            np.testing.assert_allclose(y, expected, rtol=1e-5)
+        # The survivor serves every new request; the killed one is passed over.
+        for _ in range(4):
+            np.testing.assert_allclose(_slow(http, x, np.array(1, dtype=np.int64))[1], _tanh_step(x), atol=1e-6)
+
+        def executions():
+            (stats,) = http.get_inference_statistics("slow")["model_stats"]
+            return int(stats["execution_count"]), int(stats["inference_stats"]["fail"]["count"])
+
+        expected_counts = (1 + len(succeeded) + 4, len(failed))  # warm-up, survivors, the 4 after the kill
+        assert wait_for(lambda: executions() == expected_counts, timeout=10), (executions(), expected_counts)
+    finally:
+        for process in workers.values():
+            process.kill()
+            process.wait()
+        assert live.stop() == 0
+
+
+def _slow(client, x, n):
+    inputs = [httpclient.InferInput("x", [1, 256], "FP32"), httpclient.InferInput("n", [], "INT64")]
+    inputs[0].set_data_from_numpy(x)
+    inputs[1].set_data_from_numpy(n)
+    return x, client.infer("slow", inputs).as_numpy("y")
+
+
+def _tanh_step(x):
+    """One iteration of the slow model, computed with numpy from its weights."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load_from_string(m.slow_loop())
+    weight = next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name == "W")
+    return np.tanh(x @ weight)
