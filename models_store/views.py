@@ -45,6 +45,20 @@ def _form_errors(form) -> str:
     return "; ".join(parts)
 
 
+def describe_batching(model) -> str:
+    """Triton's dynamic batching of a model in words ("" when it is off)."""
+    config = (model.config or {}).get("dynamic_batching")
+    if config is None or model.max_batch_size <= 0:
+        return ""
+    delay_us = int(config.get("max_queue_delay_microseconds", 0))
+    parts = [f"batches of up to {model.max_batch_size}", f"waiting at most {delay_us / 1000:g} ms for a fuller batch"]
+    if config.get("preferred_batch_size"):
+        parts.append("preferred sizes " + ", ".join(str(int(n)) for n in config["preferred_batch_size"]))
+    if config.get("preserve_ordering"):
+        parts.append("answers in arrival order")
+    return "; ".join(parts)
+
+
 def _get_model(name: str) -> RegisteredModel:
     model = selectors.model_detail(name)
     if model is None:
@@ -114,6 +128,7 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
         "can_change": permissions.can_change_model(request.user, model),
         "settings_form": settings_form,
         "instance_group": describe_group(model.instance_group),
+        "dynamic_batching": describe_batching(model),
         "label_form": label_form or LabelForm(ready_versions=ready),
         "audit": selectors.audit_for_model(model),
         "snippets": _snippets(request, model, shown),

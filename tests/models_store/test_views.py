@@ -11,6 +11,7 @@ from django.test import Client
 
 from models_store import storage
 from models_store.models import ApiToken, AuditEvent, ModelVersion, RegisteredModel, VersionLabel
+from models_store.repository import import_repository
 from tests.support import onnx_models as m
 from tests.support.onnx_models import external_data_model, failing_model
 from tests.support.store import PASSWORD, person
@@ -254,3 +255,18 @@ def test_instance_group_on_the_model_page(alice):
         {"version_policy": "latest", "latest_versions": 1, "instance_kind": "KIND_CPU", "instance_gpus": "3"},
     )
     assert wrong.status_code == 400 and "gpus are only for KIND_GPU" in _text(wrong)
+
+
+def test_dynamic_batching_on_the_model_page(alice, tmp_path):
+    """A model whose config.pbtxt asks for dynamic batching shows it; others say it is off."""
+    m.write_model(
+        tmp_path,
+        "batcher",
+        m.affine(1, 1),
+        config="max_batch_size: 8\ndynamic_batching { preferred_batch_size: [4, 8] max_queue_delay_microseconds: 2500 }\n",
+    )
+    m.write_model(tmp_path, "plain", m.affine(1, 1))
+    import_repository(tmp_path)
+    page = _text(alice.get("/models/batcher/"))
+    assert "on: batches of up to 8; waiting at most 2.5 ms for a fuller batch; preferred sizes 4, 8" in page
+    assert "off (each request runs alone)" in _text(alice.get("/models/plain/"))
