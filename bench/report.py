@@ -154,8 +154,8 @@ def ratio_columns(cells: list[Cell]) -> list[tuple[str, str, Callable[[Cell], bo
         (header, peer, lambda c: c.ours) for header, peer in PEERS if peer in names and any(c.ours for c in cells)
     ]
     header, base, variant = WORKERS
-    if base in names and variant in names:
-        columns.append((header, base, lambda c, v=variant: c.target == v))
+    if base in names and any(n.startswith(variant) for n in names):
+        columns.append((header, base, lambda c, v=variant: c.target.startswith(v)))
     return columns
 
 

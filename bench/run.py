@@ -39,7 +39,9 @@ from bench.workloads import TRANSPORTS, Grpc, Request, Workload, workloads  # no
 WORK = ROOT / "bench" / "work"
 RESULTS = ROOT / "bench" / "RESULTS.md"
 CONCURRENCIES = [1, 8]
-SERVERS = ("serve", "serve-workers", "triton", "mlserver")
+SERVERS = ("serve", "serve-workers", "triton", "mlserver", "serve-workers-streams")
+#: Servers a run has unless --servers names them (transport (b), kept for docs/worker-transport.md).
+DEFAULT_SERVERS = SERVERS[:4]
 PEERS = ("triton", "mlserver")
 #: Connections of the priming load (every server process should get some).
 PRIME_CONCURRENCY = 8
@@ -55,7 +57,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=1, help="warm-up seconds before each measurement (1; 0: none)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported (3)")
     parser.add_argument(
-        "--servers", default=",".join(SERVERS), help=f"comma-separated servers to run, of {','.join(SERVERS)} (all)"
+        "--servers",
+        default=",".join(DEFAULT_SERVERS),
+        help=f"comma-separated servers to run, of {','.join(SERVERS)} ({','.join(DEFAULT_SERVERS)})",
     )
     parser.add_argument("--no-peers", action="store_true", help="leave out the peers (triton, mlserver)")
     parser.add_argument(
@@ -114,6 +118,10 @@ def make_target(name: str, args: argparse.Namespace, repository: Path) -> Target
         return ServeTarget(repository, WORK, workers=args.workers, threads=args.threads)
     if name == "serve-workers":
         return WorkerServeTarget(repository, WORK, workers=args.workers, threads=args.threads)
+    if name == "serve-workers-streams":
+        return WorkerServeTarget(
+            repository, WORK, name=name, workers=args.workers, threads=args.threads, transport="streams"
+        )
     if name == "triton":
         from bench.peers.triton import TritonTarget
 

@@ -310,15 +310,17 @@ class WorkerServeTarget(ServeTarget):
         work_dir: Path,
         name: str = "serve-workers",
         redis_url: str = WORKER_REDIS_URL,
+        transport: str = "direct",
         **kwargs,
     ):
         super().__init__(
             repository,
             work_dir,
             name=name,
-            extra_env={"INFERENCE_EXECUTOR": "workers", "REDIS_URL": redis_url},
+            extra_env={"INFERENCE_EXECUTOR": "workers", "REDIS_URL": redis_url, "WORKER_TRANSPORT": transport},
             **kwargs,
         )
+        self.transport = transport
         self.redis_url = redis_url
         self.worker_log_path = self.var_dir / "worker-cpu.log"
         self.worker: subprocess.Popen | None = None
@@ -378,8 +380,8 @@ class WorkerServeTarget(ServeTarget):
     def settings(self) -> dict[str, str]:
         settings = super().settings()
         settings["inference"] = (
-            f"worker mode: INFERENCE_EXECUTOR=workers, REDIS_URL={self.redis_url} (flushed at start), "
-            "one `manage.py runworker --device cpu`"
+            f"worker mode: INFERENCE_EXECUTOR=workers, WORKER_TRANSPORT={self.transport}, "
+            f"REDIS_URL={self.redis_url} (flushed at start), one `manage.py runworker --device cpu`"
         )
         settings["worker log"] = os.path.relpath(self.worker_log_path, ROOT)
         return settings

@@ -25,6 +25,7 @@ from inference.runtime.executors import InProcessExecutor, session_loader
 from inference.runtime.placement import WorkerDirectory
 from inference.runtime.remote import RemoteExecutor
 from inference.runtime.runner import ModelRunner
+from inference.runtime.streams import StreamsExecutor
 from inference.runtime.worker_server import transport_key
 from inference.statistics import StatisticsRecorder
 from inference.statistics_db import DatabaseStatistics
@@ -79,7 +80,9 @@ def redis_client(timeout: float = 10.0):
 def build_dataplane() -> DataPlane:
     """This server process's data plane, from settings."""
     registry = _registry()
-    if executor_mode() == WORKERS:
+    if executor_mode() == WORKERS and settings.WORKER_TRANSPORT == "streams":
+        executor = StreamsExecutor(WorkerDirectory(redis_client()), redis_client(), settings.WORKER_TIMEOUT_SECONDS)
+    elif executor_mode() == WORKERS:
         executor = RemoteExecutor(
             WorkerDirectory(redis_client()),
             transport_key(settings.SECRET_KEY),

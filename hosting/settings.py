@@ -238,6 +238,9 @@ INFERENCE_EXECUTOR = env.str("INFERENCE_EXECUTOR", default="inprocess")
 WORKER_MEMORY_BUDGET_MB = env.int("WORKER_MEMORY_BUDGET_MB", default=4096)
 #: The same budget for the sessions of each server process in process mode (0: none), MiB.
 SESSION_MEMORY_BUDGET_MB = env.int("SESSION_MEMORY_BUDGET_MB", default=0)
+#: How requests reach workers: direct (persistent connections) or streams
+#: (Redis Streams; kept for measurement, see docs/worker-transport.md).
+WORKER_TRANSPORT = env.str("WORKER_TRANSPORT", default="direct")
 #: Where a worker accepts front-end connections (host:port; port 0: any free port).
 WORKER_LISTEN = env.str("WORKER_LISTEN", default="127.0.0.1:0")
 #: The host:port front ends connect to (default: the listening address; set it

@@ -22,6 +22,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from hosting import composition
 from hosting.celery import CONTROL_QUEUE, app
+from inference.runtime import streams
 from inference.runtime.placement import (
     DeviceError,
     DeviceUnavailable,
@@ -90,6 +91,8 @@ class Command(BaseCommand):
                      "busy": server.busy, "providers": [str(p) for p in providers]},
         )  # fmt: skip
         heartbeat.start()
+        if settings.WORKER_TRANSPORT == "streams":
+            streams.serve(client, queue, worker_id, runtime.handle)
         self.stdout.write(f"worker {worker_id} for {device} on {advertise} (providers {providers})")
         self.stdout.flush()
         try:
