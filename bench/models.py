@@ -35,39 +35,9 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from inference.protocol.datatypes import BY_NAME
+
 OPSET = 17
-
-#: V2 datatype -> little-endian numpy dtype (what binary tensor data and raw
-#: gRPC contents hold).
-NUMPY_DTYPES = {
-    "BOOL": "|b1",
-    "UINT8": "|u1",
-    "UINT16": "<u2",
-    "UINT32": "<u4",
-    "UINT64": "<u8",
-    "INT8": "|i1",
-    "INT16": "<i2",
-    "INT32": "<i4",
-    "INT64": "<i8",
-    "FP16": "<f2",
-    "FP32": "<f4",
-    "FP64": "<f8",
-}
-
-#: V2 datatype -> the typed ``InferTensorContents`` field of gRPC messages.
-GRPC_CONTENTS = {
-    "BOOL": "bool_contents",
-    "UINT8": "uint_contents",
-    "UINT16": "uint_contents",
-    "UINT32": "uint_contents",
-    "UINT64": "uint64_contents",
-    "INT8": "int_contents",
-    "INT16": "int_contents",
-    "INT32": "int_contents",
-    "INT64": "int64_contents",
-    "FP32": "fp32_contents",
-    "FP64": "fp64_contents",
-}
 
 
 @dataclass(frozen=True)
@@ -80,7 +50,7 @@ class Tensor:
 
     @property
     def dtype(self) -> np.dtype:
-        return np.dtype(NUMPY_DTYPES[self.datatype])
+        return BY_NAME[self.datatype].numpy
 
     @property
     def nbytes(self) -> int:
@@ -89,7 +59,12 @@ class Tensor:
     @property
     def triton_type(self) -> str:
         """The config.pbtxt data_type (TYPE_FP32, TYPE_INT64, ...)."""
-        return f"TYPE_{self.datatype}"
+        return BY_NAME[self.datatype].triton
+
+    @property
+    def grpc_contents(self) -> str:
+        """The typed ``InferTensorContents`` field of gRPC messages."""
+        return BY_NAME[self.datatype].contents
 
     def describe(self) -> str:
         return f"{self.datatype} {self.name} {list(self.shape)}"

@@ -33,7 +33,7 @@ from bench import models as bench_models  # noqa: E402
 from bench.checks import CheckFailed, check_grpc, check_rest  # noqa: E402
 from bench.loads import Loader, LoadResult, make_loaders  # noqa: E402
 from bench.report import Cell, print_goals, print_table, write_results  # noqa: E402
-from bench.targets import ServeTarget, Target, WorkerServeTarget, ort_env  # noqa: E402
+from bench.targets import STREAMS_REDIS_URL, ServeTarget, Target, WorkerServeTarget, ort_env  # noqa: E402
 from bench.workloads import TRANSPORTS, Grpc, Request, Workload, workloads  # noqa: E402
 
 WORK = ROOT / "bench" / "work"
@@ -120,8 +120,9 @@ def make_target(name: str, args: argparse.Namespace, repository: Path) -> Target
         return WorkerServeTarget(repository, WORK, workers=args.workers, threads=args.threads)
     if name == "serve-workers-streams":
         return WorkerServeTarget(
-            repository, WORK, name=name, workers=args.workers, threads=args.threads, transport="streams"
-        )
+            repository, WORK, name=name, workers=args.workers, threads=args.threads, transport="streams",
+            redis_url=STREAMS_REDIS_URL,
+        )  # fmt: skip
     if name == "triton":
         from bench.peers.triton import TritonTarget
 
@@ -296,6 +297,8 @@ class Bench:
                 print(f"  priming {target.name}/{w.model.name}/{w.transport.name} failed: {exc}", file=sys.stderr)
         print(f"  primed {len(combos)} model x transport(s) at concurrency {PRIME_CONCURRENCY} "
               f"({time.monotonic() - started:.0f} s)")  # fmt: skip
+        if hasattr(target, "after_prime"):
+            target.after_prime()
 
     def start(self, target: Target) -> None:
         """Start and check a target; a peer that fails is dropped, our server's failure ends the run."""

@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Redis database of the worker-mode runs (the tests use others).
 WORKER_REDIS_URL = "redis://127.0.0.1:6379/12"
+#: The Redis-Streams worker-mode target's own database (its workers must not be seen by the other's front ends).
+STREAMS_REDIS_URL = "redis://127.0.0.1:6379/15"
 
 
 def free_port() -> int:
@@ -363,9 +365,39 @@ class WorkerServeTarget(ServeTarget):
         self.stop()
         raise RuntimeError(f"{self.name}: no inference succeeded in {timeout:.0f}s ({last}):\n{self.log_tail()}")
 
+    def worker_report(self) -> dict | None:
+        """The worker's heartbeat (served requests, RSS), or None."""
+        import json
+
+        import redis
+
+        client = redis.Redis.from_url(self.redis_url, socket_connect_timeout=3)
+        for key in client.scan_iter("modelhost:worker:*"):
+            value = client.get(key)
+            if value:
+                return json.loads(value)
+        return None
+
+    def after_prime(self) -> None:
+        """Remember the worker's memory once every model is loaded (the baseline of its growth)."""
+        self.memory_start = self.worker_report()
+
     def stop(self) -> None:
+        if getattr(self, "memory_start", None) and self.alive():
+            self.memory_end = self.worker_report()
         self.terminate(self.worker)
         super().stop()
+
+    def memory_text(self) -> str:
+        start, end = getattr(self, "memory_start", None), getattr(self, "memory_end", None)
+        if not start or not end or not start.get("rss_bytes"):
+            return "not measured"
+        grown = end["rss_bytes"] / start["rss_bytes"] - 1
+        return (
+            f"{start['rss_bytes'] / 2**20:.1f} MiB after priming ({start['served']:,} requests) -> "
+            f"{end['rss_bytes'] / 2**20:.1f} MiB after {end['served'] - start['served']:,} more requests "
+            f"({grown:+.1%})"
+        )
 
     def alive(self) -> bool:
         return super().alive() and self.worker is not None and self.worker.poll() is None
@@ -384,6 +416,7 @@ class WorkerServeTarget(ServeTarget):
             f"REDIS_URL={self.redis_url} (flushed at start), one `manage.py runworker --device cpu`"
         )
         settings["worker log"] = os.path.relpath(self.worker_log_path, ROOT)
+        settings["worker RSS"] = self.memory_text()
         return settings
 
     def log_tail(self, lines: int = 40) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.models import GRPC_CONTENTS, BenchModel, Tensor
+from bench.models import BenchModel, Tensor
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,7 @@ class Grpc(Transport):
             if response.raw_output_contents:
                 data = np.frombuffer(response.raw_output_contents[index], dtype=spec.dtype)
             else:
-                typed = getattr(out.contents, GRPC_CONTENTS[spec.datatype])
+                typed = getattr(out.contents, spec.grpc_contents)
                 data = np.asarray(typed, dtype=spec.dtype)
             result[spec.name] = data.reshape(list(out.shape))
         missing = [name for name in wanted if name not in result]

@@ -53,6 +53,7 @@ class WorkerServer:
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._busy = 0
+        self.served = 0  # requests answered since start
         self._stopping = threading.Event()
         self._idle = threading.Condition(self._lock)
 
@@ -98,6 +99,7 @@ class WorkerServer:
                 finally:
                     with self._lock:
                         self._busy -= 1
+                        self.served += 1
                         self._idle.notify_all()
         finally:
             with self._lock:

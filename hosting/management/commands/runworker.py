@@ -34,6 +34,15 @@ from inference.runtime.placement import (
 from inference.runtime.worker_server import WorkerServer, transport_key
 
 
+def _rss_bytes() -> int:
+    """This process's resident memory (Linux /proc), 0 where unknown."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return 0
+
+
 def _address(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit():
@@ -88,7 +97,8 @@ class Command(BaseCommand):
         heartbeat = Heartbeat(
             client, queue, worker_id,
             lambda: {"address": advertise, "device": device, "host": hostname, "pid": os.getpid(),
-                     "busy": server.busy, "providers": [str(p) for p in providers]},
+                     "busy": server.busy, "served": server.served, "rss_bytes": _rss_bytes(),
+                     "providers": [str(p) for p in providers]},
         )  # fmt: skip
         heartbeat.start()
         if settings.WORKER_TRANSPORT == "streams":
