@@ -42,14 +42,27 @@ def proof(key: bytes, nonce: bytes) -> bytes:
 
 class WorkerServer:
     """Accepts front-end connections on ``address`` ((host, port); port 0:
-    any free port) and serves each in a thread of its own."""
+    any free port), and on the Unix socket ``unix_path`` when given (front
+    ends on the same host use it), and serves each in a thread of its own."""
 
-    def __init__(self, address: tuple[str, int], key: bytes, handle: Callable, max_frame: int):
+    def __init__(
+        self, address: tuple[str, int], key: bytes, handle: Callable, max_frame: int, unix_path: str | None = None
+    ):
         self.key = key
         self.handle = handle
         self.max_frame = max_frame
         self._listener = socket.create_server(address, reuse_port=False, backlog=512)
         self.address = self._listener.getsockname()[:2]
+        self.unix_path = unix_path
+        self._listeners = [self._listener]
+        if unix_path:
+            if os.path.exists(unix_path):
+                os.unlink(unix_path)
+            unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            unix.bind(unix_path)
+            os.chmod(unix_path, 0o600)
+            unix.listen(512)
+            self._listeners.append(unix)
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._busy = 0
@@ -63,18 +76,21 @@ class WorkerServer:
         return self._busy
 
     def start(self) -> None:
-        threading.Thread(target=self._accept, name="worker-accept", daemon=True).start()
+        for listener in self._listeners:
+            threading.Thread(target=self._accept, args=(listener,), name="worker-accept", daemon=True).start()
 
-    def _accept(self) -> None:
+    def _accept(self, listener: socket.socket) -> None:
         while not self._stopping.is_set():
             try:
-                conn, peer = self._listener.accept()
+                conn, peer = listener.accept()
             except OSError:
                 if self._stopping.is_set():
                     return
                 logger.exception("accepting a connection failed")
                 continue
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if conn.family != socket.AF_UNIX:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            peer = peer[0] if isinstance(peer, tuple) else "a local process"
             threading.Thread(target=self._serve, args=(conn, peer), name="worker-conn", daemon=True).start()
 
     def _serve(self, conn: socket.socket, peer) -> None:
@@ -83,7 +99,7 @@ class WorkerServer:
         try:
             reader = frames.Reader(conn, self.max_frame)
             if not self._handshake(conn, reader):
-                logger.warning("refused a connection from %s: wrong transport key", peer[0])
+                logger.warning("refused a connection from %s: wrong transport key", peer)
                 return
             while not self._stopping.is_set():
                 try:
@@ -122,10 +138,13 @@ class WorkerServer:
         """Stop accepting, let requests being handled finish (up to ``grace``
         seconds), then close every connection."""
         self._stopping.set()
-        try:
-            self._listener.close()
-        except OSError:
-            pass
+        for listener in self._listeners:
+            try:
+                listener.close()
+            except OSError:
+                pass
+        if self.unix_path and os.path.exists(self.unix_path):
+            os.unlink(self.unix_path)
         with self._lock:
             self._idle.wait_for(lambda: self._busy == 0, timeout=grace)
             for conn in list(self._connections):

@@ -97,7 +97,7 @@ def test_a_version_that_cannot_load_is_not_ready():
 
 def test_deadline_passed_while_waiting_for_an_instance_is_not_run():
     runner = ModelRunner(Loader(slow=SLOW))
-    busy = {"x": np.ones((1, 256), dtype=np.float32), "n": np.array(40000, dtype=np.int64)}
+    busy = {"x": np.ones((1, 256), dtype=np.float32), "n": np.array(400_000, dtype=np.int64)}  # about a second
     runner.run(target("slow"), {**busy, "n": np.array(1, dtype=np.int64)}, ["y"])
     thread = threading.Thread(target=runner.run, args=(target("slow"), busy, ["y"]))
     thread.start()

@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import threading
+from pathlib import Path
 
 import redis
 from django.conf import settings
@@ -83,20 +84,25 @@ class Command(BaseCommand):
         except DeviceUnavailable as exc:
             raise CommandError(str(exc)) from None
         runtime = composition.build_worker(device, providers)
+        worker_id = f"{hostname}-{os.getpid()}"
+        unix_path = Path(settings.VAR_DIR).resolve() / "run" / f"worker-{worker_id}.sock"
+        unix_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             server = WorkerServer(
-                _address(listen), transport_key(settings.SECRET_KEY), runtime.handle, 2 * settings.MAX_REQUEST_BYTES
-            )
+                _address(listen), transport_key(settings.SECRET_KEY), runtime.handle, 2 * settings.MAX_REQUEST_BYTES,
+                unix_path=str(unix_path) if len(str(unix_path)) < 100 else None,  # sun_path holds 108 bytes
+            )  # fmt: skip
         except OSError as exc:
             raise CommandError(f"cannot listen on {listen}: {exc}") from None
         server.start()
         host, port = server.address
         if not advertise:
             advertise = f"{hostname if host in ('0.0.0.0', '::') else host}:{port}"
-        worker_id = f"{hostname}-{os.getpid()}"
         heartbeat = Heartbeat(
             client, queue, worker_id,
-            lambda: {"address": advertise, "device": device, "host": hostname, "pid": os.getpid(),
+            lambda: {"address": advertise, "unix": server.unix_path, "machine": socket.gethostname(), "host": hostname,
+                     "device": device,
+                     "pid": os.getpid(),
                      "busy": server.busy, "served": server.served, "rss_bytes": _rss_bytes(),
                      "providers": [str(p) for p in providers]},
         )  # fmt: skip
