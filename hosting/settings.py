@@ -202,6 +202,15 @@ REGISTRY_POLL_SECONDS = env.float("REGISTRY_POLL_SECONDS", default=1.0)
 #: HTTP server (granian) processes and threads per process.
 HTTP_WORKERS = env.int("HTTP_WORKERS", default=2)
 HTTP_THREADS = env.int("HTTP_THREADS", default=4)
+#: More threads per HTTP process that only wait for request bodies: a body
+#: that trickles in holds one of these, never one of the HTTP_THREADS that
+#: work (hosting/body_gate.py).
+HTTP_BODY_THREADS = env.int("HTTP_BODY_THREADS", default=32)
+#: A request body must have arrived this many seconds after its request
+#: started (else 408), plus one second per BODY_MIN_BYTES_PER_SECOND bytes
+#: received (large uploads over slow links).
+BODY_READ_TIMEOUT_SECONDS = env.float("BODY_READ_TIMEOUT_SECONDS", default=30.0)
+BODY_MIN_BYTES_PER_SECOND = env.int("BODY_MIN_BYTES_PER_SECOND", default=64 * 1024)
 
 #: gRPC server processes (sharing the port), threads per process for worker
 #: mode, and the grace period for in-flight calls on stop (s).

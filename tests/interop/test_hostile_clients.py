@@ -9,11 +9,14 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import threading
+import time
 
 import numpy as np
 import pytest
 
-from tests.support.live import request
+from tests.support.live import request, wait_for
+from tests.support.server import LiveServer
 
 pytestmark = pytest.mark.interop
 
@@ -161,3 +164,101 @@ def test_an_early_error_reaches_a_client_still_sending(model_server, path, statu
     for _ in range(3):
         got, payload = _post(model_server.http_url, path, body)
         assert got == status and payload["error"], payload
+
+
+# -- bodies that arrive one byte per second ---------------------------------------
+BODY_TIMEOUT = 3.0
+
+
+@pytest.fixture(scope="module")
+def gated_server(tmp_path_factory):
+    """A server whose request bodies must arrive within BODY_TIMEOUT seconds."""
+    from tests.support import onnx_models as m
+
+    repository = tmp_path_factory.mktemp("gated-repository")
+    m.write_model(repository, "identity_fp32", m.identity("FP32"))
+    live = LiveServer(
+        repository, tmp_path_factory.mktemp("gated-live"), extra_env={"BODY_READ_TIMEOUT_SECONDS": str(BODY_TIMEOUT)}
+    )
+    live.start()
+    yield live
+    assert live.stop() == 0, live.log()
+
+
+class SlowBody(threading.Thread):
+    """Declares a 100-byte body, then sends one byte per second and records
+    the answer (status, JSON, seconds after the headers) when one comes."""
+
+    def __init__(self, address: str, path: str = V2_INFER):
+        super().__init__(daemon=True)
+        host, port = address.split(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=5)
+        self.path = path
+        self.stop = threading.Event()
+        self.answer: tuple[int, dict, float] | None = None
+
+    def run(self) -> None:
+        sock = self.sock
+        sock.sendall(f"POST {self.path} HTTP/1.1\r\nHost: test\r\nContent-Length: 100\r\n\r\n".encode())
+        started = time.monotonic()
+        sock.settimeout(1.0)
+        received = b""
+        for _ in range(100):
+            if self.stop.is_set():
+                break
+            try:
+                sock.sendall(b" ")
+            except OSError:
+                break
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+            received += chunk
+            if not chunk or b"\r\n\r\n" in received:
+                break
+        if received:
+            status, payload = _status_and_json(received)
+            self.answer = (status, payload, time.monotonic() - started)
+        sock.close()
+
+
+def test_slow_bodies_do_not_starve_other_requests(gated_server):
+    """12 connections trickle their bodies at one byte per second (more than
+    the 2 x 4 threads that run requests): inference keeps answering at once,
+    and each slow client gets a 408 at the deadline."""
+    slow = [SlowBody(gated_server.http_url) for _ in range(12)]
+    for client in slow:
+        client.start()
+    try:
+        time.sleep(1.0)  # every slow request is now waiting for its body
+        values = np.arange(8, dtype=np.float32)
+        latencies = []
+        for _ in range(8):
+            started = time.monotonic()
+            status, payload = _post(
+                gated_server.http_url,
+                V2_INFER,
+                json.dumps(
+                    {"inputs": [{"name": "INPUT0", "shape": [1, 8], "datatype": "FP32", "data": values.tolist()}]}
+                ).encode(),
+            )
+            latencies.append(time.monotonic() - started)
+            assert status == 200, payload
+            np.testing.assert_array_equal(np.array(payload["outputs"][0]["data"], dtype=np.float32), values)
+            time.sleep(0.2)
+        assert max(latencies) < 1.5, latencies
+        print(f"inference while 12 bodies trickle: max {max(latencies) * 1000:.0f} ms over {len(latencies)} requests")
+        for client in slow:
+            client.join(BODY_TIMEOUT + 10)
+        answers = [client.answer for client in slow]
+        assert all(a is not None for a in answers), answers
+        for status, payload, after in answers:
+            assert status == 408 and "did not arrive in time" in payload["error"], payload
+            assert BODY_TIMEOUT - 0.5 <= after <= BODY_TIMEOUT + 3, after
+    finally:
+        for client in slow:
+            client.stop.set()
+    assert wait_for(lambda: request(gated_server, "GET", "/v2/health/ready")[0] == 200)

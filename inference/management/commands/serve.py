@@ -84,11 +84,13 @@ class Command(BaseCommand):
             os.environ,
             DJANGO_SETTINGS_MODULE=os.environ.get("DJANGO_SETTINGS_MODULE", "hosting.settings"),
             PROMETHEUS_MULTIPROC_DIR=str(_fresh_metrics_dir()),
+            HTTP_THREADS=str(options["threads"]),  # the work slots of hosting/body_gate.py
         )
         http = [
             sys.executable, "-m", "granian", "--interface", "wsgi", "--http", "1", "--no-ws",
             "--host", host, "--port", str(options["http_port"]),
-            "--workers", str(options["workers"]), "--blocking-threads", str(options["threads"]),
+            "--workers", str(options["workers"]),
+            "--blocking-threads", str(options["threads"] + settings.HTTP_BODY_THREADS),
             "--runtime-threads", "1", "--backlog", "2048", "--workers-kill-timeout", "20",
             "--log-level", settings.LOG_LEVEL.lower(), "--respawn-failed-workers",
             "hosting.wsgi:application",
