@@ -217,6 +217,10 @@ BODY_MIN_BYTES_PER_SECOND = env.int("BODY_MIN_BYTES_PER_SECOND", default=64 * 10
 GRPC_PROCESSES = env.int("GRPC_PROCESSES", default=2)
 GRPC_THREADS = env.int("GRPC_THREADS", default=16)
 GRPC_GRACE_SECONDS = env.float("GRPC_GRACE_SECONDS", default=10.0)
+#: Set by `serve --grpc-port` for its children: the gRPC server creates this
+#: file once it listens (and removes it on stop), and the HTTP ready route
+#: answers 503 while it is missing, so that "ready" means both transports.
+GRPC_READY_FILE = env.str("GRPC_READY_FILE", default="")
 
 # --- Redis and Celery -----------------------------------------------------
 #: Unset: the embedded mode (Celery tasks run eagerly in process). Set, e.g.

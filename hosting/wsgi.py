@@ -19,7 +19,7 @@ from hosting.body_gate import BodyGate  # noqa: E402
 from hosting.wsgi_dispatch import Dispatcher, ProtocolHandler  # noqa: E402
 
 application = BodyGate(
-    Dispatcher(ProtocolHandler(), WSGIHandler()),
+    Dispatcher(ProtocolHandler(), WSGIHandler(), grpc_ready_file=settings.GRPC_READY_FILE),
     slots=settings.HTTP_THREADS,
     timeout=settings.BODY_READ_TIMEOUT_SECONDS,
     min_rate=settings.BODY_MIN_BYTES_PER_SECOND,
