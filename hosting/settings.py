@@ -191,6 +191,10 @@ STORAGES = {
 }
 #: Largest request body (and largest single tensor) accepted, in bytes (Triton: 64 MiB).
 MAX_REQUEST_BYTES = env.int("MAX_REQUEST_BYTES", default=64 * 1024 * 1024)
+#: Validation's warm-up inference runs only when the graph says it allocates at
+#: most this many bytes (inputs, outputs, largest intermediate); else it is
+#: skipped and the validation log says why.
+VALIDATION_WARMUP_MAX_BYTES = env.int("VALIDATION_WARMUP_MAX_BYTES", default=MAX_REQUEST_BYTES)
 #: ONNX Runtime: execution providers in order of preference, thread counts.
 ORT_EXECUTION_PROVIDERS = env.list("ORT_EXECUTION_PROVIDERS", default=["CPUExecutionProvider"])
 ORT_DEVICE_ID = env.int("ORT_DEVICE_ID", default=0)

@@ -216,3 +216,25 @@ def external_data_model(location: str) -> bytes:
 def failing_model() -> bytes:
     """Parses as ONNX but fails the ONNX checker: a node of an unknown operator."""
     return _model([helper.make_node("NoSuchOperator", ["x"], ["y"])], [_vi("x", "FP32", [2])], [_vi("y", "FP32", [2])])
+
+
+def declared_shapes(input_shape, output_shape, datatype: str = "FP32") -> bytes:
+    """y = Identity(x), with x declared ``input_shape`` and y declared
+    ``output_shape`` (which may contradict what the graph computes)."""
+    return _model(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        [_vi("x", datatype, input_shape)],
+        [_vi("y", datatype, output_shape)],
+    )
+
+
+def expand_to(shape) -> bytes:
+    """y = x broadcast to the fixed ``shape`` (Expand): a one-element FP32
+    input whose output is as large as ``shape`` says."""
+    target = helper.make_tensor("shape", TensorProto.INT64, [len(shape)], list(shape))
+    return _model(
+        [helper.make_node("Expand", ["x", "shape"], ["y"])],
+        [_vi("x", "FP32", [1])],
+        [_vi("y", "FP32", shape)],
+        initializers=[target],
+    )
