@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.support import onnx_models as m
-from tests.support.live import bearer, multipart, people_with_tokens, request, token_server
+from tests.support.live import bearer, manage, multipart, people_with_tokens, request, token_server
 
 pytestmark = pytest.mark.interop
 
@@ -163,3 +164,55 @@ def test_declared_output_shapes_that_contradict_the_graph_fail(
 def test_declared_symbolic_dims_are_not_contradictions(server, tokens):
     status, answer = _upload(server, tokens["alice"], "honest", m.declared_shapes(["N", 3], ["N", 3]))
     assert status == 201 and answer["state"] == "READY", answer
+
+
+# -- API tokens that expire -------------------------------------------------------------
+def test_an_expired_token_is_refused_like_a_revoked_one(server, tokens):
+    """``create_token --expires-in 4s``: the token works for inference (REST,
+    gRPC) and the management API until then, and is refused after (401 /
+    UNAUTHENTICATED) without waiting for any reload."""
+    import grpc
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    status, answer = _upload(server, tokens["alice"], "expiring", m.affine(3.0, 0.0))
+    assert status == 201, answer
+    token = manage(server, "create_token", "alice", "short-lived", "--expires-in", "4s").strip()
+    issued = time.monotonic()
+    x = np.array([[1.0, 2.0, 3.0, 4.0]], dtype=np.float32)
+    status, result = _infer(server, token, "expiring", x)
+    assert status == 200, result
+    np.testing.assert_allclose(result["outputs"][0]["data"], (3 * x).ravel())
+    assert request(server, "GET", "/api/models/expiring/", headers=bearer(token))[0] == 200
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    inp = grpcclient.InferInput("x", [1, 4], "FP32")
+    inp.set_data_from_numpy(x)
+    assert (
+        client.infer("expiring", [inp], headers={"authorization": f"Bearer {token}"}).as_numpy("y").tolist()
+        == (3 * x).tolist()
+    )
+    time.sleep(max(0.0, 4.2 - (time.monotonic() - issued)))
+    status, result = _infer(server, token, "expiring", x)
+    assert status == 401 and "expired" in result["error"], result
+    status, result = request(server, "GET", "/api/models/expiring/", headers=bearer(token))
+    assert status == 401 and "expired" in json.dumps(result), result
+    with pytest.raises(InferenceServerException) as info:
+        client.infer("expiring", [inp], headers={"authorization": f"Bearer {token}"})
+    assert info.value.status() == str(grpc.StatusCode.UNAUTHENTICATED) and "expired" in info.value.message()
+    client.close()
+    assert _infer(server, tokens["alice"], "expiring", x)[0] == 200  # other tokens are unaffected
+
+
+@pytest.mark.parametrize("spec", ["90d", "12h", "30m"])
+def test_token_expiry_is_listed(server, tokens, spec):
+    """The expiry is stored and listed (``--expires-in`` takes d, h, m, s)."""
+    manage(server, "create_token", "carol", f"listed-{spec}", "--expires-in", spec)
+    seconds = {"d": 86400, "h": 3600, "m": 60}[spec[-1]] * int(spec[:-1])
+    out = manage(
+        server,
+        "shell",
+        "-c",
+        "from models_store.models import ApiToken; "
+        f"t = ApiToken.objects.get(name='listed-{spec}'); print(round((t.expires_at - t.created_at).total_seconds()))",
+    )
+    assert abs(int(out.split()[-1]) - seconds) <= 2
