@@ -6,6 +6,7 @@ process. Every variable is listed in the README's Configuration table.
 from __future__ import annotations
 
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -45,6 +46,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "axes",
     "models_store",
     "inference",
 ]
@@ -60,6 +62,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Sign-in throttling (django-axes): answers a locked-out sign-in with the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "hosting.urls"
@@ -99,6 +103,24 @@ if env.str("TEST_DATABASE_NAME", default=""):
     DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME")}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Sign-in throttling (django-axes) ------------------------------------------
+# AxesStandaloneBackend comes first: a locked-out account or address is refused
+# before ModelBackend computes the (deliberately slow) password hash.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+#: Failed sign-ins (web UI, admin) after which an account, or a client address, is locked out.
+AXES_FAILURE_LIMIT = env.int("SIGN_IN_FAILURE_LIMIT", default=5)
+#: How long a lockout lasts (a new failure during it starts it again), seconds.
+AXES_COOLOFF_TIME = timedelta(seconds=env.int("SIGN_IN_LOCKOUT_SECONDS", default=15 * 60))
+#: What is counted and locked out, each on its own: the account and the client address
+#: (REMOTE_ADDR; behind a reverse proxy every client has the proxy's: set "username").
+AXES_LOCKOUT_PARAMETERS = env.list("SIGN_IN_LOCKOUT_PARAMETERS", default=["username", "ip_address"])
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_HTTP_RESPONSE_CODE = 429
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
