@@ -217,6 +217,10 @@ class BodyGate:
         environ["wsgi.input"] = body
         try:
             result = self.app(environ, start_response)
+        except IncompleteBody:
+            if body.failure is None:
+                raise
+            result = []  # answered below (Django turns it into a response itself; other apps may not)
         finally:
             if body.holds_slot:
                 body.holds_slot = False
