@@ -50,6 +50,9 @@ logger = logging.getLogger(__name__)
 
 #: Size of the reads that drop the unread rest of a body.
 DRAIN_CHUNK = 1 << 20
+#: Larger reads are made in pieces of this size, so that the deadline grows
+#: with the bytes received while a large body is still arriving.
+READ_PIECE = 4 << 20
 
 
 class IncompleteBody(InvalidInput, BadRequest):
@@ -115,7 +118,14 @@ class WatchedInput:
         count = self.remaining if size is None or size < 0 else min(size, self.remaining)
         if count <= 0:
             return b""
-        return self._watched(self.stream.read, count)
+        if count <= READ_PIECE:
+            return self._watched(self.stream.read, count)
+        parts = []
+        while count > 0:
+            part = self._watched(self.stream.read, min(count, READ_PIECE))
+            parts.append(part)
+            count -= len(part)
+        return b"".join(parts)
 
     def readline(self, size: int | None = -1) -> bytes:
         if self.failure is not None:

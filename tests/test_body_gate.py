@@ -120,3 +120,28 @@ def test_requests_without_a_body_take_a_slot_at_once(length):
     gate = _gate(app)
     environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/x", "CONTENT_LENGTH": length, "wsgi.input": None}
     assert b"".join(gate(environ, lambda *a: None)) == b"ok"
+
+
+def test_a_large_body_that_keeps_coming_gets_more_time(monkeypatch):
+    """The deadline grows with the bytes received (BODY_MIN_BYTES_PER_SECOND):
+    a body read in pieces that each arrive slowly, but steadily, is accepted
+    although the whole took longer than the base timeout."""
+    import hosting.body_gate as body_gate
+
+    monkeypatch.setattr(body_gate, "READ_PIECE", 4)
+
+    class Steady(Stream):
+        def read(self, size):
+            time.sleep(0.3)
+            return super().read(size)
+
+    def app(environ, start_response):
+        body = environ["wsgi.input"].read()
+        start_response("200 OK", [])
+        return [body]
+
+    gate = BodyGate(app, slots=1, timeout=0.5, min_rate=4, drain_limit=1 << 20)  # +1 s per 4 bytes received
+    status, _, payload = _call(gate, Steady(b"0123456789ab"), 12)  # 3 pieces, 0.9 s > 0.5 s
+    assert (status, payload) == ("200 OK", b"0123456789ab")
+    slow = BodyGate(app, slots=1, timeout=0.5, min_rate=1 << 20, drain_limit=1 << 20)  # no real extension
+    assert _call(slow, Steady(b"0123456789ab"), 12)[0] == "408 Request Timeout"
