@@ -19,8 +19,8 @@ wraps the application instead:
   holds one of the waiting threads, never one that runs inferences.
 - **A deadline per body.** Every read is watched by one thread per process:
   a body that has not arrived ``BODY_READ_TIMEOUT_SECONDS`` after its request
-  started (plus one second per ``BODY_MIN_BYTES_PER_SECOND`` bytes received,
-  so that large uploads over slow links finish) is answered ``408`` with
+  started (plus one second per ``BODY_MIN_BYTES_PER_SECOND`` bytes received
+  or being read, so that large bodies over slow links finish) is answered ``408`` with
   ``Connection: close`` at the deadline, and the request never runs. granian
   cannot abort a blocked read, so the waiting thread is released when the
   client finishes or goes away; see the README's Security section.
@@ -50,9 +50,6 @@ logger = logging.getLogger(__name__)
 
 #: Size of the reads that drop the unread rest of a body.
 DRAIN_CHUNK = 1 << 20
-#: Larger reads are made in pieces of this size, so that the deadline grows
-#: with the bytes received while a large body is still arriving.
-READ_PIECE = 4 << 20
 
 
 class IncompleteBody(InvalidInput, BadRequest):
@@ -99,6 +96,7 @@ class WatchedInput:
         self.length = length
         self.remaining = length
         self.received = 0
+        self.pending = 0  # bytes asked for by the read in progress
         self.started = time.monotonic()
         self.failure: IncompleteBody | None = None
         self.holds_slot = False
@@ -106,9 +104,12 @@ class WatchedInput:
         self._runner_frame = caller_frame  # granian's request frame, checked only when needed
 
     def deadline(self) -> float:
-        """Monotonic time by which the body must have arrived."""
+        """Monotonic time by which the bytes read so far, and those of the read
+        in progress, must have arrived: the timeout, plus one second per
+        ``min_rate`` of them (a large body gets the time it needs at that rate;
+        one read at a time, so no copy is added)."""
         gate = self.gate
-        return self.started + gate.timeout + self.received / gate.min_rate
+        return self.started + gate.timeout + (self.received + self.pending) / gate.min_rate
 
     def read(self, size: int | None = -1) -> bytes:
         """Up to ``size`` bytes (all the rest for -1/None); b"" at the end.
@@ -118,14 +119,7 @@ class WatchedInput:
         count = self.remaining if size is None or size < 0 else min(size, self.remaining)
         if count <= 0:
             return b""
-        if count <= READ_PIECE:
-            return self._watched(self.stream.read, count)
-        parts = []
-        while count > 0:
-            part = self._watched(self.stream.read, min(count, READ_PIECE))
-            parts.append(part)
-            count -= len(part)
-        return b"".join(parts)
+        return self._watched(self.stream.read, count)
 
     def readline(self, size: int | None = -1) -> bytes:
         if self.failure is not None:
@@ -142,11 +136,13 @@ class WatchedInput:
     def _watched(self, read, count: int | None) -> bytes:
         gate = self.gate
         key = id(self)
+        self.pending = count or 0
         gate.reading[key] = self
         try:
             data = read(count)
         finally:
             gate.reading.pop(key, None)
+            self.pending = 0
         self.received += len(data)
         self.remaining -= len(data)
         if self.failure is None and ((count is not None and len(data) < count) or not data):

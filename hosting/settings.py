@@ -234,7 +234,7 @@ HTTP_THREADS = env.int("HTTP_THREADS", default=4)
 HTTP_BODY_THREADS = env.int("HTTP_BODY_THREADS", default=32)
 #: A request body must have arrived this many seconds after its request
 #: started (else 408), plus one second per BODY_MIN_BYTES_PER_SECOND bytes
-#: received (large uploads over slow links).
+#: received or being read (large bodies over slow links).
 BODY_READ_TIMEOUT_SECONDS = env.float("BODY_READ_TIMEOUT_SECONDS", default=30.0)
 BODY_MIN_BYTES_PER_SECOND = env.int("BODY_MIN_BYTES_PER_SECOND", default=64 * 1024)
 
