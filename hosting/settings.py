@@ -6,6 +6,7 @@ process. Every variable is listed in the README's Configuration table.
 from __future__ import annotations
 
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -45,6 +46,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "axes",
     "models_store",
     "inference",
     "hosting",  # the composition root: last, once the apps are ready
@@ -61,6 +63,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Sign-in throttling (django-axes): answers a locked-out sign-in with the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "hosting.urls"
@@ -100,6 +104,24 @@ if env.str("TEST_DATABASE_NAME", default=""):
     DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME")}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Sign-in throttling (django-axes) ------------------------------------------
+# AxesStandaloneBackend comes first: a locked-out account or address is refused
+# before ModelBackend computes the (deliberately slow) password hash.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+#: Failed sign-ins (web UI, admin) after which an account, or a client address, is locked out.
+AXES_FAILURE_LIMIT = env.int("SIGN_IN_FAILURE_LIMIT", default=5)
+#: How long a lockout lasts (a new failure during it starts it again), seconds.
+AXES_COOLOFF_TIME = timedelta(seconds=env.int("SIGN_IN_LOCKOUT_SECONDS", default=15 * 60))
+#: What is counted and locked out, each on its own: the account and the client address
+#: (REMOTE_ADDR; behind a reverse proxy every client has the proxy's: set "username").
+AXES_LOCKOUT_PARAMETERS = env.list("SIGN_IN_LOCKOUT_PARAMETERS", default=["username", "ip_address"])
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_HTTP_RESPONSE_CODE = 429
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -192,6 +214,10 @@ STORAGES = {
 }
 #: Largest request body (and largest single tensor) accepted, in bytes (Triton: 64 MiB).
 MAX_REQUEST_BYTES = env.int("MAX_REQUEST_BYTES", default=64 * 1024 * 1024)
+#: Validation's warm-up inference runs only when the graph says it allocates at
+#: most this many bytes (inputs, outputs, largest intermediate); else it is
+#: skipped and the validation log says why.
+VALIDATION_WARMUP_MAX_BYTES = env.int("VALIDATION_WARMUP_MAX_BYTES", default=MAX_REQUEST_BYTES)
 #: ONNX Runtime: execution providers in order of preference, thread counts.
 ORT_EXECUTION_PROVIDERS = env.list("ORT_EXECUTION_PROVIDERS", default=["CPUExecutionProvider"])
 ORT_DEVICE_ID = env.int("ORT_DEVICE_ID", default=0)
@@ -203,12 +229,25 @@ REGISTRY_POLL_SECONDS = env.float("REGISTRY_POLL_SECONDS", default=1.0)
 #: HTTP server (granian) processes and threads per process.
 HTTP_WORKERS = env.int("HTTP_WORKERS", default=2)
 HTTP_THREADS = env.int("HTTP_THREADS", default=4)
+#: More threads per HTTP process that only wait for request bodies: a body
+#: that trickles in holds one of these, never one of the HTTP_THREADS that
+#: work (hosting/body_gate.py).
+HTTP_BODY_THREADS = env.int("HTTP_BODY_THREADS", default=32)
+#: A request body must have arrived this many seconds after its request
+#: started (else 408), plus one second per BODY_MIN_BYTES_PER_SECOND bytes
+#: received or being read (large bodies over slow links).
+BODY_READ_TIMEOUT_SECONDS = env.float("BODY_READ_TIMEOUT_SECONDS", default=30.0)
+BODY_MIN_BYTES_PER_SECOND = env.int("BODY_MIN_BYTES_PER_SECOND", default=64 * 1024)
 
 #: gRPC server processes (sharing the port), threads per process for worker
 #: mode, and the grace period for in-flight calls on stop (s).
 GRPC_PROCESSES = env.int("GRPC_PROCESSES", default=2)
 GRPC_THREADS = env.int("GRPC_THREADS", default=16)
 GRPC_GRACE_SECONDS = env.float("GRPC_GRACE_SECONDS", default=10.0)
+#: Set by `serve --grpc-port` for its children: the gRPC server creates this
+#: file once it listens (and removes it on stop), and the HTTP ready route
+#: answers 503 while it is missing, so that "ready" means both transports.
+GRPC_READY_FILE = env.str("GRPC_READY_FILE", default="")
 
 # --- Redis and Celery -----------------------------------------------------
 #: Unset: the embedded mode (Celery tasks run eagerly in process). Set, e.g.

@@ -11,6 +11,8 @@ handler with the full middleware stack.
 
 from __future__ import annotations
 
+import os
+
 from django.core.handlers.exception import convert_exception_to_response, response_for_exception
 from django.core.handlers.wsgi import WSGIHandler
 
@@ -68,14 +70,28 @@ class ProtocolHandler(WSGIHandler):
         return super().get_response(request)
 
 
-class Dispatcher:
-    """WSGI callable: protocol paths to the lean handler, the rest to the full one."""
+READY_PATH = "/v2/health/ready"
+GRPC_NOT_READY = b'{"error":"the server is not ready: its gRPC server is not listening yet","ready":false}'
 
-    def __init__(self, protocol, site):
+
+class Dispatcher:
+    """WSGI callable: protocol paths to the lean handler, the rest to the full one.
+
+    ``grpc_ready_file`` (``serve --grpc-port`` sets GRPC_READY_FILE): the
+    ready route answers 503 while that file is missing, i.e. until the gRPC
+    server listens, so that "ready" means both transports.
+    """
+
+    def __init__(self, protocol, site, grpc_ready_file: str = ""):
         self.protocol = protocol
         self.site = site
+        self.grpc_ready_file = grpc_ready_file
 
     def __call__(self, environ, start_response):
-        if environ.get("PATH_INFO", "").startswith(PROTOCOL_PREFIXES):
+        path = environ.get("PATH_INFO", "")
+        if path.startswith(PROTOCOL_PREFIXES):
+            if path == READY_PATH and self.grpc_ready_file and not os.path.exists(self.grpc_ready_file):
+                start_response("503 Service Unavailable", [("Content-Type", "application/json")])
+                return [GRPC_NOT_READY]
             return self.protocol(environ, start_response)
         return self.site(environ, start_response)

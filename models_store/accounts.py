@@ -7,6 +7,9 @@ scopes; every change is recorded in the audit log.
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
+
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
@@ -54,24 +57,55 @@ def user_create(username: str, password: str, *, teams: list[str] = (), email: s
     return user
 
 
-@transaction.atomic
-def token_create(user, name: str, team: Team | None = None) -> tuple[ApiToken, str]:
-    """A new API token for ``user`` (limited to ``team`` when given; the user
-    must belong to it unless a superuser). Returns the row and the token
-    itself, which is never stored: show it once.
+_UNITS = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
 
-    Raises RegistryError for an empty name or a team the user is not in.
+
+def parse_lifetime(text: str) -> timedelta:
+    """A token lifetime: ``90d``, ``12h``, ``30m``, ``45s`` -> timedelta.
+    Raises ValueError for anything else (or zero)."""
+    match = re.fullmatch(r"\s*(\d+)\s*([dhms])\s*", text)
+    if match is None or int(match[1]) == 0:
+        raise ValueError(f"a token lifetime is a positive number and a unit d, h, m or s (e.g. 90d), not {text!r}")
+    return timedelta(**{_UNITS[match[2]]: int(match[1])})
+
+
+@transaction.atomic
+def token_create(
+    user, name: str, team: Team | None = None, expires_in: timedelta | None = None
+) -> tuple[ApiToken, str]:
+    """A new API token for ``user`` (limited to ``team`` when given; the user
+    must belong to it unless a superuser), expiring ``expires_in`` from now
+    when given. Returns the row and the token itself, which is never stored:
+    show it once.
+
+    Raises RegistryError for an empty name, a team the user is not in, or an
+    expiry that is not in the future.
     """
     name = name.strip()
     if not name:
         raise RegistryError("give the token a name (e.g. the script that uses it)")
     if team is not None and not user.is_superuser and not team.memberships.filter(user=user).exists():
         raise RegistryError(f"you are not a member of team {team.name}")
+    if expires_in is not None and expires_in <= timedelta(0):
+        raise RegistryError("a token's lifetime must be positive")
+    expires_at = timezone.now() + expires_in if expires_in is not None else None
     plain = tokens.generate()
     token = ApiToken.objects.create(
-        user=user, name=name[:64], team=team, prefix=tokens.display_prefix(plain), key_hash=tokens.hash_token(plain)
+        user=user,
+        name=name[:64],
+        team=team,
+        prefix=tokens.display_prefix(plain),
+        key_hash=tokens.hash_token(plain),
+        expires_at=expires_at,
     )
-    audit.record(user, "token.create", token=token.name, prefix=token.prefix, team=team.name if team else "")
+    audit.record(
+        user,
+        "token.create",
+        token=token.name,
+        prefix=token.prefix,
+        team=team.name if team else "",
+        expires_at=expires_at.isoformat() if expires_at else "",
+    )
     bump_stamp()
     return token, plain
 

@@ -143,8 +143,8 @@ class VersionLabelAdmin(AuditedAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(ReadOnlyAdmin):
-    list_display = ["name", "user", "team", "prefix", "created_at", "last_used_at", "revoked_at"]
-    list_filter = ["revoked_at", "team"]
+    list_display = ["name", "user", "team", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
+    list_filter = ["revoked_at", "expires_at", "team"]
     search_fields = ["name", "user__username", "prefix"]
     actions = ["revoke"]
 

@@ -11,7 +11,7 @@ from models_store import accounts, selectors, tokens
 class BearerTokenAuthentication(BaseAuthentication):
     """Authenticates ``Authorization: Bearer <token>``; ``request.auth`` is the
     ApiToken. Other schemes are left to the next authentication class; an
-    unknown or revoked token, or one of an inactive user, is a 401."""
+    unknown, revoked or expired token, or one of an inactive user, is a 401."""
 
     keyword = "bearer"
 
@@ -26,6 +26,8 @@ class BearerTokenAuthentication(BaseAuthentication):
         token = selectors.token_by_hash(tokens.hash_token(value))
         if token is None:
             raise AuthenticationFailed("invalid or revoked API token")
+        if token.expired:
+            raise AuthenticationFailed(f"API token '{token.name}' expired at {token.expires_at:%Y-%m-%d %H:%M:%S} UTC")
         accounts.token_touch(token)
         return token.user, token
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
+from django.utils import timezone
 
 MODEL_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 model_name_validator = RegexValidator(
@@ -191,7 +192,8 @@ class ApiToken(models.Model):
     Only the sha256 of the token is stored (``key_hash``); ``prefix`` (its
     first characters) identifies it in lists. With ``team`` set the token
     only reaches that team's models; otherwise every model its user may
-    reach. A revoked token (``revoked_at`` set) is refused.
+    reach. A revoked token (``revoked_at`` set) is refused, and so is one
+    past its ``expires_at`` (None: it does not expire).
     """
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, related_name="api_tokens", on_delete=models.CASCADE)
@@ -202,6 +204,7 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["user__username", "-created_at"]
@@ -210,8 +213,13 @@ class ApiToken(models.Model):
         return f"{self.name} ({self.prefix}…, {self.user})"
 
     @property
+    def expired(self) -> bool:
+        return self.expires_at is not None and self.expires_at <= timezone.now()
+
+    @property
     def active(self) -> bool:
-        return self.revoked_at is None
+        """Neither revoked nor expired."""
+        return self.revoked_at is None and not self.expired
 
 
 class AuditEvent(models.Model):

@@ -102,7 +102,8 @@ def tokens_for_user(user) -> QuerySet[ApiToken]:
 
 
 def token_by_hash(key_hash: str) -> ApiToken | None:
-    """The active token with this hash whose user is active, or None."""
+    """The unrevoked token with this hash whose user is active, or None (the
+    caller refuses it when it has expired: ``token.expired``)."""
     return (
         ApiToken.objects.select_related("user", "team")
         .filter(key_hash=key_hash, revoked_at__isnull=True, user__is_active=True)
@@ -123,7 +124,7 @@ def teams_for_user(user) -> QuerySet[Team]:
 
 @dataclass(frozen=True)
 class InferenceAccess:
-    tokens: list[ApiToken]  # active tokens of active users, with .user
+    tokens: list[ApiToken]  # unrevoked tokens of active users (also expired ones: refused by name), with .user
     memberships: dict[int, frozenset[int]]  # user id -> team ids
     model_teams: dict[str, int | None]  # model name -> team id
     team_names: dict[int, str]

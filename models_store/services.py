@@ -106,6 +106,34 @@ def _model_create(name: str, team: Team, actor, description: str = "") -> Regist
     return model
 
 
+def _model_get_or_create(name: str, team: Team, actor, description: str = "") -> RegisteredModel:
+    """The model ``name`` for a first upload: created for ``team``, or the one
+    another upload created a moment ago (parallel first uploads all become
+    versions of one model), which must then belong to ``team`` too.
+
+    Call it inside a transaction. Raises RegistryError when the model
+    exists for another team.
+    """
+    for _attempt in range(3):
+        model = RegisteredModel.objects.filter(name=name).select_related("team").first()
+        if model is None:
+            try:
+                with transaction.atomic():  # a savepoint: the outer transaction survives a lost race
+                    model = RegisteredModel.objects.create(
+                        name=name, team=team, description=description, created_by=actor
+                    )
+            except IntegrityError:
+                continue  # created meanwhile by another upload: read it
+            audit.record(actor, "model.create", model, team=team.name)
+            bump_stamp()
+            return model
+        if model.team_id != team.pk:
+            owner = model.team.name if model.team else "the operators"
+            raise RegistryError(f"a model named '{name}' already exists and belongs to {owner}, not team {team.name}")
+        return model
+    raise RegistryError(f"a model named '{name}' already exists")
+
+
 @transaction.atomic
 def model_create(name: str, team: Team, actor, description: str = "") -> RegisteredModel:
     """Register an empty model owned by ``team``. Raises RegistryError for a
@@ -233,7 +261,8 @@ def version_upload(
     """Register an uploaded file as the next version of ``model_name``.
 
     When the model does not exist it is created for ``team`` (required then),
-    in the same transaction as the version. Order: :func:`uploads.preflight`
+    in the same transaction as the version; when a parallel upload created it
+    meanwhile for the same team, this file becomes one of its versions. Order: :func:`uploads.preflight`
     (empty, not ONNX, external data: UploadRefused), the duplicate check
     (DuplicateVersion), the move of the staged file into the store, then the
     version row (state UPLOADED) and its audit event in one transaction;
@@ -264,7 +293,7 @@ def version_upload(
     try:
         with transaction.atomic():
             if model is None:
-                model = _model_create(model_name, team, actor, description)
+                model = _model_get_or_create(model_name, team, actor, description)
             version = version_create(
                 model,
                 artifact=stored.relpath,

@@ -62,12 +62,17 @@ def display_prefix(token: str) -> str:
 
 @dataclass(frozen=True)
 class TokenScope:
-    """Which models one token may call: every model, or those of ``team_ids``."""
+    """Which models one token may call: every model, or those of ``team_ids``;
+    until ``expires_at`` (seconds since the epoch; None: no expiry)."""
 
     label: str  # e.g. "API token 'ci' of alice"
     all_models: bool
     team_ids: frozenset[int]
     user_id: int | None = None
+    expires_at: float | None = None
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
 
     def allows(self, team_id: int | None) -> bool:
         return self.all_models or (team_id is not None and team_id in self.team_ids)
@@ -103,7 +108,8 @@ def load_scopes() -> Scopes:
         else:
             allowed, all_models = user_teams, token.user.is_superuser
         label = f"API token '{token.name}' of {token.user.get_username()}"
-        tokens[token.key_hash] = TokenScope(label, all_models, allowed, token.user_id)
+        expires_at = token.expires_at.timestamp() if token.expires_at else None
+        tokens[token.key_hash] = TokenScope(label, all_models, allowed, token.user_id, expires_at)
     return Scopes(tokens, access.model_teams, access.team_names, time.monotonic(), stamp)
 
 
@@ -180,8 +186,8 @@ class TokenCache:
 
 
 class InferenceTokenChecker:
-    """``(token, model_name) -> None``; raises Unauthenticated (no, unknown
-    or revoked token; an inactive user) or PermissionDenied (the token may
+    """``(token, model_name) -> None``; raises Unauthenticated (no, unknown,
+    revoked or expired token; an inactive user) or PermissionDenied (the token may
     not call this model, or the model does not exist: the two answers are the
     same, so a team token cannot probe other teams' model names; a token
     that reaches every model gets the data plane's 404 instead)."""
@@ -205,6 +211,8 @@ class InferenceTokenChecker:
             scope = scopes.tokens.get(key)
         if scope is None:
             raise Unauthenticated("invalid or revoked API token")
+        if scope.expired(time.time()):  # no reload needed: the snapshot holds the expiry
+            raise Unauthenticated(f"{scope.label} expired")
         if scope.all_models:
             return
         if model_name not in scopes.model_teams or not scope.allows(scopes.model_teams[model_name]):
@@ -235,6 +243,8 @@ class StoreAuthorizer:
         scope = scopes.tokens.get(key)
         if scope is None:
             raise Unauthenticated("invalid or revoked API token")
+        if scope.expired(time.time()):
+            raise Unauthenticated(f"{scope.label} expired")
         return scopes, scope
 
     def check_control(self, token: str | None, model_name: str) -> Caller:

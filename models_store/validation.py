@@ -2,26 +2,42 @@
 
 :func:`validate_artifact` runs, in order: the external-data safety check, the
 ONNX checker, ONNX Runtime session creation (CPU), signature extraction, the
-check against a Triton ``config.pbtxt`` when one is given, and a warm-up
-inference on zero inputs. Any failure raises :class:`ValidationError` whose
-message is the reason shown to users for a FAILED version.
+check against a Triton ``config.pbtxt`` when one is given, the size check
+(no input larger than a request may be), and a warm-up inference on zero
+inputs whose output shapes must agree with the ones the graph declares. Any
+failure raises :class:`ValidationError` whose message is the reason shown to
+users for a FAILED version.
+
+The warm-up is bounded: a 76-byte model may declare a fixed [40000, 40000]
+FP32 input (6.4 GB). Its memory is estimated from the graph first (inputs,
+outputs and the largest intermediate tensor whose shape is known, variable
+dimensions at 1); above ``VALIDATION_WARMUP_MAX_BYTES`` it is skipped, and
+the validation log says why.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import onnx
+from django.conf import settings
 from onnx import external_data_helper
 
-from inference.protocol.datatypes import BY_NAME
+from inference.protocol.datatypes import BY_NAME, BY_ONNX
 from inference.protocol.types import MetadataTensor
 from inference.runtime import onnx as onnx_runtime
 from models_store.config import TritonConfig
+
+logger = logging.getLogger(__name__)
+
+#: Bytes counted per element of a string tensor (its object pointer).
+STRING_ELEMENT_BYTES = 8
 
 
 class ValidationError(ValueError):
@@ -144,6 +160,90 @@ def class_labels(model: onnx.ModelProto) -> list[str]:
     return []
 
 
+def _declared_dims(type_proto: onnx.TypeProto) -> list[int] | None:
+    """A tensor type's dims as the graph declares them (-1: symbolic or
+    unknown); None when it declares no shape (or is not a tensor)."""
+    if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else -1 for d in type_proto.tensor_type.shape.dim]
+
+
+def _element_bytes(elem_type: int) -> int:
+    datatype = BY_ONNX.get(elem_type)
+    if datatype is not None:
+        return datatype.itemsize or STRING_ELEMENT_BYTES
+    try:
+        return onnx.helper.tensor_dtype_to_np_dtype(elem_type).itemsize or STRING_ELEMENT_BYTES
+    except (KeyError, TypeError, ValueError):
+        return STRING_ELEMENT_BYTES
+
+
+def _size(dims, element_bytes: int) -> int:
+    """Bytes of a tensor with ``dims`` (-1, variable, counted as 1)."""
+    return math.prod(d if d >= 0 else 1 for d in dims) * element_bytes
+
+
+def _metadata_bytes(tensor: MetadataTensor) -> int:
+    return _size(tensor.shape, BY_NAME[tensor.datatype].itemsize or STRING_ELEMENT_BYTES)
+
+
+def check_input_sizes(inputs: tuple[MetadataTensor, ...], limit: int) -> None:
+    """Raise ValidationError for an input that takes more than ``limit``
+    bytes (MAX_REQUEST_BYTES) with every variable dimension at 1: no request
+    could carry it."""
+    for tensor in inputs:
+        size = _metadata_bytes(tensor)
+        if size > limit:
+            raise ValidationError(
+                f"input '{tensor.name}' {list(tensor.shape)} {tensor.datatype} takes {size} bytes even with every "
+                f"variable dimension at 1: more than MAX_REQUEST_BYTES ({limit}), so no request could carry it"
+            )
+
+
+def warm_up_estimate(model: onnx.ModelProto, inputs: tuple[MetadataTensor, ...]) -> tuple[int, str]:
+    """(bytes, description of the largest tensor) a warm-up on zero inputs
+    would allocate at least: the inputs as fed (variable dims at 1), the
+    outputs and the largest intermediate tensor whose shapes the graph
+    declares or ONNX shape inference derives. Tensors of unknown shape count 0."""
+    tensors = [(f"input '{t.name}'", list(t.shape), _metadata_bytes(t)) for t in inputs]
+    graph = model.graph
+    try:
+        graph = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # shape inference is best effort; the declared shapes remain
+        logger.debug("shape inference failed during validation", exc_info=True)
+    outputs, intermediates = [], []
+    for kind, infos, into in (("output", graph.output, outputs), ("intermediate", graph.value_info, intermediates)):
+        for info in infos:
+            dims = _declared_dims(info.type)
+            if dims is not None:
+                into.append(
+                    (f"{kind} '{info.name}'", dims, _size(dims, _element_bytes(info.type.tensor_type.elem_type)))
+                )
+    largest_intermediate = max(intermediates, key=lambda t: t[2], default=None)
+    counted = tensors + outputs + ([largest_intermediate] if largest_intermediate else [])
+    if not counted:
+        return 0, "nothing"
+    name, dims, size = max(counted, key=lambda t: t[2])
+    return sum(t[2] for t in counted), f"{name} {dims} alone takes {size} bytes"
+
+
+def check_output_shapes(model: onnx.ModelProto, names: list[str], results: list) -> None:
+    """Raise ValidationError when a computed output contradicts the shape
+    the graph declares for it: another rank, or another size of a fixed
+    dimension (symbolic dimensions match anything)."""
+    declared = {info.name: _declared_dims(info.type) for info in model.graph.output}
+    for name, result in zip(names, results, strict=True):
+        dims = declared.get(name)
+        computed = list(np.shape(result))
+        if dims is None:
+            continue
+        if len(dims) != len(computed) or any(d >= 0 and d != c for d, c in zip(dims, computed, strict=False)):
+            raise ValidationError(
+                f"output '{name}': the graph declares shape {dims} but computes {computed} "
+                "(warm-up on zero inputs, variable dimensions at 1)"
+            )
+
+
 def _zero_feed(tensor: MetadataTensor) -> np.ndarray:
     shape = tuple(d if d >= 0 else 1 for d in tensor.shape)
     if tensor.datatype == "BYTES":
@@ -194,12 +294,29 @@ def validate_artifact(path: Path, config: TritonConfig | None = None, log: list[
         + "; outputs "
         + ", ".join(f"{t.name} {t.datatype} {list(t.shape)}" for t in outputs)
     )
-    try:
-        model_runner = onnx_runtime.OnnxModel(session)
-        results = model_runner.run({t.name: _zero_feed(t) for t in inputs}, [t.name for t in outputs])
-    except Exception as exc:
-        raise ValidationError(f"warm-up inference on zero inputs failed: {exc}") from None
-    log.append("warm-up inference on zero inputs: " + ", ".join(f"{r.shape}" for r in results))
+    check_input_sizes(inputs, settings.MAX_REQUEST_BYTES)
+    cap = settings.VALIDATION_WARMUP_MAX_BYTES
+    estimate, largest = warm_up_estimate(model, inputs)
+    if estimate > cap:
+        line = (
+            f"warm-up skipped: it would allocate at least {estimate} bytes ({largest}), more than "
+            f"VALIDATION_WARMUP_MAX_BYTES ({cap}); the graph was checked without running it"
+        )
+        logger.info("%s: %s", path, line)
+        log.append(line)
+    else:
+        names = [t.name for t in outputs]
+        try:
+            model_runner = onnx_runtime.OnnxModel(session)
+            results = model_runner.run({t.name: _zero_feed(t) for t in inputs}, names)
+        except Exception as exc:
+            raise ValidationError(f"warm-up inference on zero inputs failed: {exc}") from None
+        check_output_shapes(model, names, results)
+        log.append(
+            "warm-up inference on zero inputs: "
+            + ", ".join(f"{r.shape}" for r in results)
+            + " (the shapes the graph declares)"
+        )
     properties = {
         "ir_version": model.ir_version,
         "opsets": {imp.domain or "ai.onnx": imp.version for imp in model.opset_import},

@@ -321,8 +321,14 @@ def token_list(request):
     if request.method == "POST":
         if form.is_valid():
             team = selectors.team_get(form.cleaned_data["team"]) if form.cleaned_data["team"] else None
+            lifetime = form.cleaned_data["expires_in"]
             try:
-                token, plain = accounts.token_create(request.user, form.cleaned_data["name"], team)
+                token, plain = accounts.token_create(
+                    request.user,
+                    form.cleaned_data["name"],
+                    team,
+                    accounts.parse_lifetime(lifetime) if lifetime else None,
+                )
             except actions.RegistryError as exc:
                 form.add_error(None, str(exc))
                 status = 400

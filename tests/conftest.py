@@ -13,9 +13,13 @@ from tests.support.server import LiveServer
 @pytest.fixture(autouse=True)
 def _model_store(settings, tmp_path):
     """Each test gets an empty MODEL_STORE_DIR (and a fast password hasher:
-    the production one is slow on purpose)."""
+    the production one is slow on purpose). Sign-in throttling (django-axes)
+    is off in process: the test client's ``login()`` authenticates without
+    a request, which axes refuses; the live tests (tests/interop/
+    test_sign_in_throttling.py) drive it as browsers do."""
     settings.MODEL_STORE_DIR = tmp_path / "store"
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.AXES_ENABLED = False
 
 
 @pytest.fixture(scope="session")

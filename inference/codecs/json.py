@@ -21,13 +21,16 @@ from inference.protocol.errors import InvalidInput
 _INT_KINDS = frozenset("iu")
 _FLOAT_KINDS = frozenset("iuf")
 _PY_KINDS = {float: "floating-point", bool: "boolean", str: "string", dict: "object", type(None): "null"}
+#: The most dimensions a tensor may have (numpy's limit).
+MAX_DIMS = 64
 
 
 def nested_leaves(where: str, value: Any, leaf) -> tuple[list, list[int]]:
     """Flatten a regularly nested JSON list: (leaves mapped by ``leaf``, shape).
 
     A scalar gives shape []. Raises InvalidInput for ragged nesting (lists of
-    different lengths at one level, or values and lists mixed).
+    different lengths at one level, or values and lists mixed) and for
+    nesting deeper than the MAX_DIMS dimensions a tensor may have.
     """
     shape: list[int] = []
     out: list = []
@@ -38,6 +41,8 @@ def nested_leaves(where: str, value: Any, leaf) -> tuple[list, list[int]]:
             if depth == len(shape):
                 if out:
                     raise InvalidInput(f"{where}: ragged nesting (a list where a value was expected)")
+                if depth == MAX_DIMS:
+                    raise InvalidInput(f"{where}: nested deeper than the {MAX_DIMS} dimensions a tensor may have")
                 shape.append(len(item))
             elif shape[depth] != len(item):
                 raise InvalidInput(
@@ -64,10 +69,15 @@ def _text(where: str):
 
 
 def contains_bool(value: Any) -> bool:
-    """Whether a nested JSON list holds a boolean anywhere."""
-    if isinstance(value, list):
-        return any(contains_bool(item) for item in value)
-    return isinstance(value, bool)
+    """Whether a nested JSON list holds a boolean anywhere (iterative: any depth)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, bool):
+            return True
+    return False
 
 
 def exact_integers(where: str, datatype: Datatype, value: Any, field: str = "'data'") -> np.ndarray:

@@ -47,7 +47,7 @@ def load_request_json(data: bytes | memoryview) -> Any:
         return load_json(data)
     try:
         return large_json.loads(data)
-    except ValueError:
+    except (ValueError, RuntimeError):  # simdjson: RuntimeError for DEPTH_ERROR (nested too deep)
         return load_json(data)  # the error message orjson gives
 
 

@@ -50,6 +50,8 @@ def loads(body: bytes) -> Any:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"JSON Parse error: {exc}") from None
+    except RecursionError:  # orjson refused it first (its limit is 1024 levels); json recursed
+        raise InvalidInput("JSON Parse error: the document is nested too deeply") from None
 
 
 def _has_non_finite(obj: Any) -> bool:

@@ -28,6 +28,16 @@ from inference.protocol.types import (
 )
 
 _CONTENT_FIELDS = tuple(pb.InferTensorContents.DESCRIPTOR.fields_by_name)
+#: Element type of each typed contents field, as the proto declares it.
+_FIELD_DTYPES = {
+    "bool_contents": np.bool_,
+    "int_contents": np.int32,
+    "int64_contents": np.int64,
+    "uint_contents": np.uint32,
+    "uint64_contents": np.uint64,
+    "fp32_contents": np.float32,
+    "fp64_contents": np.float64,
+}
 
 
 def parameters_from_proto(params) -> dict:
@@ -72,7 +82,9 @@ def _typed(where: str, datatype: Datatype, shape: tuple[int, ...], contents) -> 
         array = np.empty(count, dtype=object)
         array[:] = list(values)
         return array.reshape(shape)
-    wide = np.array(values)
+    # The field's own element type (uint64_contents -> uint64, ...): an untyped
+    # np.array would pass values >= 2**63 through a signed or float array.
+    wide = np.array(values, dtype=_FIELD_DTYPES[field])
     if wide.size and datatype.numpy.kind in "iu" and wide.dtype != datatype.numpy:
         info = np.iinfo(datatype.numpy)
         if wide.min() < info.min or wide.max() > info.max:

@@ -8,6 +8,7 @@ import asyncio
 import logging
 import signal
 from concurrent import futures
+from pathlib import Path
 
 import grpc
 from django.conf import settings
@@ -54,7 +55,13 @@ async def _serve(address: str, threads: int | None) -> None:
         loop.add_signal_handler(sig, stopped.set)
     await server.start()
     logger.info("serving OIP gRPC on %s", address)
+    ready_file = Path(settings.GRPC_READY_FILE) if settings.GRPC_READY_FILE else None
+    if ready_file is not None:  # `serve` answers ready only once this exists
+        ready_file.parent.mkdir(parents=True, exist_ok=True)
+        ready_file.touch()
     await stopped.wait()
+    if ready_file is not None:
+        ready_file.unlink(missing_ok=True)
     await server.stop(grace=settings.GRPC_GRACE_SECONDS)
 
 

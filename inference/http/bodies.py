@@ -26,11 +26,15 @@ def read_body(request, allow_empty: bool = False) -> bytes:
 
     ``request`` is a Django HttpRequest. A gzip/deflate body is inflated
     (inference/http/compression.py). Raises RequestTooLarge, and
-    InvalidInput for an empty body unless ``allow_empty``.
+    InvalidInput for a body shorter than its Content-Length or an empty body
+    unless ``allow_empty``.
     """
     limit = settings.MAX_REQUEST_BYTES
-    declared_length(request, limit)  # refuses an oversized body before reading it
-    body = compression.decompress(request.body, request.META.get("HTTP_CONTENT_ENCODING"), limit)
+    declared = declared_length(request, limit)  # refuses an oversized body before reading it
+    raw = request.body
+    if len(raw) < declared:  # the client stopped sending (half-closed): never decode what came
+        raise InvalidInput(f"the request body is shorter than its Content-Length ({len(raw)} of {declared} bytes)")
+    body = compression.decompress(raw, request.META.get("HTTP_CONTENT_ENCODING"), limit)
     if not body and not allow_empty:
         raise InvalidInput("the request body is empty; it must hold an inference request")
     return body

@@ -172,6 +172,54 @@ def test_typed_contents_every_datatype(stub, datatype):
         np.testing.assert_array_equal(np.frombuffer(raw, dtype=data.dtype.newbyteorder("<")).reshape(2, 2), data)
 
 
+_NUMPY = {"UINT8": "u1", "UINT16": "<u2", "UINT32": "<u4", "UINT64": "<u8", "INT8": "i1", "INT16": "<i2"}
+_NUMPY.update({"INT32": "<i4", "INT64": "<i8", "FP32": "<f4", "FP64": "<f8"})
+
+
+def _extremes(datatype: str) -> np.ndarray:
+    """Every datatype at its limits (numpy computes them, not the server's code)."""
+    if datatype == "BOOL":
+        return np.array([True, False, True, True], dtype=bool)
+    dtype = np.dtype(_NUMPY[datatype])
+    if dtype.kind == "f":
+        info = np.finfo(dtype)
+        return np.array(
+            [info.max, -info.max, info.tiny, info.smallest_subnormal, -info.smallest_subnormal, 0.0, -0.0, np.inf],
+            dtype=dtype,
+        )
+    info = np.iinfo(dtype)
+    return np.array(
+        [info.min, info.max, info.max - 1, info.min + 1, 0, 1, info.max // 2 + 1, info.min // 2], dtype=dtype
+    )
+
+
+@pytest.mark.parametrize("datatype", [d for d in ALL_DATATYPES if d not in ("FP16", "BYTES")])
+def test_typed_contents_are_exact_at_the_limits(stub, datatype):
+    """uint64_contents values >= 2**63, INT64 min/max, FP64 subnormals...
+    come back bit for bit (they must never pass through a float or a
+    signed array)."""
+    data = _extremes(datatype).reshape(1, -1)
+    response = stub.ModelInfer(_typed_request(datatype, data))
+    got = np.frombuffer(response.raw_output_contents[0], dtype=data.dtype.newbyteorder("<")).reshape(data.shape)
+    assert got.tobytes() == data.astype(data.dtype.newbyteorder("<")).tobytes(), (got, data)
+
+
+@pytest.mark.parametrize(
+    "datatype,field,value",
+    [
+        ("UINT8", "uint_contents", 256),
+        ("UINT16", "uint_contents", 65536),
+        ("INT8", "int_contents", -129),
+        ("INT16", "int_contents", 32768),
+    ],
+)
+def test_typed_contents_out_of_range_are_refused(stub, datatype, field, value):
+    request = pb.ModelInferRequest(model_name=f"identity_{datatype.lower()}")
+    getattr(request.inputs.add(name="INPUT0", datatype=datatype, shape=[1, 1]).contents, field).append(value)
+    code, details = _call(stub.ModelInfer, request)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and f"out of range for {datatype}" in details, details
+
+
 def test_raw_fp16_and_bool(stub):
     half = np.array([[1.5, -2.25]], dtype="<f2")
     request = pb.ModelInferRequest(model_name="identity_fp16")

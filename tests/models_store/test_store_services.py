@@ -48,6 +48,47 @@ def _stamp() -> int:
     return RegistryStamp.objects.get(pk=1).counter
 
 
+def _create_meanwhile(monkeypatch, name: str, team, actor) -> None:
+    """Make the next first upload of ``name`` lose a race: the model is
+    created (as by a parallel upload) after that upload looked for it, and
+    the upload's own look inside its transaction misses it once too, so that
+    its create hits the unique constraint."""
+    commit_staged = storage.commit_staged
+    misses = []
+
+    def racing_commit(*args, **kwargs):
+        RegisteredModel.objects.create(name=name, team=team, created_by=actor)
+        misses.append(True)
+        return commit_staged(*args, **kwargs)
+
+    real_filter = RegisteredModel.objects.filter
+
+    def filter_missing_once(*args, **kwargs):
+        if misses and kwargs.get("name") == name:
+            misses.clear()
+            return RegisteredModel.objects.none()
+        return real_filter(*args, **kwargs)
+
+    monkeypatch.setattr(storage, "commit_staged", racing_commit)
+    monkeypatch.setattr(RegisteredModel.objects, "filter", filter_missing_once)
+
+
+def test_a_first_upload_that_loses_the_race_becomes_a_version_of_the_winner(alice, monkeypatch):
+    _create_meanwhile(monkeypatch, "raced", _team(alice), alice)
+    version = services.version_upload("raced", stage(m.affine(2.0, 1.0)), alice, team=_team(alice))
+    assert (version.model.name, version.number) == ("raced", 1)
+    assert RegisteredModel.objects.count() == 1 and version.model.team == _team(alice)
+    assert ModelVersion.objects.get(pk=version.pk).state == "READY"
+
+
+def test_a_first_upload_racing_another_team_is_refused(alice, monkeypatch):
+    bob = person("bob", "vision")
+    _create_meanwhile(monkeypatch, "raced", _team(bob), bob)
+    with pytest.raises(services.RegistryError, match="belongs to vision, not team ml"):
+        services.version_upload("raced", stage(m.affine(2.0, 1.0)), alice, team=_team(alice))
+    assert not ModelVersion.objects.exists() and _store_files() == []
+
+
 def test_upload_creates_model_and_a_validated_version(alice):
     payload = m.affine(2.0, 1.0)
     version = services.version_upload("affine", stage(payload, "affine.onnx"), alice, team=_team(alice))

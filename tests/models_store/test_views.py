@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import io
 import re
+from datetime import timedelta
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
-from models_store import storage
+from models_store import accounts, storage
 from models_store.models import ApiToken, AuditEvent, ModelVersion, RegisteredModel, VersionLabel
 from models_store.repository import import_repository
 from tests.support import onnx_models as m
@@ -216,6 +218,24 @@ def test_tokens_are_shown_once_and_revocable(alice):
     other, _ = ApiToken.objects.get(), None
     assert _post(bob, f"/tokens/{other.pk}/revoke", {}).status_code == 404
     assert AuditEvent.objects.filter(action="token.revoke").count() == 1
+
+
+def test_tokens_may_expire_and_the_page_shows_when(alice):
+    posted = _post(alice, "/tokens/", {"name": "quarterly", "expires_in": "90d"})
+    assert posted.status_code == 302
+    token = ApiToken.objects.get(name="quarterly")
+    lifetime = token.expires_at - token.created_at
+    assert abs(lifetime.total_seconds() - 90 * 86400) < 5
+    listing = _text(alice.get("/tokens/"))
+    row = re.search(r'<tr data-token="quarterly">(.*?)</tr>', listing, re.S).group(1)
+    assert f'<td class="expires">{token.expires_at:%Y-%m-%d %H:%M}</td>' in row and "Revoke" in row
+    plain = accounts.token_create(token.user, "stale")[1]
+    ApiToken.objects.filter(name="stale").update(expires_at=timezone.now() - timedelta(seconds=1))
+    row = re.search(r'<tr data-token="stale">(.*?)</tr>', _text(alice.get("/tokens/")), re.S).group(1)
+    assert "expired" in row and "Revoke" not in row
+    refused = Client().get("/api/models/", HTTP_AUTHORIZATION=f"Bearer {plain}")
+    assert refused.status_code == 401 and "API token 'stale' expired at" in refused.json()["error"]
+    assert _post(alice, "/tokens/", {"name": "x", "expires_in": "2d"}).status_code == 400  # not a choice
 
 
 def test_admin_is_registered_for_every_registry_model():

@@ -228,3 +228,25 @@ def gather_table(table=(0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5)) -> by
         [_vi("y", "FP32", ("N", "K"))],
         initializers=[values],
     )
+
+
+def declared_shapes(input_shape, output_shape, datatype: str = "FP32") -> bytes:
+    """y = Identity(x), with x declared ``input_shape`` and y declared
+    ``output_shape`` (which may contradict what the graph computes)."""
+    return _model(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        [_vi("x", datatype, input_shape)],
+        [_vi("y", datatype, output_shape)],
+    )
+
+
+def expand_to(shape) -> bytes:
+    """y = x broadcast to the fixed ``shape`` (Expand): a one-element FP32
+    input whose output is as large as ``shape`` says."""
+    target = helper.make_tensor("shape", TensorProto.INT64, [len(shape)], list(shape))
+    return _model(
+        [helper.make_node("Expand", ["x", "shape"], ["y"])],
+        [_vi("x", "FP32", [1])],
+        [_vi("y", "FP32", shape)],
+        initializers=[target],
+    )

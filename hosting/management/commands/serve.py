@@ -86,15 +86,22 @@ class Command(BaseCommand):
             os.environ,
             DJANGO_SETTINGS_MODULE=os.environ.get("DJANGO_SETTINGS_MODULE", "hosting.settings"),
             PROMETHEUS_MULTIPROC_DIR=str(_fresh_metrics_dir()),
+            HTTP_THREADS=str(options["threads"]),  # the work slots of hosting/body_gate.py
         )
         http = [
             sys.executable, "-m", "granian", "--interface", "wsgi", "--http", "1", "--no-ws",
             "--host", host, "--port", str(options["http_port"]),
-            "--workers", str(options["workers"]), "--blocking-threads", str(options["threads"]),
+            "--workers", str(options["workers"]),
+            "--blocking-threads", str(options["threads"] + settings.HTTP_BODY_THREADS),
             "--runtime-threads", "1", "--backlog", "2048", "--workers-kill-timeout", "20",
             "--log-level", settings.LOG_LEVEL.lower(), "--respawn-failed-workers",
             "hosting.wsgi:application",
         ]  # fmt: skip
+        ready_file = None
+        if options["grpc_port"] is not None:  # ready means both transports listen
+            ready_file = Path(settings.VAR_DIR) / "run" / f"grpc-{options['grpc_port']}.ready"
+            ready_file.unlink(missing_ok=True)
+            env["GRPC_READY_FILE"] = str(ready_file)
         children = [Child("http", http, env, base)]
         self.stdout.write(f"serving V2 REST on http://{host}:{options['http_port']}")
         if options["grpc_port"] is not None:
@@ -102,5 +109,11 @@ class Command(BaseCommand):
             children.append(Child("grpc", grpc, env, base))
             self.stdout.write(f"serving V2 gRPC on {host}:{options['grpc_port']}")
         self.stdout.flush()
-        if Supervisor(children, on_exit=_metrics_process_dead).run() != 0:
+
+        def on_exit(pid: int) -> None:
+            _metrics_process_dead(pid)
+            if ready_file is not None and pid == children[-1].process.pid:
+                ready_file.unlink(missing_ok=True)  # not ready until gRPC listens again
+
+        if Supervisor(children, on_exit=on_exit).run() != 0:
             raise CommandError("a server process kept failing; see the log above")

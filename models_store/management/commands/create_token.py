@@ -1,7 +1,9 @@
-"""``manage.py create_token USERNAME NAME [--team T]``: an API token for scripts.
+"""``manage.py create_token USERNAME NAME [--team T] [--expires-in 90d]``: an API token for scripts.
 
 Prints the token once (only its hash is stored), like the web UI's API
-tokens page; handy to bootstrap automation.
+tokens page; handy to bootstrap automation. ``--expires-in`` takes a number
+and a unit: ``d`` (days), ``h`` (hours), ``m`` (minutes) or ``s`` (seconds);
+the expiry is printed on stderr.
 """
 
 from django.contrib.auth import get_user_model
@@ -18,8 +20,9 @@ class Command(BaseCommand):
         parser.add_argument("username")
         parser.add_argument("name", help="what uses the token, e.g. ci")
         parser.add_argument("--team", default="", help="limit the token to this team's models")
+        parser.add_argument("--expires-in", default="", help="lifetime, e.g. 90d, 12h, 30m (default: no expiry)")
 
-    def handle(self, *args, username, name, team, **options):
+    def handle(self, *args, username, name, team, expires_in, **options):
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
             raise CommandError(f"unknown user '{username}'")
@@ -29,7 +32,10 @@ class Command(BaseCommand):
             if scope is None:
                 raise CommandError(f"unknown team '{team}'")
         try:
-            _, plain = accounts.token_create(user, name, scope)
-        except RegistryError as exc:
+            lifetime = accounts.parse_lifetime(expires_in) if expires_in else None
+            token, plain = accounts.token_create(user, name, scope, lifetime)
+        except (RegistryError, ValueError) as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(plain)
+        if token.expires_at is not None:
+            self.stderr.write(f"expires at {token.expires_at:%Y-%m-%d %H:%M:%S %Z}")
