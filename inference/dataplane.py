@@ -185,6 +185,7 @@ class DataPlane:
     def authorize(self, token: str | None, name: str) -> None:
         """Raise Unauthenticated / PermissionDenied unless ``token`` may run
         inference on ``name`` (a no-op while tokens are not required)."""
+        self.registry.models  # noqa: B018  (follows the change beacon: token scopes are a registry listener)
         auth.authorize(token, name)
 
     def infer(self, request: InferenceRequest, version: ServedVersion | None = None) -> InferenceResponse:
@@ -350,9 +351,9 @@ class DataPlane:
         """Every model version with its state (READY, UNAVAILABLE, LOADING)
         and the reason it does not serve; only READY ones with ``ready_only``.
         While tokens are required, only the models the token may see."""
+        models = self.registry.models  # first: token scopes follow the registry
         visible = auth.visible_models(token)
         entries = []
-        models = self.registry.models
         for name in sorted(models):
             if visible is not None and not visible(name):
                 continue
@@ -407,6 +408,7 @@ class DataPlane:
     def _control(self, token: str | None, name: str):
         """The caller allowed to load/unload ``name``; an unknown model is
         NOT_FOUND only for callers that could change it (operators)."""
+        self.registry.models  # noqa: B018  (follows the change beacon: token scopes are a registry listener)
         caller = auth.authorize_control(token, name)
         self.registry.model(name)
         return caller
@@ -492,6 +494,7 @@ class DataPlane:
         (no name), of a model's served versions, or of one version. While
         tokens are required, only of the models the token may see. Raises
         ModelNotFound, PermissionDenied."""
+        models = self.registry.models  # first: token scopes follow the registry
         visible = auth.visible_models(token)
         if name:
             if visible is not None and not visible(name):
@@ -505,8 +508,9 @@ class DataPlane:
             else:
                 keys = [(name, n) for n in sorted(model.served)]
         else:
-            models = self.registry.models.values()
-            keys = [(m.name, n) for m in models if visible is None or visible(m.name) for n in sorted(m.served)]
+            keys = [
+                (m.name, n) for m in models.values() if visible is None or visible(m.name) for n in sorted(m.served)
+            ]
         return self.statistics.read(keys)
 
 

@@ -1,0 +1,82 @@
+"""With tokens required, listing models (the repository index, statistics)
+shows only what the caller's token may call, on REST and gRPC."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from tests.support import onnx_models as m
+from tests.support.live import bearer, manage, multipart, people_with_tokens, request, token_server
+
+pytestmark = pytest.mark.interop
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    yield from token_server(tmp_path_factory, poll_seconds=1)
+
+
+@pytest.fixture(scope="module")
+def tokens(server):
+    tokens = people_with_tokens(server, alice="ml", bob="vision", root="superuser")
+    for user, team, model in (("alice", "ml", "ml-model"), ("bob", "vision", "vision-model")):
+        body, kind = multipart({"team": team}, m.affine(1.0, 0.0))
+        status, answer = request(
+            server, "POST", f"/api/models/{model}/versions/", body, {"Content-Type": kind, **bearer(tokens[user])}
+        )
+        assert status == 201, answer
+    return tokens
+
+
+def _index(server, token=None):
+    headers = bearer(token) if token else {}
+    return request(server, "POST", "/v2/repository/index", b"", headers)
+
+
+def test_the_index_lists_only_the_callers_models(server, tokens):
+    assert _index(server)[0] == 401
+    status, entries = _index(server, tokens["alice"])
+    assert status == 200 and {e["name"] for e in entries} == {"ml-model"}
+    status, entries = _index(server, tokens["bob"])
+    assert status == 200 and {e["name"] for e in entries} == {"vision-model"}
+    status, entries = _index(server, tokens["root"])
+    assert status == 200 and {e["name"] for e in entries} == {"ml-model", "vision-model", "legacy"}
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        index = client.get_model_repository_index(headers={"authorization": f"Bearer {tokens['alice']}"})
+        assert {m.name for m in index.models} == {"ml-model"}
+        with pytest.raises(InferenceServerException) as info:
+            client.get_model_repository_index()
+        assert info.value.status() == "StatusCode.UNAUTHENTICATED"
+
+
+def test_statistics_list_only_the_callers_models(server, tokens):
+    assert request(server, "GET", "/v2/models/stats")[0] == 401
+    status, stats = request(server, "GET", "/v2/models/stats", headers=bearer(tokens["bob"]))
+    assert status == 200 and {s["name"] for s in stats["model_stats"]} == {"vision-model"}
+    status, answer = request(server, "GET", "/v2/models/ml-model/stats", headers=bearer(tokens["bob"]))
+    assert status == 403 and "may not" in json.dumps(answer)
+    status, stats = request(server, "GET", "/v2/models/ml-model/stats", headers=bearer(tokens["alice"]))
+    assert status == 200 and [s["name"] for s in stats["model_stats"]] == ["ml-model"]
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        stats = client.get_inference_statistics(headers={"authorization": f"Bearer {tokens['root']}"})
+        assert {s.name for s in stats.model_stats} == {"ml-model", "vision-model", "legacy"}
+
+
+def test_without_required_tokens_listing_stays_open(tmp_path):
+    """The default (INFERENCE_REQUIRE_TOKEN off): the index answers anyone, as Triton does."""
+    from tests.support.server import LiveServer
+
+    repository = tmp_path / "repo"
+    m.write_model(repository, "open", m.affine(1.0, 0.0))
+    live = LiveServer(repository, tmp_path / "live").start()
+    try:
+        status, entries = _index(live)
+        assert status == 200 and [e["name"] for e in entries] == ["open"]
+        assert manage(live, "create_user", "x", "--team", "t")  # a user does not change that
+        assert _index(live)[0] == 200
+    finally:
+        assert live.stop() == 0
