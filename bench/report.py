@@ -155,7 +155,15 @@ def ratio_columns(cells: list[Cell]) -> list[tuple[str, str, Callable[[Cell], bo
     ]
     header, base, variant = WORKERS
     if base in names and any(n.startswith(variant) for n in names):
-        columns.append((header, base, lambda c, v=variant: c.target.startswith(v)))
+        columns.append(
+            (header, base, lambda c, v=variant: c.target.startswith(v) and not c.target.endswith("-baseline"))
+        )
+    if "serve-baseline" in names and "serve-workers-baseline" in names:  # the baseline checkout's worker mode
+        columns.append(
+            ("baseline workers / in-process", "serve-baseline", lambda c: c.target == "serve-workers-baseline")
+        )
+    if "serve" in names and "serve-baseline" in names:
+        columns.append(("vs baseline", "serve-baseline", lambda c: c.target == "serve"))
     return columns
 
 

@@ -33,13 +33,15 @@ from bench import models as bench_models  # noqa: E402
 from bench.checks import CheckFailed, check_grpc, check_rest  # noqa: E402
 from bench.loads import Loader, LoadResult, make_loaders  # noqa: E402
 from bench.report import Cell, print_goals, print_table, write_results  # noqa: E402
-from bench.targets import STREAMS_REDIS_URL, ServeTarget, Target, WorkerServeTarget, ort_env  # noqa: E402
+from bench.targets import BASELINE_REDIS_URL, STREAMS_REDIS_URL, ServeTarget, Target, WorkerServeTarget, ort_env  # noqa: E402
 from bench.workloads import TRANSPORTS, Grpc, Request, Workload, workloads  # noqa: E402
 
 WORK = ROOT / "bench" / "work"
 RESULTS = ROOT / "bench" / "RESULTS.md"
 CONCURRENCIES = [1, 8]
-SERVERS = ("serve", "serve-workers", "triton", "mlserver", "serve-workers-streams")
+SERVERS = (
+    "serve", "serve-workers", "triton", "mlserver", "serve-workers-streams", "serve-baseline", "serve-workers-baseline",
+)  # fmt: skip
 #: Servers a run has unless --servers names them (transport (b), kept for docs/worker-transport.md).
 DEFAULT_SERVERS = SERVERS[:4]
 PEERS = ("triton", "mlserver")
@@ -62,6 +64,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help=f"comma-separated servers to run, of {','.join(SERVERS)} ({','.join(DEFAULT_SERVERS)})",
     )
     parser.add_argument("--no-peers", action="store_true", help="leave out the peers (triton, mlserver)")
+    parser.add_argument(
+        "--baseline",
+        default="",
+        help="another checkout of this project (e.g. a git worktree of an earlier commit): adds the server "
+        "serve-baseline, run from there, and a 'vs baseline' ratio for serve's rows",
+    )
     parser.add_argument(
         "--only", action="append", default=[], help="run only cells whose label (e.g. serve/cnn/rest-binary/c8) "
         "contains this text; repeatable (any match)"
@@ -107,6 +115,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error(f"unknown servers {unknown}; choose from {', '.join(SERVERS)}")
     if args.no_peers:
         args.server_names = [s for s in args.server_names if s not in PEERS]
+    if args.baseline:
+        args.baseline = Path(args.baseline).resolve()
+        if not (args.baseline / "manage.py").is_file():
+            parser.error(f"--baseline {args.baseline}: no manage.py there")
+        if "serve-baseline" not in args.server_names:
+            args.server_names.append("serve-baseline")
     if not args.server_names:
         parser.error("no server left to run")
     return args
@@ -118,6 +132,13 @@ def make_target(name: str, args: argparse.Namespace, repository: Path) -> Target
         return ServeTarget(repository, WORK, workers=args.workers, threads=args.threads)
     if name == "serve-workers":
         return WorkerServeTarget(repository, WORK, workers=args.workers, threads=args.threads)
+    if name == "serve-baseline":
+        return ServeTarget(repository, WORK, name=name, workers=args.workers, threads=args.threads, root=args.baseline)
+    if name == "serve-workers-baseline":  # worker mode of a baseline checkout from before transport (c): Celery
+        return WorkerServeTarget(
+            repository, WORK, name=name, workers=args.workers, threads=args.threads, transport="celery",
+            redis_url=BASELINE_REDIS_URL, root=args.baseline,
+        )  # fmt: skip
     if name == "serve-workers-streams":
         return WorkerServeTarget(
             repository, WORK, name=name, workers=args.workers, threads=args.threads, transport="streams",

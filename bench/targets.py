@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKER_REDIS_URL = "redis://127.0.0.1:6379/12"
 #: The Redis-Streams worker-mode target's own database (its workers must not be seen by the other's front ends).
 STREAMS_REDIS_URL = "redis://127.0.0.1:6379/15"
+#: The baseline checkout's worker-mode target's database.
+BASELINE_REDIS_URL = "redis://127.0.0.1:6379/14"
 
 
 def free_port() -> int:
@@ -224,9 +226,11 @@ class ServeTarget(ProcessTarget):
         workers: int | None = None,
         threads: int | None = None,
         extra_env: dict[str, str] | None = None,
+        root: Path = ROOT,
     ):
         self.var_dir = run_dir(work_dir, name)
         super().__init__(name, self.var_dir / "serve.log")
+        self.root = root  # the checkout whose manage.py runs (another for a baseline)
         self.repository = repository
         self.workers = workers
         self.threads = threads
@@ -261,7 +265,7 @@ class ServeTarget(ProcessTarget):
         )
         out = subprocess.run(
             [sys.executable, "manage.py", "shell", "-c", code],
-            cwd=ROOT,
+            cwd=self.root,
             env=self.env,
             capture_output=True,
             text=True,
@@ -277,9 +281,9 @@ class ServeTarget(ProcessTarget):
         self._resolved = self._server_defaults()
         # The code that runs is the code at start (others may commit during a long run).
         self._commit = subprocess.run(
-            ["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True
+            ["git", "describe", "--always", "--dirty"], cwd=self.root, capture_output=True, text=True
         ).stdout.strip()
-        self.process = self.spawn(self.command(), self.env, ROOT, self.log_path)
+        self.process = self.spawn(self.command(), self.env, self.root, self.log_path)
         self.wait_ready(timeout)
 
     def settings(self) -> dict[str, str]:
@@ -291,7 +295,8 @@ class ServeTarget(ProcessTarget):
         commit = self._commit
         return {
             "server": f"manage.py serve: REST in {http_server()}, gRPC (grpcio) in separate processes",
-            "version": f"this repository at {commit or 'unknown'} (when the server started)",
+            "version": f"{'this repository' if self.root == ROOT else self.root} at {commit or 'unknown'} "
+            "(when the server started)",
             "inference": "in process (ONNX Runtime in every REST and gRPC process)",
             **resolved,
             "ORT_INTRA_OP_THREADS": self.env["ORT_INTRA_OP_THREADS"],
@@ -315,11 +320,12 @@ class WorkerServeTarget(ServeTarget):
         transport: str = "direct",
         **kwargs,
     ):
+        executor = "celery" if transport == "celery" else "workers"  # celery: a baseline checkout's Celery tasks
         super().__init__(
             repository,
             work_dir,
             name=name,
-            extra_env={"INFERENCE_EXECUTOR": "workers", "REDIS_URL": redis_url, "WORKER_TRANSPORT": transport},
+            extra_env={"INFERENCE_EXECUTOR": executor, "REDIS_URL": redis_url, "WORKER_TRANSPORT": transport},
             **kwargs,
         )
         self.transport = transport
@@ -334,12 +340,13 @@ class WorkerServeTarget(ServeTarget):
         redis.Redis.from_url(self.redis_url, socket_connect_timeout=3).flushdb()
 
     def worker_command(self) -> list[str]:
-        return [sys.executable, "manage.py", "runworker", "--device", "cpu"]
+        command = [sys.executable, "manage.py", "runworker", "--device", "cpu"]
+        return command + (["--concurrency", "4"] if self.transport == "celery" else [])
 
     def start(self, timeout: float = 120) -> None:
         self.flush_redis()
         super().start(timeout)
-        self.worker = self.spawn(self.worker_command(), self.env, ROOT, self.worker_log_path)
+        self.worker = self.spawn(self.worker_command(), self.env, self.root, self.worker_log_path)
         self.wait_inference(timeout)
 
     def wait_inference(self, timeout: float) -> None:
