@@ -27,8 +27,19 @@ STAGES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute
 BATCH_STAGES = ("compute_input", "compute_infer", "compute_output")
 
 
+class _Counters:
+    """Named integer counters (a dataclass's fields) that add up."""
+
+    def add(self, other) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
 @dataclass
-class VersionCounters:
+class VersionCounters(_Counters):
     """Counter deltas (or totals) of one model version."""
 
     inference_count: int = 0
@@ -46,16 +57,9 @@ class VersionCounters:
     compute_output_count: int = 0
     compute_output_ns: int = 0
 
-    def add(self, other: VersionCounters) -> None:
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-
-    def as_dict(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
 
 @dataclass
-class BatchCounters:
+class BatchCounters(_Counters):
     """Counter deltas (or totals) of one model version's executions of one batch size."""
 
     compute_input_count: int = 0
@@ -64,13 +68,6 @@ class BatchCounters:
     compute_infer_ns: int = 0
     compute_output_count: int = 0
     compute_output_ns: int = 0
-
-    def add(self, other: BatchCounters) -> None:
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-
-    def as_dict(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.support import onnx_models as m
-from tests.support.live import bearer, manage, multipart, people_with_tokens, request, token_server
+from tests.support.live import bearer, manage, people_with_tokens, request, token_server, upload
 
 pytestmark = pytest.mark.interop
 
@@ -24,10 +24,7 @@ def server(tmp_path_factory):
 def tokens(server):
     tokens = people_with_tokens(server, alice="ml", bob="vision", root="superuser")
     for user, team, model in (("alice", "ml", "ml-model"), ("bob", "vision", "vision-model")):
-        body, kind = multipart({"team": team}, m.affine(1.0, 0.0))
-        status, answer = request(
-            server, "POST", f"/api/models/{model}/versions/", body, {"Content-Type": kind, **bearer(tokens[user])}
-        )
+        status, answer = upload(server, tokens[user], model, m.affine(1.0, 0.0), team)
         assert status == 201, answer
     return tokens
 

@@ -18,7 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tests.support import onnx_models as m
-from tests.support.live import bearer, manage, multipart, people_with_tokens, request, token_server
+from tests.support.live import bearer, infer_json, manage, multipart, people_with_tokens, request, token_server
 
 pytestmark = pytest.mark.interop
 
@@ -35,11 +35,7 @@ def tokens(server):
     return people_with_tokens(server, alice="ml", root="superuser")
 
 
-def _rest(server, token, model, x, version=None):
-    path = f"/v2/models/{model}" + (f"/versions/{version}" if version else "") + "/infer"
-    body = {"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}]}
-    headers = {"Content-Type": "application/json", **bearer(token)}
-    return request(server, "POST", path, json.dumps(body).encode(), headers)
+_rest = infer_json
 
 
 def _grpc(server, token, model, x, version=""):

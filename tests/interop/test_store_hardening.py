@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.support import onnx_models as m
-from tests.support.live import bearer, manage, multipart, people_with_tokens, request, token_server
+from tests.support.live import bearer, infer_json, manage, people_with_tokens, request, token_server, upload
 
 pytestmark = pytest.mark.interop
 
@@ -31,14 +31,10 @@ def tokens(server):
 
 
 def _upload(server, token: str, model: str, payload: bytes, team: str | None = "ml"):
-    body, kind = multipart({"team": team} if team else {}, payload)
-    return request(server, "POST", f"/api/models/{model}/versions/", body, {**bearer(token), "Content-Type": kind})
+    return upload(server, token, model, payload, team)
 
 
-def _infer(server, token, model, x):
-    body = {"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}]}
-    headers = {"Content-Type": "application/json", **bearer(token)}
-    return request(server, "POST", f"/v2/models/{model}/infer", json.dumps(body).encode(), headers)
+_infer = infer_json
 
 
 # -- parallel first uploads -------------------------------------------------------

@@ -5,7 +5,6 @@ and uploads killed mid-body (a client that disconnects, a worker that dies)."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -22,7 +21,16 @@ from tritonclient.utils import InferenceServerException
 
 from models_store.snippets import snippets
 from tests.support import onnx_models as m
-from tests.support.live import bearer, manage, multipart, people_with_tokens, request, token_server, wait_for
+from tests.support.live import (
+    bearer,
+    infer_json,
+    manage,
+    multipart,
+    people_with_tokens,
+    request,
+    token_server,
+    wait_for,
+)
 
 pytestmark = pytest.mark.interop
 
@@ -50,10 +58,7 @@ def uploaded(server, tokens):
     return answer
 
 
-def _infer(server, token, model, x):
-    body = {"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}]}
-    headers = {"Content-Type": "application/json", **(bearer(token) if token else {})}
-    return request(server, "POST", f"/v2/models/{model}/infer", json.dumps(body).encode(), headers)
+_infer = infer_json
 
 
 def _store(server) -> Path:

@@ -60,6 +60,20 @@ def bearer(token: str) -> dict:
     return {"Authorization": f"Bearer {token}"}
 
 
+def upload(server: LiveServer, token: str, model: str, payload: bytes, team: str | None = None):
+    """Upload a model file through the management API: (status, answer)."""
+    body, kind = multipart({"team": team} if team else {}, payload)
+    return request(server, "POST", f"/api/models/{model}/versions/", body, {**bearer(token), "Content-Type": kind})
+
+
+def infer_json(server: LiveServer, token: str | None, model: str, x, version: str | None = None):
+    """POST a V2 JSON inference of FP32 input ``x`` named "x": (status, answer)."""
+    path = f"/v2/models/{model}" + (f"/versions/{version}" if version else "") + "/infer"
+    body = {"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}]}
+    headers = {"Content-Type": "application/json", **(bearer(token) if token else {})}
+    return request(server, "POST", path, json.dumps(body).encode(), headers)
+
+
 def wait_for(predicate, timeout: float = 15.0, interval: float = 0.05) -> bool:
     """Poll ``predicate`` until it is true (True) or ``timeout`` seconds pass (False)."""
     deadline = time.monotonic() + timeout
