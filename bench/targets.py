@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from tests.support.server import free_port, http_ok, port_open, serve_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,34 +36,12 @@ STREAMS_REDIS_URL = "redis://127.0.0.1:6379/15"
 BASELINE_REDIS_URL = "redis://127.0.0.1:6379/14"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def ort_env() -> dict[str, str]:
     """ONNX Runtime threads for every server: the caller's environment, else 1 and 1."""
     return {
         "ORT_INTRA_OP_THREADS": os.environ.get("ORT_INTRA_OP_THREADS", "1"),
         "ORT_INTER_OP_THREADS": os.environ.get("ORT_INTER_OP_THREADS", "1"),
     }
-
-
-def port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
-def http_ok(url: str, timeout: float = 2) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return response.status == 200
-    except (OSError, urllib.error.HTTPError):
-        return False
 
 
 def http_server() -> str:
@@ -242,17 +221,12 @@ class ServeTarget(ProcessTarget):
         self._commit = ""
 
     def command(self) -> list[str]:
-        command = [
-            sys.executable, "manage.py", "serve",
-            "--model-repository", str(self.repository),
-            "--http-port", str(self.http_port),
-            "--grpc-port", str(self.grpc_port),
-        ]  # fmt: skip
+        extra = []
         if self.workers is not None:
-            command += ["--workers", str(self.workers)]
+            extra += ["--workers", str(self.workers)]
         if self.threads is not None:
-            command += ["--threads", str(self.threads)]
-        return command
+            extra += ["--threads", str(self.threads)]
+        return serve_command(self.repository, self.http_port, self.grpc_port, *extra)
 
     #: Server settings recorded next to the results, as the server resolves them.
     RECORDED = ("HTTP_WORKERS", "HTTP_THREADS", "GRPC_PROCESSES", "GRPC_THREADS")

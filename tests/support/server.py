@@ -20,6 +20,32 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def port_open(port: int) -> bool:
+    """Whether something accepts TCP connections on 127.0.0.1:``port``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def http_ok(url: str, timeout: float = 2) -> bool:
+    """Whether GET ``url`` answers 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status == 200
+    except OSError:  # URLError and HTTPError included
+        return False
+
+
+def serve_command(repository: Path, http_port: int, grpc_port: int, *extra: str) -> list[str]:
+    """``manage.py serve`` on a model repository and two ports (the tests' and the benchmark's)."""
+    return [
+        sys.executable, "manage.py", "serve", "--model-repository", str(repository),
+        "--http-port", str(http_port), "--grpc-port", str(grpc_port), *extra,
+    ]  # fmt: skip
+
+
 class LiveServer:
     """A ``serve`` process on free ports with its own VAR_DIR (SQLite, store)."""
 
@@ -56,25 +82,16 @@ class LiveServer:
     def start(self, timeout: float = 90) -> LiveServer:
         self.var_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
-        command = [
-            sys.executable, "manage.py", "serve",
-            "--model-repository", str(self.repository),
-            "--http-port", str(self.http_port),
-            "--grpc-port", str(self.grpc_port),
-        ]  # fmt: skip
+        command = serve_command(self.repository, self.http_port, self.grpc_port)
         self.process = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"serve exited early:\n{self.log()}")
-            try:
-                with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=2) as response:
-                    if response.status == 200 and self._grpc_listening():
-                        for device in self.devices:
-                            self.start_worker(device)
-                        return self
-            except OSError:
-                pass
+            if http_ok(f"http://{self.http_url}/v2/health/ready") and port_open(self.grpc_port):
+                for device in self.devices:
+                    self.start_worker(device)
+                return self
             time.sleep(0.2)
         self.stop()
         raise RuntimeError(f"serve did not become ready in {timeout}s:\n{self.log()}")
@@ -126,14 +143,6 @@ class LiveServer:
                 process.wait(20)
             except subprocess.TimeoutExpired:
                 process.kill()
-
-    def _grpc_listening(self) -> bool:
-        """The gRPC child starts independently of the HTTP one: wait for both."""
-        try:
-            with socket.create_connection(("127.0.0.1", self.grpc_port), timeout=1):
-                return True
-        except OSError:
-            return False
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
