@@ -355,8 +355,9 @@ class WorkerServeTarget(ServeTarget):
         client = redis.Redis.from_url(self.redis_url, socket_connect_timeout=3)
         for key in client.scan_iter("modelhost:worker:*"):
             value = client.get(key)
-            if value:
-                return json.loads(value)
+            report = json.loads(value) if value else None
+            if isinstance(report, dict):  # (a baseline checkout's heartbeat may be a bare timestamp)
+                return report
         return None
 
     def after_prime(self) -> None:
