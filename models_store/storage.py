@@ -166,6 +166,12 @@ def _is_local_store(backend) -> bool:
     return isinstance(backend, FileSystemStorage) and Path(backend.location).resolve() == store_root().resolve()
 
 
+def is_remote() -> bool:
+    """True when artifacts live in a storage backend other than
+    MODEL_STORE_DIR (S3): MODEL_STORE_DIR then holds local copies only."""
+    return not _is_local_store(_backend())
+
+
 def publish(relpath: str) -> None:
     """Copy a locally stored artifact's files to the storage backend (a no-op
     for the filesystem default), before its version row commits."""

@@ -19,11 +19,13 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import os
 import re
 import threading
 import time
 from dataclasses import dataclass
 
+from inference import observability
 from inference.observability import QUEUE_DEPTH
 from inference.runtime import onnx as onnx_runtime
 
@@ -33,6 +35,11 @@ _DEVICE = re.compile(r"^(cpu|cuda:(\d+))$")
 HEARTBEAT_PREFIX = "modelhost:worker:"
 HEARTBEAT_SECONDS = 1.0
 HEARTBEAT_TTL_MS = 5000  # tolerant of a busy machine; a dead worker is noticed within ~5 s
+#: KEDA's Redis scaler reads the length of this list per queue (see WorkerDirectory._publish_depth).
+DEPTH_PREFIX = "modelhost:queue-depth:"
+DEPTH_LOCK_KEY = "modelhost:queue-depth-writer"
+DEPTH_TTL_MS = 5000
+DEPTH_LIST_CAP = 10_000
 
 
 class DeviceError(ValueError):
@@ -72,6 +79,11 @@ def queue_for(device: str) -> str:
 
 def heartbeat_key(queue: str, worker_id: str) -> str:
     return f"{HEARTBEAT_PREFIX}{queue}:{worker_id}"
+
+
+def depth_key(queue: str) -> str:
+    """The Redis list whose length is ``queue``'s depth (for KEDA's Redis scaler)."""
+    return f"{DEPTH_PREFIX}{queue}"
 
 
 def allowed_queues(instance_group, live: set[str]) -> list[str]:
@@ -118,6 +130,25 @@ class Worker:
     info: dict
 
 
+def read_workers(redis_client) -> dict[str, Worker]:
+    """The live workers by id, from their heartbeat keys (one SCAN, one
+    MGET); malformed heartbeats are skipped. Raises redis errors."""
+    keys = list(redis_client.scan_iter(match=f"{HEARTBEAT_PREFIX}*", count=1000))
+    values = redis_client.mget(keys) if keys else []
+    workers = {}
+    for key, value in zip(keys, values):
+        if value is None:
+            continue  # expired between SCAN and MGET
+        queue, _, worker_id = key.decode()[len(HEARTBEAT_PREFIX) :].partition(":")
+        try:
+            info = json.loads(value)
+            host, port = info["address"].rsplit(":", 1)
+            workers[worker_id] = Worker(worker_id, queue, (host.strip("[]"), int(port)), info)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            logger.warning("ignoring a malformed worker heartbeat %s", key)
+    return workers
+
+
 class Heartbeat:
     """Keeps this worker's heartbeat key alive from a daemon thread; the key's
     value (JSON) is ``info()``: the worker's address and what it reports."""
@@ -157,9 +188,12 @@ class WorkerDirectory:
     (requests keep going over the workers' connections, which tell by
     closing when a worker dies); only heartbeat expiry cannot be seen then."""
 
-    def __init__(self, redis_client, interval: float = 0.5):
+    def __init__(self, redis_client, interval: float = 0.5, publish_depth: bool = False):
         self.redis = redis_client
         self.interval = interval
+        self.publish_depth = publish_depth
+        self._token = os.urandom(8).hex().encode()
+        self._depths: dict[str, int] = {}
         self._workers: dict[str, Worker] = {}
         self._by_queue: dict[str, tuple[Worker, ...]] = {}
         self.error: str = ""
@@ -168,33 +202,47 @@ class WorkerDirectory:
 
     def refresh(self) -> None:
         try:
-            keys = list(self.redis.scan_iter(match=f"{HEARTBEAT_PREFIX}*", count=500))
-            values = self.redis.mget(keys) if keys else []
+            workers = read_workers(self.redis)
         except Exception as exc:
             self.error = f"Redis is unreachable: {exc}"
             return
-        workers = {}
-        for key, value in zip(keys, values):
-            if value is None:
-                continue  # expired between SCAN and MGET
-            queue, _, worker_id = key.decode()[len(HEARTBEAT_PREFIX) :].partition(":")
-            try:
-                info = json.loads(value)
-                host, port = info["address"].rsplit(":", 1)
-                workers[worker_id] = Worker(worker_id, queue, (host.strip("[]"), int(port)), info)
-            except (ValueError, KeyError, TypeError):
-                logger.warning("ignoring a malformed worker heartbeat %s", key)
         by_queue: dict[str, list[Worker]] = {}
         for worker in sorted(workers.values(), key=lambda w: w.id):
             by_queue.setdefault(worker.queue, []).append(worker)
         self._workers = workers
         self._by_queue = {q: tuple(ws) for q, ws in by_queue.items()}
         self.error = ""
-        for queue, members in by_queue.items():
-            QUEUE_DEPTH.labels(queue).set(sum(int(w.info.get("busy", 0)) for w in members))
+        for queue in set(self._depths) - set(by_queue):
+            QUEUE_DEPTH.labels(queue).set(0)
+        self._depths = {q: sum(int(w.info.get("busy", 0)) for w in members) for q, members in by_queue.items()}
+        for queue, depth in self._depths.items():
+            QUEUE_DEPTH.labels(queue).set(depth)
+        if self.publish_depth:
+            self._publish_depth()
+
+    def _publish_depth(self) -> None:
+        """Keep ``modelhost:queue-depth:<queue>`` (a Redis list whose length is
+        the queue's depth, for KEDA's Redis scaler) current: one front-end
+        process at a time writes (a short lock), the others only try the lock."""
+        try:
+            owner = self.redis.set(DEPTH_LOCK_KEY, self._token, nx=True, px=DEPTH_TTL_MS)
+            if not owner and self.redis.get(DEPTH_LOCK_KEY) != self._token:
+                return
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.pexpire(DEPTH_LOCK_KEY, DEPTH_TTL_MS)
+            for queue, depth in self._depths.items():
+                key = depth_key(queue)
+                pipe.delete(key)
+                if depth > 0:
+                    pipe.rpush(key, *([1] * min(depth, DEPTH_LIST_CAP)))
+                    pipe.pexpire(key, DEPTH_TTL_MS)
+            pipe.execute()
+        except Exception:
+            logger.debug("publishing queue depths to Redis failed", exc_info=True)
 
     def start(self) -> None:
         self.refresh()
+        observability.watch_workers(self.workers)  # /metrics: each live worker's busy fraction
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="worker-directory", daemon=True)
             self._thread.start()

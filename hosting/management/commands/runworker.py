@@ -72,7 +72,8 @@ class Command(BaseCommand):
             providers = providers_for(device, settings.WORKER_CPU_FALLBACK)
         except DeviceUnavailable as exc:
             raise CommandError(str(exc)) from None
-        runtime = composition.build_worker(device, providers)
+        worker_id = f"{hostname}-{os.getpid()}"
+        runtime = composition.build_worker(device, providers, where=f"{hostname} by the {device} worker {worker_id}")
         try:
             server = WorkerServer(
                 _address(listen), transport_key(settings.SECRET_KEY), runtime.handle, 2 * settings.MAX_REQUEST_BYTES
@@ -83,11 +84,11 @@ class Command(BaseCommand):
         host, port = server.address
         if not advertise:
             advertise = f"{hostname if host in ('0.0.0.0', '::') else host}:{port}"
-        worker_id = f"{hostname}-{os.getpid()}"
         heartbeat = Heartbeat(
             client, queue, worker_id,
             lambda: {"address": advertise, "device": device, "host": hostname, "pid": os.getpid(),
-                     "busy": server.busy, "providers": [str(p) for p in providers]},
+                     "busy": server.busy, "busy_fraction": round(runtime.meter.fraction(), 4),
+                     "control": not no_control, "providers": [str(p) for p in providers]},
         )  # fmt: skip
         heartbeat.start()
         self.stdout.write(f"worker {worker_id} for {device} on {advertise} (providers {providers})")
