@@ -15,6 +15,7 @@ def _model_store(settings, tmp_path):
     """Each test gets an empty MODEL_STORE_DIR (and a fast password hasher:
     the production one is slow on purpose)."""
     settings.MODEL_STORE_DIR = tmp_path / "store"
+    settings.WORKER_CACHE_DIR = tmp_path / "worker-cache"
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
