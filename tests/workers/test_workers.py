@@ -44,6 +44,7 @@ def repository(tmp_path_factory):
     m.write_model(root, "on_cpu", m.affine(3.0, 0.0))
     m.write_model(root, "anywhere", m.affine(1.0, 5.0))
     m.write_model(root, "on_gpu3", m.affine(1.0, 1.0))
+    m.write_model(root, "on_gpu1", m.affine(-1.0, 2.0))
     m.write_model(root, "slow", m.slow_loop())
     m.write_model(root, "growing", m.affine(1.0, 1.0), version=1)
     return root
@@ -69,6 +70,7 @@ def server(repository, tmp_path_factory):
         ("on_gpu", ["--kind", "GPU", "--gpus", "0"]),
         ("on_cpu", ["--kind", "CPU"]),
         ("on_gpu3", ["--kind", "GPU", "--gpus", "3"]),
+        ("on_gpu1", ["--kind", "GPU", "--gpus", "1"]),
         ("slow", ["--kind", "GPU", "--gpus", "0"]),
     ):
         done = manage(live, "set_instance_group", name, *args)
@@ -182,6 +184,35 @@ def test_killed_worker_under_load_answers_every_held_request_and_a_restart_serve
     server.wait_for_workers(("cuda:0",))
     x, y = _affine(http, httpclient, "on_gpu")  # the same front end, no restart
     np.testing.assert_allclose(y, 2 * x + 1)
+
+
+def test_gpu_numbers_are_per_host(server):
+    """``gpus: [0]`` means GPU 0 of whichever host serves it: two more
+    (fake) hosts, host-b with only GPU 1 and host-c with GPU 0. A model on
+    GPU 0 goes to the cuda:0 workers of this host and of host-c, never to
+    host-b; a model on GPU 1 only to host-b."""
+    extra = {"host-b-cuda1": ("cuda:1", "host-b"), "host-c-cuda0": ("cuda:0", "host-c")}
+    for name, (device, host) in extra.items():
+        server.start_worker(device, name=name, args=("--hostname", host, "--no-control"))
+    try:
+        server.wait_for_workers(tuple(extra))
+        http = httpclient.InferenceServerClient(server.http_url)
+        for _ in range(8):  # round robin (per front-end process) over the two cuda:0 workers
+            x, y = _affine(http, httpclient, "on_gpu")
+            np.testing.assert_allclose(y, 2 * x + 1)
+            x, y = _affine(http, httpclient, "on_gpu1")
+            np.testing.assert_allclose(y, 2 - x)
+        assert _loaded(server, "host-c-cuda0", "on_gpu") and _loaded(server, "cuda:0", "on_gpu")
+        assert not _loaded(server, "host-b-cuda1", "on_gpu")
+        assert _loaded(server, "host-b-cuda1", "on_gpu1")
+        for name in ("cpu", "cuda:0", "host-c-cuda0"):
+            assert not _loaded(server, name, "on_gpu1")
+    finally:
+        for name in extra:
+            process = server.worker_processes.pop(name)
+            server.worker_devices.pop(name)
+            process.terminate()
+            process.wait(20)
 
 
 def test_new_and_retired_versions_reach_the_workers(server, repository):
