@@ -58,7 +58,7 @@ def install() -> None:
     if executor_mode() == IN_PROCESS:
         # Validation in this process (embedded mode) uses the providers it serves with.
         providers = onnx_runtime.provider_list(settings.ORT_EXECUTION_PROVIDERS, settings.ORT_DEVICE_ID)
-        validating.configure(validating.Validator(validating.current_validator().where, tuple(providers)))
+        validating.configure(validating.Validator(providers=tuple(providers)))
     if settings.REDIS_URL:
         validating.configure(queue_note=validation_queue_note)
 

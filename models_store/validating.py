@@ -14,6 +14,7 @@ version's log says where: ``queued ...`` while it waits (UPLOADED),
 from __future__ import annotations
 
 import logging
+import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,9 +39,13 @@ class Validator:
     ``cache_dir``: fetch artifacts into ``cache_dir/<sha256>/`` (a worker's
     cache), or None for the model store's local copy (MODEL_STORE_DIR)."""
 
-    where: str
+    where: str = ""
     providers: tuple = ("CPUExecutionProvider",)
     cache_dir: Path | None = None
+
+    def describe(self) -> str:
+        """``where``, or this host and process (e.g. ``web-1, process 4242``)."""
+        return self.where or f"{socket.gethostname()}, process {os.getpid()}"
 
     def artifact(self, relpath: str, sha256: str) -> Path:
         """A local path of the artifact's model file (fetched from the storage
@@ -50,7 +55,7 @@ class Validator:
         return storage.copy_artifact(relpath, Path(self.cache_dir) / sha256)
 
 
-_validator = Validator(f"the server process on {socket.gethostname()}")
+_validator = Validator()
 _queue_note: Callable[[], str] = lambda: "a Celery worker takes it"  # noqa: E731
 
 
@@ -88,8 +93,9 @@ def version_validate(version_id: int) -> ModelVersion | None:
     if version is None or version.state != State.UPLOADED:
         return version
     validator = _validator
-    version_set_state(version, State.VALIDATING, log=[f"validating on {validator.where}"])
-    log: list[str] = [f"validated on {validator.where}"]
+    where = validator.describe()
+    version_set_state(version, State.VALIDATING, log=[f"validating on {where}"])
+    log: list[str] = [f"validated on {where}"]
     try:
         config = config_from_raw(version.model.config)
         path = validator.artifact(version.artifact, version.sha256)
