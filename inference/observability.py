@@ -13,10 +13,13 @@ REST workers and the gRPC process add up):
 - ``modelhost_worker_queue_depth{queue}`` (gauge, worker mode: requests the
   device's workers hold, running or waiting for a model instance, as their
   heartbeats report)
-- ``modelhost_worker_busy_fraction{queue, worker, host}`` (gauge, worker
-  mode: each live worker's busy fraction over its last 10 s, 0..1, from its
-  heartbeat; see inference/worker.py BusyMeter); only live workers appear
-- ``modelhost_workers{queue}`` (gauge, worker mode: live workers per queue)
+- ``modelhost_worker_busy_fraction{queue, worker, host, pool}`` (gauge,
+  worker mode: each live worker's busy fraction over its last 10 s, 0..1,
+  from its heartbeat; see inference/worker.py BusyMeter); only live workers
+  appear. ``pool`` is the worker's WORKER_POOL (e.g. its Deployment)
+- ``modelhost_workers{queue, pool}`` (gauge, worker mode: live workers)
+- ``modelhost_worker_pool_depth{pool}`` (gauge, worker mode: requests held
+  by the workers of a pool, as ``modelhost_worker_queue_depth`` per queue)
 
 ``outcome`` is ``success`` or the protocol error code in lower case
 (``invalid_argument``, ``not_found``, ``unavailable``, ...). Requests for a
@@ -140,21 +143,31 @@ class _WorkerCollector:
         busy = GaugeMetricFamily(
             "modelhost_worker_busy_fraction",
             "Share of the worker's model instances in use, averaged over its last 10 s (worker mode)",
-            labels=["queue", "worker", "host"],
+            labels=["queue", "worker", "host", "pool"],
         )
-        count = GaugeMetricFamily("modelhost_workers", "Live inference workers (worker mode)", labels=["queue"])
-        per_queue: dict[str, int] = {}
+        count = GaugeMetricFamily("modelhost_workers", "Live inference workers (worker mode)", labels=["queue", "pool"])
+        depth = GaugeMetricFamily(
+            "modelhost_worker_pool_depth", "Requests held by a pool's workers (worker mode)", labels=["pool"]
+        )
+        workers: dict[tuple, int] = {}
+        depths: dict[str, int] = {}
         for worker in self.view():
+            info = worker.info
+            pool = str(info.get("pool", ""))
             try:
-                fraction = float(worker.info.get("busy_fraction", 0.0))
+                fraction, held = float(info.get("busy_fraction", 0.0)), int(info.get("busy", 0))
             except (TypeError, ValueError):
-                fraction = 0.0
-            busy.add_metric([worker.queue, worker.id, str(worker.info.get("host", ""))], fraction)
-            per_queue[worker.queue] = per_queue.get(worker.queue, 0) + 1
-        for queue, n in sorted(per_queue.items()):
-            count.add_metric([queue], n)
+                fraction, held = 0.0, 0
+            busy.add_metric([worker.queue, worker.id, str(info.get("host", "")), pool], fraction)
+            workers[(worker.queue, pool)] = workers.get((worker.queue, pool), 0) + 1
+            depths[pool] = depths.get(pool, 0) + held
+        for labels, n in sorted(workers.items()):
+            count.add_metric(list(labels), n)
+        for pool, n in sorted(depths.items()):
+            depth.add_metric([pool], n)
         yield busy
         yield count
+        yield depth
 
 
 _workers = _WorkerCollector()

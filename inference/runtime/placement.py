@@ -37,6 +37,7 @@ HEARTBEAT_SECONDS = 1.0
 HEARTBEAT_TTL_MS = 5000  # tolerant of a busy machine; a dead worker is noticed within ~5 s
 #: KEDA's Redis scaler reads the length of this list per queue (see WorkerDirectory._publish_depth).
 DEPTH_PREFIX = "modelhost:queue-depth:"
+POOL_DEPTH_PREFIX = "modelhost:pool-depth:"
 DEPTH_LOCK_KEY = "modelhost:queue-depth-writer"
 DEPTH_TTL_MS = 5000
 DEPTH_LIST_CAP = 10_000
@@ -84,6 +85,12 @@ def heartbeat_key(queue: str, worker_id: str) -> str:
 def depth_key(queue: str) -> str:
     """The Redis list whose length is ``queue``'s depth (for KEDA's Redis scaler)."""
     return f"{DEPTH_PREFIX}{queue}"
+
+
+def pool_depth_key(pool: str) -> str:
+    """The Redis list whose length is the depth of the workers of ``pool``
+    (WORKER_POOL, e.g. one Kubernetes Deployment per GPU kind)."""
+    return f"{POOL_DEPTH_PREFIX}{pool}"
 
 
 def allowed_queues(instance_group, live: set[str]) -> list[str]:
@@ -194,6 +201,8 @@ class WorkerDirectory:
         self.publish_depth = publish_depth
         self._token = os.urandom(8).hex().encode()
         self._depths: dict[str, int] = {}
+        self._pool_depths: dict[str, int] = {}
+        self._published: set[str] = set()
         self._workers: dict[str, Worker] = {}
         self._by_queue: dict[str, tuple[Worker, ...]] = {}
         self.error: str = ""
@@ -217,21 +226,32 @@ class WorkerDirectory:
         self._depths = {q: sum(int(w.info.get("busy", 0)) for w in members) for q, members in by_queue.items()}
         for queue, depth in self._depths.items():
             QUEUE_DEPTH.labels(queue).set(depth)
+        pools: dict[str, int] = {}
+        for worker in workers.values():
+            if worker.info.get("pool"):
+                pools[worker.info["pool"]] = pools.get(worker.info["pool"], 0) + int(worker.info.get("busy", 0))
+        self._pool_depths = pools
         if self.publish_depth:
             self._publish_depth()
 
     def _publish_depth(self) -> None:
-        """Keep ``modelhost:queue-depth:<queue>`` (a Redis list whose length is
-        the queue's depth, for KEDA's Redis scaler) current: one front-end
-        process at a time writes (a short lock), the others only try the lock."""
+        """Keep ``modelhost:queue-depth:<queue>`` and ``modelhost:pool-depth:<pool>``
+        (Redis lists whose length is the depth of a queue's or a pool's
+        workers, for KEDA's Redis scaler, which reads LLEN) current: one
+        front-end process at a time writes (a short lock), the others only
+        try the lock. A list expires when nobody refreshes it."""
         try:
             owner = self.redis.set(DEPTH_LOCK_KEY, self._token, nx=True, px=DEPTH_TTL_MS)
             if not owner and self.redis.get(DEPTH_LOCK_KEY) != self._token:
                 return
             pipe = self.redis.pipeline(transaction=True)
             pipe.pexpire(DEPTH_LOCK_KEY, DEPTH_TTL_MS)
-            for queue, depth in self._depths.items():
-                key = depth_key(queue)
+            lists = {depth_key(q): d for q, d in self._depths.items()}
+            lists.update({pool_depth_key(p): d for p, d in self._pool_depths.items()})
+            for key in self._published - set(lists):  # a queue or pool without live workers now
+                pipe.delete(key)
+            self._published = set(lists)
+            for key, depth in lists.items():
                 pipe.delete(key)
                 if depth > 0:
                     pipe.rpush(key, *([1] * min(depth, DEPTH_LIST_CAP)))

@@ -1,7 +1,7 @@
 """Worker mode across machines that share no disk: a front end and an
 inference worker with different VAR_DIRs, MODEL_STORE_DIRs and
 WORKER_CACHE_DIRs, sharing only PostgreSQL (a fresh database of the test's
-own), Redis (database MULTI_MACHINE_REDIS_DB, default 8) and S3 (moto's
+own), Redis (database TEST_REDIS_DB, default 8) and S3 (moto's
 server). An upload through the management API is validated by the worker,
 served through it, and deleted from S3, the worker's cache and the front
 end's local copy."""
@@ -29,7 +29,7 @@ from tests.support.server import LiveServer
 pytestmark = pytest.mark.workers
 
 PG_ADMIN = os.environ.get("MULTI_MACHINE_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
-REDIS_URL = f"redis://127.0.0.1:6379/{os.environ.get('MULTI_MACHINE_REDIS_DB', '8')}"
+REDIS_URL = f"redis://127.0.0.1:6379/{os.environ.get('TEST_REDIS_DB', '8')}"
 
 
 @pytest.fixture(scope="module")

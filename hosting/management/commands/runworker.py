@@ -51,8 +51,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-control", action="store_true", help="do not run control tasks (validation of uploads)"
         )
+        parser.add_argument(
+            "--pool", default=settings.WORKER_POOL, help="the pool it belongs to, for autoscaling (e.g. gpu-a100)"
+        )
 
-    def handle(self, *args, device, hostname, listen, advertise, no_control, **options):
+    def handle(self, *args, device, hostname, listen, advertise, no_control, pool, **options):
         try:
             kind, _ = parse_device(device)
             queue = queue_for(device)
@@ -88,7 +91,7 @@ class Command(BaseCommand):
             client, queue, worker_id,
             lambda: {"address": advertise, "device": device, "host": hostname, "pid": os.getpid(),
                      "busy": server.busy, "busy_fraction": round(runtime.meter.fraction(), 4),
-                     "control": not no_control, "providers": [str(p) for p in providers]},
+                     "control": not no_control, "pool": pool, "providers": [str(p) for p in providers]},
         )  # fmt: skip
         heartbeat.start()
         self.stdout.write(f"worker {worker_id} for {device} on {advertise} (providers {providers})")
