@@ -45,6 +45,23 @@ def executor_mode() -> str:
     return WORKERS if mode == "celery" else mode
 
 
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise this process's soft limit of open files to its hard limit (worker
+    mode: a front-end process keeps up to one connection per thread to each
+    worker, e.g. 16 gRPC threads x 100 workers = 1,600 sockets, above the
+    usual soft limit of 1,024). Returns the (soft, hard) limits now."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            logger.warning("could not raise the open files limit from %s to %s", soft, hard)
+    return soft, hard
+
+
 def install() -> None:
     """Install the model store's implementations of the serving side's ports."""
     token_cache = TokenCache(ttl=settings.INFERENCE_TOKEN_CACHE_SECONDS)
@@ -61,6 +78,8 @@ def install() -> None:
         validating.configure(validating.Validator(providers=tuple(providers)))
     if settings.REDIS_URL:
         validating.configure(queue_note=validation_queue_note)
+    if executor_mode() == WORKERS:
+        raise_open_files_limit()
 
 
 def validation_queue_note() -> str:
