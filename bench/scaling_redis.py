@@ -11,7 +11,8 @@ reads Redis's INFO commandstats and byte counters:
    the idle rate, per inference;
 4. MONITOR for 2 s under load: the commands seen, by name;
 5. PostgreSQL connections held by the front ends and by a worker;
-6. redis-benchmark on this machine for the commands worker mode uses, with
+6. the memory and threads of a worker holding many front-end connections;
+7. redis-benchmark on this machine for the commands worker mode uses, with
    100 heartbeat keys of the real size in the database.
 
 Usage: ``.venv/bin/python bench/scaling_redis.py [--requests 3000]``;
@@ -25,6 +26,7 @@ import csv
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -95,10 +97,63 @@ def benchmark(port: int, *command: str, clients: int = 50, requests: int = 100_0
     return float(rows[-1][1])
 
 
+def _status(pid: int) -> dict[str, int]:
+    fields = {}
+    for line in open(f"/proc/{pid}/status"):
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "Threads"):
+            fields[name] = int(value.split()[0])
+    return fields
+
+
+def worker_connection_cost(env: dict, work: Path, n: int) -> str:
+    """Memory and threads of a worker holding ``n`` front-end connections
+    (handshake done, idle): what many front-end threads cost a worker."""
+    from inference.runtime import frames
+    from inference.runtime.worker_server import proof, transport_key
+
+    port = free_port()
+    worker_env = dict(os.environ, **env, VAR_DIR=str(work / "var"), WORKER_LISTEN=f"127.0.0.1:{port}")
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "runworker", "--device", "cpu", "--no-control"],
+        cwd=ROOT, env=worker_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    sockets = []
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        time.sleep(2)
+        before = _status(process.pid)
+        key = transport_key(env["SECRET_KEY"])
+        for _ in range(n):
+            sock = socket.create_connection(("127.0.0.1", port))
+            header, _ = frames.Reader(sock, 1 << 20).frame()
+            frames.send(sock, frames.encode({"proof": proof(key, header["challenge"])}))
+            sockets.append(sock)
+        time.sleep(2)
+        after = _status(process.pid)
+    finally:
+        for sock in sockets:
+            sock.close()
+        process.terminate()
+        process.wait(30)
+    per = (after["VmRSS"] - before["VmRSS"]) / n
+    return (
+        f"- one worker holding {n} idle front-end connections: RSS {before['VmRSS'] / 1024:.0f} -> "
+        f"{after['VmRSS'] / 1024:.0f} MiB ({per:.0f} KiB per connection), threads {before['Threads']} -> "
+        f"{after['Threads']}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--connections", type=int, default=800, help="front-end connections opened to one worker")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="scaling-"))
     port = free_port()
@@ -193,6 +248,8 @@ def main() -> None:
         out.append(f"- MONITOR, 2 s under load: {json.dumps(dict(sorted(monitor_counts.items())))}")
         out.append(f"- PostgreSQL connections: front ends (serve: 2 HTTP + 2 gRPC processes, idle) {fe_pg}; "
                    f"with one worker after the load {pg_connections(database)}")  # fmt: skip
+        live.stop()
+        out.append(worker_connection_cost(env, work, args.connections))
     finally:
         live.stop()
     # redis-benchmark: the commands worker mode uses, 100 heartbeat keys of the real size in the database.
