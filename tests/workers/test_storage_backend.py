@@ -19,6 +19,8 @@ from tests.support import onnx_models as m
 from tests.support.s3 import BUCKET, keys, s3_env
 from tests.support.server import LiveServer
 
+pytestmark = pytest.mark.workers
+
 
 @pytest.fixture
 def s3_settings(settings, s3_server):
