@@ -11,7 +11,14 @@ group allows (round robin).
 
 Instance groups follow Triton: ``KIND_GPU`` with ``gpus: [0, 1]`` -> cuda:0,
 cuda:1 (no gpus: any GPU); ``KIND_CPU`` -> cpu; ``KIND_AUTO`` or no group ->
-any live device, GPUs first.
+any live device, GPUs first. GPU numbers are per host: ``gpus: [0]`` is the
+queue ``infer.cuda0``, which every host's ``cuda:0`` worker serves; a host
+without a GPU 0 runs no such worker and is never picked.
+
+The directory also exports what autoscaling needs: the depth (requests
+held) per queue and per worker pool, each worker's busy fraction
+(``/metrics``), and, when asked, Redis lists whose length is a depth, for
+KEDA's Redis scaler (:meth:`WorkerDirectory._publish_depth`).
 """
 
 from __future__ import annotations
