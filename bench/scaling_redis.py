@@ -250,26 +250,29 @@ def main() -> None:
                    f"with one worker after the load {pg_connections(database)}")  # fmt: skip
         live.stop()
         out.append(worker_connection_cost(env, work, args.connections))
-    finally:
+        # redis-benchmark: the commands worker mode uses, 100 heartbeat keys of the real size in the database.
+        client.flushdb()
+        value = b"x" * (len(heartbeat) if "heartbeat" in locals() else 300)  # the size of a real one, CSV-safe
+        for i in range(100):
+            client.set(f"modelhost:worker:infer.cuda0:host{i}-1", value, px=600_000)
+        keys = [f"modelhost:worker:infer.cuda0:host{i}-1" for i in range(100)]
+        scan = ("SCAN", "0", "MATCH", "modelhost:worker:*", "COUNT", "1000")
+        for line in (
+            (
+                "heartbeat SET PX",
+                benchmark(port, "SET", "modelhost:worker:infer.cuda0:b-1", value.decode(), "PX", "5000"),
+            ),
+            ("directory SCAN over 100 heartbeats", benchmark(port, *scan, requests=20_000)),
+            ("directory MGET of 100 heartbeats", benchmark(port, "MGET", *keys, requests=20_000)),
+            ("PING (baseline)", benchmark(port, "PING")),
+        ):
+            out.append(f"- redis-benchmark, 50 clients: {line[0]}: {line[1]:,.0f} requests/s")
+    finally:  # nothing left behind, even after a failure
         live.stop()
-    # redis-benchmark: the commands worker mode uses, 100 heartbeat keys of the real size in the database.
-    client.flushdb()
-    value = b"x" * (len(heartbeat) if "heartbeat" in locals() else 300)  # the size of a real one, CSV-safe
-    for i in range(100):
-        client.set(f"modelhost:worker:infer.cuda0:host{i}-1", value, px=600_000)
-    keys = [f"modelhost:worker:infer.cuda0:host{i}-1" for i in range(100)]
-    scan = ("SCAN", "0", "MATCH", "modelhost:worker:*", "COUNT", "1000")
-    for line in (
-        ("heartbeat SET PX", benchmark(port, "SET", "modelhost:worker:infer.cuda0:b-1", value.decode(), "PX", "5000")),
-        ("directory SCAN over 100 heartbeats", benchmark(port, *scan, requests=20_000)),
-        ("directory MGET of 100 heartbeats", benchmark(port, "MGET", *keys, requests=20_000)),
-        ("PING (baseline)", benchmark(port, "PING")),
-    ):
-        out.append(f"- redis-benchmark, 50 clients: {line[0]}: {line[1]:,.0f} requests/s")
-    redis_server.terminate()
-    redis_server.wait()
-    admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-    shutil.rmtree(work, ignore_errors=True)
+        redis_server.terminate()
+        redis_server.wait()
+        admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
