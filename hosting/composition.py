@@ -22,7 +22,7 @@ from inference.dataplane import DataPlane
 from inference.registry import ModelRegistry
 from inference.runtime import onnx as onnx_runtime
 from inference.runtime.executors import InProcessExecutor, session_loader
-from inference.runtime.placement import WorkerDirectory
+from inference.runtime.placement import WorkerDirectory, read_workers
 from inference.runtime.remote import RemoteExecutor
 from inference.runtime.runner import ModelRunner
 from inference.runtime.streams import StreamsExecutor
@@ -30,7 +30,8 @@ from inference.runtime.worker_server import transport_key
 from inference.statistics import StatisticsRecorder
 from inference.statistics_db import DatabaseStatistics
 from inference.worker import WorkerRuntime
-from models_store.serving import StoreArtifacts, StoreRegistrySource
+from models_store import storage, validating
+from models_store.serving import CacheJanitor, StoreArtifacts, StoreRegistrySource
 from models_store.tokens import StoreAuthorizer, TokenCache
 
 logger = logging.getLogger(__name__)
@@ -45,6 +46,23 @@ def executor_mode() -> str:
     return WORKERS if mode == "celery" else mode
 
 
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise this process's soft limit of open files to its hard limit (worker
+    mode: a front-end process keeps up to one connection per thread to each
+    worker, e.g. 16 gRPC threads x 100 workers = 1,600 sockets, above the
+    usual soft limit of 1,024). Returns the (soft, hard) limits now."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            logger.warning("could not raise the open files limit from %s to %s", soft, hard)
+    return soft, hard
+
+
 def install() -> None:
     """Install the model store's implementations of the serving side's ports."""
     token_cache = TokenCache(ttl=settings.INFERENCE_TOKEN_CACHE_SECONDS)
@@ -55,6 +73,29 @@ def install() -> None:
         statistics_store=DatabaseStatistics(),
         dataplane_factory=build_dataplane,
     )
+    if executor_mode() == IN_PROCESS:
+        # Validation in this process (embedded mode) uses the providers it serves with.
+        providers = onnx_runtime.provider_list(settings.ORT_EXECUTION_PROVIDERS, settings.ORT_DEVICE_ID)
+        validating.configure(validating.Validator(providers=tuple(providers)))
+    if settings.REDIS_URL:
+        validating.configure(queue_note=validation_queue_note)
+    if executor_mode() == WORKERS:
+        raise_open_files_limit()
+
+
+def validation_queue_note() -> str:
+    """Who will take a queued validation, from the workers' heartbeats (worker
+    mode; with plain Celery workers, which send no heartbeats, it cannot tell)."""
+    if executor_mode() != WORKERS:
+        return "a Celery worker (celery -A hosting worker) takes it"
+    try:
+        workers = read_workers(redis_client(timeout=2.0))
+    except redis.RedisError as exc:
+        return f"Redis is unreachable ({exc}); it waits there until a worker takes it"
+    takers = sorted(w.id for w in workers.values() if w.info.get("control", True))
+    if not takers:
+        return "no inference worker is running; validation starts when one does (manage.py runworker)"
+    return f"{len(takers)} inference worker(s) take validation tasks ({', '.join(takers[:5])})"
 
 
 def _registry() -> ModelRegistry:
@@ -84,7 +125,7 @@ def build_dataplane() -> DataPlane:
         executor = StreamsExecutor(WorkerDirectory(redis_client()), redis_client(), settings.WORKER_TIMEOUT_SECONDS)
     elif executor_mode() == WORKERS:
         executor = RemoteExecutor(
-            WorkerDirectory(redis_client()),
+            WorkerDirectory(redis_client(), publish_depth=settings.QUEUE_DEPTH_KEYS),
             transport_key(settings.SECRET_KEY),
             2 * settings.MAX_REQUEST_BYTES,
             settings.WORKER_TIMEOUT_SECONDS,
@@ -101,6 +142,9 @@ def build_dataplane() -> DataPlane:
     executor.start()
     registry.add_listener(executor.on_snapshot)
     registry.add_listener(ports.providers.authorizer.cache.on_registry_change)
+    if storage.is_remote():
+        # Local copies of artifacts kept in S3: dropped when their version is deleted anywhere.
+        registry.add_listener(CacheJanitor(settings.MODEL_STORE_DIR, "store").on_snapshot)
     registry.start()
     statistics = StatisticsRecorder(ports.providers.statistics_store, settings.STATISTICS_FLUSH_SECONDS)
     statistics.start()
@@ -114,10 +158,15 @@ def build_dataplane() -> DataPlane:
     )
 
 
-def build_worker(device: str, providers: list) -> WorkerRuntime:
+def build_worker(device: str, providers: list, where: str = "") -> WorkerRuntime:
     """The runtime of an inference worker pinned to ``device`` (registry
     followed, sessions on the device's providers, artifacts cached under
-    WORKER_CACHE_DIR)."""
+    WORKER_CACHE_DIR and dropped when their version is deleted). Validation
+    tasks this process runs use the same providers and cache (``where``
+    describes the worker in the versions' logs)."""
+    validating.configure(
+        validating.Validator(where or f"the {device} worker", tuple(providers), settings.WORKER_CACHE_DIR)
+    )
     registry = _registry()
     runner = ModelRunner(
         session_loader(StoreArtifacts(settings.WORKER_CACHE_DIR), _session_options(), providers),
@@ -127,5 +176,6 @@ def build_worker(device: str, providers: list) -> WorkerRuntime:
     )
     runtime = WorkerRuntime(device, runner, registry)
     registry.add_listener(runtime.on_snapshot)
+    registry.add_listener(CacheJanitor(settings.WORKER_CACHE_DIR, "sha256").on_snapshot)
     registry.start()
     return runtime

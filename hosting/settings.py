@@ -289,6 +289,12 @@ WORKER_ADVERTISE = env.str("WORKER_ADVERTISE", default="")
 WORKER_CACHE_DIR = Path(env.str("WORKER_CACHE_DIR", default=str(VAR_DIR / "worker-cache")))
 #: A cuda:<n> worker without the CUDA provider runs on the CPU instead of refusing to start.
 WORKER_CPU_FALLBACK = env.bool("WORKER_CPU_FALLBACK", default=False)
+#: The pool a worker belongs to (e.g. its Kubernetes Deployment: one per GPU
+#: kind), reported in its heartbeat: /metrics and the KEDA lists add up per pool.
+WORKER_POOL = env.str("WORKER_POOL", default="")
+#: Front ends keep a Redis list per device queue whose length is the queue's
+#: depth (modelhost:queue-depth:<queue>), for KEDA's Redis scaler.
+QUEUE_DEPTH_KEYS = env.bool("QUEUE_DEPTH_KEYS", default=False)
 #: In worker mode, the deadline of a request that sets none (s).
 WORKER_TIMEOUT_SECONDS = env.float("WORKER_TIMEOUT_SECONDS", default=30.0)
 

@@ -13,6 +13,13 @@ REST workers and the gRPC process add up):
 - ``modelhost_worker_queue_depth{queue}`` (gauge, worker mode: requests the
   device's workers hold, running or waiting for a model instance, as their
   heartbeats report)
+- ``modelhost_worker_busy_fraction{queue, worker, host, pool}`` (gauge,
+  worker mode: each live worker's busy fraction over its last 10 s, 0..1,
+  from its heartbeat; see inference/worker.py BusyMeter); only live workers
+  appear. ``pool`` is the worker's WORKER_POOL (e.g. its Deployment)
+- ``modelhost_workers{queue, pool}`` (gauge, worker mode: live workers)
+- ``modelhost_worker_pool_depth{pool}`` (gauge, worker mode: requests held
+  by the workers of a pool, as ``modelhost_worker_queue_depth`` per queue)
 
 ``outcome`` is ``success`` or the protocol error code in lower case
 (``invalid_argument``, ``not_found``, ``unavailable``, ...). Requests for a
@@ -32,6 +39,7 @@ import os
 
 from django.conf import settings
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
+from prometheus_client.core import GaugeMetricFamily
 
 request_logger = logging.getLogger("inference.request")
 
@@ -122,16 +130,68 @@ def _log_level() -> int:
     return _level
 
 
+class _WorkerCollector:
+    """Per-worker gauges read from this process's view of the live workers
+    at scrape time (so a worker that went away leaves no stale series)."""
+
+    def __init__(self):
+        self.view = None  # () -> list of placement.Worker
+
+    def collect(self):
+        if self.view is None:
+            return
+        busy = GaugeMetricFamily(
+            "modelhost_worker_busy_fraction",
+            "Share of the worker's model instances in use, averaged over its last 10 s (worker mode)",
+            labels=["queue", "worker", "host", "pool"],
+        )
+        count = GaugeMetricFamily("modelhost_workers", "Live inference workers (worker mode)", labels=["queue", "pool"])
+        depth = GaugeMetricFamily(
+            "modelhost_worker_pool_depth", "Requests held by a pool's workers (worker mode)", labels=["pool"]
+        )
+        workers: dict[tuple, int] = {}
+        depths: dict[str, int] = {}
+        for worker in self.view():
+            info = worker.info
+            pool = str(info.get("pool", ""))
+            try:
+                fraction, held = float(info.get("busy_fraction", 0.0)), int(info.get("busy", 0))
+            except (TypeError, ValueError):
+                fraction, held = 0.0, 0
+            busy.add_metric([worker.queue, worker.id, str(info.get("host", "")), pool], fraction)
+            workers[(worker.queue, pool)] = workers.get((worker.queue, pool), 0) + 1
+            depths[pool] = depths.get(pool, 0) + held
+        for labels, n in sorted(workers.items()):
+            count.add_metric(list(labels), n)
+        for pool, n in sorted(depths.items()):
+            depth.add_metric([pool], n)
+        yield busy
+        yield count
+        yield depth
+
+
+_workers = _WorkerCollector()
+_workers_registry = CollectorRegistry(auto_describe=False)
+_workers_registry.register(_workers)
+
+
+def watch_workers(view) -> None:
+    """Export the live workers ``view()`` returns (worker mode's front ends)."""
+    _workers.view = view
+
+
 def render_metrics() -> bytes:
     """The Prometheus exposition text for this server (all processes in
-    multiprocess mode)."""
+    multiprocess mode), and the live workers as this process sees them."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
-        return generate_latest(registry)
-    from prometheus_client import REGISTRY
-
-    return generate_latest(REGISTRY)
+    else:
+        from prometheus_client import REGISTRY as registry
+    text = generate_latest(registry)
+    if _workers.view is not None:
+        text += generate_latest(_workers_registry)
+    return text
 
 
 def mark_process_dead(pid: int) -> None:

@@ -10,14 +10,18 @@ device's execution provider (CUDA with ``device_id`` for ``cuda:<n>``),
 ``count`` instances per the model's instance group on this device, dynamic
 batching, deadlines, the memory budget (``WORKER_MEMORY_BUDGET_MB``).
 Artifacts are copied from the model store into ``WORKER_CACHE_DIR/<sha256>/``
-once per machine.
+once per machine (and dropped from it when their version leaves the
+registry: the composition root adds the cache's janitor as a registry
+listener). Its :class:`BusyMeter` measures how busy it is, for its heartbeat.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
+from collections import deque
 
 from inference.protocol.errors import InferenceError, ModelNotReady
 from inference.registry import ModelRegistry
@@ -29,6 +33,68 @@ from inference.runtime.runner import ModelRunner
 logger = logging.getLogger(__name__)
 
 
+class BusyMeter:
+    """How busy a worker is: the share of the model instances of the
+    versions it is running that are in use (requests in flight for a
+    version, at most its instance count, over those instances; 0 when idle,
+    1 when every instance of every running version is taken), averaged over
+    time. :meth:`fraction` gives the average over the last ``window``
+    seconds (the heartbeat reports it every second). Thread-safe."""
+
+    def __init__(self, window: float = 10.0, clock=time.monotonic):
+        self.window = window
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._inflight: dict[tuple, int] = {}
+        self._instances: dict[tuple, int] = {}
+        self._value = 0.0
+        self._last = clock()
+        self._area = 0.0  # integral of the value over time since the start (s)
+        self._checkpoints: deque = deque([(self._last, 0.0)])
+
+    def _advance(self, now: float) -> None:
+        self._area += self._value * (now - self._last)
+        self._last = now
+
+    def _recompute(self) -> None:
+        used = sum(min(n, self._instances[key]) for key, n in self._inflight.items())
+        slots = sum(self._instances[key] for key in self._inflight)
+        self._value = used / slots if slots else 0.0
+
+    def begin(self, key: tuple, instances: int) -> None:
+        """A request for version ``key`` (run with ``instances`` instances) starts."""
+        with self._lock:
+            self._advance(self._clock())
+            self._inflight[key] = self._inflight.get(key, 0) + 1
+            self._instances[key] = max(1, instances)
+            self._recompute()
+
+    def end(self, key: tuple) -> None:
+        """A request for version ``key`` ended (answered or failed)."""
+        with self._lock:
+            self._advance(self._clock())
+            left = self._inflight.get(key, 0) - 1
+            if left > 0:
+                self._inflight[key] = left
+            else:
+                self._inflight.pop(key, None)
+                self._instances.pop(key, None)
+            self._recompute()
+
+    def fraction(self) -> float:
+        """The busy fraction averaged over the last ``window`` seconds (0..1)."""
+        with self._lock:
+            now = self._clock()
+            self._advance(now)
+            self._checkpoints.append((now, self._area))
+            while len(self._checkpoints) > 2 and self._checkpoints[1][0] <= now - self.window:
+                self._checkpoints.popleft()
+            since, area = self._checkpoints[0]
+            if now - since <= 0:
+                return self._value
+            return min(1.0, max(0.0, (self._area - area) / (now - since)))
+
+
 class WorkerRuntime:
     """Answers the front ends' requests for one device (``handle``)."""
 
@@ -37,6 +103,7 @@ class WorkerRuntime:
         self.queue = queue_for(device)
         self.runner = runner
         self.registry = registry
+        self.meter = BusyMeter()
         self._targets: dict[tuple, RunTarget] = {}
 
     def on_snapshot(self, snapshot: dict) -> None:
@@ -74,7 +141,11 @@ class WorkerRuntime:
             if deadline is not None:
                 deadline = time.monotonic() + (deadline - time.time())
             names = header["outputs"]
-            result = self.runner.run(target, feeds, names, header.get("rows", 1), deadline)
+            self.meter.begin(target.key, target.instances)
+            try:
+                result = self.runner.run(target, feeds, names, header.get("rows", 1), deadline)
+            finally:
+                self.meter.end(target.key)
             answer = {
                 "batch": result.batch_size,
                 "executed": result.executed,

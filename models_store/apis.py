@@ -288,7 +288,7 @@ class VersionListView(ManagementView):
             201: LinkedResponse(VersionSerializer, description="Validated: READY.", links=UPLOADED_LINKS),
             202: LinkedResponse(
                 VersionSerializer,
-                description="Accepted; a worker validates it (poll the version).",
+                description="Accepted; a worker validates it (poll the version; its log says where it waits or runs).",
                 links=UPLOADED_LINKS,
             ),
             **errors(

@@ -30,7 +30,7 @@ from models_store.models import (
 from models_store.stamp import bump_stamp
 from models_store.tasks import validate_version
 from models_store.uploads import StagedFile, preflight
-from models_store.validating import version_set_state, version_validate
+from models_store.validating import queued_log, version_set_state, version_validate
 
 __all__ = ["bump_stamp", "version_set_state", "version_validate"]  # also services of the registry
 
@@ -303,12 +303,18 @@ def version_upload(
                 source=f"upload: {staged.name}",
                 uploaded_by=actor,
                 action="version.upload",
+                log=[] if _validates_here() else queued_log(validate_version.app.conf.task_default_queue),
             )
             transaction.on_commit(lambda: _schedule_validation(version.pk), robust=True)
     except BaseException:
         _remove_if_unreferenced(stored.relpath)
         raise
     return version
+
+
+def _validates_here() -> bool:
+    """True in the embedded mode: the validation task runs in this process."""
+    return bool(validate_version.app.conf.task_always_eager)
 
 
 def _schedule_validation(version_id: int) -> None:

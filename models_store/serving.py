@@ -4,6 +4,9 @@ files. The composition root (``hosting``) installs them."""
 
 from __future__ import annotations
 
+import logging
+import shutil
+import time
 from pathlib import Path
 
 from django.db import close_old_connections
@@ -12,6 +15,8 @@ from inference.ports import ModelRecord, VersionRecord
 from inference.protocol.errors import InvalidInput, ModelNotFound
 from models_store import selectors, services, storage
 from models_store.stamp import registry_changed
+
+logger = logging.getLogger(__name__)
 
 
 def _record(model) -> ModelRecord:
@@ -102,3 +107,77 @@ class StoreArtifacts:
         if self.cache_dir is None:
             return storage.local_artifact(artifact)
         return storage.copy_artifact(artifact, Path(self.cache_dir) / sha256)
+
+
+class CacheJanitor:
+    """A registry listener that removes this machine's local copies of
+    artifacts whose versions left the registry (deleted on any machine), so
+    that no shared disk is needed to delete everywhere.
+
+    ``root`` holds one directory per artifact: ``<sha256>/`` (a worker's
+    WORKER_CACHE_DIR, ``layout="sha256"``) or ``<model>/<sha256>/`` (the
+    model store's local copies when artifacts live in S3, ``layout="store"``).
+    On each snapshot it removes the directories of artifacts that were in the
+    previous snapshot and are in none of the new one's versions (any state).
+    On the first snapshot it removes directories no version uses that are
+    older than ``min_age`` seconds (left while the process was down), and
+    interrupted fetches (``.fetch-*``) as old: younger ones may be another
+    process's work in progress.
+    """
+
+    def __init__(self, root: Path, layout: str = "sha256", min_age: float = 600.0):
+        if layout not in ("sha256", "store"):
+            raise ValueError(f"layout must be sha256 or store, not {layout!r}")
+        self.root = Path(root)
+        self.layout = layout
+        self.min_age = min_age
+        self._known: set[Path] | None = None
+
+    def _directory(self, version) -> Path:
+        if self.layout == "sha256":
+            return self.root / version.sha256
+        return self.root / Path(version.artifact).parent
+
+    def on_snapshot(self, snapshot: dict) -> None:
+        """Registry listener (``snapshot``: model name -> entry with ``versions``)."""
+        keep = {self._directory(v) for model in snapshot.values() for v in model.versions.values()}
+        try:
+            if self._known is None:
+                self._sweep(keep)
+            else:
+                for directory in sorted(self._known - keep):
+                    self._remove(directory)
+        except OSError:
+            logger.exception("cleaning the artifact cache %s failed", self.root)
+        self._known = keep
+
+    def _candidates(self):
+        if not self.root.is_dir():
+            return
+        if self.layout == "sha256":
+            yield from self.root.iterdir()
+            return
+        for model_dir in self.root.iterdir():
+            if model_dir.is_dir() and model_dir.name != storage.STAGING_DIRNAME:
+                yield from model_dir.iterdir()
+
+    def _sweep(self, keep: set[Path]) -> None:
+        now = time.time()
+        for path in list(self._candidates()):
+            if path in keep or not path.is_dir():
+                continue
+            try:
+                age = now - path.lstat().st_mtime
+            except FileNotFoundError:
+                continue
+            if age >= self.min_age:
+                self._remove(path)
+
+    def _remove(self, directory: Path) -> None:
+        if not directory.exists():
+            return
+        shutil.rmtree(directory, ignore_errors=True)
+        logger.info("removed the local copy %s (its version left the registry)", directory)
+        parent = directory.parent
+        if self.layout == "store" and parent != self.root and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()

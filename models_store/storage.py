@@ -166,6 +166,12 @@ def _is_local_store(backend) -> bool:
     return isinstance(backend, FileSystemStorage) and Path(backend.location).resolve() == store_root().resolve()
 
 
+def is_remote() -> bool:
+    """True when artifacts live in a storage backend other than
+    MODEL_STORE_DIR (S3): MODEL_STORE_DIR then holds local copies only."""
+    return not _is_local_store(_backend())
+
+
 def publish(relpath: str) -> None:
     """Copy a locally stored artifact's files to the storage backend (a no-op
     for the filesystem default), before its version row commits."""
@@ -280,3 +286,67 @@ def remove_path(path: Path) -> None:
     parent = path.parent
     if parent != root and parent.name != STAGING_DIRNAME and parent.is_dir() and not any(parent.iterdir()):
         parent.rmdir()
+
+
+def find_remote_orphans(referenced: set[str], min_age_seconds: float = 0.0) -> list[str]:
+    """Artifact prefixes (``<model>/<sha256>``) in the storage backend (S3)
+    that no version row references, whose newest file is older than
+    ``min_age_seconds`` (an upload publishes before its row commits). Empty
+    when the backend is MODEL_STORE_DIR itself (see :func:`find_orphans`)."""
+    backend = _backend()
+    if _is_local_store(backend):
+        return []
+    used = {relpath.rsplit("/", 1)[0] for relpath in referenced}
+    now = time.time()
+    orphans = []
+    models, _ = backend.listdir("")
+    for model in sorted(models):
+        artifacts, _ = backend.listdir(model)
+        for sha in sorted(artifacts):
+            prefix = f"{model}/{sha}"
+            if prefix in used:
+                continue
+            keys = _backend_files(backend, prefix)
+            newest = max((backend.get_modified_time(k).timestamp() for k in keys), default=0.0)
+            if now - newest >= min_age_seconds:
+                orphans.append(prefix)
+    return orphans
+
+
+def remove_remote(prefix: str) -> None:
+    """Delete every file under an artifact prefix of the storage backend."""
+    backend = _backend()
+    for key in _backend_files(backend, prefix):
+        backend.delete(key)
+
+
+def missing_artifacts(referenced: set[str]) -> list[str]:
+    """Referenced artifacts (relative paths of ``model.onnx``) that the
+    storage backend does not have (with the filesystem default: MODEL_STORE_DIR)."""
+    backend = _backend()
+    if _is_local_store(backend):
+        return [relpath for relpath in sorted(referenced) if not artifact_path(relpath).is_file()]
+    return [relpath for relpath in sorted(referenced) if not backend.exists(relpath)]
+
+
+def find_cache_orphans(cache_dir: Path, shas: set[str], min_age_seconds: float = 0.0) -> list[Path]:
+    """Entries of a worker's artifact cache (``<sha256>/`` directories and
+    interrupted ``.fetch-*`` downloads) that no version uses, older than
+    ``min_age_seconds``."""
+    cache_dir = Path(cache_dir)
+    if not cache_dir.is_dir():
+        return []
+    now = time.time()
+    return [
+        path
+        for path in sorted(cache_dir.iterdir())
+        if path.name not in shas and _age_seconds(path, now) >= min_age_seconds
+    ]
+
+
+def remove_cached(path: Path) -> None:
+    """Remove an entry of a worker's artifact cache found by :func:`find_cache_orphans`."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)

@@ -1,9 +1,24 @@
 """Validation of uploaded versions (the service the validation task runs):
-UPLOADED -> VALIDATING -> READY or FAILED, each step in the version's log."""
+UPLOADED -> VALIDATING -> READY or FAILED, each step in the version's log.
+
+Where it runs is this process's :class:`Validator`, set by the composition
+root: in an inference worker (``manage.py runworker``) the worker's host and
+device, its execution providers (so a GPU worker warms the model up on its
+GPU) and its artifact cache (the artifact is fetched from the storage
+backend into ``WORKER_CACHE_DIR/<sha256>/``, where inference will find it);
+elsewhere the server process, with the model store's local copy. The
+version's log says where: ``queued ...`` while it waits (UPLOADED),
+``validating on ...`` (VALIDATING), ``validated on ...`` then each step.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 from django.db import transaction
 
@@ -17,6 +32,57 @@ logger = logging.getLogger(__name__)
 State = ModelVersion.State
 
 
+@dataclass(frozen=True)
+class Validator:
+    """Where this process validates versions: ``where`` (for the version's
+    log), ONNX Runtime ``providers`` (names or ``(name, options)`` pairs) and
+    ``cache_dir``: fetch artifacts into ``cache_dir/<sha256>/`` (a worker's
+    cache), or None for the model store's local copy (MODEL_STORE_DIR)."""
+
+    where: str = ""
+    providers: tuple = ("CPUExecutionProvider",)
+    cache_dir: Path | None = None
+
+    def describe(self) -> str:
+        """``where``, or this host and process (e.g. ``web-1, process 4242``)."""
+        return self.where or f"{socket.gethostname()}, process {os.getpid()}"
+
+    def artifact(self, relpath: str, sha256: str) -> Path:
+        """A local path of the artifact's model file (fetched from the storage
+        backend when this machine lacks it); raises FileNotFoundError."""
+        if self.cache_dir is None:
+            return storage.local_artifact(relpath)
+        return storage.copy_artifact(relpath, Path(self.cache_dir) / sha256)
+
+
+_validator = Validator()
+_queue_note: Callable[[], str] = lambda: "a Celery worker takes it"  # noqa: E731
+
+
+def configure(validator: Validator | None = None, queue_note: Callable[[], str] | None = None) -> None:
+    """Set where this process validates, and how the upload answer describes
+    who will take a queued validation (``queue_note()``: e.g. "2 inference
+    workers take validation tasks", or that none is running)."""
+    global _validator, _queue_note
+    if validator is not None:
+        _validator = validator
+    if queue_note is not None:
+        _queue_note = queue_note
+
+
+def current_validator() -> Validator:
+    return _validator
+
+
+def queued_log(queue: str) -> list[str]:
+    """The log of a version whose validation was queued: where it waits, and who takes it."""
+    try:
+        note = _queue_note()
+    except Exception as exc:  # describing the queue must never fail an upload
+        note = f"who takes it is unknown ({type(exc).__name__})"
+    return [f"queued for validation on queue {queue}: {note}"]
+
+
 def version_validate(version_id: int) -> ModelVersion | None:
     """Validate an UPLOADED version: VALIDATING, then READY with its
     signature and validation log, or FAILED with the reason (and the log of
@@ -26,11 +92,14 @@ def version_validate(version_id: int) -> ModelVersion | None:
     version = ModelVersion.objects.select_related("model").filter(pk=version_id).first()
     if version is None or version.state != State.UPLOADED:
         return version
-    version_set_state(version, State.VALIDATING)
-    log: list[str] = []
+    validator = _validator
+    where = validator.describe()
+    version_set_state(version, State.VALIDATING, log=[f"validating on {where}"])
+    log: list[str] = [f"validated on {where}"]
     try:
         config = config_from_raw(version.model.config)
-        signature = validation.validate_artifact(storage.local_artifact(version.artifact), config, log)
+        path = validator.artifact(version.artifact, version.sha256)
+        signature = validation.validate_artifact(path, config, log, providers=list(validator.providers))
     except validation.ValidationError as exc:
         return _version_validated(version_id, State.FAILED, reason=str(exc), log=[*log, f"failed: {exc}"])
     except Exception as exc:  # never leave a version VALIDATING
@@ -68,9 +137,16 @@ def _version_validated(version_id: int, state: str, *, log: list[str], reason: s
 
 
 @transaction.atomic
-def version_set_state(version: ModelVersion, state: str, reason: str = "") -> ModelVersion:
+def version_set_state(
+    version: ModelVersion, state: str, reason: str = "", log: list[str] | None = None
+) -> ModelVersion:
+    """Set a version's state (and reason; and its log when given), bumping the change stamp."""
     version.state = state
     version.reason = reason
-    version.save(update_fields=["state", "reason", "updated_at"])
+    fields = ["state", "reason", "updated_at"]
+    if log is not None:
+        version.log = log
+        fields.append("log")
+    version.save(update_fields=fields)
     bump_stamp()
     return version

@@ -1,7 +1,8 @@
 """Validate an ONNX artifact and extract its signature.
 
 :func:`validate_artifact` runs, in order: the external-data safety check, the
-ONNX checker, ONNX Runtime session creation (CPU), signature extraction, the
+ONNX checker, ONNX Runtime session creation (on the given execution
+providers: a worker's device, CPU by default), signature extraction, the
 check against a Triton ``config.pbtxt`` when one is given, the size check
 (no input larger than a request may be), and a warm-up inference on zero
 inputs whose output shapes must agree with the ones the graph declares. Any
@@ -251,8 +252,14 @@ def _zero_feed(tensor: MetadataTensor) -> np.ndarray:
     return np.zeros(shape, dtype=BY_NAME[tensor.datatype].numpy)
 
 
-def validate_artifact(path: Path, config: TritonConfig | None = None, log: list[str] | None = None) -> Signature:
+def validate_artifact(
+    path: Path, config: TritonConfig | None = None, log: list[str] | None = None, providers: list | None = None
+) -> Signature:
     """Validate the ONNX file at ``path`` (see module docstring).
+
+    ``providers``: ONNX Runtime execution providers of the session (names or
+    ``(name, options)`` pairs, as :func:`inference.runtime.onnx.provider_list`
+    gives them; default CPU), so that a GPU worker's warm-up runs on its GPU.
 
     Returns the Signature; raises ValidationError with a user-facing reason.
     Each step that passed is appended to ``log`` when given (so that a caller
@@ -270,10 +277,10 @@ def validate_artifact(path: Path, config: TritonConfig | None = None, log: list[
         raise ValidationError(f"ONNX checker: {exc}") from None
     log.append("ONNX checker passed")
     try:
-        session = onnx_runtime.create_session(path)
+        session = onnx_runtime.create_session(path, providers=providers or ["CPUExecutionProvider"])
     except Exception as exc:
         raise ValidationError(f"ONNX Runtime could not create a session: {exc}") from None
-    log.append("ONNX Runtime session created (CPUExecutionProvider)")
+    log.append(f"ONNX Runtime session created ({', '.join(session.get_providers())})")
     try:
         inputs, outputs = onnx_runtime.signature(session)
     except TypeError as exc:

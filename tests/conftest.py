@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from django.core.files.storage import storages
 
 from tests.support.repository import build_test_repository
 from tests.support.server import LiveServer
@@ -18,6 +19,16 @@ def _model_store(settings, tmp_path):
     a request, which axes refuses; the live tests (tests/interop/
     test_sign_in_throttling.py) drive it as browsers do."""
     settings.MODEL_STORE_DIR = tmp_path / "store"
+    settings.WORKER_CACHE_DIR = tmp_path / "worker-cache"
+    # The artifacts' storage backend is the test's store too (not var/models).
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "models": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(tmp_path / "store")},
+        },
+    }
+    storages._storages.clear()
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.AXES_ENABLED = False
 

@@ -94,3 +94,40 @@ def test_dockerfile_builds_both_variants():
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "ARG ONNXRUNTIME=onnxruntime" in dockerfile and "ARG BASE=" in dockerfile
     assert "requirements.txt" in dockerfile
+
+
+WORKERS = {name: s for name, s in APP_SERVICES.items() if name.startswith("worker-")}
+
+
+def test_workers_validate_uploads_with_what_validation_needs():
+    """Every runworker consumes the validation queue unless told not to
+    (--no-control): at least one must, with the database, Redis and the
+    artifact storage it fetches from; the broker is the same Redis as the
+    front ends'. SECRET_KEY is the same everywhere (it keys the workers'
+    connections)."""
+    takers = []
+    for name, service in WORKERS.items():
+        _, args = _parse_command(service["command"])
+        if not args.no_control:
+            takers.append(name)
+        environment = service["environment"]
+        for key in ("DATABASE_URL", "REDIS_URL", "MODEL_STORAGE", "MODEL_STORAGE_ENDPOINT", "MODEL_STORAGE_BUCKET",
+                    "MODEL_STORAGE_ACCESS_KEY", "MODEL_STORAGE_SECRET_KEY"):  # fmt: skip
+            assert environment[key] == APP_SERVICES["rest"]["environment"][key], (name, key)
+        assert service["depends_on"]["minio-bucket"]["condition"] == "service_completed_successfully"
+    assert takers, "no worker consumes the validation queue: uploads would stay UPLOADED"
+    keys = {service["environment"]["SECRET_KEY"] for service in APP_SERVICES.values()}
+    assert keys == {"${SECRET_KEY:?set SECRET_KEY}"}
+
+
+def test_workers_share_no_disk_with_the_front_ends():
+    front = {v.split(":")[0] for name in ("rest", "grpc") for v in SERVICES[name].get("volumes", [])}
+    for name, service in WORKERS.items():
+        volumes = {v.split(":")[0] for v in service.get("volumes", [])}
+        assert not volumes & front, (name, volumes & front)
+
+
+def _parse_command(command: list[str]):
+    subcommand, *args = _manage_args(command)
+    instance = load_command_class(COMMAND_APPS[subcommand], subcommand)
+    return subcommand, instance.create_parser("manage.py", subcommand).parse_args(args)

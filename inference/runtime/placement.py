@@ -11,7 +11,14 @@ group allows (round robin).
 
 Instance groups follow Triton: ``KIND_GPU`` with ``gpus: [0, 1]`` -> cuda:0,
 cuda:1 (no gpus: any GPU); ``KIND_CPU`` -> cpu; ``KIND_AUTO`` or no group ->
-any live device, GPUs first.
+any live device, GPUs first. GPU numbers are per host: ``gpus: [0]`` is the
+queue ``infer.cuda0``, which every host's ``cuda:0`` worker serves; a host
+without a GPU 0 runs no such worker and is never picked.
+
+The directory also exports what autoscaling needs: the depth (requests
+held) per queue and per worker pool, each worker's busy fraction
+(``/metrics``), and, when asked, Redis lists whose length is a depth, for
+KEDA's Redis scaler (:meth:`WorkerDirectory._publish_depth`).
 """
 
 from __future__ import annotations
@@ -19,11 +26,13 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import os
 import re
 import threading
 import time
 from dataclasses import dataclass
 
+from inference import observability
 from inference.observability import QUEUE_DEPTH
 from inference.runtime import onnx as onnx_runtime
 
@@ -33,6 +42,12 @@ _DEVICE = re.compile(r"^(cpu|cuda:(\d+))$")
 HEARTBEAT_PREFIX = "modelhost:worker:"
 HEARTBEAT_SECONDS = 1.0
 HEARTBEAT_TTL_MS = 5000  # tolerant of a busy machine; a dead worker is noticed within ~5 s
+#: KEDA's Redis scaler reads the length of this list per queue (see WorkerDirectory._publish_depth).
+DEPTH_PREFIX = "modelhost:queue-depth:"
+POOL_DEPTH_PREFIX = "modelhost:pool-depth:"
+DEPTH_LOCK_KEY = "modelhost:queue-depth-writer"
+DEPTH_TTL_MS = 5000
+DEPTH_LIST_CAP = 10_000
 
 
 class DeviceError(ValueError):
@@ -72,6 +87,17 @@ def queue_for(device: str) -> str:
 
 def heartbeat_key(queue: str, worker_id: str) -> str:
     return f"{HEARTBEAT_PREFIX}{queue}:{worker_id}"
+
+
+def depth_key(queue: str) -> str:
+    """The Redis list whose length is ``queue``'s depth (for KEDA's Redis scaler)."""
+    return f"{DEPTH_PREFIX}{queue}"
+
+
+def pool_depth_key(pool: str) -> str:
+    """The Redis list whose length is the depth of the workers of ``pool``
+    (WORKER_POOL, e.g. one Kubernetes Deployment per GPU kind)."""
+    return f"{POOL_DEPTH_PREFIX}{pool}"
 
 
 def allowed_queues(instance_group, live: set[str]) -> list[str]:
@@ -118,6 +144,25 @@ class Worker:
     info: dict
 
 
+def read_workers(redis_client) -> dict[str, Worker]:
+    """The live workers by id, from their heartbeat keys (one SCAN, one
+    MGET); malformed heartbeats are skipped. Raises redis errors."""
+    keys = list(redis_client.scan_iter(match=f"{HEARTBEAT_PREFIX}*", count=1000))
+    values = redis_client.mget(keys) if keys else []
+    workers = {}
+    for key, value in zip(keys, values):
+        if value is None:
+            continue  # expired between SCAN and MGET
+        queue, _, worker_id = key.decode()[len(HEARTBEAT_PREFIX) :].partition(":")
+        try:
+            info = json.loads(value)
+            host, port = info["address"].rsplit(":", 1)
+            workers[worker_id] = Worker(worker_id, queue, (host.strip("[]"), int(port)), info)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            logger.warning("ignoring a malformed worker heartbeat %s", key)
+    return workers
+
+
 class Heartbeat:
     """Keeps this worker's heartbeat key alive from a daemon thread; the key's
     value (JSON) is ``info()``: the worker's address and what it reports."""
@@ -157,9 +202,14 @@ class WorkerDirectory:
     (requests keep going over the workers' connections, which tell by
     closing when a worker dies); only heartbeat expiry cannot be seen then."""
 
-    def __init__(self, redis_client, interval: float = 0.5):
+    def __init__(self, redis_client, interval: float = 0.5, publish_depth: bool = False):
         self.redis = redis_client
         self.interval = interval
+        self.publish_depth = publish_depth
+        self._token = os.urandom(8).hex().encode()
+        self._depths: dict[str, int] = {}
+        self._pool_depths: dict[str, int] = {}
+        self._published: set[str] = set()
         self._workers: dict[str, Worker] = {}
         self._by_queue: dict[str, tuple[Worker, ...]] = {}
         self.error: str = ""
@@ -168,33 +218,58 @@ class WorkerDirectory:
 
     def refresh(self) -> None:
         try:
-            keys = list(self.redis.scan_iter(match=f"{HEARTBEAT_PREFIX}*", count=500))
-            values = self.redis.mget(keys) if keys else []
+            workers = read_workers(self.redis)
         except Exception as exc:
             self.error = f"Redis is unreachable: {exc}"
             return
-        workers = {}
-        for key, value in zip(keys, values):
-            if value is None:
-                continue  # expired between SCAN and MGET
-            queue, _, worker_id = key.decode()[len(HEARTBEAT_PREFIX) :].partition(":")
-            try:
-                info = json.loads(value)
-                host, port = info["address"].rsplit(":", 1)
-                workers[worker_id] = Worker(worker_id, queue, (host.strip("[]"), int(port)), info)
-            except (ValueError, KeyError, TypeError):
-                logger.warning("ignoring a malformed worker heartbeat %s", key)
         by_queue: dict[str, list[Worker]] = {}
         for worker in sorted(workers.values(), key=lambda w: w.id):
             by_queue.setdefault(worker.queue, []).append(worker)
         self._workers = workers
         self._by_queue = {q: tuple(ws) for q, ws in by_queue.items()}
         self.error = ""
-        for queue, members in by_queue.items():
-            QUEUE_DEPTH.labels(queue).set(sum(int(w.info.get("busy", 0)) for w in members))
+        for queue in set(self._depths) - set(by_queue):
+            QUEUE_DEPTH.labels(queue).set(0)
+        self._depths = {q: sum(int(w.info.get("busy", 0)) for w in members) for q, members in by_queue.items()}
+        for queue, depth in self._depths.items():
+            QUEUE_DEPTH.labels(queue).set(depth)
+        pools: dict[str, int] = {}
+        for worker in workers.values():
+            if worker.info.get("pool"):
+                pools[worker.info["pool"]] = pools.get(worker.info["pool"], 0) + int(worker.info.get("busy", 0))
+        self._pool_depths = pools
+        if self.publish_depth:
+            self._publish_depth()
+
+    def _publish_depth(self) -> None:
+        """Keep ``modelhost:queue-depth:<queue>`` and ``modelhost:pool-depth:<pool>``
+        (Redis lists whose length is the depth of a queue's or a pool's
+        workers, for KEDA's Redis scaler, which reads LLEN) current: one
+        front-end process at a time writes (a short lock), the others only
+        try the lock. A list expires when nobody refreshes it."""
+        try:
+            owner = self.redis.set(DEPTH_LOCK_KEY, self._token, nx=True, px=DEPTH_TTL_MS)
+            if not owner and self.redis.get(DEPTH_LOCK_KEY) != self._token:
+                return
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.pexpire(DEPTH_LOCK_KEY, DEPTH_TTL_MS)
+            lists = {depth_key(q): d for q, d in self._depths.items()}
+            lists.update({pool_depth_key(p): d for p, d in self._pool_depths.items()})
+            for key in self._published - set(lists):  # a queue or pool without live workers now
+                pipe.delete(key)
+            self._published = set(lists)
+            for key, depth in lists.items():
+                pipe.delete(key)
+                if depth > 0:
+                    pipe.rpush(key, *([1] * min(depth, DEPTH_LIST_CAP)))
+                    pipe.pexpire(key, DEPTH_TTL_MS)
+            pipe.execute()
+        except Exception:
+            logger.debug("publishing queue depths to Redis failed", exc_info=True)
 
     def start(self) -> None:
         self.refresh()
+        observability.watch_workers(self.workers)  # /metrics: each live worker's busy fraction
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="worker-directory", daemon=True)
             self._thread.start()

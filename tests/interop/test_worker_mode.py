@@ -70,13 +70,19 @@ def test_a_worker_validates_uploads(worker_server):
         if status == 422:
             assert answer["version"]["state"] == "FAILED", answer
         else:
-            assert status == 202 and answer["state"] in ("UPLOADED", "VALIDATING") and answer["log"] == [], answer
+            assert status == 202 and answer["state"] in ("UPLOADED", "VALIDATING"), answer
+            if answer["state"] == "UPLOADED":  # where it stands: queued, for a Celery worker
+                assert answer["log"] == [
+                    "queued for validation on queue modelhost.control: a Celery worker (celery -A hosting worker) "
+                    "takes it"
+                ], answer
     assert wait_for(lambda: _version(server, "good", 1)["state"] == "READY", timeout=60), (
         server.var_dir / "worker.log"
     ).read_text()
     good = _version(server, "good", 1)
     assert good["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]
     assert good["log"][-1].startswith("warm-up inference")
+    assert good["log"][0].startswith("validated on "), good  # the Celery worker's host and process
     assert wait_for(lambda: _version(server, "bad", 1)["state"] == "FAILED", timeout=60)
     assert _version(server, "bad", 1)["reason"].startswith("ONNX checker:")
     assert "could not queue the validation" not in server.log()  # the worker validated both

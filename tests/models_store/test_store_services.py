@@ -100,7 +100,8 @@ def test_upload_creates_model_and_a_validated_version(alice):
     assert storage.artifact_path(version.artifact).read_bytes() == payload
     assert version.inputs == [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]
     assert version.outputs == [{"name": "y", "datatype": "FP32", "shape": [-1, 4]}]
-    assert version.log[0] == "ONNX checker passed"
+    assert version.log[0].startswith("validated on ")  # where it ran (embedded mode)
+    assert version.log[1] == "ONNX checker passed"
     assert version.log[-1].startswith("warm-up inference on zero inputs")
     assert version.uploaded_by == alice and version.source == "upload: affine.onnx"
     model = version.model
@@ -121,9 +122,9 @@ def test_validation_goes_through_validating(alice, monkeypatch):
     seen = []
     original = validating.version_set_state
 
-    def spy(version, state, reason=""):
+    def spy(version, state, reason="", **kwargs):
         seen.append(state)
-        return original(version, state, reason)
+        return original(version, state, reason, **kwargs)
 
     monkeypatch.setattr(validating, "version_set_state", spy)
     services.version_upload("a", stage(m.affine(1, 1)), alice, team=_team(alice))

@@ -61,6 +61,7 @@ class LiveServer:
         give ``extra_env`` INFERENCE_EXECUTOR=workers and REDIS_URL with them."""
         self.devices = devices
         self.worker_processes: dict[str, subprocess.Popen] = {}
+        self.worker_devices: dict[str, str] = {}
         self.http_port = free_port()
         self.grpc_port = free_port()
         self.repository = repository
@@ -96,29 +97,36 @@ class LiveServer:
         self.stop()
         raise RuntimeError(f"serve did not become ready in {timeout}s:\n{self.log()}")
 
-    def worker_log_path(self, device: str) -> Path:
-        return self.var_dir / f"worker-{device.replace(':', '')}.log"
+    def worker_log_path(self, name: str) -> Path:
+        return self.var_dir / f"worker-{name.replace(':', '')}.log"
 
-    def start_worker(self, device: str, extra_env: dict | None = None) -> subprocess.Popen:
-        """Start (or restart) the worker for ``device``; returns its process."""
-        log = open(self.worker_log_path(device), "ab")
+    def start_worker(
+        self, device: str, extra_env: dict | None = None, *, name: str | None = None, args: tuple[str, ...] = ()
+    ) -> subprocess.Popen:
+        """Start (or restart) a worker for ``device`` (``name``: its key in
+        ``worker_processes`` and its log's name, default the device; ``args``:
+        more runworker options, e.g. ``--hostname``); returns its process."""
+        name = name or device
+        log = open(self.worker_log_path(name), "ab")
         env = dict(self.env, **(extra_env or {}))
         process = subprocess.Popen(
-            [sys.executable, "manage.py", "runworker", "--device", device],
+            [sys.executable, "manage.py", "runworker", "--device", device, *args],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
-        self.worker_processes[device] = process
+        self.worker_processes[name] = process
+        self.worker_devices[name] = device
         return process
 
-    def wait_for_workers(self, devices: tuple[str, ...] | None = None, timeout: float = 60) -> None:
-        """Until the heartbeat of every started worker process (its worker id
-        ends with its pid) is in Redis and the front end has seen it."""
+    def wait_for_workers(self, names: tuple[str, ...] | None = None, timeout: float = 60) -> None:
+        """Until the heartbeat of every started worker process named (default:
+        ``devices``; its worker id ends with its pid) is in Redis and the front
+        end has seen it."""
         import redis
 
         from inference.runtime.placement import HEARTBEAT_PREFIX, queue_for
 
         client = redis.Redis.from_url(self.env["REDIS_URL"])
-        wanted = {(queue_for(d), self.worker_processes[d].pid) for d in (devices or self.devices)}
+        wanted = {(queue_for(self.worker_devices[n]), self.worker_processes[n].pid) for n in (names or self.devices)}
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             live = set()

@@ -5,14 +5,9 @@ for MinIO here), and a worker with its own empty disk serving a model."""
 
 from __future__ import annotations
 
+import os
 import shutil
-import subprocess
-import sys
-import time
-import urllib.request
-from pathlib import Path
 
-import boto3
 import numpy as np
 import pytest
 import redis
@@ -21,43 +16,10 @@ from django.core.files.storage import storages
 
 from models_store import storage
 from tests.support import onnx_models as m
-from tests.support.server import LiveServer, free_port
+from tests.support.s3 import BUCKET, keys, s3_env
+from tests.support.server import LiveServer
 
-BUCKET = "models"
-
-
-@pytest.fixture(scope="module")
-def s3_server(tmp_path_factory):
-    port = free_port()
-    binary = Path(sys.executable).parent / "moto_server"
-    process = subprocess.Popen(
-        [str(binary), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(endpoint, timeout=1)
-            break
-        except OSError:
-            time.sleep(0.2)
-    client = boto3.client(
-        "s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
-    )
-    client.create_bucket(Bucket=BUCKET)
-    yield endpoint, client
-    process.terminate()
-    process.wait()
-
-
-def s3_env(endpoint: str) -> dict:
-    return {
-        "MODEL_STORAGE": "s3",
-        "MODEL_STORAGE_BUCKET": BUCKET,
-        "MODEL_STORAGE_ENDPOINT": endpoint,
-        "MODEL_STORAGE_ACCESS_KEY": "k",
-        "MODEL_STORAGE_SECRET_KEY": "s",
-    }
+pytestmark = pytest.mark.workers
 
 
 @pytest.fixture
@@ -74,10 +36,6 @@ def s3_settings(settings, s3_server):
     storages._storages.clear()
     yield client
     storages._storages.clear()
-
-
-def keys(client) -> set[str]:
-    return {o["Key"] for o in client.list_objects_v2(Bucket=BUCKET).get("Contents", [])}
 
 
 def test_publish_fetch_remove(s3_settings, settings, tmp_path):
@@ -107,7 +65,7 @@ def test_worker_on_another_disk_fetches_from_object_storage(s3_server, tmp_path)
     endpoint, client = s3_server
     repo = tmp_path / "repo"
     m.write_model(repo, "remote", m.affine(4.0, 0.5))
-    url = "redis://127.0.0.1:6379/11"
+    url = f"redis://127.0.0.1:6379/{os.environ.get('TEST_WORKER_REDIS_DB', '11')}"
     redis.Redis.from_url(url).flushdb()
     live = LiveServer(
         repo,
@@ -135,3 +93,38 @@ def test_worker_on_another_disk_fetches_from_object_storage(s3_server, tmp_path)
     finally:
         assert live.stop() == 0
         shutil.rmtree(other_disk, ignore_errors=True)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cleanup_store_on_a_machine_without_the_artifacts(s3_settings, settings, tmp_path, capsys):
+    """cleanup_store needs only the database and S3: it removes artifacts no
+    version uses from S3 (and from this machine's worker cache), and reports
+    versions whose artifact S3 lacks, whatever this machine's disk holds."""
+    from django.core.management import call_command
+
+    from models_store import services
+    from tests.support.store import person, stage
+
+    client = s3_settings
+    alice = person("alice", "ml")
+    kept = services.version_upload("kept", stage(m.affine(1, 1)), alice, team=alice.teams.get())
+    storage.commit_staged("ghost", stage(m.affine(6, 6)).directory, "e" * 64, 10)  # a row never committed
+    assert f"ghost/{'e' * 64}/model.onnx" in keys(client)
+    settings.MODEL_STORE_DIR = tmp_path / "another-machine"  # nothing of it on this disk
+    cache = tmp_path / "worker-cache"
+    settings.WORKER_CACHE_DIR = cache
+    (cache / kept.sha256).mkdir(parents=True)
+    (cache / ("d" * 64)).mkdir()  # a deleted version's cached copy
+    call_command("cleanup_store", "--min-age", "3600")
+    assert capsys.readouterr().out.splitlines()[-1] == "0 orphan(s) removed, 0 missing artifact(s)"
+    call_command("cleanup_store", "--min-age", "0")
+    out = capsys.readouterr().out.splitlines()
+    assert sorted(out[:-1]) == sorted(
+        [f"removed ghost/{'e' * 64}/ from the storage backend", f"removed {cache / ('d' * 64)} from the worker cache"]
+    ), out
+    assert out[-1] == "2 orphan(s) removed, 0 missing artifact(s)"
+    assert not any(k.startswith("ghost/") for k in keys(client)) and kept.artifact in keys(client)
+    assert sorted(p.name for p in cache.iterdir()) == [kept.sha256]
+    client.delete_object(Bucket=BUCKET, Key=kept.artifact)
+    call_command("cleanup_store", "--min-age", "0")
+    assert f"missing artifact of a version: {kept.artifact}" in capsys.readouterr().out

@@ -136,3 +136,68 @@ def test_devices_queues_and_placement():
         "infer.cpu",
         "infer.cuda0",
     ]
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_busy_meter_averages_instances_in_use_over_its_window():
+    from inference.worker import BusyMeter
+
+    clock = _Clock()
+    meter = BusyMeter(window=10.0, clock=clock)
+    assert meter.fraction() == 0.0
+    a, b = ("a", 1, "x"), ("b", 1, "y")
+    meter.begin(a, 2)  # one of a's two instances: 0.5
+    clock.now += 4
+    meter.begin(a, 2)  # both: 1.0
+    clock.now += 2
+    meter.begin(a, 2)  # a third request waits for an instance: still 1.0
+    clock.now += 2
+    for _ in range(3):
+        meter.end(a)
+    clock.now += 2  # idle
+    assert meter.fraction() == pytest.approx((4 * 0.5 + 2 * 1.0 + 2 * 1.0) / 10)
+    meter.begin(b, 1)
+    meter.begin(a, 4)  # a: 1 of 4, b: 1 of 1 -> 2 of 5
+    clock.now += 10
+    assert meter.fraction() == pytest.approx(0.4, abs=0.01)  # the last 10 s only
+    meter.end(a), meter.end(b)
+    clock.now += 30
+    assert meter.fraction() == 0.0
+
+
+def test_cache_janitor_drops_what_left_the_registry(tmp_path):
+    import os
+    import time
+    from types import SimpleNamespace
+
+    from models_store.serving import CacheJanitor
+
+    def snapshot(*versions):
+        return {"m": SimpleNamespace(versions={i: v for i, v in enumerate(versions)})}
+
+    def version(sha):
+        return SimpleNamespace(sha256=sha, artifact=f"m/{sha}/model.onnx")
+
+    for name in ("a", "b", "stale", ".fetch-old", ".fetch-new", "young"):
+        (tmp_path / name).mkdir()
+    old = time.time() - 7200
+    for name in ("a", "b", "stale", ".fetch-old"):
+        os.utime(tmp_path / name, (old, old))
+    janitor = CacheJanitor(tmp_path, "sha256", min_age=600)
+    janitor.on_snapshot(snapshot(version("a"), version("b")))  # start: old leftovers go
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".fetch-new", "a", "b", "young"]
+    janitor.on_snapshot(snapshot(version("a"), version("c")))  # b deleted; c is new (not fetched yet)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".fetch-new", "a", "young"]
+    store = tmp_path / "store"
+    (store / "m" / "a").mkdir(parents=True)
+    local = CacheJanitor(store, "store")
+    local.on_snapshot(snapshot(version("a")))
+    local.on_snapshot(snapshot())
+    assert not (store / "m").exists()  # the model directory went with its last artifact

@@ -44,6 +44,7 @@ def repository(tmp_path_factory):
     m.write_model(root, "on_cpu", m.affine(3.0, 0.0))
     m.write_model(root, "anywhere", m.affine(1.0, 5.0))
     m.write_model(root, "on_gpu3", m.affine(1.0, 1.0))
+    m.write_model(root, "on_gpu1", m.affine(-1.0, 2.0))
     m.write_model(root, "slow", m.slow_loop())
     m.write_model(root, "growing", m.affine(1.0, 1.0), version=1)
     return root
@@ -55,7 +56,13 @@ def server(repository, tmp_path_factory):
     live = LiveServer(
         repository,
         tmp_path_factory.mktemp("workers"),
-        extra_env={"INFERENCE_EXECUTOR": "workers", "REDIS_URL": REDIS_URL, "WORKER_CPU_FALLBACK": "true"},
+        # 8 threads per HTTP process: the requests held in the kill test never take all of one.
+        extra_env={
+            "INFERENCE_EXECUTOR": "workers",
+            "REDIS_URL": REDIS_URL,
+            "WORKER_CPU_FALLBACK": "true",
+            "HTTP_THREADS": "8",
+        },
         devices=("cpu", "cuda:0"),
     )
     live.start()
@@ -63,6 +70,7 @@ def server(repository, tmp_path_factory):
         ("on_gpu", ["--kind", "GPU", "--gpus", "0"]),
         ("on_cpu", ["--kind", "CPU"]),
         ("on_gpu3", ["--kind", "GPU", "--gpus", "3"]),
+        ("on_gpu1", ["--kind", "GPU", "--gpus", "1"]),
         ("slow", ["--kind", "GPU", "--gpus", "0"]),
     ):
         done = manage(live, "set_instance_group", name, *args)
@@ -109,46 +117,102 @@ def test_no_live_worker_for_the_device_is_503_at_once(server):
     assert time.monotonic() - started < 1.0
 
 
-def test_killed_worker_fails_its_request_and_a_restart_serves_again(server):
+HELD = 6  # requests in flight on the worker when it is killed
+
+
+def _metric(server: LiveServer, name: str, **labels) -> float | None:
+    """The value of the series ``name`` whose labels include ``labels`` on /metrics (None: absent)."""
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://{server.http_url}/metrics", timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line.split("}")[0] for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_killed_worker_under_load_answers_every_held_request_and_a_restart_serves_again(server):
+    """Several requests in flight on the cuda:0 worker (one running, the
+    others waiting for its one instance), kill -9: every one answers 503
+    within 10 s, none hangs; the CPU worker keeps serving; a restarted
+    worker serves again without restarting the front end."""
     http = httpclient.InferenceServerClient(server.http_url)
-    outcome: dict = {}
+    outcomes: list[dict] = []
 
     def slow_request():
         inputs = [httpclient.InferInput("x", [1, 256], "FP32"), httpclient.InferInput("n", [], "INT64")]
         inputs[0].set_data_from_numpy(np.ones((1, 256), dtype=np.float32))
-        inputs[1].set_data_from_numpy(np.array(3_000_000, dtype=np.int64))  # ~12 s on the cuda:0 worker
-        started = time.monotonic()
+        inputs[1].set_data_from_numpy(np.array(3_000_000, dtype=np.int64))  # ~12 s each on the cuda:0 worker
+        outcome: dict = {}
         try:
             httpclient.InferenceServerClient(server.http_url, network_timeout=60).infer("slow", inputs)
             outcome["result"] = "answered"
         except InferenceServerException as exc:
             outcome["result"] = (exc.status(), exc.message())
-        outcome["seconds"] = time.monotonic() - started
         outcome["ended"] = time.monotonic()
+        outcomes.append(outcome)
 
-    thread = threading.Thread(target=slow_request)
-    thread.start()
+    threads = [threading.Thread(target=slow_request) for _ in range(HELD)]
+    for thread in threads:
+        thread.start()
     log = server.worker_log_path("cuda:0")
     assert wait_for(lambda: "loaded slow/" in log.read_text())
-    time.sleep(0.5)
+    # /metrics: the queue depth the workers' heartbeats report, and the worker's busy fraction.
+    assert wait_for(lambda: _metric(server, "modelhost_worker_queue_depth", queue="infer.cuda0") == HELD, timeout=5)
+    assert wait_for(lambda: (_metric(server, "modelhost_worker_busy_fraction", queue="infer.cuda0") or 0) > 0, 5)
+    assert _metric(server, "modelhost_workers", queue="infer.cuda0") == 1
     server.worker_processes["cuda:0"].send_signal(signal.SIGKILL)
     killed = time.monotonic()
     # Others are unaffected while it is gone.
     for _ in range(5):
         x, y = _affine(http, httpclient, "on_cpu")
         np.testing.assert_allclose(y, 3 * x)
-    thread.join(30)
-    assert outcome["result"][0] == "503", outcome
-    assert "stopped before answering" in outcome["result"][1]
-    # Its connection closed with it: answered at once, not at the request's 30 s deadline.
-    assert outcome["ended"] - killed < 6, outcome
+    for thread in threads:
+        thread.join(30)
+    assert not any(thread.is_alive() for thread in threads), "a held request hangs"
+    assert len(outcomes) == HELD
+    for outcome in outcomes:
+        assert outcome["result"][0] == "503", outcome
+        assert "stopped before answering" in outcome["result"][1], outcome
+        # Its connection closed with it: answered at once, not at the request's 30 s deadline.
+        assert outcome["ended"] - killed < 10, outcome
     with pytest.raises(InferenceServerException) as info:
         _affine(http, httpclient, "on_gpu")
     assert info.value.status() == "503"
+    assert wait_for(lambda: _metric(server, "modelhost_workers", queue="infer.cuda0") is None, timeout=10)
     server.start_worker("cuda:0")
     server.wait_for_workers(("cuda:0",))
     x, y = _affine(http, httpclient, "on_gpu")  # the same front end, no restart
     np.testing.assert_allclose(y, 2 * x + 1)
+
+
+def test_gpu_numbers_are_per_host(server):
+    """``gpus: [0]`` means GPU 0 of whichever host serves it: two more
+    (fake) hosts, host-b with only GPU 1 and host-c with GPU 0. A model on
+    GPU 0 goes to the cuda:0 workers of this host and of host-c, never to
+    host-b; a model on GPU 1 only to host-b."""
+    extra = {"host-b-cuda1": ("cuda:1", "host-b"), "host-c-cuda0": ("cuda:0", "host-c")}
+    for name, (device, host) in extra.items():
+        server.start_worker(device, name=name, args=("--hostname", host, "--no-control"))
+    try:
+        server.wait_for_workers(tuple(extra))
+        http = httpclient.InferenceServerClient(server.http_url)
+        for _ in range(8):  # round robin (per front-end process) over the two cuda:0 workers
+            x, y = _affine(http, httpclient, "on_gpu")
+            np.testing.assert_allclose(y, 2 * x + 1)
+            x, y = _affine(http, httpclient, "on_gpu1")
+            np.testing.assert_allclose(y, 2 - x)
+        assert _loaded(server, "host-c-cuda0", "on_gpu") and _loaded(server, "cuda:0", "on_gpu")
+        assert not _loaded(server, "host-b-cuda1", "on_gpu")
+        assert _loaded(server, "host-b-cuda1", "on_gpu1")
+        for name in ("cpu", "cuda:0", "host-c-cuda0"):
+            assert not _loaded(server, name, "on_gpu1")
+    finally:
+        for name in extra:
+            process = server.worker_processes.pop(name)
+            server.worker_devices.pop(name)
+            process.terminate()
+            process.wait(20)
 
 
 def test_new_and_retired_versions_reach_the_workers(server, repository):

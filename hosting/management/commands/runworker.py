@@ -62,8 +62,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-control", action="store_true", help="do not run control tasks (validation of uploads)"
         )
+        parser.add_argument(
+            "--pool", default=settings.WORKER_POOL, help="the pool it belongs to, for autoscaling (e.g. gpu-a100)"
+        )
 
-    def handle(self, *args, device, hostname, listen, advertise, no_control, **options):
+    def handle(self, *args, device, hostname, listen, advertise, no_control, pool, **options):
         try:
             kind, _ = parse_device(device)
             queue = queue_for(device)
@@ -83,8 +86,8 @@ class Command(BaseCommand):
             providers = providers_for(device, settings.WORKER_CPU_FALLBACK)
         except DeviceUnavailable as exc:
             raise CommandError(str(exc)) from None
-        runtime = composition.build_worker(device, providers)
         worker_id = f"{hostname}-{os.getpid()}"
+        runtime = composition.build_worker(device, providers, where=f"{hostname} by the {device} worker {worker_id}")
         unix_path = Path(settings.VAR_DIR).resolve() / "run" / f"worker-{worker_id}.sock"
         unix_path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -101,9 +104,9 @@ class Command(BaseCommand):
         heartbeat = Heartbeat(
             client, queue, worker_id,
             lambda: {"address": advertise, "unix": server.unix_path, "machine": socket.gethostname(), "host": hostname,
-                     "device": device,
-                     "pid": os.getpid(),
-                     "busy": server.busy, "served": server.served, "rss_bytes": _rss_bytes(),
+                     "device": device, "pid": os.getpid(), "busy": server.busy,
+                     "busy_fraction": round(runtime.meter.fraction(), 4), "served": server.served,
+                     "rss_bytes": _rss_bytes(), "control": not no_control, "pool": pool,
                      "providers": [str(p) for p in providers]},
         )  # fmt: skip
         heartbeat.start()

@@ -42,6 +42,26 @@ def _check_executor() -> None:
         raise CommandError(f"Redis at {settings.REDIS_URL} is unreachable: {exc}") from None
 
 
+#: PostgreSQL advisory lock key held while migrating, so that replicas starting
+#: together (Kubernetes) migrate one after the other.
+MIGRATION_LOCK = 0x6D6F64656C  # "model"
+
+
+def migrate() -> None:
+    """Apply migrations; on PostgreSQL under an advisory lock, so that several
+    front ends starting at once do not migrate concurrently."""
+    connection = connections["default"]
+    if connection.vendor != "postgresql":
+        call_command("migrate", interactive=False, verbosity=0)
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [MIGRATION_LOCK])
+        try:
+            call_command("migrate", interactive=False, verbosity=0)
+        finally:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [MIGRATION_LOCK])
+
+
 def _fresh_metrics_dir() -> Path:
     """An empty directory for Prometheus multiprocess files of this run."""
     path = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or Path(settings.VAR_DIR) / "metrics")
@@ -70,7 +90,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         _check_executor()
-        call_command("migrate", interactive=False, verbosity=0)
+        migrate()
         repository = options["model_repository"]
         if repository is not None:
             try:

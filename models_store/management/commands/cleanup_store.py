@@ -1,14 +1,20 @@
 """``manage.py cleanup_store``: remove what a crash can leave in the model store.
 
-Removes staging entries under ``MODEL_STORE_DIR/.tmp`` (uploads and imports
-that never finished) and artifact directories no version row references
-(an upload whose row never committed), each older than ``--min-age``
-seconds so that uploads in progress are left alone. Says what it removed;
-``--dry-run`` only lists. Versions whose artifact is missing are reported.
+On this machine: staging entries under ``MODEL_STORE_DIR/.tmp`` (uploads and
+imports that never finished), local artifact directories no version row
+references (an upload whose row never committed, or the local copy of a
+deleted version), and, when ``WORKER_CACHE_DIR`` exists here (a worker's
+machine), cached artifacts no version uses. In the storage backend (S3, when
+``MODEL_STORAGE=s3``): artifact prefixes no version row references. Each
+older than ``--min-age`` seconds so that uploads in progress are left alone.
+Says what it removed; ``--dry-run`` only lists. Versions whose artifact the
+storage backend lacks are reported. Run it on any machine: it needs only the
+database and the storage backend (no shared disk).
 """
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from models_store import storage
@@ -25,15 +31,28 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, dry_run: bool, min_age: float, **options):
-        referenced = set(ModelVersion.objects.values_list("artifact", flat=True))
-        orphans = storage.find_orphans(referenced, min_age)
-        root = storage.store_root()
+        rows = list(ModelVersion.objects.values_list("artifact", "sha256"))
+        referenced = {artifact for artifact, _ in rows}
         verb = "would remove" if dry_run else "removed"
-        for path in orphans:
+        removed = 0
+        root = storage.store_root()
+        for path in storage.find_orphans(referenced, min_age):
             if not dry_run:
                 storage.remove_path(path)
             self.stdout.write(f"{verb} {path.relative_to(root)}")
-        missing = [relpath for relpath in sorted(referenced) if not storage.artifact_path(relpath).is_file()]
+            removed += 1
+        for prefix in storage.find_remote_orphans(referenced, min_age):
+            if not dry_run:
+                storage.remove_remote(prefix)
+            self.stdout.write(f"{verb} {prefix}/ from the storage backend")
+            removed += 1
+        cache = settings.WORKER_CACHE_DIR
+        for path in storage.find_cache_orphans(cache, {sha for _, sha in rows}, min_age):
+            if not dry_run:
+                storage.remove_cached(path)
+            self.stdout.write(f"{verb} {path} from the worker cache")
+            removed += 1
+        missing = storage.missing_artifacts(referenced)
         for relpath in missing:
             self.stdout.write(self.style.WARNING(f"missing artifact of a version: {relpath}"))
-        self.stdout.write(f"{len(orphans)} orphan(s) {verb}, {len(missing)} missing artifact(s)")
+        self.stdout.write(f"{removed} orphan(s) {verb}, {len(missing)} missing artifact(s)")

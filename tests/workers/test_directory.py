@@ -1,0 +1,58 @@
+"""The front end's worker directory against a real Redis (database
+TEST_REDIS_DB, default 8), with heartbeats written as workers write them:
+live workers, queue and pool depths on /metrics and as Redis lists for
+KEDA's Redis scaler, and nothing stale once a worker is gone."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import redis
+
+from inference import observability
+from inference.runtime.placement import WorkerDirectory, depth_key, heartbeat_key, pool_depth_key
+
+pytestmark = pytest.mark.workers
+
+REDIS_URL = f"redis://127.0.0.1:6379/{os.environ.get('TEST_REDIS_DB', '8')}"
+
+
+@pytest.fixture
+def client():
+    client = redis.Redis.from_url(REDIS_URL)
+    client.flushdb()
+    yield client
+    client.flushdb()
+
+
+def _beat(client, queue, worker_id, busy, fraction, pool):
+    info = {"address": "127.0.0.1:7070", "host": worker_id.rsplit("-", 1)[0], "busy": busy,
+            "busy_fraction": fraction, "pool": pool}  # fmt: skip
+    client.set(heartbeat_key(queue, worker_id), json.dumps(info), px=5000)
+
+
+def test_depths_for_prometheus_and_keda(client):
+    _beat(client, "infer.cuda0", "a100-x-1", 3, 0.75, "gpu-a100")
+    _beat(client, "infer.cuda0", "a100-y-1", 2, 0.5, "gpu-a100")
+    _beat(client, "infer.cuda0", "t4-z-1", 4, 1.0, "gpu-t4")
+    _beat(client, "infer.cpu", "cpu-w-1", 0, 0.0, "cpu")
+    directory = WorkerDirectory(client, publish_depth=True)
+    other = WorkerDirectory(client, publish_depth=True)  # another front-end process
+    directory.start()
+    other.refresh()
+    assert client.llen(depth_key("infer.cuda0")) == 9 and client.llen(depth_key("infer.cpu")) == 0
+    assert client.llen(pool_depth_key("gpu-a100")) == 5 and client.llen(pool_depth_key("gpu-t4")) == 4
+    assert 0 < client.pttl(pool_depth_key("gpu-t4")) <= 5000  # gone soon if no front end refreshes it
+    text = observability.render_metrics().decode()
+    assert 'modelhost_worker_queue_depth{queue="infer.cuda0"} 9.0' in text
+    assert 'modelhost_worker_pool_depth{pool="gpu-a100"} 5.0' in text
+    assert 'modelhost_worker_busy_fraction{host="t4-z",pool="gpu-t4",queue="infer.cuda0",worker="t4-z-1"} 1.0' in text
+    assert 'modelhost_workers{pool="gpu-a100",queue="infer.cuda0"} 2.0' in text
+    client.delete(heartbeat_key("infer.cuda0", "t4-z-1"))  # its heartbeat expired
+    directory.refresh()
+    text = observability.render_metrics().decode()
+    assert "t4-z-1" not in text and 'pool="gpu-t4"' not in text
+    assert client.llen(depth_key("infer.cuda0")) == 5 and not client.exists(pool_depth_key("gpu-t4"))
+    observability.watch_workers(None)
