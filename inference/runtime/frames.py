@@ -80,7 +80,13 @@ def encode(header: dict, tensors=()) -> list:
 
 def send(sock: socket.socket, buffers: list) -> None:
     """Send every buffer (``sendmsg``, resuming after partial sends)."""
-    views = [memoryview(b).cast("B") if not isinstance(b, bytes) else memoryview(b) for b in buffers]
+    send_views(sock, [memoryview(b).cast("B") if not isinstance(b, bytes) else memoryview(b) for b in buffers])
+
+
+def send_views(sock: socket.socket, views: list[memoryview]) -> None:
+    """Send byte views, removing what was sent from ``views`` as it goes: on
+    a non-blocking socket that raises BlockingIOError, ``views`` holds what
+    is left to send."""
     while views:
         sent = sock.sendmsg(views[:512])  # IOV_MAX is 1024 on Linux
         while sent:

@@ -21,7 +21,6 @@ stopped through ``RunOptions.terminate`` by the deadline watchdog.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -37,37 +36,69 @@ logger = logging.getLogger(__name__)
 
 
 class LoadedVersion:
-    """A model version's instances: idle ones in a queue, and its batcher."""
+    """A model version's instances: idle ones on a stack, and its batcher.
+
+    The idle instances are a stack, so the one used last is used next: at low
+    concurrency one instance does all the work and its memory stays in the
+    CPU's caches (taking turns between two sessions of a 0.9 ms CNN cost
+    about 1 ms per request here). ``list.pop``/``append`` are atomic, so an
+    idle instance is taken without a lock; only a request that finds none
+    waits on the condition.
+    """
 
     def __init__(self, target: RunTarget, instances: list[OnnxModel], cost: int):
         self.target = target
         self.instances = instances
         self.cost = cost
         self.last_used = time.monotonic()
-        self._idle: queue.SimpleQueue[OnnxModel] = queue.SimpleQueue()
-        for instance in instances:
-            self._idle.put(instance)
+        self.mean_run_ns: float | None = None  # moving average of its session.run times
+        self._idle: list[OnnxModel] = list(instances)
+        self._cond = threading.Condition()
+        self._waiting = 0
         self.batcher = DynamicBatcher(target, instances) if target.batching else None
+
+    def _acquire(self, deadline: float | None) -> OnnxModel:
+        try:
+            return self._idle.pop()
+        except IndexError:
+            pass
+        with self._cond:
+            self._waiting += 1
+            try:
+                while True:
+                    try:
+                        return self._idle.pop()  # checked again now that a release will notify
+                    except IndexError:
+                        pass
+                    timeout = None if deadline is None else deadline - time.monotonic()
+                    if timeout is not None and timeout <= 0:
+                        raise DeadlineExceeded(
+                            "the request's deadline passed while it waited for an instance of the model; it was not run"
+                        )
+                    self._cond.wait(timeout)
+            finally:
+                self._waiting -= 1
+
+    def _release(self, instance: OnnxModel) -> None:
+        self._idle.append(instance)
+        if self._waiting:
+            with self._cond:
+                self._cond.notify()
 
     def run(self, feeds: dict, output_names: list[str], rows: int, deadline: float | None) -> RunResult:
         if self.batcher is not None:
             return self.batcher.submit(feeds, output_names, rows, deadline)
         queued = now_ns()
-        try:
-            if deadline is None:
-                instance = self._idle.get()
-            else:
-                instance = self._idle.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            raise DeadlineExceeded(
-                "the request's deadline passed while it waited for an instance of the model; it was not run"
-            ) from None
+        instance = self._acquire(deadline)
         started = now_ns()
         try:
             outputs = execute(instance, feeds, output_names, deadline)
         finally:
-            self._idle.put(instance)
-        return RunResult(outputs, rows, True, started - queued, now_ns() - started)
+            self._release(instance)
+        elapsed = now_ns() - started
+        mean = self.mean_run_ns
+        self.mean_run_ns = elapsed if mean is None else mean + (elapsed - mean) / 16
+        return RunResult(outputs, rows, True, started - queued, elapsed)
 
     def close(self) -> None:
         if self.batcher is not None:
@@ -163,6 +194,16 @@ class ModelRunner:
             del self._loaded[oldest.target.key]
             oldest.close()
             logger.info("unloaded %s version %s (memory budget)", oldest.target.model, oldest.target.version)
+
+    def is_quick(self, key: tuple, limit_ns: float) -> bool:
+        """Whether the loaded version ``key`` runs without dynamic batching
+        and its runs took less than ``limit_ns`` on average (False when it is
+        not loaded or not measured yet)."""
+        version = self._loaded.get(key)
+        if version is None or version.batcher is not None:
+            return False
+        mean = version.mean_run_ns
+        return mean is not None and mean < limit_ns
 
     # -- housekeeping ----------------------------------------------------
     def retain(self, keys: set) -> None:
