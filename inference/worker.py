@@ -32,9 +32,6 @@ from inference.runtime.runner import ModelRunner
 
 logger = logging.getLogger(__name__)
 
-#: Requests for versions whose runs average less than this run on the worker's I/O thread (ns).
-INLINE_RUN_NS = 200_000
-
 
 class BusyMeter:
     """How busy a worker is: the share of the model instances of the
@@ -134,16 +131,6 @@ class WorkerRuntime:
                 "(deleted, retired or unloaded meanwhile)"
             )
         return target
-
-    def inline(self, header: dict) -> bool:
-        """Whether a request may run on the server's I/O thread: its version
-        is loaded, does not batch and runs in microseconds (no thread hand-off
-        is then the cheapest; a slower run would hold up other connections)."""
-        try:
-            key = (header["model"], header["version"], header["sha256"])
-        except (KeyError, TypeError):
-            return False
-        return key in self._targets and self.runner.is_quick(key, INLINE_RUN_NS)
 
     def handle(self, header: dict, body) -> list:
         """Run one request frame; the answer frame's buffers (outputs, or an error)."""

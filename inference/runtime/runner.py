@@ -51,7 +51,6 @@ class LoadedVersion:
         self.instances = instances
         self.cost = cost
         self.last_used = time.monotonic()
-        self.mean_run_ns: float | None = None  # moving average of its session.run times
         self._idle: list[OnnxModel] = list(instances)
         self._cond = threading.Condition()
         self._waiting = 0
@@ -95,10 +94,7 @@ class LoadedVersion:
             outputs = execute(instance, feeds, output_names, deadline)
         finally:
             self._release(instance)
-        elapsed = now_ns() - started
-        mean = self.mean_run_ns
-        self.mean_run_ns = elapsed if mean is None else mean + (elapsed - mean) / 16
-        return RunResult(outputs, rows, True, started - queued, elapsed)
+        return RunResult(outputs, rows, True, started - queued, now_ns() - started)
 
     def close(self) -> None:
         if self.batcher is not None:
@@ -194,16 +190,6 @@ class ModelRunner:
             del self._loaded[oldest.target.key]
             oldest.close()
             logger.info("unloaded %s version %s (memory budget)", oldest.target.model, oldest.target.version)
-
-    def is_quick(self, key: tuple, limit_ns: float) -> bool:
-        """Whether the loaded version ``key`` runs without dynamic batching
-        and its runs took less than ``limit_ns`` on average (False when it is
-        not loaded or not measured yet)."""
-        version = self._loaded.get(key)
-        if version is None or version.batcher is not None:
-            return False
-        mean = version.mean_run_ns
-        return mean is not None and mean < limit_ns
 
     # -- housekeeping ----------------------------------------------------
     def retain(self, keys: set) -> None:

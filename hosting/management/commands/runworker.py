@@ -94,7 +94,6 @@ class Command(BaseCommand):
             server = WorkerServer(
                 _address(listen), transport_key(settings.SECRET_KEY), runtime.handle, 2 * settings.MAX_REQUEST_BYTES,
                 unix_path=str(unix_path) if len(str(unix_path)) < 100 else None,  # sun_path holds 108 bytes
-                inline=runtime.inline,
             )  # fmt: skip
         except OSError as exc:
             raise CommandError(f"cannot listen on {listen}: {exc}") from None
