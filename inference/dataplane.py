@@ -70,16 +70,17 @@ class ServedVersion:
     max_batch_size: int
     class_labels: tuple[str, ...]  # for classification outputs (may be empty)
     _entry: VersionEntry = field(repr=False, compare=False)
+    routed: bool = False  # drawn by the model's traffic split (the request named no version)
 
     @property
     def version(self) -> str:
         return str(self.number)
 
 
-def _served(entry: VersionEntry) -> ServedVersion:
+def _served(entry: VersionEntry, routed: bool = False) -> ServedVersion:
     return ServedVersion(
         entry.model_name, entry.number, entry.state, entry.reason, entry.serving, entry.inputs, entry.outputs,
-        entry.max_batch_size, tuple(entry.properties.get("labels") or ()), entry,
+        entry.max_batch_size, tuple(entry.properties.get("labels") or ()), entry, routed,
     )  # fmt: skip
 
 
@@ -141,6 +142,18 @@ class DataPlane:
         the default version). Raises ModelNotFound, ModelNotReady (with the
         version's state and reason)."""
         return _served(self.registry.resolve(name, version))
+
+    def route(self, name: str, version: str | None = None) -> ServedVersion:
+        """The version that runs an inference request for ``name``: the named
+        one, or, when ``version`` is None, the one the model's traffic split
+        draws (by weight; the default version without a split). Requests
+        naming a version or a label are never split. Raises like
+        :meth:`resolve`."""
+        entry = self.registry.route(name, version)
+        if version:
+            return _served(entry)
+        model = self.registry.models.get(name)
+        return _served(entry, model is not None and bool(model.split))
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
         """Whether the version (default: the default version) can serve.
@@ -204,7 +217,7 @@ class DataPlane:
         """
         started = _now()
         if version is None:
-            entry = self.registry.resolve(request.model_name, request.model_version)
+            entry = self.registry.route(request.model_name, request.model_version)
         else:
             entry = version._entry
         try:
@@ -252,7 +265,7 @@ class DataPlane:
         that cannot block (in process, no batching), else in a thread."""
         if auth.tokens_required():
             await asyncio.to_thread(self.authorize, token, request.model_name)  # may reload token scopes
-        entry = self.registry.resolve(request.model_name, request.model_version)
+        entry = self.registry.route(request.model_name, request.model_version)
         if self.executor.blocks(entry.target):
             return await asyncio.to_thread(self.infer, request, _served(entry))
         return self.infer(request, _served(entry))

@@ -45,6 +45,8 @@ class ModelRecord:
     (``preferred_batch_size``, ``max_queue_delay_microseconds``,
     ``preserve_ordering``), or None when the model does not batch.
     ``team``: the owning team's name ("" for operator-owned models).
+    ``traffic``: the traffic split of requests that name no version, version
+    label -> weight (integers summing to 100; {}: none).
     """
 
     name: str
@@ -60,6 +62,7 @@ class ModelRecord:
     team: str = ""
     labels: dict = field(default_factory=dict)  # version label -> version number
     versions: tuple[VersionRecord, ...] = ()
+    traffic: dict = field(default_factory=dict)  # version label -> weight
 
 
 class RegistrySource(Protocol):

@@ -140,6 +140,21 @@ def delete_label(user, token, name: str, label: str) -> None:
         raise NotFound(f"model '{name}' has no version label '{label}'")
 
 
+def set_traffic(user, token, name: str, weights: dict[str, int]) -> RegisteredModel:
+    model = _changeable_model(user, token, name)
+    return services.traffic_set(model, weights, actor=user)
+
+
+def promote_canary(user, token, name: str) -> RegisteredModel:
+    model = _changeable_model(user, token, name)
+    return services.traffic_promote(model, actor=user)
+
+
+def rollback_canary(user, token, name: str) -> RegisteredModel:
+    model = _changeable_model(user, token, name)
+    return services.traffic_rollback(model, actor=user)
+
+
 def retire_version(user, token, name: str, number: int) -> ModelVersion:
     model = _changeable_model(user, token, name)
     return services.version_retire(get_version(model, number), user)

@@ -74,7 +74,8 @@ class RegisteredModel(models.Model):
     ``version_policy`` with ``latest_versions`` / ``specific_versions`` decides
     which READY versions serve; ``max_batch_size`` and ``instance_group``
     follow Triton's model configuration; ``config`` keeps the imported
-    config.pbtxt as JSON. ``last_version_number`` only grows, so version
+    config.pbtxt as JSON. ``traffic`` splits requests that name no version
+    between version labels by weight. ``last_version_number`` only grows, so version
     numbers are never reused, even after a delete. ``team`` owns the model
     (its members change it); a model without a team is operator-owned:
     only superusers change it.
@@ -95,6 +96,9 @@ class RegisteredModel(models.Model):
     config = models.JSONField(default=dict, blank=True)
     #: False after a repository "unload": nothing serves until "load"; no version is deleted.
     loaded = models.BooleanField(default=True)
+    #: Traffic split of requests that name no version: version label -> weight
+    #: (integers summing to 100), e.g. {"stable": 90, "canary": 10}; {} : none.
+    traffic = models.JSONField(default=dict, blank=True)
     last_version_number = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

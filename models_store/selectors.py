@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Prefetch, QuerySet
 
-from inference.version_policy import served_versions
+from inference.version_policy import served_versions, served_with_traffic, traffic_routes
 from models_store.models import (
     ApiToken,
     AuditEvent,
@@ -85,10 +85,17 @@ def model_detail(name: str) -> RegisteredModel | None:
 
 
 def served_numbers(model: RegisteredModel) -> list[int]:
-    """The version numbers the model's version policy serves now, highest first
-    (uses prefetched versions when there are)."""
+    """The version numbers that serve now, highest first: the version policy's
+    and those the traffic split sends requests to (uses prefetched versions
+    and labels when there are)."""
     ready = [v.number for v in model.versions.all() if v.state == ModelVersion.State.READY]
-    return served_versions(model.version_policy, ready, model.latest_versions, model.specific_versions)
+    served = served_versions(model.version_policy, ready, model.latest_versions, model.specific_versions)
+    return served_with_traffic(served, traffic_routes(model.traffic or {}, label_numbers(model), ready))
+
+
+def label_numbers(model: RegisteredModel) -> dict[str, int]:
+    """Version label -> version number (uses prefetched labels when there are)."""
+    return {label.name: label.version.number for label in model.labels.all()}
 
 
 def audit_for_model(model: RegisteredModel, limit: int = 100) -> list[AuditEvent]:

@@ -136,13 +136,15 @@ class ModelSerializer(serializers.ModelSerializer):
     instance_group = InstanceGroupSerializer(many=True, read_only=True)
     served_versions = serializers.SerializerMethodField()
     labels = serializers.SerializerMethodField()
+    traffic = serializers.SerializerMethodField()
     versions = VersionSummarySerializer(many=True, read_only=True)
 
     class Meta:
         model = RegisteredModel
         fields = [
             "name", "team", "description", "platform", "max_batch_size", "version_policy", "latest_versions",
-            "specific_versions", "instance_group", "served_versions", "labels", "versions", "created_at", "updated_at",
+            "specific_versions", "instance_group", "served_versions", "labels", "traffic", "versions", "created_at",
+            "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -153,6 +155,11 @@ class ModelSerializer(serializers.ModelSerializer):
     def get_labels(self, model) -> dict[str, int]:
         """Version labels: label name -> version number."""
         return {label.name: label.version.number for label in model.labels.all()}
+
+    def get_traffic(self, model) -> dict[str, int]:
+        """The traffic split of requests that name no version: version label ->
+        weight (percent); empty: they go to the default version."""
+        return dict(model.traffic or {})
 
 
 class ModelDetailSerializer(ModelSerializer):
@@ -249,6 +256,19 @@ class LabelSerializer(serializers.Serializer):
     """The version a version label points at (must be READY, else 409)."""
 
     version = Integer(min_value=1, max_value=MAX_VERSION)
+
+
+class TrafficSerializer(serializers.Serializer):
+    """A traffic split: the requests that name no version go to the versions
+    of these version labels, by weight (whole percentages adding up to 100,
+    else 409; each label must exist and point at a READY version, else 409).
+    Empty: no split (the default version answers them)."""
+
+    weights = serializers.DictField(
+        child=Integer(min_value=0, max_value=100),
+        allow_empty=True,
+        help_text='Version label -> weight in percent, e.g. {"stable": 90, "canary": 10}; {} clears the split.',
+    )
 
 
 class ErrorSerializer(serializers.Serializer):

@@ -400,7 +400,14 @@ def label_set(model: RegisteredModel, name: str, number: int, actor=None) -> Ver
 
 @transaction.atomic
 def label_delete(model: RegisteredModel, name: str, actor=None) -> bool:
-    """Remove a label; False when the model has no such label."""
+    """Remove a label; False when the model has no such label. Raises
+    Conflict while the traffic split sends requests to it."""
+    model = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+    if (model.traffic or {}).get(name, 0) > 0:
+        raise Conflict(
+            f"the traffic split of '{model.name}' sends {model.traffic[name]}% of its requests to label '{name}'; "
+            "change the split first"
+        )
     deleted, _ = VersionLabel.objects.filter(model=model, name=name).delete()
     if deleted:
         audit.record(actor, "label.delete", model, label=name)
@@ -471,3 +478,109 @@ def admin_recorded(actor, obj, action: str, **detail) -> None:
         model = None
     audit.record(actor, f"admin.{action}", model, version, object=f"{type(obj).__name__} {obj}", **detail)
     bump_stamp()
+
+
+# -- traffic split --------------------------------------------------------------
+STABLE, CANARY = "stable", "canary"
+
+
+def _label_versions(model: RegisteredModel) -> dict[str, ModelVersion]:
+    return {label.name: label.version for label in model.labels.select_related("version")}
+
+
+def _check_traffic(model: RegisteredModel, weights: dict[str, int]) -> dict[str, int]:
+    """The split as stored (sorted by label), or Conflict: weights are whole
+    percentages summing to 100, at least one above 0, each naming a version
+    label of the model that points at a READY version ({} clears the split)."""
+    if not weights:
+        return {}
+    for label, weight in weights.items():
+        if type(weight) is not int or not 0 <= weight <= 100:
+            raise RegistryError(f"the weight of label '{label}' must be an integer from 0 to 100")
+    total = sum(weights.values())
+    if total != 100:
+        raise Conflict(f"the weights of a traffic split add up to 100, not {total}")
+    labels = _label_versions(model)
+    for label in sorted(weights):
+        version = labels.get(label)
+        if version is None:
+            known = ", ".join(sorted(labels)) or "none"
+            raise Conflict(f"model '{model.name}' has no version label '{label}' (labels: {known})")
+        if weights[label] > 0 and version.state != State.READY:
+            raise Conflict(f"label '{label}' points at version {version.number}, which is {version.state}, not READY")
+    return dict(sorted(weights.items()))
+
+
+def _traffic_versions(model: RegisteredModel, traffic: dict[str, int]) -> dict[str, int]:
+    labels = _label_versions(model)
+    return {label: labels[label].number for label in traffic if label in labels}
+
+
+@transaction.atomic
+def traffic_set(model: RegisteredModel, weights: dict[str, int], actor=None) -> RegisteredModel:
+    """Split the requests that name no version between version labels by
+    weight (e.g. ``{"stable": 90, "canary": 10}``; ``{}`` clears the split).
+    The versions the split sends requests to serve, whatever the version
+    policy says. Raises RegistryError (a weight out of range), Conflict
+    (weights not summing to 100, an unknown label, a label on a version
+    that is not READY)."""
+    locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+    traffic = _check_traffic(locked, dict(weights))
+    before = locked.traffic or {}
+    locked.traffic = traffic
+    locked.save(update_fields=["traffic", "updated_at"])
+    audit.record(
+        actor, "traffic.set", locked, traffic=traffic, before=before, versions=_traffic_versions(locked, traffic)
+    )
+    bump_stamp()
+    return locked
+
+
+@transaction.atomic
+def traffic_promote(model: RegisteredModel, actor=None) -> RegisteredModel:
+    """Promote the canary: label ``stable`` moves to the version of label
+    ``canary``, and the split sends every request to it (``stable`` 100,
+    ``canary`` 0). Raises Conflict without a ``canary`` label on a READY
+    version."""
+    locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+    labels = _label_versions(locked)
+    canary = labels.get(CANARY)
+    if canary is None:
+        raise Conflict(f"model '{locked.name}' has no version label '{CANARY}' to promote")
+    if canary.state != State.READY:
+        raise Conflict(f"label '{CANARY}' points at version {canary.number}, which is {canary.state}, not READY")
+    stable = labels.get(STABLE)
+    before = locked.traffic or {}
+    VersionLabel.objects.update_or_create(model=locked, name=STABLE, defaults={"version": canary})
+    locked.traffic = {CANARY: 0, STABLE: 100}
+    locked.save(update_fields=["traffic", "updated_at"])
+    audit.record(
+        actor, "traffic.promote", locked, canary.number,
+        stable_before=stable.number if stable else None, stable=canary.number, before=before, traffic=locked.traffic,
+    )  # fmt: skip
+    bump_stamp()
+    return locked
+
+
+@transaction.atomic
+def traffic_rollback(model: RegisteredModel, actor=None) -> RegisteredModel:
+    """Roll the canary back: every request that names no version goes to
+    label ``stable`` again (``stable`` 100, ``canary`` 0; the labels stay).
+    Raises Conflict without a ``stable`` label on a READY version."""
+    locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+    labels = _label_versions(locked)
+    stable = labels.get(STABLE)
+    if stable is None:
+        raise Conflict(f"model '{locked.name}' has no version label '{STABLE}' to roll back to")
+    if stable.state != State.READY:
+        raise Conflict(f"label '{STABLE}' points at version {stable.number}, which is {stable.state}, not READY")
+    before = locked.traffic or {}
+    locked.traffic = {CANARY: 0, STABLE: 100} if CANARY in labels else {STABLE: 100}
+    locked.save(update_fields=["traffic", "updated_at"])
+    canary = labels.get(CANARY)
+    audit.record(
+        actor, "traffic.rollback", locked, stable.number,
+        canary=canary.number if canary else None, before=before, traffic=locked.traffic,
+    )  # fmt: skip
+    bump_stamp()
+    return locked

@@ -28,6 +28,7 @@ def _record(model) -> ModelRecord:
         dynamic_batching=(model.config or {}).get("dynamic_batching"),
         team=model.team.name if model.team_id else "",
         labels={label.name: label.version.number for label in model.labels.all()},
+        traffic=dict(model.traffic or {}),
         versions=tuple(
             VersionRecord(
                 number=v.number,

@@ -84,7 +84,7 @@ class InferView(ObservedView):
 
     def post(self, request, model_name, model_version=None):
         self.dataplane.authorize(self.token(request), model_name)
-        served = self.served = self.dataplane.resolve(model_name, model_version)  # 404/503 before the body
+        served = self.served = self.dataplane.route(model_name, model_version)  # 404/503 before the body
         infer_request = parse_infer_request(request._request, model_name, model_version, served)
         self.request_id = infer_request.id
         response = self.dataplane.infer(infer_request, served)

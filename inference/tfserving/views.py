@@ -130,16 +130,26 @@ class TFServingView(ObservedView):
         name, version, label, verb = match.groups()
         self.dataplane.authorize(self.token(request), name)
         doc = codec.loads(read_body(request._request, allow_empty=True))
-        entry = self.served = self.dataplane.resolve(name, self._version(name, version, label))
+        entry = self.served = self.dataplane.route(name, self._version(name, version, label))
         return getattr(self, f"_{verb}")(entry, doc)
 
     def _run(self, entry: ServedVersion, inputs, outputs=None):
         request = InferenceRequest(entry.model_name, inputs, model_version=entry.version, outputs=outputs)
         return self.dataplane.infer(request, entry).outputs
 
+    @staticmethod
+    def _spec(entry: ServedVersion) -> dict | None:
+        """``model_spec`` (naming the version that answered) for a request the
+        model's traffic split routed; TF Serving's REST answers carry none
+        otherwise."""
+        if not entry.routed:
+            return None
+        return {"model_spec": {"name": entry.model_name, "signature_name": "serving_default", "version": entry.version}}
+
     def _predict(self, entry: ServedVersion, doc) -> HttpResponse:
         inputs, fmt = codec.decode_predict(doc, entry.inputs)
-        return HttpResponse(codec.encode_predict(self._run(entry, inputs), fmt), content_type="application/json")
+        body = codec.encode_predict(self._run(entry, inputs), fmt, self._spec(entry))
+        return HttpResponse(body, content_type="application/json")
 
     def _classify(self, entry: ServedVersion, doc) -> HttpResponse:
         inputs = codec.decode_examples(doc, entry.inputs, "classify")
@@ -154,7 +164,8 @@ class TFServingView(ObservedView):
         labels = list(entry.class_labels)
         if len(labels) != classes:
             labels = [str(j) for j in range(classes)]
-        return HttpResponse(codec.encode_classify(scores.data, labels), content_type="application/json")
+        body = codec.encode_classify(scores.data, labels, self._spec(entry))
+        return HttpResponse(body, content_type="application/json")
 
     def _regress(self, entry: ServedVersion, doc) -> HttpResponse:
         inputs = codec.decode_examples(doc, entry.inputs, "regress")
@@ -165,4 +176,4 @@ class TFServingView(ObservedView):
                 "for :regress"
             )
         (values,) = self._run(entry, inputs, [RequestedOutput(value)])
-        return HttpResponse(codec.encode_regress(values.data), content_type="application/json")
+        return HttpResponse(codec.encode_regress(values.data, self._spec(entry)), content_type="application/json")

@@ -73,7 +73,7 @@ def schemathesis(server, report: Path, token: str | None, *options: str) -> dict
     assert summary["complete"] and summary["stop_reason"] == "completed", output
     assert summary["failures"] == [] and summary["errors"] == [], output
     assert summary["test_cases"]["with_failures"] == 0 and summary["test_cases"]["errored"] == 0, output
-    assert summary["operations"]["tested"] == summary["operations"]["total"] == 12, output
+    assert summary["operations"]["tested"] == summary["operations"]["total"] == 15, output
     return summary
 
 
@@ -104,10 +104,17 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
     body, kind = multipart({"team": "ml"}, m.affine(2.0, 1.0))
     headers = {**bearer(tokens["alice"]), "Content-Type": kind}
     assert request(server, "POST", "/api/models/affine/versions/", body, headers)[0] == 201
+    # Labels for the traffic split's promote (canary) and rollback (stable) to find.
+    for label in ("stable", "canary"):
+        status, answer = request(
+            server, "PUT", f"/api/models/affine/labels/{label}/", b'{"version": 1}',
+            {**bearer(tokens["alice"]), "Content-Type": "application/json"},
+        )  # fmt: skip
+        assert status == 200, answer
 
     status, schema = request(server, "GET", "/api/schema/?format=json")
     schema = schema if isinstance(schema, dict) else json.loads(schema)  # application/vnd.oai.openapi+json
-    assert status == 200 and len(schema["paths"]) == 8
+    assert status == 200 and len(schema["paths"]) == 11
     every_operation = {
         f"{method.upper()} {path}" for path, operations in schema["paths"].items() for method in operations
     }
@@ -122,7 +129,7 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
     anonymous = ("--phases", "fuzzing", "--mode", "positive", "--max-examples", "5")
     summary = schemathesis(server, tmp_path / "anonymous.json", None, *anonymous)
     assert summary["phases"]["fuzzing"]["status"] == "success"
-    assert len(summary["warnings"]["missing_auth"]) == 12
+    assert len(summary["warnings"]["missing_auth"]) == 15
     assert operations_answered(tmp_path / "anonymous.har", schema, range(401, 402)) == every_operation
 
     # The registry after the runs: both models still listed, the operator-owned one without a team.
