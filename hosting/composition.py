@@ -19,6 +19,8 @@ import hosting
 from inference import observability, ports
 from inference.changes import beacon_at
 from inference.dataplane import DataPlane
+from inference.ports import Quota
+from inference.ratelimit import Defaults, MemoryStore, RateLimiter, RedisStore
 from inference.registry import ModelRegistry
 from inference.runtime import onnx as onnx_runtime
 from inference.runtime.executors import InProcessExecutor, session_loader
@@ -77,6 +79,25 @@ def redis_client(timeout: float = 10.0):
     return redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=3, socket_timeout=timeout)
 
 
+def build_limiter() -> RateLimiter:
+    """Rate limits from settings: shared through Redis when there is one."""
+    defaults = Defaults(
+        team=Quota(settings.RATE_LIMIT_TEAM_RPS, settings.RATE_LIMIT_TEAM_BURST, settings.RATE_LIMIT_TEAM_IN_FLIGHT),
+        token=Quota(
+            settings.RATE_LIMIT_TOKEN_RPS, settings.RATE_LIMIT_TOKEN_BURST, settings.RATE_LIMIT_TOKEN_IN_FLIGHT
+        ),
+        anonymous=Quota(
+            settings.RATE_LIMIT_ANONYMOUS_RPS,
+            settings.RATE_LIMIT_ANONYMOUS_BURST,
+            settings.RATE_LIMIT_ANONYMOUS_IN_FLIGHT,
+        ),
+    )
+    if settings.RATE_LIMIT_REDIS_URL:
+        client = redis.Redis.from_url(settings.RATE_LIMIT_REDIS_URL, socket_connect_timeout=1, socket_timeout=2)
+        return RateLimiter(defaults, RedisStore(client, lease_seconds=settings.RATE_LIMIT_LEASE_SECONDS))
+    return RateLimiter(defaults, MemoryStore())
+
+
 def build_dataplane() -> DataPlane:
     """This server process's data plane, from settings."""
     registry = _registry()
@@ -111,6 +132,7 @@ def build_dataplane() -> DataPlane:
         hosting.__version__,
         statistics=statistics,
         timeout_seconds=settings.INFERENCE_TIMEOUT_SECONDS,
+        limiter=build_limiter(),
     )
 
 

@@ -32,6 +32,7 @@ from inference.protocol.types import (
     ResponseOutput,
     ServerMetadata,
 )
+from inference.ratelimit import Admission, Defaults, RateLimiter
 from inference.registry import ModelEntry, ModelRegistry, VersionEntry, parse_version
 from inference.statistics import ModelStatistics, StatisticsRecorder
 
@@ -113,9 +114,11 @@ class DataPlane:
         server_version: str,
         statistics: StatisticsRecorder | None = None,
         timeout_seconds: float = 0.0,
+        limiter: RateLimiter | None = None,
     ):
         self.registry = registry
         self.executor = executor
+        self.limiter = limiter or RateLimiter(Defaults())
         self.statistics = statistics or StatisticsRecorder(flush_seconds=0)
         self.timeout_seconds = timeout_seconds
         self._metadata = ServerMetadata(server_name, server_version, EXTENSIONS)
@@ -201,6 +204,15 @@ class DataPlane:
         self.registry.models  # noqa: B018  (follows the change beacon: token scopes are a registry listener)
         auth.authorize(token, name)
 
+    def admit(self, token: str | None, name: str) -> Admission:
+        """:meth:`authorize`, then the caller's rate limits and in-flight caps
+        (inference/ratelimit.py): an Admission to hold while the inference
+        runs (``with``; its release frees the in-flight slots). Raises
+        Unauthenticated, PermissionDenied, RateLimited (HTTP 429 with
+        Retry-After, gRPC RESOURCE_EXHAUSTED)."""
+        self.authorize(token, name)
+        return self.limiter.admit(auth.principal(token, name))
+
     def infer(self, request: InferenceRequest, version: ServedVersion | None = None) -> InferenceResponse:
         """Run ``request`` on the resolved model version (``version``, when
         the adapter resolved it already for this request).
@@ -261,14 +273,24 @@ class DataPlane:
         )
 
     async def infer_async(self, request: InferenceRequest, token: str | None = None) -> InferenceResponse:
-        """:meth:`authorize` and :meth:`infer` from an event loop: inline when
-        that cannot block (in process, no batching), else in a thread."""
-        if auth.tokens_required():
-            await asyncio.to_thread(self.authorize, token, request.model_name)  # may reload token scopes
-        entry = self.registry.route(request.model_name, request.model_version)
-        if self.executor.blocks(entry.target):
-            return await asyncio.to_thread(self.infer, request, _served(entry))
-        return self.infer(request, _served(entry))
+        """:meth:`admit` and :meth:`infer` from an event loop: inline when
+        that cannot block (in process, no batching, no token to look up, no
+        shared rate limit to ask), else in a thread."""
+        name = request.model_name
+        if token is not None or auth.tokens_required() or self.limiter.blocks_for(auth.ANONYMOUS):
+            admission = await asyncio.to_thread(self.admit, token, name)  # may reload token scopes, ask Redis
+        else:
+            admission = self.admit(token, name)
+        try:
+            entry = self.registry.route(name, request.model_version)
+            if self.executor.blocks(entry.target):
+                return await asyncio.to_thread(self.infer, request, _served(entry))
+            return self.infer(request, _served(entry))
+        finally:
+            if admission.holds and self.limiter.blocking:
+                await asyncio.to_thread(admission.release)
+            else:
+                admission.release()
 
     def _deadline(self, parameters: dict, started_ns: int) -> float | None:
         """The run's deadline on the time.monotonic() clock, or None."""

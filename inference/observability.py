@@ -13,6 +13,8 @@ REST workers and the gRPC process add up):
 - ``modelhost_worker_queue_depth{queue}`` (gauge, worker mode: requests the
   device's workers hold, running or waiting for a model instance, as their
   heartbeats report)
+- ``modelhost_throttled_requests_total{team, limit}`` (requests refused by a
+  rate limit or an in-flight cap; inference/ratelimit.py)
 
 ``outcome`` is ``success`` or the protocol error code in lower case
 (``invalid_argument``, ``not_found``, ``unavailable``, ...). Requests for a
@@ -57,6 +59,12 @@ QUEUE_DEPTH = Gauge(
     "Requests held by a device's workers, running or waiting (worker mode)",
     ["queue"],
     multiprocess_mode="max",
+)
+
+THROTTLED = Counter(
+    "modelhost_throttled_requests",
+    "Inference requests refused by a rate limit or an in-flight cap",
+    ["team", "limit"],
 )
 
 _children: dict[tuple, tuple] = {}
@@ -114,6 +122,13 @@ def observe(
             bytes_out,
             request_id or "-",
         )
+
+
+def throttled(team: str, limit: str) -> None:
+    """Count one request refused by a rate limit (``team``: the caller's team,
+    ``anonymous``, or "" for none; ``limit``: which, e.g. ``team_rate``,
+    ``token_in_flight``, ``anonymous_rate``)."""
+    THROTTLED.labels(team, limit).inc()
 
 
 def _log_level() -> int:

@@ -103,6 +103,40 @@ class Caller:
     actor: Any = None
 
 
+@dataclass(frozen=True)
+class Quota:
+    """Limits of one bucket: ``rate`` requests per second with bursts of
+    ``burst`` (0: the rate, at least 1), at most ``in_flight`` inferences at
+    once; 0 means unlimited."""
+
+    rate: float = 0.0
+    burst: int = 0
+    in_flight: int = 0
+
+    @property
+    def limited(self) -> bool:
+        return self.rate > 0 or self.in_flight > 0
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who an inference is charged to for rate limits: ``team`` (the caller's
+    team, "" for none), ``token`` (a stable id of the API token, "" for
+    anonymous calls), ``team_quota``: the limits operators set for the team,
+    as (field, value) pairs of :class:`Quota` (the others: the defaults)."""
+
+    team: str = ""
+    token: str = ""
+    team_quota: tuple = ()
+
+    @property
+    def anonymous(self) -> bool:
+        return not self.token
+
+
+ANONYMOUS = Principal()
+
+
 class Authorizer(Protocol):
     def check_inference(self, token: str | None, model_name: str) -> None:
         """Raise Unauthenticated / PermissionDenied unless ``token`` may run
@@ -114,6 +148,14 @@ class Authorizer(Protocol):
 
     def visible_models(self, token: str | None):
         """A predicate on model names the caller may see listed, or None for all."""
+
+    def principal(self, token: str | None, model_name: str) -> Principal:
+        """Who a call of ``model_name`` with ``token`` is charged to (rate
+        limits); :data:`ANONYMOUS` for no, or an unknown, token. Never raises."""
+
+    def check_operator(self, token: str | None) -> Caller:
+        """The caller if ``token`` is an operator's (a superuser's); raises
+        Unauthenticated / PermissionDenied (trace and log settings)."""
 
 
 class StatisticsStore(Protocol):

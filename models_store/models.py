@@ -9,7 +9,7 @@ same transaction so that server processes notice the change (see
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.validators import RegexValidator
+from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
@@ -44,6 +44,19 @@ class Team(models.Model):
     name = models.CharField(max_length=64, unique=True, validators=[team_name_validator])
     description = models.TextField(blank=True)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="TeamMembership", related_name="teams")
+    #: The team's own inference limits, set by operators (empty: RATE_LIMIT_TEAM_* apply; 0: unlimited).
+    rate_limit_rps = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text="Inference requests per second of the whole team (empty: the default).",
+    )
+    rate_limit_burst = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Requests the team may send at once above its rate (empty: the default)."
+    )
+    max_in_flight = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Inferences of the team running at once (empty: the default)."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

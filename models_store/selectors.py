@@ -135,11 +135,13 @@ class InferenceAccess:
     memberships: dict[int, frozenset[int]]  # user id -> team ids
     model_teams: dict[str, int | None]  # model name -> team id
     team_names: dict[int, str]
+    team_limits: dict[int, tuple]  # team id -> (rate_limit_rps, rate_limit_burst, max_in_flight), None: not set
 
 
 def inference_access() -> InferenceAccess:
     """What the inference token checker needs, in four queries."""
     tokens = list(ApiToken.objects.select_related("user").filter(revoked_at__isnull=True, user__is_active=True))
+    teams = list(Team.objects.values_list("id", "name", "rate_limit_rps", "rate_limit_burst", "max_in_flight"))
     members: dict[int, set[int]] = {}
     for user_id, team_id in TeamMembership.objects.values_list("user_id", "team_id"):
         members.setdefault(user_id, set()).add(team_id)
@@ -147,7 +149,8 @@ def inference_access() -> InferenceAccess:
         tokens=tokens,
         memberships={user: frozenset(teams) for user, teams in members.items()},
         model_teams=dict(RegisteredModel.objects.values_list("name", "team_id")),
-        team_names=dict(Team.objects.values_list("id", "name")),
+        team_names={team_id: name for team_id, name, *_limits in teams},
+        team_limits={team_id: tuple(limits) for team_id, _name, *limits in teams if limits != [None, None, None]},
     )
 
 

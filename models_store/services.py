@@ -584,3 +584,20 @@ def traffic_rollback(model: RegisteredModel, actor=None) -> RegisteredModel:
     )  # fmt: skip
     bump_stamp()
     return locked
+
+
+# -- team limits ------------------------------------------------------------------
+@transaction.atomic
+def team_set_limits(team: Team, *, rate: float | None, burst: int | None, in_flight: int | None, actor=None) -> Team:
+    """Set a team's own inference limits (operators): requests per second,
+    burst, inferences in flight; None: the default (RATE_LIMIT_TEAM_*), 0:
+    unlimited. Raises RegistryError for a negative value."""
+    for name, value in (("rate", rate), ("burst", burst), ("in_flight", in_flight)):
+        if value is not None and value < 0:
+            raise RegistryError(f"{name} may not be negative")
+    locked = Team.objects.select_for_update().get(pk=team.pk)
+    locked.rate_limit_rps, locked.rate_limit_burst, locked.max_in_flight = rate, burst, in_flight
+    locked.save(update_fields=["rate_limit_rps", "rate_limit_burst", "max_in_flight"])
+    audit.record(actor, "team.limits", None, team=locked.name, rate=rate, burst=burst, in_flight=in_flight)
+    bump_stamp()
+    return locked

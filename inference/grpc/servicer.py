@@ -25,13 +25,20 @@ from inference.auth import bearer_token
 from inference.grpc import converters
 from inference.grpc.proto import oip_pb2 as pb
 from inference.grpc.proto import oip_pb2_grpc
-from inference.protocol.errors import InferenceError, Unsupported
+from inference.protocol.errors import InferenceError, RateLimited, Unsupported
 
 logger = logging.getLogger(__name__)
 
 
 def status_of(exc: InferenceError) -> grpc.StatusCode:
     return getattr(grpc.StatusCode, exc.grpc_status, grpc.StatusCode.INTERNAL)
+
+
+async def abort(context, exc: InferenceError):
+    """Abort the call with the error's status and message (a rate limit also
+    with ``retry-after`` trailing metadata, in seconds)."""
+    trailing = (("retry-after", exc.retry_after_header),) if isinstance(exc, RateLimited) else ()
+    await context.abort(status_of(exc), exc.message, trailing_metadata=trailing)
 
 
 def rpc(method):
@@ -42,7 +49,7 @@ def rpc(method):
         try:
             return await method(self, request, context)
         except InferenceError as exc:
-            await context.abort(status_of(exc), exc.message)
+            await abort(context, exc)
         except grpc.aio.AbortError:
             raise
         except Exception:
@@ -105,7 +112,7 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
             return response
         except InferenceError as exc:
             outcome = exc.code.lower()
-            await context.abort(status_of(exc), exc.message)
+            await abort(context, exc)
         except grpc.aio.AbortError:
             raise
         except Exception:

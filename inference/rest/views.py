@@ -83,11 +83,11 @@ class InferView(ObservedView):
     JSON or JSON + binary out (seeds 000, 001, 002); gzip/deflate both ways."""
 
     def post(self, request, model_name, model_version=None):
-        self.dataplane.authorize(self.token(request), model_name)
-        served = self.served = self.dataplane.route(model_name, model_version)  # 404/503 before the body
-        infer_request = parse_infer_request(request._request, model_name, model_version, served)
-        self.request_id = infer_request.id
-        response = self.dataplane.infer(infer_request, served)
+        with self.dataplane.admit(self.token(request), model_name):  # 401/403/429 before the body
+            served = self.served = self.dataplane.route(model_name, model_version)  # 404/503 before the body
+            infer_request = parse_infer_request(request._request, model_name, model_version, served)
+            self.request_id = infer_request.id
+            response = self.dataplane.infer(infer_request, served)
         binary_default = bool(infer_request.parameters.get("binary_data_output", False))
         body, header_length = message.encode_response(response, infer_request.outputs, binary_default)
         coding = compression.choose(request.META.get("HTTP_ACCEPT_ENCODING"))

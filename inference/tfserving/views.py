@@ -128,10 +128,10 @@ class TFServingView(ObservedView):
         if match is None or match.group(4) not in ("predict", "classify", "regress"):
             raise _malformed(request)
         name, version, label, verb = match.groups()
-        self.dataplane.authorize(self.token(request), name)
-        doc = codec.loads(read_body(request._request, allow_empty=True))
-        entry = self.served = self.dataplane.route(name, self._version(name, version, label))
-        return getattr(self, f"_{verb}")(entry, doc)
+        with self.dataplane.admit(self.token(request), name):
+            doc = codec.loads(read_body(request._request, allow_empty=True))
+            entry = self.served = self.dataplane.route(name, self._version(name, version, label))
+            return getattr(self, f"_{verb}")(entry, doc)
 
     def _run(self, entry: ServedVersion, inputs, outputs=None):
         request = InferenceRequest(entry.model_name, inputs, model_version=entry.version, outputs=outputs)
