@@ -19,6 +19,7 @@ import hosting
 from inference import observability, ports
 from inference.changes import beacon_at
 from inference.dataplane import DataPlane
+from inference.payload_log import PayloadLogger, sink_for
 from inference.ports import Quota
 from inference.ratelimit import Defaults, MemoryStore, RateLimiter, RedisStore
 from inference.registry import ModelRegistry
@@ -133,7 +134,14 @@ def build_dataplane() -> DataPlane:
         statistics=statistics,
         timeout_seconds=settings.INFERENCE_TIMEOUT_SECONDS,
         limiter=build_limiter(),
+        payload_log=build_payload_log(),
     )
+
+
+def build_payload_log() -> PayloadLogger | None:
+    """Payload logging to PAYLOAD_LOG_SINK (None when it is empty)."""
+    sink = sink_for(settings.PAYLOAD_LOG_SINK)
+    return PayloadLogger(sink, settings.PAYLOAD_LOG_QUEUE) if sink is not None else None
 
 
 def build_worker(device: str, providers: list) -> WorkerRuntime:

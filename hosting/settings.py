@@ -319,6 +319,13 @@ RATE_LIMIT_REDIS_URL = env.str("RATE_LIMIT_REDIS_URL", default=REDIS_URL)
 #: An in-flight slot of a process that died is freed after this long (s).
 RATE_LIMIT_LEASE_SECONDS = env.float("RATE_LIMIT_LEASE_SECONDS", default=120.0)
 
+# --- Payload logging (inference/payload_log.py) -----------------------------------
+#: Where models that opt in (payload_log_rate) send their sampled request/response
+#: pairs: a file path (JSON lines) or an http(s):// URL (one POST per pair); empty: nowhere.
+PAYLOAD_LOG_SINK = env.str("PAYLOAD_LOG_SINK", default="")
+#: Pairs waiting for the sink per process; beyond, pairs are dropped (and counted).
+PAYLOAD_LOG_QUEUE = env.int("PAYLOAD_LOG_QUEUE", default=1000)
+
 #: Level of the one-line-per-request log (logger inference.request); DEBUG keeps
 #: it quiet under LOG_LEVEL=INFO.
 REQUEST_LOG_LEVEL = env.str("REQUEST_LOG_LEVEL", default="DEBUG")

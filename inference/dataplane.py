@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import threading
 import time
 from dataclasses import dataclass, field
@@ -115,10 +116,12 @@ class DataPlane:
         statistics: StatisticsRecorder | None = None,
         timeout_seconds: float = 0.0,
         limiter: RateLimiter | None = None,
+        payload_log=None,
     ):
         self.registry = registry
         self.executor = executor
         self.limiter = limiter or RateLimiter(Defaults())
+        self.payload_log = payload_log  # a PayloadLogger (inference/payload_log.py), or None
         self.statistics = statistics or StatisticsRecorder(flush_seconds=0)
         self.timeout_seconds = timeout_seconds
         self._metadata = ServerMetadata(server_name, server_version, EXTENSIONS)
@@ -250,6 +253,9 @@ class DataPlane:
                 else:
                     outputs.append(ResponseOutput(name, types[name], array.shape, array))
             finished = _now()
+            rate, cap = entry.payload_log
+            if rate and self.payload_log is not None and (rate >= 1.0 or random.random() < rate):
+                self.payload_log.submit(entry, request, outputs, cap)  # never blocks
         except InferenceError:
             self.statistics.record_failure(entry.model_name, entry.number, _now() - started)
             raise

@@ -15,6 +15,8 @@ REST workers and the gRPC process add up):
   heartbeats report)
 - ``modelhost_throttled_requests_total{team, limit}`` (requests refused by a
   rate limit or an in-flight cap; inference/ratelimit.py)
+- ``modelhost_payload_log_records_total{outcome}`` (payload logging:
+  ``written``, ``dropped`` when its queue is full, ``failed``)
 
 ``outcome`` is ``success`` or the protocol error code in lower case
 (``invalid_argument``, ``not_found``, ``unavailable``, ...). Requests for a
@@ -65,6 +67,12 @@ THROTTLED = Counter(
     "modelhost_throttled_requests",
     "Inference requests refused by a rate limit or an in-flight cap",
     ["team", "limit"],
+)
+
+PAYLOAD_RECORDS = Counter(
+    "modelhost_payload_log_records",
+    "Payload log records by outcome: written, dropped (queue full), failed (sink error)",
+    ["outcome"],
 )
 
 _children: dict[tuple, tuple] = {}

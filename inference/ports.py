@@ -63,6 +63,8 @@ class ModelRecord:
     labels: dict = field(default_factory=dict)  # version label -> version number
     versions: tuple[VersionRecord, ...] = ()
     traffic: dict = field(default_factory=dict)  # version label -> weight
+    payload_log_rate: float = 0.0  # share of inferences whose request and response are logged
+    payload_log_max_bytes: int = 65536  # tensor bytes a logged pair may hold
 
 
 class RegistrySource(Protocol):

@@ -66,6 +66,7 @@ class VersionEntry:
     input_specs: dict[str, InputSpec] = field(default_factory=dict)
     output_types: dict[str, str] = field(default_factory=dict)
     output_names: list[str] = field(default_factory=list)
+    payload_log: tuple[float, int] = (0.0, 0)  # the model's (share logged, tensor bytes cap)
 
     def __post_init__(self) -> None:
         self.input_specs = {t.name: InputSpec(t.name, BY_NAME[t.datatype], t.shape) for t in self.inputs}
@@ -187,6 +188,7 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
                 properties=row.properties,
                 target=RunTarget(model.name, row.number, row.sha256, row.artifact, row.size, instances, batching),
                 instance_group=tuple(model.instance_group),
+                payload_log=(model.payload_log_rate, model.payload_log_max_bytes),
             )
         total = sum(weight for _label, _number, weight in routes)
         split, cumulative = [], 0

@@ -244,7 +244,8 @@ class ModelDetailView(ManagementView):
     )  # fmt: skip
     def patch(self, request, name: str):
         """Change the description, the version policy (``latest`` N, ``all``,
-        ``specific`` versions) and/or the instance group. A policy that would
+        ``specific`` versions), the instance group and/or payload logging
+        (``payload_log_rate``, ``payload_log_max_bytes``). A policy that would
         serve no READY version is refused (409)."""
         serializer = ModelUpdateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -252,9 +253,11 @@ class ModelDetailView(ManagementView):
         description = data.pop("description", None)
         groups = data.pop("instance_group", None)
         groups = [dict(g) for g in groups] if groups is not None else None
+        logging_ = {key: data.pop(key) for key in ("payload_log_rate", "payload_log_max_bytes") if key in data}
         actions.update_model(
-            request.user, self.token, name, description=description, policy=data, instance_group=groups
-        )
+            request.user, self.token, name, description=description, policy=data, instance_group=groups,
+            payload_logging=logging_,
+        )  # fmt: skip
         return Response(_model_body(name))
 
 

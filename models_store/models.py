@@ -9,7 +9,7 @@ same transaction so that server processes notice the change (see
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.validators import MinValueValidator, RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
@@ -112,6 +112,11 @@ class RegisteredModel(models.Model):
     #: Traffic split of requests that name no version: version label -> weight
     #: (integers summing to 100), e.g. {"stable": 90, "canary": 10}; {} : none.
     traffic = models.JSONField(default=dict, blank=True)
+    #: Payload logging (opt-in): the share of inferences whose request and
+    #: response are sent to the operators' sink (PAYLOAD_LOG_SINK); 0: off.
+    payload_log_rate = models.FloatField(default=0.0, validators=[MinValueValidator(0), MaxValueValidator(1)])
+    #: A logged pair holds its tensors only up to this many bytes (else their shapes only).
+    payload_log_max_bytes = models.PositiveIntegerField(default=65536)
     last_version_number = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -22,6 +22,7 @@ from models_store.models import (
     VersionPolicy,
     team_name_validator,
 )
+from models_store.services import MAX_PAYLOAD_LOG_BYTES
 
 #: Largest version number (and version count) the registry stores: its
 #: integer columns are 32-bit.
@@ -37,6 +38,16 @@ class Integer(serializers.IntegerField):
 
     def to_internal_value(self, data):
         if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class Number(serializers.FloatField):
+    """A FloatField that takes JSON numbers only (not strings, not booleans:
+    the schema says ``number``)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
             self.fail("invalid")
         return super().to_internal_value(data)
 
@@ -143,8 +154,8 @@ class ModelSerializer(serializers.ModelSerializer):
         model = RegisteredModel
         fields = [
             "name", "team", "description", "platform", "max_batch_size", "version_policy", "latest_versions",
-            "specific_versions", "instance_group", "served_versions", "labels", "traffic", "versions", "created_at",
-            "updated_at",
+            "specific_versions", "instance_group", "served_versions", "labels", "traffic", "payload_log_rate",
+            "payload_log_max_bytes", "versions", "created_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -230,6 +241,18 @@ class ModelUpdateSerializer(serializers.Serializer):
         child=Integer(min_value=1, max_value=MAX_VERSION), required=False, allow_empty=False, min_length=1
     )
     instance_group = InstanceGroupListField(required=False)
+    payload_log_rate = Number(
+        min_value=0,
+        max_value=1,
+        required=False,
+        help_text="Share of inferences whose request and response go to the operators' payload log (0: off).",
+    )
+    payload_log_max_bytes = Integer(
+        min_value=0,
+        max_value=MAX_PAYLOAD_LOG_BYTES,
+        required=False,
+        help_text="A logged pair holds its tensors up to this many bytes (else their names, datatypes and shapes).",
+    )
 
 
 class UploadSerializer(serializers.Serializer):

@@ -586,6 +586,28 @@ def traffic_rollback(model: RegisteredModel, actor=None) -> RegisteredModel:
     return locked
 
 
+# -- payload logging ----------------------------------------------------------------
+#: Largest tensor bytes a logged pair may hold (a record's size cap).
+MAX_PAYLOAD_LOG_BYTES = 16 * 1024 * 1024
+
+
+@transaction.atomic
+def model_set_payload_logging(model: RegisteredModel, rate: float, max_bytes: int, actor=None) -> RegisteredModel:
+    """Log a share ``rate`` (0 to 1; 0: off) of the model's inferences, request
+    and response, to the operators' sink, tensors up to ``max_bytes``.
+    Raises RegistryError for values out of range."""
+    if not 0 <= rate <= 1:
+        raise RegistryError("payload_log_rate must be between 0 and 1")
+    if not 0 <= max_bytes <= MAX_PAYLOAD_LOG_BYTES:
+        raise RegistryError(f"payload_log_max_bytes must be between 0 and {MAX_PAYLOAD_LOG_BYTES}")
+    locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+    locked.payload_log_rate, locked.payload_log_max_bytes = rate, max_bytes
+    locked.save(update_fields=["payload_log_rate", "payload_log_max_bytes", "updated_at"])
+    audit.record(actor, "model.payload_logging", locked, rate=rate, max_bytes=max_bytes)
+    bump_stamp()
+    return locked
+
+
 # -- team limits ------------------------------------------------------------------
 @transaction.atomic
 def team_set_limits(team: Team, *, rate: float | None, burst: int | None, in_flight: int | None, actor=None) -> Team:

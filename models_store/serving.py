@@ -29,6 +29,8 @@ def _record(model) -> ModelRecord:
         team=model.team.name if model.team_id else "",
         labels={label.name: label.version.number for label in model.labels.all()},
         traffic=dict(model.traffic or {}),
+        payload_log_rate=model.payload_log_rate,
+        payload_log_max_bytes=model.payload_log_max_bytes,
         versions=tuple(
             VersionRecord(
                 number=v.number,

@@ -118,6 +118,8 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
                 "instance_kind": group.get("kind", "KIND_AUTO"),
                 "instance_gpus": ", ".join(map(str, group.get("gpus", []))),
                 "instance_count": group.get("count", 1),
+                "payload_log_rate": model.payload_log_rate,
+                "payload_log_max_bytes": model.payload_log_max_bytes,
             }
         )
     context = {
@@ -157,10 +159,11 @@ def model_settings(request, name: str):
             description=form.cleaned_data["description"],
             policy=form.policy(),
             instance_group=form.instance_group(),
+            payload_logging=form.payload_logging(),
         )
     except ACTION_ERRORS as exc:
         return _model_page(request, name, status=_status(exc), settings_form=form, error=str(exc))
-    messages.success(request, "Saved the description, version policy and instance group.")
+    messages.success(request, "Saved the description, version policy, instance group and payload logging.")
     return redirect("model-detail", name=name)
 
 
