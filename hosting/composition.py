@@ -11,12 +11,13 @@ gRPC processes) or worker runtime (``runworker``) from settings.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import redis
 from django.conf import settings
 
 import hosting
-from inference import observability, ports
+from inference import observability, ports, tracing
 from inference.changes import beacon_at
 from inference.dataplane import DataPlane
 from inference.payload_log import PayloadLogger, sink_for
@@ -33,7 +34,7 @@ from inference.runtime.worker_server import transport_key
 from inference.statistics import StatisticsRecorder
 from inference.statistics_db import DatabaseStatistics
 from inference.worker import WorkerRuntime
-from models_store.serving import StoreArtifacts, StoreRegistrySource
+from models_store.serving import StoreArtifacts, StoreAuditLog, StoreRegistrySource
 from models_store.tokens import StoreAuthorizer, TokenCache
 
 logger = logging.getLogger(__name__)
@@ -57,7 +58,40 @@ def install() -> None:
         authorizer=StoreAuthorizer(token_cache),
         statistics_store=DatabaseStatistics(),
         dataplane_factory=build_dataplane,
+        audit_log=StoreAuditLog(),
     )
+    tracing.install_settings(Path(settings.VAR_DIR) / "run")
+    install_tracing()
+
+
+def install_tracing() -> None:
+    """OpenTelemetry, when OTEL_EXPORTER_OTLP_ENDPOINT (or TRACE_SPAN_FILE) is
+    set: the provider and exporters, and the instrumentations of Django (the
+    web UI and the management API: the inference routes have no middleware
+    and make their own spans), Celery (control tasks) and the gRPC server
+    (every method but ModelInfer, which makes its own spans, sampled by the
+    trace settings)."""
+    exporters = []
+    if settings.OTEL_EXPORTER_OTLP_ENDPOINT:
+
+        def otlp():
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            return OTLPSpanExporter(), False
+
+        exporters.append(otlp)
+    if settings.TRACE_SPAN_FILE:
+        exporters.append(lambda: (tracing.file_exporter(settings.TRACE_SPAN_FILE), True))
+    if not exporters or tracing.ENABLED:
+        return
+    tracing.configure(settings.OTEL_SERVICE_NAME, exporters)
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+    from opentelemetry.instrumentation.django import DjangoInstrumentor
+    from opentelemetry.instrumentation.grpc import GrpcAioInstrumentorServer, filters
+
+    DjangoInstrumentor().instrument()
+    CeleryInstrumentor().instrument()
+    GrpcAioInstrumentorServer(filter_=filters.negate(filters.method_name("ModelInfer"))).instrument()
 
 
 def _registry() -> ModelRegistry:

@@ -319,6 +319,15 @@ RATE_LIMIT_REDIS_URL = env.str("RATE_LIMIT_REDIS_URL", default=REDIS_URL)
 #: An in-flight slot of a process that died is freed after this long (s).
 RATE_LIMIT_LEASE_SECONDS = env.float("RATE_LIMIT_LEASE_SECONDS", default=120.0)
 
+# --- Tracing (inference/tracing.py) ------------------------------------------------
+#: OpenTelemetry traces go to this OTLP/HTTP endpoint (e.g. http://127.0.0.1:4318,
+#: Jaeger's); empty: tracing is off and costs nothing. The exporter also reads the
+#: other OTEL_EXPORTER_OTLP_* variables (headers, timeout, ...).
+OTEL_EXPORTER_OTLP_ENDPOINT = env.str("OTEL_EXPORTER_OTLP_ENDPOINT", default="")
+OTEL_SERVICE_NAME = env.str("OTEL_SERVICE_NAME", default="modelhost")
+#: Spans also (or only) as JSON lines in this file: a collector stand-in for tests and debugging.
+TRACE_SPAN_FILE = env.str("TRACE_SPAN_FILE", default="")
+
 # --- Payload logging (inference/payload_log.py) -----------------------------------
 #: Where models that opt in (payload_log_rate) send their sampled request/response
 #: pairs: a file path (JSON lines) or an http(s):// URL (one POST per pair); empty: nowhere.

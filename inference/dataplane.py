@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from inference import auth, classification
+from inference import auth, classification, tracing
 from inference.ports import providers
 from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady, PermissionDenied
@@ -46,6 +46,8 @@ EXTENSIONS = (
     "model_configuration",
     "statistics",
     "parameters",
+    "trace",
+    "logging",
 )
 
 #: Reserved names Triton accepts (gRPC clients such as perf_analyzer send it); ignored here.
@@ -231,6 +233,7 @@ class DataPlane:
         ModelNotReady or DeadlineExceeded.
         """
         started = _now()
+        tracing.follow()  # the machine's trace and log settings (one memory read)
         if version is None:
             entry = self.registry.route(request.model_name, request.model_version)
         else:
@@ -240,7 +243,10 @@ class DataPlane:
             feeds, rows = self._check_inputs(entry, request)
             names, classify = self._check_outputs(entry, request)
             computed = _now()
-            run = self.executor.run(entry.target, feeds, names, rows, deadline, entry.instance_group)
+            if tracing.ENABLED and tracing.recording():
+                run = self._traced_run(entry, feeds, names, rows, deadline)
+            else:
+                run = self.executor.run(entry.target, feeds, names, rows, deadline, entry.instance_group)
             executed = _now()
             types = entry.output_types
             outputs = []
@@ -277,6 +283,17 @@ class DataPlane:
             outputs=outputs,
             id=request.id,
         )
+
+    def _traced_run(self, entry: VersionEntry, feeds, names, rows, deadline):
+        """The executor's run under a ``run`` span; in process, with the runner's
+        queue wait, batch formation and session.run (a worker records its own)."""
+        tracing.annotate(version=str(entry.number))
+        with tracing.step("run", model=entry.model_name, version=str(entry.number)):
+            asked = tracing.epoch_ns()
+            run = self.executor.run(entry.target, feeds, names, rows, deadline, entry.instance_group)
+            if not getattr(self.executor, "remote", False):
+                tracing.record_run(asked, run.queue_ns, run.form_ns, run.infer_ns, run.batch_size)
+        return run
 
     async def infer_async(self, request: InferenceRequest, token: str | None = None) -> InferenceResponse:
         """:meth:`admit` and :meth:`infer` from an event loop: inline when
@@ -553,6 +570,42 @@ class DataPlane:
                 (m.name, n) for m in models.values() if visible is None or visible(m.name) for n in sorted(m.served)
             ]
         return self.statistics.read(keys)
+
+    # -- trace and logging extensions (operators) ---------------------------------
+    def trace_settings(self, token: str | None, model: str | None = None, update: dict | None = None) -> dict:
+        """Triton's trace settings, global or a model's (its own over the global
+        ones), changed by ``update`` when given (``None`` values clear a
+        model's own); for every process of the machine before this returns
+        (inference/tracing.py). Operators only (audited). Raises
+        Unauthenticated, PermissionDenied, ModelNotFound, InvalidInput."""
+        self.registry.models  # noqa: B018  (follows the change beacon: token scopes are a registry listener)
+        caller = auth.authorize_operator(token)
+        if model:
+            self.registry.model(model)
+        settings = tracing.runtime_settings()
+        if update is None:
+            return settings.trace(model)
+        result = settings.update_trace(update, model)
+        _audit(caller, "trace.settings", model or "", settings=update)
+        return result
+
+    def log_settings(self, token: str | None, update: dict | None = None) -> dict:
+        """Triton's log settings, changed by ``update`` when given, in every
+        process of the machine. Operators only (audited). Raises
+        Unauthenticated, PermissionDenied, InvalidInput."""
+        self.registry.models  # noqa: B018
+        caller = auth.authorize_operator(token)
+        settings = tracing.runtime_settings()
+        if update is None:
+            return settings.log()
+        result = settings.update_log(update)
+        _audit(caller, "log.settings", "", settings=update)
+        return result
+
+
+def _audit(caller, action: str, model_name: str, **detail) -> None:
+    if providers.audit_log is not None:
+        providers.audit_log.record(caller.actor, action, model_name, **detail)
 
 
 def _policy_from_config(text) -> tuple | None:

@@ -12,6 +12,8 @@ implementations with :func:`install`. Tests install fakes the same way.
 - :class:`Authorizer`: who may call which model (inference, repository
   control, listing).
 - :class:`StatisticsStore`: where statistics of every process add up.
+- :class:`AuditLog`: where changes made through the serving side (trace and
+  log settings) are recorded with their actor.
 """
 
 from __future__ import annotations
@@ -169,6 +171,11 @@ class StatisticsStore(Protocol):
         """Totals of every process for (model, version) keys: (versions, batches, last)."""
 
 
+class AuditLog(Protocol):
+    def record(self, actor: Any, action: str, model_name: str = "", **detail) -> None:
+        """Record a change made through the serving side (e.g. trace settings) with its actor."""
+
+
 @dataclass
 class Providers:
     registry_source: RegistrySource | None = None
@@ -176,6 +183,7 @@ class Providers:
     authorizer: Authorizer | None = None
     statistics_store: StatisticsStore | None = None
     dataplane_factory: Any = None  # () -> DataPlane
+    audit_log: AuditLog | None = None
 
 
 providers = Providers()

@@ -10,7 +10,7 @@ from django.db import close_old_connections
 
 from inference.ports import ModelRecord, VersionRecord
 from inference.protocol.errors import InvalidInput, ModelNotFound
-from models_store import selectors, services, storage
+from models_store import audit, selectors, services, storage
 from models_store.stamp import registry_changed
 
 
@@ -105,3 +105,11 @@ class StoreArtifacts:
         if self.cache_dir is None:
             return storage.local_artifact(artifact)
         return storage.copy_artifact(artifact, Path(self.cache_dir) / sha256)
+
+
+class StoreAuditLog:
+    """:class:`inference.ports.AuditLog` over the registry's audit log."""
+
+    def record(self, actor, action: str, model_name: str = "", **detail) -> None:
+        model = selectors.model_get(model_name) if model_name else None
+        audit.record(actor, action, model, **detail)

@@ -20,7 +20,7 @@ import time
 
 import grpc
 
-from inference import observability
+from inference import observability, tracing
 from inference.auth import bearer_token
 from inference.grpc import converters
 from inference.grpc.proto import oip_pb2 as pb
@@ -101,13 +101,26 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
         return converters.model_metadata_to_proto(self.dataplane.model_metadata(request.name, request.version or None))
 
     async def ModelInfer(self, request, context):
-        """Inference, observed in metrics and the request log."""
+        """Inference, observed in metrics and the request log, and traced
+        (when tracing is on) under the client's ``traceparent`` metadata."""
+        if tracing.ENABLED:
+            metadata = dict(context.invocation_metadata())
+            span = tracing.inference_span(
+                "grpc", request.model_name, metadata.get("traceparent"), metadata.get("tracestate")
+            )
+            with span:
+                return await self._model_infer(request, context)
+        return await self._model_infer(request, context)
+
+    async def _model_infer(self, request, context):
         started = time.perf_counter()
         outcome, version, response = "internal", "", None
         try:
-            infer_request = converters.infer_request_from_proto(request, self.max_request_bytes)
+            with tracing.step("decode"):
+                infer_request = converters.infer_request_from_proto(request, self.max_request_bytes)
             result = await self.dataplane.infer_async(infer_request, _bearer(context))
-            response = converters.infer_response_to_proto(result)
+            with tracing.step("encode"):
+                response = converters.infer_response_to_proto(result)
             outcome, version = "success", response.model_version
             return response
         except InferenceError as exc:

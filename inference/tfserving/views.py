@@ -19,6 +19,7 @@ import re
 
 from django.http import HttpResponse
 
+from inference import tracing
 from inference.codecs import tfserving as codec
 from inference.dataplane import ServedVersion
 from inference.http.bodies import read_body
@@ -128,8 +129,16 @@ class TFServingView(ObservedView):
         if match is None or match.group(4) not in ("predict", "classify", "regress"):
             raise _malformed(request)
         name, version, label, verb = match.groups()
+        if tracing.ENABLED:  # one trace per sampled request, under the client's traceparent
+            meta = request.META
+            with tracing.inference_span("tfserving", name, meta.get("HTTP_TRACEPARENT"), meta.get("HTTP_TRACESTATE")):
+                return self._post(request, name, version, label, verb)
+        return self._post(request, name, version, label, verb)
+
+    def _post(self, request, name, version, label, verb):
         with self.dataplane.admit(self.token(request), name):
-            doc = codec.loads(read_body(request._request, allow_empty=True))
+            with tracing.step("decode"):
+                doc = codec.loads(read_body(request._request, allow_empty=True))
             entry = self.served = self.dataplane.route(name, self._version(name, version, label))
             return getattr(self, f"_{verb}")(entry, doc)
 
