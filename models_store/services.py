@@ -277,6 +277,10 @@ def version_upload(
     model = RegisteredModel.objects.filter(name=model_name).first()
     if model is None and team is None:
         raise RegistryError(f"unknown model '{model_name}': give a team to create it")
+    if model is not None and team is not None and model.team_id != team.pk:
+        # Created a moment ago by another team's upload (the caller found no model): not theirs.
+        owner = model.team.name if model.team else "the operators"
+        raise RegistryError(f"a model named '{model_name}' already exists and belongs to {owner}, not team {team.name}")
     if model is not None:
         duplicate = model.versions.filter(sha256=staged.sha256).first()
         if duplicate is not None:

@@ -177,15 +177,29 @@ def test_an_in_flight_cap(server, tokens):
             ]
         }
     ).encode()
+    small = json.dumps(
+        {
+            "inputs": [
+                {"name": "x", "shape": [1, 256], "datatype": "FP32", "data": [0.1] * 256},
+                {"name": "n", "shape": [], "datatype": "INT64", "data": [1]},
+            ]
+        }
+    ).encode()
+    assert infer(server, tokens["sloth"], "slow", small)[0] == 200  # loaded; the team's limits followed
     first: list = []
     thread = threading.Thread(target=lambda: first.append(infer(server, tokens["sloth"], "slow", slow)))
-    thread.start()
-    time.sleep(0.3)  # the first one runs (about 0.8 s)
-    status, retry, body = infer(server, tokens["sloth"], "slow", slow)
+    thread.start()  # runs about 1.5 s
+    refused = []
+    while thread.is_alive() and not refused:  # a second one while the first runs
+        time.sleep(0.1)
+        answer = infer(server, tokens["sloth"], "slow", small)
+        if answer[0] != 200:
+            refused.append(answer)
     thread.join()
     assert first[0][0] == 200
+    status, retry, body = refused[0]
     assert status == 429 and retry == "1" and f"team {SLOW} may have 1 inferences in flight" in body["error"]
-    assert infer(server, tokens["sloth"], "slow", slow)[0] == 200  # the slot was released
+    assert infer(server, tokens["sloth"], "slow", small)[0] == 200  # the slot was released
     assert throttled(server, SLOW, "team_in_flight") == 1
 
 
