@@ -3,13 +3,13 @@
 Starts one ``serve`` (in process, tests/support/server.py) with
 ``PAYLOAD_LOG_SINK`` set to a file, on two copies of the bench's tiny model
 (FP32 [1, 16], y = 2x + 1): ``tiny_plain`` without payload logging and
-``tiny_logged`` logging every request (``payload_log_rate`` 1.0: the worst
-case; a sampled model pays this on its sampled share only). Then it sends V2
+``tiny_logged`` logging a share ``--rate`` of its requests (default 1.0,
+every request: the worst case). Then it sends V2
 JSON requests over one keep-alive connection (concurrency 1), alternating
 blocks of ``--requests`` between the two models for ``--rounds`` rounds, and
 prints the p50 of each block, the medians over rounds and their ratio.
 
-    .venv/bin/python bench/payload_logging.py [--requests 3000] [--rounds 5]
+    .venv/bin/python bench/payload_logging.py [--requests 3000] [--rounds 5] [--rate 0.1]
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rate", type=float, default=1.0, help="payload_log_rate of tiny_logged (default 1.0)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="payload-bench-") as work:
         work = Path(work)
@@ -65,10 +66,10 @@ def main() -> None:
         try:
             token = people_with_tokens(server, bench_ops="superuser")["bench_ops"]
             status, answer = request(
-                server, "PATCH", "/api/models/tiny_logged/", json.dumps({"payload_log_rate": 1.0}).encode(),
+                server, "PATCH", "/api/models/tiny_logged/", json.dumps({"payload_log_rate": args.rate}).encode(),
                 {"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
             )  # fmt: skip
-            assert status == 200 and answer["payload_log_rate"] == 1.0, answer
+            assert status == 200 and answer["payload_log_rate"] == args.rate, answer
             body = json.dumps(
                 {"inputs": [{"name": "x", "shape": [1, 16], "datatype": "FP32", "data": [0.5] * 16}]}
             ).encode()
@@ -87,7 +88,7 @@ def main() -> None:
             time.sleep(1.0)
             lines = sum(1 for _ in sink.open()) if sink.exists() else 0
             print(f"median p50: plain {plain:.1f} us, logged {logged:.1f} us, ratio {logged / plain:.3f}")
-            print(f"pairs written: {lines} (expected {500 + args.rounds * args.requests})")
+            print(f"pairs written: {lines} of {500 + args.rounds * args.requests} requests (rate {args.rate})")
         finally:
             server.stop()
 
