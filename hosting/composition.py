@@ -11,14 +11,18 @@ gRPC processes) or worker runtime (``runworker``) from settings.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import redis
 from django.conf import settings
 
 import hosting
-from inference import observability, ports
+from inference import observability, ports, tracing
 from inference.changes import beacon_at
 from inference.dataplane import DataPlane
+from inference.payload_log import PayloadLogger, sink_for
+from inference.ports import Quota
+from inference.ratelimit import Defaults, MemoryStore, RateLimiter, RedisStore
 from inference.registry import ModelRegistry
 from inference.runtime import onnx as onnx_runtime
 from inference.runtime.executors import InProcessExecutor, session_loader
@@ -31,7 +35,7 @@ from inference.statistics import StatisticsRecorder
 from inference.statistics_db import DatabaseStatistics
 from inference.worker import WorkerRuntime
 from models_store import storage, validating
-from models_store.serving import CacheJanitor, StoreArtifacts, StoreRegistrySource
+from models_store.serving import CacheJanitor, StoreArtifacts, StoreAuditLog, StoreRegistrySource
 from models_store.tokens import StoreAuthorizer, TokenCache
 
 logger = logging.getLogger(__name__)
@@ -72,6 +76,7 @@ def install() -> None:
         authorizer=StoreAuthorizer(token_cache),
         statistics_store=DatabaseStatistics(),
         dataplane_factory=build_dataplane,
+        audit_log=StoreAuditLog(),
     )
     if executor_mode() == IN_PROCESS:
         # Validation in this process (embedded mode) uses the providers it serves with.
@@ -81,6 +86,8 @@ def install() -> None:
         validating.configure(queue_note=validation_queue_note)
     if executor_mode() == WORKERS:
         raise_open_files_limit()
+    tracing.install_settings(Path(settings.VAR_DIR) / "run")
+    install_tracing()
 
 
 def validation_queue_note() -> str:
@@ -96,6 +103,36 @@ def validation_queue_note() -> str:
     if not takers:
         return "no inference worker is running; validation starts when one does (manage.py runworker)"
     return f"{len(takers)} inference worker(s) take validation tasks ({', '.join(takers[:5])})"
+
+
+def install_tracing() -> None:
+    """OpenTelemetry, when OTEL_EXPORTER_OTLP_ENDPOINT (or TRACE_SPAN_FILE) is
+    set: the provider and exporters, and the instrumentations of Django (the
+    web UI and the management API: the inference routes have no middleware
+    and make their own spans), Celery (control tasks) and the gRPC server
+    (every method but ModelInfer, which makes its own spans, sampled by the
+    trace settings)."""
+    exporters = []
+    if settings.OTEL_EXPORTER_OTLP_ENDPOINT:
+
+        def otlp():
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            return OTLPSpanExporter(), False
+
+        exporters.append(otlp)
+    if settings.TRACE_SPAN_FILE:
+        exporters.append(lambda: (tracing.file_exporter(settings.TRACE_SPAN_FILE), True))
+    if not exporters or tracing.ENABLED:
+        return
+    tracing.configure(settings.OTEL_SERVICE_NAME, exporters)
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+    from opentelemetry.instrumentation.django import DjangoInstrumentor
+    from opentelemetry.instrumentation.grpc import GrpcAioInstrumentorServer, filters
+
+    DjangoInstrumentor().instrument()
+    CeleryInstrumentor().instrument()
+    GrpcAioInstrumentorServer(filter_=filters.negate(filters.method_name("ModelInfer"))).instrument()
 
 
 def _registry() -> ModelRegistry:
@@ -116,6 +153,25 @@ def _observe_load(target, seconds: float) -> None:
 
 def redis_client(timeout: float = 10.0):
     return redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=3, socket_timeout=timeout)
+
+
+def build_limiter() -> RateLimiter:
+    """Rate limits from settings: shared through Redis when there is one."""
+    defaults = Defaults(
+        team=Quota(settings.RATE_LIMIT_TEAM_RPS, settings.RATE_LIMIT_TEAM_BURST, settings.RATE_LIMIT_TEAM_IN_FLIGHT),
+        token=Quota(
+            settings.RATE_LIMIT_TOKEN_RPS, settings.RATE_LIMIT_TOKEN_BURST, settings.RATE_LIMIT_TOKEN_IN_FLIGHT
+        ),
+        anonymous=Quota(
+            settings.RATE_LIMIT_ANONYMOUS_RPS,
+            settings.RATE_LIMIT_ANONYMOUS_BURST,
+            settings.RATE_LIMIT_ANONYMOUS_IN_FLIGHT,
+        ),
+    )
+    if settings.RATE_LIMIT_REDIS_URL:
+        client = redis.Redis.from_url(settings.RATE_LIMIT_REDIS_URL, socket_connect_timeout=1, socket_timeout=2)
+        return RateLimiter(defaults, RedisStore(client, lease_seconds=settings.RATE_LIMIT_LEASE_SECONDS))
+    return RateLimiter(defaults, MemoryStore())
 
 
 def build_dataplane() -> DataPlane:
@@ -155,7 +211,15 @@ def build_dataplane() -> DataPlane:
         hosting.__version__,
         statistics=statistics,
         timeout_seconds=settings.INFERENCE_TIMEOUT_SECONDS,
+        limiter=build_limiter(),
+        payload_log=build_payload_log(),
     )
+
+
+def build_payload_log() -> PayloadLogger | None:
+    """Payload logging to PAYLOAD_LOG_SINK (None when it is empty)."""
+    sink = sink_for(settings.PAYLOAD_LOG_SINK)
+    return PayloadLogger(sink, settings.PAYLOAD_LOG_QUEUE) if sink is not None else None
 
 
 def build_worker(device: str, providers: list, where: str = "") -> WorkerRuntime:

@@ -305,6 +305,42 @@ INFERENCE_REQUIRE_TOKEN = env.bool("INFERENCE_REQUIRE_TOKEN", default=False)
 #: Token scopes are reloaded when the registry stamp moves, and at the latest after this many seconds.
 INFERENCE_TOKEN_CACHE_SECONDS = env.float("INFERENCE_TOKEN_CACHE_SECONDS", default=30.0)
 
+# --- Rate limits (inference/ratelimit.py) ----------------------------------------
+#: Default limits of inference per team (its whole traffic), per API token and
+#: for anonymous callers together: requests per second, burst, inferences in
+#: flight; 0 means unlimited. Operators give a team its own limits in the admin
+#: or with `manage.py set_team_limits`.
+RATE_LIMIT_TEAM_RPS = env.float("RATE_LIMIT_TEAM_RPS", default=0.0)
+RATE_LIMIT_TEAM_BURST = env.int("RATE_LIMIT_TEAM_BURST", default=0)
+RATE_LIMIT_TEAM_IN_FLIGHT = env.int("RATE_LIMIT_TEAM_IN_FLIGHT", default=0)
+RATE_LIMIT_TOKEN_RPS = env.float("RATE_LIMIT_TOKEN_RPS", default=0.0)
+RATE_LIMIT_TOKEN_BURST = env.int("RATE_LIMIT_TOKEN_BURST", default=0)
+RATE_LIMIT_TOKEN_IN_FLIGHT = env.int("RATE_LIMIT_TOKEN_IN_FLIGHT", default=0)
+RATE_LIMIT_ANONYMOUS_RPS = env.float("RATE_LIMIT_ANONYMOUS_RPS", default=0.0)
+RATE_LIMIT_ANONYMOUS_BURST = env.int("RATE_LIMIT_ANONYMOUS_BURST", default=0)
+RATE_LIMIT_ANONYMOUS_IN_FLIGHT = env.int("RATE_LIMIT_ANONYMOUS_IN_FLIGHT", default=0)
+#: Where every process shares the limits (default: REDIS_URL); empty: each
+#: process keeps its own (the embedded mode, one machine).
+RATE_LIMIT_REDIS_URL = env.str("RATE_LIMIT_REDIS_URL", default=REDIS_URL)
+#: An in-flight slot of a process that died is freed after this long (s).
+RATE_LIMIT_LEASE_SECONDS = env.float("RATE_LIMIT_LEASE_SECONDS", default=120.0)
+
+# --- Tracing (inference/tracing.py) ------------------------------------------------
+#: OpenTelemetry traces go to this OTLP/HTTP endpoint (e.g. http://127.0.0.1:4318,
+#: Jaeger's); empty: tracing is off and costs nothing. The exporter also reads the
+#: other OTEL_EXPORTER_OTLP_* variables (headers, timeout, ...).
+OTEL_EXPORTER_OTLP_ENDPOINT = env.str("OTEL_EXPORTER_OTLP_ENDPOINT", default="")
+OTEL_SERVICE_NAME = env.str("OTEL_SERVICE_NAME", default="modelhost")
+#: Spans also (or only) as JSON lines in this file: a collector stand-in for tests and debugging.
+TRACE_SPAN_FILE = env.str("TRACE_SPAN_FILE", default="")
+
+# --- Payload logging (inference/payload_log.py) -----------------------------------
+#: Where models that opt in (payload_log_rate) send their sampled request/response
+#: pairs: a file path (JSON lines) or an http(s):// URL (one POST per pair); empty: nowhere.
+PAYLOAD_LOG_SINK = env.str("PAYLOAD_LOG_SINK", default="")
+#: Pairs waiting for the sink per process; beyond, pairs are dropped (and counted).
+PAYLOAD_LOG_QUEUE = env.int("PAYLOAD_LOG_QUEUE", default=1000)
+
 #: Level of the one-line-per-request log (logger inference.request); DEBUG keeps
 #: it quiet under LOG_LEVEL=INFO.
 REQUEST_LOG_LEVEL = env.str("REQUEST_LOG_LEVEL", default="DEBUG")

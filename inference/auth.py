@@ -9,7 +9,11 @@ DataPlane, which asks the installed :class:`~inference.ports.Authorizer`
 - loading and unloading models (Triton's repository extension): always, a
   token of the model's team or an operator's;
 - listing models (repository index, statistics): filtered to the token's
-  teams while ``INFERENCE_REQUIRE_TOKEN`` is on.
+  teams while ``INFERENCE_REQUIRE_TOKEN`` is on;
+- rate limits: who a call is charged to (:func:`principal`: the token's
+  team and the token, or anonymous), whether or not tokens are required;
+- trace and log settings (Triton's trace and logging extensions): always an
+  operator's token (:func:`authorize_operator`).
 
 Without an installed authorizer every check that needs one refuses.
 """
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from inference.ports import Caller, providers
+from inference.ports import ANONYMOUS, Caller, Principal, providers
 from inference.protocol.errors import Unauthenticated
 
 
@@ -60,3 +64,18 @@ def visible_models(token: str | None):
     if not settings.INFERENCE_REQUIRE_TOKEN:
         return None
     return _authorizer().visible_models(token)
+
+
+def principal(token: str | None, model_name: str) -> Principal:
+    """Who a call of ``model_name`` with ``token`` is charged to for rate
+    limits: anonymous without a token, an installed authorizer, or a token
+    it does not know."""
+    if not token or providers.authorizer is None:
+        return ANONYMOUS
+    return providers.authorizer.principal(token, model_name)
+
+
+def authorize_operator(token: str | None) -> Caller:
+    """The caller if ``token`` is an operator's (a superuser's unlimited
+    token); raises Unauthenticated / PermissionDenied."""
+    return _authorizer().check_operator(token)

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import threading
 import time
 from dataclasses import dataclass, field
 
-from inference import auth, classification
+from inference import auth, classification, tracing
 from inference.ports import providers
 from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady, PermissionDenied
@@ -32,6 +33,7 @@ from inference.protocol.types import (
     ResponseOutput,
     ServerMetadata,
 )
+from inference.ratelimit import Admission, Defaults, RateLimiter
 from inference.registry import ModelEntry, ModelRegistry, VersionEntry, parse_version
 from inference.statistics import ModelStatistics, StatisticsRecorder
 
@@ -44,6 +46,8 @@ EXTENSIONS = (
     "model_configuration",
     "statistics",
     "parameters",
+    "trace",
+    "logging",
 )
 
 #: Reserved names Triton accepts (gRPC clients such as perf_analyzer send it); ignored here.
@@ -70,16 +74,17 @@ class ServedVersion:
     max_batch_size: int
     class_labels: tuple[str, ...]  # for classification outputs (may be empty)
     _entry: VersionEntry = field(repr=False, compare=False)
+    routed: bool = False  # drawn by the model's traffic split (the request named no version)
 
     @property
     def version(self) -> str:
         return str(self.number)
 
 
-def _served(entry: VersionEntry) -> ServedVersion:
+def _served(entry: VersionEntry, routed: bool = False) -> ServedVersion:
     return ServedVersion(
         entry.model_name, entry.number, entry.state, entry.reason, entry.serving, entry.inputs, entry.outputs,
-        entry.max_batch_size, tuple(entry.properties.get("labels") or ()), entry,
+        entry.max_batch_size, tuple(entry.properties.get("labels") or ()), entry, routed,
     )  # fmt: skip
 
 
@@ -112,9 +117,13 @@ class DataPlane:
         server_version: str,
         statistics: StatisticsRecorder | None = None,
         timeout_seconds: float = 0.0,
+        limiter: RateLimiter | None = None,
+        payload_log=None,
     ):
         self.registry = registry
         self.executor = executor
+        self.limiter = limiter or RateLimiter(Defaults())
+        self.payload_log = payload_log  # a PayloadLogger (inference/payload_log.py), or None
         self.statistics = statistics or StatisticsRecorder(flush_seconds=0)
         self.timeout_seconds = timeout_seconds
         self._metadata = ServerMetadata(server_name, server_version, EXTENSIONS)
@@ -141,6 +150,18 @@ class DataPlane:
         the default version). Raises ModelNotFound, ModelNotReady (with the
         version's state and reason)."""
         return _served(self.registry.resolve(name, version))
+
+    def route(self, name: str, version: str | None = None) -> ServedVersion:
+        """The version that runs an inference request for ``name``: the named
+        one, or, when ``version`` is None, the one the model's traffic split
+        draws (by weight; the default version without a split). Requests
+        naming a version or a label are never split. Raises like
+        :meth:`resolve`."""
+        entry = self.registry.route(name, version)
+        if version:
+            return _served(entry)
+        model = self.registry.models.get(name)
+        return _served(entry, model is not None and bool(model.split))
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
         """Whether the version (default: the default version) can serve.
@@ -188,6 +209,15 @@ class DataPlane:
         self.registry.models  # noqa: B018  (follows the change beacon: token scopes are a registry listener)
         auth.authorize(token, name)
 
+    def admit(self, token: str | None, name: str) -> Admission:
+        """:meth:`authorize`, then the caller's rate limits and in-flight caps
+        (inference/ratelimit.py): an Admission to hold while the inference
+        runs (``with``; its release frees the in-flight slots). Raises
+        Unauthenticated, PermissionDenied, RateLimited (HTTP 429 with
+        Retry-After, gRPC RESOURCE_EXHAUSTED)."""
+        self.authorize(token, name)
+        return self.limiter.admit(auth.principal(token, name))
+
     def infer(self, request: InferenceRequest, version: ServedVersion | None = None) -> InferenceResponse:
         """Run ``request`` on the resolved model version (``version``, when
         the adapter resolved it already for this request).
@@ -203,8 +233,9 @@ class DataPlane:
         ModelNotReady or DeadlineExceeded.
         """
         started = _now()
+        tracing.follow()  # the machine's trace and log settings (one memory read)
         if version is None:
-            entry = self.registry.resolve(request.model_name, request.model_version)
+            entry = self.registry.route(request.model_name, request.model_version)
         else:
             entry = version._entry
         try:
@@ -212,7 +243,10 @@ class DataPlane:
             feeds, rows = self._check_inputs(entry, request)
             names, classify = self._check_outputs(entry, request)
             computed = _now()
-            run = self.executor.run(entry.target, feeds, names, rows, deadline, entry.instance_group)
+            if tracing.ENABLED and tracing.recording():
+                run = self._traced_run(entry, feeds, names, rows, deadline)
+            else:
+                run = self.executor.run(entry.target, feeds, names, rows, deadline, entry.instance_group)
             executed = _now()
             types = entry.output_types
             outputs = []
@@ -225,6 +259,9 @@ class DataPlane:
                 else:
                     outputs.append(ResponseOutput(name, types[name], array.shape, array))
             finished = _now()
+            rate, cap = entry.payload_log
+            if rate and self.payload_log is not None and (rate >= 1.0 or random.random() < rate):
+                self.payload_log.submit(entry, request, outputs, cap)  # never blocks
         except InferenceError:
             self.statistics.record_failure(entry.model_name, entry.number, _now() - started)
             raise
@@ -247,15 +284,36 @@ class DataPlane:
             id=request.id,
         )
 
+    def _traced_run(self, entry: VersionEntry, feeds, names, rows, deadline):
+        """The executor's run under a ``run`` span; in process, with the runner's
+        queue wait, batch formation and session.run (a worker records its own)."""
+        tracing.annotate(version=str(entry.number))
+        with tracing.step("run", model=entry.model_name, version=str(entry.number)):
+            asked = tracing.epoch_ns()
+            run = self.executor.run(entry.target, feeds, names, rows, deadline, entry.instance_group)
+            if not getattr(self.executor, "remote", False):
+                tracing.record_run(asked, run.queue_ns, run.form_ns, run.infer_ns, run.batch_size)
+        return run
+
     async def infer_async(self, request: InferenceRequest, token: str | None = None) -> InferenceResponse:
-        """:meth:`authorize` and :meth:`infer` from an event loop: inline when
-        that cannot block (in process, no batching), else in a thread."""
-        if auth.tokens_required():
-            await asyncio.to_thread(self.authorize, token, request.model_name)  # may reload token scopes
-        entry = self.registry.resolve(request.model_name, request.model_version)
-        if self.executor.blocks(entry.target):
-            return await asyncio.to_thread(self.infer, request, _served(entry))
-        return self.infer(request, _served(entry))
+        """:meth:`admit` and :meth:`infer` from an event loop: inline when
+        that cannot block (in process, no batching, no token to look up, no
+        shared rate limit to ask), else in a thread."""
+        name = request.model_name
+        if token is not None or auth.tokens_required() or self.limiter.blocks_for(auth.ANONYMOUS):
+            admission = await asyncio.to_thread(self.admit, token, name)  # may reload token scopes, ask Redis
+        else:
+            admission = self.admit(token, name)
+        try:
+            entry = self.registry.route(name, request.model_version)
+            if self.executor.blocks(entry.target):
+                return await asyncio.to_thread(self.infer, request, _served(entry))
+            return self.infer(request, _served(entry))
+        finally:
+            if admission.holds and self.limiter.blocking:
+                await asyncio.to_thread(admission.release)
+            else:
+                admission.release()
 
     def _deadline(self, parameters: dict, started_ns: int) -> float | None:
         """The run's deadline on the time.monotonic() clock, or None."""
@@ -512,6 +570,42 @@ class DataPlane:
                 (m.name, n) for m in models.values() if visible is None or visible(m.name) for n in sorted(m.served)
             ]
         return self.statistics.read(keys)
+
+    # -- trace and logging extensions (operators) ---------------------------------
+    def trace_settings(self, token: str | None, model: str | None = None, update: dict | None = None) -> dict:
+        """Triton's trace settings, global or a model's (its own over the global
+        ones), changed by ``update`` when given (``None`` values clear a
+        model's own); for every process of the machine before this returns
+        (inference/tracing.py). Operators only (audited). Raises
+        Unauthenticated, PermissionDenied, ModelNotFound, InvalidInput."""
+        self.registry.models  # noqa: B018  (follows the change beacon: token scopes are a registry listener)
+        caller = auth.authorize_operator(token)
+        if model:
+            self.registry.model(model)
+        settings = tracing.runtime_settings()
+        if update is None:
+            return settings.trace(model)
+        result = settings.update_trace(update, model)
+        _audit(caller, "trace.settings", model or "", settings=update)
+        return result
+
+    def log_settings(self, token: str | None, update: dict | None = None) -> dict:
+        """Triton's log settings, changed by ``update`` when given, in every
+        process of the machine. Operators only (audited). Raises
+        Unauthenticated, PermissionDenied, InvalidInput."""
+        self.registry.models  # noqa: B018
+        caller = auth.authorize_operator(token)
+        settings = tracing.runtime_settings()
+        if update is None:
+            return settings.log()
+        result = settings.update_log(update)
+        _audit(caller, "log.settings", "", settings=update)
+        return result
+
+
+def _audit(caller, action: str, model_name: str, **detail) -> None:
+    if providers.audit_log is not None:
+        providers.audit_log.record(caller.actor, action, model_name, **detail)
 
 
 def _policy_from_config(text) -> tuple | None:

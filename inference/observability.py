@@ -20,6 +20,10 @@ REST workers and the gRPC process add up):
 - ``modelhost_workers{queue, pool}`` (gauge, worker mode: live workers)
 - ``modelhost_worker_pool_depth{pool}`` (gauge, worker mode: requests held
   by the workers of a pool, as ``modelhost_worker_queue_depth`` per queue)
+- ``modelhost_throttled_requests_total{team, limit}`` (requests refused by a
+  rate limit or an in-flight cap; inference/ratelimit.py)
+- ``modelhost_payload_log_records_total{outcome}`` (payload logging:
+  ``written``, ``dropped`` when its queue is full, ``failed``)
 
 ``outcome`` is ``success`` or the protocol error code in lower case
 (``invalid_argument``, ``not_found``, ``unavailable``, ...). Requests for a
@@ -65,6 +69,18 @@ QUEUE_DEPTH = Gauge(
     "Requests held by a device's workers, running or waiting (worker mode)",
     ["queue"],
     multiprocess_mode="max",
+)
+
+THROTTLED = Counter(
+    "modelhost_throttled_requests",
+    "Inference requests refused by a rate limit or an in-flight cap",
+    ["team", "limit"],
+)
+
+PAYLOAD_RECORDS = Counter(
+    "modelhost_payload_log_records",
+    "Payload log records by outcome: written, dropped (queue full), failed (sink error)",
+    ["outcome"],
 )
 
 _children: dict[tuple, tuple] = {}
@@ -122,6 +138,13 @@ def observe(
             bytes_out,
             request_id or "-",
         )
+
+
+def throttled(team: str, limit: str) -> None:
+    """Count one request refused by a rate limit (``team``: the caller's team,
+    ``anonymous``, or "" for none; ``limit``: which, e.g. ``team_rate``,
+    ``token_in_flight``, ``anonymous_rate``)."""
+    THROTTLED.labels(team, limit).inc()
 
 
 def _log_level() -> int:

@@ -12,6 +12,8 @@ implementations with :func:`install`. Tests install fakes the same way.
 - :class:`Authorizer`: who may call which model (inference, repository
   control, listing).
 - :class:`StatisticsStore`: where statistics of every process add up.
+- :class:`AuditLog`: where changes made through the serving side (trace and
+  log settings) are recorded with their actor.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ class ModelRecord:
     (``preferred_batch_size``, ``max_queue_delay_microseconds``,
     ``preserve_ordering``), or None when the model does not batch.
     ``team``: the owning team's name ("" for operator-owned models).
+    ``traffic``: the traffic split of requests that name no version, version
+    label -> weight (integers summing to 100; {}: none).
     """
 
     name: str
@@ -60,6 +64,9 @@ class ModelRecord:
     team: str = ""
     labels: dict = field(default_factory=dict)  # version label -> version number
     versions: tuple[VersionRecord, ...] = ()
+    traffic: dict = field(default_factory=dict)  # version label -> weight
+    payload_log_rate: float = 0.0  # share of inferences whose request and response are logged
+    payload_log_max_bytes: int = 65536  # tensor bytes a logged pair may hold
 
 
 class RegistrySource(Protocol):
@@ -100,6 +107,40 @@ class Caller:
     actor: Any = None
 
 
+@dataclass(frozen=True)
+class Quota:
+    """Limits of one bucket: ``rate`` requests per second with bursts of
+    ``burst`` (0: the rate, at least 1), at most ``in_flight`` inferences at
+    once; 0 means unlimited."""
+
+    rate: float = 0.0
+    burst: int = 0
+    in_flight: int = 0
+
+    @property
+    def limited(self) -> bool:
+        return self.rate > 0 or self.in_flight > 0
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who an inference is charged to for rate limits: ``team`` (the caller's
+    team, "" for none), ``token`` (a stable id of the API token, "" for
+    anonymous calls), ``team_quota``: the limits operators set for the team,
+    as (field, value) pairs of :class:`Quota` (the others: the defaults)."""
+
+    team: str = ""
+    token: str = ""
+    team_quota: tuple = ()
+
+    @property
+    def anonymous(self) -> bool:
+        return not self.token
+
+
+ANONYMOUS = Principal()
+
+
 class Authorizer(Protocol):
     def check_inference(self, token: str | None, model_name: str) -> None:
         """Raise Unauthenticated / PermissionDenied unless ``token`` may run
@@ -112,6 +153,14 @@ class Authorizer(Protocol):
     def visible_models(self, token: str | None):
         """A predicate on model names the caller may see listed, or None for all."""
 
+    def principal(self, token: str | None, model_name: str) -> Principal:
+        """Who a call of ``model_name`` with ``token`` is charged to (rate
+        limits); :data:`ANONYMOUS` for no, or an unknown, token. Never raises."""
+
+    def check_operator(self, token: str | None) -> Caller:
+        """The caller if ``token`` is an operator's (a superuser's); raises
+        Unauthenticated / PermissionDenied (trace and log settings)."""
+
 
 class StatisticsStore(Protocol):
     def add(self, versions: dict, batches: dict, last: dict) -> None:
@@ -122,6 +171,11 @@ class StatisticsStore(Protocol):
         """Totals of every process for (model, version) keys: (versions, batches, last)."""
 
 
+class AuditLog(Protocol):
+    def record(self, actor: Any, action: str, model_name: str = "", **detail) -> None:
+        """Record a change made through the serving side (e.g. trace settings) with its actor."""
+
+
 @dataclass
 class Providers:
     registry_source: RegistrySource | None = None
@@ -129,6 +183,7 @@ class Providers:
     authorizer: Authorizer | None = None
     statistics_store: StatisticsStore | None = None
     dataplane_factory: Any = None  # () -> DataPlane
+    audit_log: AuditLog | None = None
 
 
 providers = Providers()

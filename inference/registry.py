@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +27,7 @@ from inference.protocol.datatypes import BY_NAME, Datatype
 from inference.protocol.errors import ModelNotFound, ModelNotReady
 from inference.protocol.types import MetadataTensor, ModelMetadata
 from inference.runtime.execution import BatchingPolicy, RunTarget
-from inference.version_policy import served_versions
+from inference.version_policy import served_versions, served_with_traffic, traffic_routes
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class VersionEntry:
     input_specs: dict[str, InputSpec] = field(default_factory=dict)
     output_types: dict[str, str] = field(default_factory=dict)
     output_names: list[str] = field(default_factory=list)
+    payload_log: tuple[float, int] = (0.0, 0)  # the model's (share logged, tensor bytes cap)
 
     def __post_init__(self) -> None:
         self.input_specs = {t.name: InputSpec(t.name, BY_NAME[t.datatype], t.shape) for t in self.inputs}
@@ -90,10 +92,39 @@ class ModelEntry:
     config: dict = field(default_factory=dict)  # the imported config.pbtxt, as JSON
     batching: BatchingPolicy | None = None
     team: str = ""
+    #: The traffic split: (cumulative weight in [0, 1], version) pairs, the last at 1.0; () without one.
+    split: tuple[tuple[float, VersionEntry], ...] = ()
+    traffic: dict = field(default_factory=dict)  # as stored: version label -> weight
 
     @property
     def default(self) -> VersionEntry | None:
+        """The version a request that names none sees in metadata, configuration
+        and readiness: with a traffic split its heaviest route, else the
+        highest version the policy serves."""
+        if self.split:
+            return self._heaviest
         return self.versions[self.served[0]] if self.served else None
+
+    @property
+    def _heaviest(self) -> VersionEntry:
+        best, previous, share = None, 0.0, -1.0
+        for cumulative, entry in self.split:
+            if cumulative - previous > share:
+                best, share = entry, cumulative - previous
+            previous = cumulative
+        return best
+
+    def route(self) -> VersionEntry | None:
+        """The version that answers a request naming none: drawn by the traffic
+        split's weights (one random number, no lock), else the default."""
+        split = self.split
+        if not split:
+            return self.versions[self.served[0]] if self.served else None
+        draw = random.random()
+        for cumulative, entry in split:
+            if draw < cumulative:
+                return entry
+        return split[-1][1]
 
 
 def _tensors(items: list) -> tuple[MetadataTensor, ...]:
@@ -129,6 +160,8 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
     for model in records:
         ready = [v.number for v in model.versions if v.state == READY] if model.loaded else []
         served = served_versions(model.version_policy, ready, model.latest_versions, model.specific_versions)
+        routes = traffic_routes(model.traffic, model.labels, ready)
+        served = served_with_traffic(served, routes)
         served_set = set(served)
         batching = batching_policy(model)
         instances = total_instances(model.instance_group)
@@ -155,7 +188,15 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
                 properties=row.properties,
                 target=RunTarget(model.name, row.number, row.sha256, row.artifact, row.size, instances, batching),
                 instance_group=tuple(model.instance_group),
+                payload_log=(model.payload_log_rate, model.payload_log_max_bytes),
             )
+        total = sum(weight for _label, _number, weight in routes)
+        split, cumulative = [], 0
+        for _label, number, weight in routes:
+            cumulative += weight
+            split.append((cumulative / total, versions[number]))
+        if split:
+            split[-1] = (1.0, split[-1][1])
         snapshot[model.name] = ModelEntry(
             model.name,
             model.platform,
@@ -169,6 +210,8 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
             config=model.config,
             batching=batching,
             team=model.team,
+            split=tuple(split),
+            traffic=dict(model.traffic),
         )
     return snapshot
 
@@ -368,6 +411,20 @@ class ModelRegistry:
             known = ", ".join(sorted(model.labels)) or "none"
             raise ModelNotFound(f"unknown version label '{label}' of model '{name}' (labels: {known})")
         return str(number)
+
+    def route(self, name: str, version: str | None) -> VersionEntry:
+        """The version that runs an inference request: the named one (as
+        :meth:`resolve`), or, when none is named, the one the model's traffic
+        split draws (the default version without a split). Raises like
+        :meth:`resolve`."""
+        if version:
+            return self.resolve(name, version)
+        seen = self._current()
+        model = seen.get(name)
+        entry = model.route() if model is not None else None
+        if entry is None or not entry.serving:
+            return self.resolve(name, version)  # the slow path: catch-up, errors
+        return entry
 
     def resolve(self, name: str, version: str | None) -> VersionEntry:
         """Like :meth:`version`, but the version must serve; raises ModelNotReady

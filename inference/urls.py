@@ -38,6 +38,9 @@ urlpatterns = [
     ),
     re_path(r"^v2/models/stats$", views.ModelStatisticsView.as_view(), name="v2-stats-all"),
     re_path(r"^metrics$", views.metrics_view, name="metrics"),
+    re_path(r"^v2/trace/setting$", views.TraceSettingView.as_view(), name="v2-trace-setting"),
+    re_path(_M + r"/trace/setting$", views.TraceSettingView.as_view(), name="v2-model-trace-setting"),
+    re_path(r"^v2/logging$", views.LogSettingsView.as_view(), name="v2-logging"),
 ]
 for prefix, suffix in ((_M, ""), (_V, "-version")):
     urlpatterns += [

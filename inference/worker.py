@@ -23,6 +23,7 @@ import threading
 import time
 from collections import deque
 
+from inference import tracing
 from inference.protocol.errors import InferenceError, ModelNotReady
 from inference.registry import ModelRegistry
 from inference.runtime import frames
@@ -135,26 +136,38 @@ class WorkerRuntime:
     def handle(self, header: dict, body) -> list:
         """Run one request frame; the answer frame's buffers (outputs, or an error)."""
         try:
-            target = self.target(header["model"], header["version"], header["sha256"])
-            feeds = frames.tensors(header, body, "request")
-            deadline = header.get("deadline")
-            if deadline is not None:
-                deadline = time.monotonic() + (deadline - time.time())
-            names = header["outputs"]
-            self.meter.begin(target.key, target.instances)
-            try:
-                result = self.runner.run(target, feeds, names, header.get("rows", 1), deadline)
-            finally:
-                self.meter.end(target.key)
-            answer = {
-                "batch": result.batch_size,
-                "executed": result.executed,
-                "queue_ns": result.queue_ns,
-                "infer_ns": result.infer_ns,
-            }
-            return frames.encode(answer, zip(names, result.outputs))
+            tracing.follow()  # the machine's trace and log settings (one memory read)
+            if tracing.ENABLED:
+                parent = header.get("traceparent")
+                if parent:
+                    with tracing.remote_span(f"worker {self.device}", parent, device=self.device):
+                        return self._handle(header, body)
+            return self._handle(header, body)
         except InferenceError as exc:
             return frames.encode({"error": [exc.code, exc.message]})
         except Exception as exc:  # never leave the front end waiting
             logger.exception("inference failed on %s", self.device)
             return frames.encode({"error": ["INTERNAL", f"the worker failed: {type(exc).__name__}"]})
+
+    def _handle(self, header: dict, body) -> list:
+        target = self.target(header["model"], header["version"], header["sha256"])
+        feeds = frames.tensors(header, body, "request")
+        deadline = header.get("deadline")
+        if deadline is not None:
+            deadline = time.monotonic() + (deadline - time.time())
+        names = header["outputs"]
+        asked = tracing.epoch_ns() if tracing.ENABLED else 0
+        self.meter.begin(target.key, target.instances)
+        try:
+            result = self.runner.run(target, feeds, names, header.get("rows", 1), deadline)
+        finally:
+            self.meter.end(target.key)
+        if asked:
+            tracing.record_run(asked, result.queue_ns, result.form_ns, result.infer_ns, result.batch_size)
+        answer = {
+            "batch": result.batch_size,
+            "executed": result.executed,
+            "queue_ns": result.queue_ns,
+            "infer_ns": result.infer_ns,
+        }
+        return frames.encode(answer, zip(names, result.outputs))

@@ -107,13 +107,20 @@ def update_model(
     description: str | None = None,
     policy: dict | None = None,
     instance_group: list[dict] | None = None,
+    payload_logging: dict | None = None,
 ):
     """Change the description, the version policy (``policy``: keys
-    ``version_policy``, ``latest_versions``, ``specific_versions``) and/or the
-    instance group (where worker mode runs the model): all of them or, when
-    one is refused, none."""
+    ``version_policy``, ``latest_versions``, ``specific_versions``), the
+    instance group (where worker mode runs the model) and/or payload logging
+    (``payload_logging``: keys ``payload_log_rate``, ``payload_log_max_bytes``):
+    all of them or, when one is refused, none."""
     model = _changeable_model(user, token, name)
     with transaction.atomic():
+        if payload_logging:
+            rate = payload_logging.get("payload_log_rate", model.payload_log_rate)
+            max_bytes = payload_logging.get("payload_log_max_bytes", model.payload_log_max_bytes)
+            if (rate, max_bytes) != (model.payload_log_rate, model.payload_log_max_bytes):
+                model = services.model_set_payload_logging(model, rate, max_bytes, actor=user)
         if instance_group is not None and instance_group != model.instance_group:
             model = services.model_set_instance_group(model, instance_group, actor=user)
         if policy:
@@ -138,6 +145,21 @@ def delete_label(user, token, name: str, label: str) -> None:
     model = _changeable_model(user, token, name)
     if not services.label_delete(model, label, actor=user):
         raise NotFound(f"model '{name}' has no version label '{label}'")
+
+
+def set_traffic(user, token, name: str, weights: dict[str, int]) -> RegisteredModel:
+    model = _changeable_model(user, token, name)
+    return services.traffic_set(model, weights, actor=user)
+
+
+def promote_canary(user, token, name: str) -> RegisteredModel:
+    model = _changeable_model(user, token, name)
+    return services.traffic_promote(model, actor=user)
+
+
+def rollback_canary(user, token, name: str) -> RegisteredModel:
+    model = _changeable_model(user, token, name)
+    return services.traffic_rollback(model, actor=user)
 
 
 def retire_version(user, token, name: str, number: int) -> ModelVersion:

@@ -61,7 +61,7 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Team)
 class TeamAdmin(AuditedAdmin):
-    list_display = ["name", "description", "created_at"]
+    list_display = ["name", "description", "rate_limit_rps", "rate_limit_burst", "max_in_flight", "created_at"]
     search_fields = ["name"]
     inlines = [MembershipInline]
 

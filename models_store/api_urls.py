@@ -17,6 +17,9 @@ urlpatterns = [
     path(f"{_VERSION}/restore", apis.VersionRestoreView.as_view(), name="api-version-restore"),
     path(f"{_MODEL}/labels/<str:label>/", apis.LabelView.as_view(), name="api-label"),
     path(f"{_MODEL}/audit/", apis.AuditView.as_view(), name="api-audit"),
+    path(f"{_MODEL}/traffic/", apis.TrafficView.as_view(), name="api-traffic"),
+    path(f"{_MODEL}/traffic/promote", apis.TrafficPromoteView.as_view(), name="api-traffic-promote"),
+    path(f"{_MODEL}/traffic/rollback", apis.TrafficRollbackView.as_view(), name="api-traffic-rollback"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

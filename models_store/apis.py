@@ -42,6 +42,7 @@ from models_store.serializers import (
     ModelDetailSerializer,
     ModelSerializer,
     ModelUpdateSerializer,
+    TrafficSerializer,
     UploadFailedSerializer,
     UploadSerializer,
     VersionSerializer,
@@ -121,6 +122,9 @@ RESTORE_VERSION = "models_versions_restore_create"
 SET_LABEL = "models_labels_update"
 DELETE_LABEL = "models_labels_destroy"
 AUDIT_LOG = "models_audit_list"
+SET_TRAFFIC = "models_traffic_update"
+PROMOTE_CANARY = "models_traffic_promote_create"
+ROLLBACK_CANARY = "models_traffic_rollback_create"
 
 
 def _version_links(name: str, number: str, only: tuple[str, ...] = ()) -> tuple[OpenApiLink, ...]:
@@ -145,6 +149,9 @@ def _model_links(name: str) -> tuple[OpenApiLink, ...]:
         OpenApiLink("ListVersions", LIST_VERSIONS, where, description="Its versions."),
         OpenApiLink("UploadVersion", UPLOAD_VERSION, where, description="Upload its next version."),
         OpenApiLink("GetAuditLog", AUDIT_LOG, where, description="Its audit log."),
+        OpenApiLink("SetTraffic", SET_TRAFFIC, where, description="Split its unversioned requests between labels."),
+        OpenApiLink("PromoteCanary", PROMOTE_CANARY, where, description="Promote its canary to stable."),
+        OpenApiLink("RollbackCanary", ROLLBACK_CANARY, where, description="Send all its traffic to stable."),
     )
 
 
@@ -237,7 +244,8 @@ class ModelDetailView(ManagementView):
     )  # fmt: skip
     def patch(self, request, name: str):
         """Change the description, the version policy (``latest`` N, ``all``,
-        ``specific`` versions) and/or the instance group. A policy that would
+        ``specific`` versions), the instance group and/or payload logging
+        (``payload_log_rate``, ``payload_log_max_bytes``). A policy that would
         serve no READY version is refused (409)."""
         serializer = ModelUpdateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -245,9 +253,11 @@ class ModelDetailView(ManagementView):
         description = data.pop("description", None)
         groups = data.pop("instance_group", None)
         groups = [dict(g) for g in groups] if groups is not None else None
+        logging_ = {key: data.pop(key) for key in ("payload_log_rate", "payload_log_max_bytes") if key in data}
         actions.update_model(
-            request.user, self.token, name, description=description, policy=data, instance_group=groups
-        )
+            request.user, self.token, name, description=description, policy=data, instance_group=groups,
+            payload_logging=logging_,
+        )  # fmt: skip
         return Response(_model_body(name))
 
 
@@ -421,3 +431,75 @@ class AuditView(ManagementView):
     def get(self, request, name: str):
         """The newest changes of a model (who, what, when), newest first."""
         return Response(AuditEventSerializer(selectors.audit_for_model(actions.get_model(name)), many=True).data)
+
+
+def _traffic_links() -> tuple[OpenApiLink, ...]:
+    where = {"name": "$request.path.name"}
+    return (
+        OpenApiLink("GetModel", GET_MODEL, where, description="The model."),
+        OpenApiLink("PromoteCanary", PROMOTE_CANARY, where, description="Promote the canary to stable."),
+        OpenApiLink("RollbackCanary", ROLLBACK_CANARY, where, description="Send all traffic to stable."),
+        OpenApiLink("GetAuditLog", AUDIT_LOG, where, description="The audit log (traffic changes)."),
+    )
+
+
+class TrafficView(ManagementView):
+    @extend_schema(
+        operation_id=SET_TRAFFIC,
+        request=TrafficSerializer,
+        responses={
+            200: LinkedResponse(
+                ModelDetailSerializer, description="The model, with its traffic split.", links=_traffic_links()
+            ),
+            **errors(
+                400, 401, 403, 404, 409, 415,
+                e409="the weights do not add up to 100, or name a version label the model does not have "
+                "or one on a version that is not READY",
+            ),
+        },
+    )  # fmt: skip
+    def put(self, request, name: str):
+        """Split the inference requests that name no version (V2 without
+        ``/versions/``, TF Serving without a version or label) between version
+        labels by weight, e.g. ``{"weights": {"stable": 90, "canary": 10}}``;
+        ``{"weights": {}}`` clears the split. The versions it sends requests to
+        serve whatever the version policy says; each answer names its version.
+        Audited (``traffic.set``)."""
+        serializer = TrafficSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        actions.set_traffic(request.user, self.token, name, dict(serializer.validated_data["weights"]))
+        return Response(_model_body(name))
+
+
+class TrafficPromoteView(ManagementView):
+    @extend_schema(
+        operation_id=PROMOTE_CANARY,
+        request=None,
+        responses={
+            200: LinkedResponse(ModelDetailSerializer, description="The canary promoted.", links=_traffic_links()),
+            **errors(401, 403, 404, 409, e409="the model has no version label 'canary' on a READY version"),
+        },
+    )
+    def post(self, request, name: str):
+        """Promote the canary: label ``stable`` moves to the version of label
+        ``canary`` and every unversioned request goes to it (split ``stable``
+        100, ``canary`` 0). Audited (``traffic.promote``)."""
+        actions.promote_canary(request.user, self.token, name)
+        return Response(_model_body(name))
+
+
+class TrafficRollbackView(ManagementView):
+    @extend_schema(
+        operation_id=ROLLBACK_CANARY,
+        request=None,
+        responses={
+            200: LinkedResponse(ModelDetailSerializer, description="The model, rolled back.", links=_traffic_links()),
+            **errors(401, 403, 404, 409, e409="the model has no version label 'stable' on a READY version"),
+        },
+    )
+    def post(self, request, name: str):
+        """Roll the canary back: every unversioned request goes to label
+        ``stable`` again (split ``stable`` 100, ``canary`` 0; labels stay).
+        Audited (``traffic.rollback``)."""
+        actions.rollback_canary(request.user, self.token, name)
+        return Response(_model_body(name))

@@ -38,6 +38,14 @@ class ModelSettingsForm(forms.Form):
     instance_kind = forms.ChoiceField(choices=INSTANCE_KINDS, label="Runs on", required=False)
     instance_gpus = forms.CharField(required=False, label="GPUs", help_text="for GPU: e.g. 0, 1 (empty: any GPU)")
     instance_count = forms.IntegerField(min_value=1, initial=1, label="Instances", required=False)
+    payload_log_rate = forms.FloatField(
+        min_value=0, max_value=1, initial=0, required=False, label="Payload logging",
+        help_text="share of inferences logged, request and response (0: off; e.g. 0.01)",
+    )  # fmt: skip
+    payload_log_max_bytes = forms.IntegerField(
+        min_value=0, initial=65536, required=False, label="Payload log size cap",
+        help_text="bytes of tensors a logged pair holds (beyond: shapes only)",
+    )  # fmt: skip
 
     def clean_specific_versions(self) -> list[int]:
         return parse_version_numbers(self.cleaned_data["specific_versions"])
@@ -52,6 +60,11 @@ class ModelSettingsForm(forms.Form):
         if not data.get("instance_kind"):
             return None
         return [{"kind": data["instance_kind"], "count": data["instance_count"] or 1, "gpus": data["instance_gpus"]}]
+
+    def payload_logging(self) -> dict:
+        """Payload logging from the form (fields left empty: unchanged)."""
+        data = self.cleaned_data
+        return {key: data[key] for key in ("payload_log_rate", "payload_log_max_bytes") if data.get(key) is not None}
 
     def policy(self) -> dict:
         data = self.cleaned_data

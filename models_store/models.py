@@ -9,7 +9,7 @@ same transaction so that server processes notice the change (see
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.validators import RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
@@ -44,6 +44,19 @@ class Team(models.Model):
     name = models.CharField(max_length=64, unique=True, validators=[team_name_validator])
     description = models.TextField(blank=True)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="TeamMembership", related_name="teams")
+    #: The team's own inference limits, set by operators (empty: RATE_LIMIT_TEAM_* apply; 0: unlimited).
+    rate_limit_rps = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text="Inference requests per second of the whole team (empty: the default).",
+    )
+    rate_limit_burst = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Requests the team may send at once above its rate (empty: the default)."
+    )
+    max_in_flight = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Inferences of the team running at once (empty: the default)."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -74,7 +87,8 @@ class RegisteredModel(models.Model):
     ``version_policy`` with ``latest_versions`` / ``specific_versions`` decides
     which READY versions serve; ``max_batch_size`` and ``instance_group``
     follow Triton's model configuration; ``config`` keeps the imported
-    config.pbtxt as JSON. ``last_version_number`` only grows, so version
+    config.pbtxt as JSON. ``traffic`` splits requests that name no version
+    between version labels by weight. ``last_version_number`` only grows, so version
     numbers are never reused, even after a delete. ``team`` owns the model
     (its members change it); a model without a team is operator-owned:
     only superusers change it.
@@ -95,6 +109,14 @@ class RegisteredModel(models.Model):
     config = models.JSONField(default=dict, blank=True)
     #: False after a repository "unload": nothing serves until "load"; no version is deleted.
     loaded = models.BooleanField(default=True)
+    #: Traffic split of requests that name no version: version label -> weight
+    #: (integers summing to 100), e.g. {"stable": 90, "canary": 10}; {} : none.
+    traffic = models.JSONField(default=dict, blank=True)
+    #: Payload logging (opt-in): the share of inferences whose request and
+    #: response are sent to the operators' sink (PAYLOAD_LOG_SINK); 0: off.
+    payload_log_rate = models.FloatField(default=0.0, validators=[MinValueValidator(0), MaxValueValidator(1)])
+    #: A logged pair holds its tensors only up to this many bytes (else their shapes only).
+    payload_log_max_bytes = models.PositiveIntegerField(default=65536)
     last_version_number = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

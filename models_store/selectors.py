@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Prefetch, QuerySet
 
-from inference.version_policy import served_versions
+from inference.version_policy import served_versions, served_with_traffic, traffic_routes
 from models_store.models import (
     ApiToken,
     AuditEvent,
@@ -85,10 +85,17 @@ def model_detail(name: str) -> RegisteredModel | None:
 
 
 def served_numbers(model: RegisteredModel) -> list[int]:
-    """The version numbers the model's version policy serves now, highest first
-    (uses prefetched versions when there are)."""
+    """The version numbers that serve now, highest first: the version policy's
+    and those the traffic split sends requests to (uses prefetched versions
+    and labels when there are)."""
     ready = [v.number for v in model.versions.all() if v.state == ModelVersion.State.READY]
-    return served_versions(model.version_policy, ready, model.latest_versions, model.specific_versions)
+    served = served_versions(model.version_policy, ready, model.latest_versions, model.specific_versions)
+    return served_with_traffic(served, traffic_routes(model.traffic or {}, label_numbers(model), ready))
+
+
+def label_numbers(model: RegisteredModel) -> dict[str, int]:
+    """Version label -> version number (uses prefetched labels when there are)."""
+    return {label.name: label.version.number for label in model.labels.all()}
 
 
 def audit_for_model(model: RegisteredModel, limit: int = 100) -> list[AuditEvent]:
@@ -128,11 +135,13 @@ class InferenceAccess:
     memberships: dict[int, frozenset[int]]  # user id -> team ids
     model_teams: dict[str, int | None]  # model name -> team id
     team_names: dict[int, str]
+    team_limits: dict[int, tuple]  # team id -> (rate_limit_rps, rate_limit_burst, max_in_flight), None: not set
 
 
 def inference_access() -> InferenceAccess:
     """What the inference token checker needs, in four queries."""
     tokens = list(ApiToken.objects.select_related("user").filter(revoked_at__isnull=True, user__is_active=True))
+    teams = list(Team.objects.values_list("id", "name", "rate_limit_rps", "rate_limit_burst", "max_in_flight"))
     members: dict[int, set[int]] = {}
     for user_id, team_id in TeamMembership.objects.values_list("user_id", "team_id"):
         members.setdefault(user_id, set()).add(team_id)
@@ -140,7 +149,8 @@ def inference_access() -> InferenceAccess:
         tokens=tokens,
         memberships={user: frozenset(teams) for user, teams in members.items()},
         model_teams=dict(RegisteredModel.objects.values_list("name", "team_id")),
-        team_names=dict(Team.objects.values_list("id", "name")),
+        team_names={team_id: name for team_id, name, *_limits in teams},
+        team_limits={team_id: tuple(limits) for team_id, _name, *limits in teams if limits != [None, None, None]},
     )
 
 

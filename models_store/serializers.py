@@ -22,6 +22,7 @@ from models_store.models import (
     VersionPolicy,
     team_name_validator,
 )
+from models_store.services import MAX_PAYLOAD_LOG_BYTES
 
 #: Largest version number (and version count) the registry stores: its
 #: integer columns are 32-bit.
@@ -37,6 +38,16 @@ class Integer(serializers.IntegerField):
 
     def to_internal_value(self, data):
         if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class Number(serializers.FloatField):
+    """A FloatField that takes JSON numbers only (not strings, not booleans:
+    the schema says ``number``)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
             self.fail("invalid")
         return super().to_internal_value(data)
 
@@ -136,13 +147,15 @@ class ModelSerializer(serializers.ModelSerializer):
     instance_group = InstanceGroupSerializer(many=True, read_only=True)
     served_versions = serializers.SerializerMethodField()
     labels = serializers.SerializerMethodField()
+    traffic = serializers.SerializerMethodField()
     versions = VersionSummarySerializer(many=True, read_only=True)
 
     class Meta:
         model = RegisteredModel
         fields = [
             "name", "team", "description", "platform", "max_batch_size", "version_policy", "latest_versions",
-            "specific_versions", "instance_group", "served_versions", "labels", "versions", "created_at", "updated_at",
+            "specific_versions", "instance_group", "served_versions", "labels", "traffic", "payload_log_rate",
+            "payload_log_max_bytes", "versions", "created_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -153,6 +166,11 @@ class ModelSerializer(serializers.ModelSerializer):
     def get_labels(self, model) -> dict[str, int]:
         """Version labels: label name -> version number."""
         return {label.name: label.version.number for label in model.labels.all()}
+
+    def get_traffic(self, model) -> dict[str, int]:
+        """The traffic split of requests that name no version: version label ->
+        weight (percent); empty: they go to the default version."""
+        return dict(model.traffic or {})
 
 
 class ModelDetailSerializer(ModelSerializer):
@@ -223,6 +241,18 @@ class ModelUpdateSerializer(serializers.Serializer):
         child=Integer(min_value=1, max_value=MAX_VERSION), required=False, allow_empty=False, min_length=1
     )
     instance_group = InstanceGroupListField(required=False)
+    payload_log_rate = Number(
+        min_value=0,
+        max_value=1,
+        required=False,
+        help_text="Share of inferences whose request and response go to the operators' payload log (0: off).",
+    )
+    payload_log_max_bytes = Integer(
+        min_value=0,
+        max_value=MAX_PAYLOAD_LOG_BYTES,
+        required=False,
+        help_text="A logged pair holds its tensors up to this many bytes (else their names, datatypes and shapes).",
+    )
 
 
 class UploadSerializer(serializers.Serializer):
@@ -249,6 +279,19 @@ class LabelSerializer(serializers.Serializer):
     """The version a version label points at (must be READY, else 409)."""
 
     version = Integer(min_value=1, max_value=MAX_VERSION)
+
+
+class TrafficSerializer(serializers.Serializer):
+    """A traffic split: the requests that name no version go to the versions
+    of these version labels, by weight (whole percentages adding up to 100,
+    else 409; each label must exist and point at a READY version, else 409).
+    Empty: no split (the default version answers them)."""
+
+    weights = serializers.DictField(
+        child=Integer(min_value=0, max_value=100),
+        allow_empty=True,
+        help_text='Version label -> weight in percent, e.g. {"stable": 90, "canary": 10}; {} clears the split.',
+    )
 
 
 class ErrorSerializer(serializers.Serializer):

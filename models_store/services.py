@@ -277,6 +277,10 @@ def version_upload(
     model = RegisteredModel.objects.filter(name=model_name).first()
     if model is None and team is None:
         raise RegistryError(f"unknown model '{model_name}': give a team to create it")
+    if model is not None and team is not None and model.team_id != team.pk:
+        # Created a moment ago by another team's upload (the caller found no model): not theirs.
+        owner = model.team.name if model.team else "the operators"
+        raise RegistryError(f"a model named '{model_name}' already exists and belongs to {owner}, not team {team.name}")
     if model is not None:
         duplicate = model.versions.filter(sha256=staged.sha256).first()
         if duplicate is not None:
@@ -406,7 +410,14 @@ def label_set(model: RegisteredModel, name: str, number: int, actor=None) -> Ver
 
 @transaction.atomic
 def label_delete(model: RegisteredModel, name: str, actor=None) -> bool:
-    """Remove a label; False when the model has no such label."""
+    """Remove a label; False when the model has no such label. Raises
+    Conflict while the traffic split sends requests to it."""
+    model = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+    if (model.traffic or {}).get(name, 0) > 0:
+        raise Conflict(
+            f"the traffic split of '{model.name}' sends {model.traffic[name]}% of its requests to label '{name}'; "
+            "change the split first"
+        )
     deleted, _ = VersionLabel.objects.filter(model=model, name=name).delete()
     if deleted:
         audit.record(actor, "label.delete", model, label=name)
@@ -477,3 +488,148 @@ def admin_recorded(actor, obj, action: str, **detail) -> None:
         model = None
     audit.record(actor, f"admin.{action}", model, version, object=f"{type(obj).__name__} {obj}", **detail)
     bump_stamp()
+
+
+# -- traffic split --------------------------------------------------------------
+STABLE, CANARY = "stable", "canary"
+
+
+def _label_versions(model: RegisteredModel) -> dict[str, ModelVersion]:
+    return {label.name: label.version for label in model.labels.select_related("version")}
+
+
+def _check_traffic(model: RegisteredModel, weights: dict[str, int]) -> dict[str, int]:
+    """The split as stored (sorted by label), or Conflict: weights are whole
+    percentages summing to 100, at least one above 0, each naming a version
+    label of the model that points at a READY version ({} clears the split)."""
+    if not weights:
+        return {}
+    for label, weight in weights.items():
+        if type(weight) is not int or not 0 <= weight <= 100:
+            raise RegistryError(f"the weight of label '{label}' must be an integer from 0 to 100")
+    total = sum(weights.values())
+    if total != 100:
+        raise Conflict(f"the weights of a traffic split add up to 100, not {total}")
+    labels = _label_versions(model)
+    for label in sorted(weights):
+        version = labels.get(label)
+        if version is None:
+            known = ", ".join(sorted(labels)) or "none"
+            raise Conflict(f"model '{model.name}' has no version label '{label}' (labels: {known})")
+        if weights[label] > 0 and version.state != State.READY:
+            raise Conflict(f"label '{label}' points at version {version.number}, which is {version.state}, not READY")
+    return dict(sorted(weights.items()))
+
+
+def _traffic_versions(model: RegisteredModel, traffic: dict[str, int]) -> dict[str, int]:
+    labels = _label_versions(model)
+    return {label: labels[label].number for label in traffic if label in labels}
+
+
+@transaction.atomic
+def traffic_set(model: RegisteredModel, weights: dict[str, int], actor=None) -> RegisteredModel:
+    """Split the requests that name no version between version labels by
+    weight (e.g. ``{"stable": 90, "canary": 10}``; ``{}`` clears the split).
+    The versions the split sends requests to serve, whatever the version
+    policy says. Raises RegistryError (a weight out of range), Conflict
+    (weights not summing to 100, an unknown label, a label on a version
+    that is not READY)."""
+    locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+    traffic = _check_traffic(locked, dict(weights))
+    before = locked.traffic or {}
+    locked.traffic = traffic
+    locked.save(update_fields=["traffic", "updated_at"])
+    audit.record(
+        actor, "traffic.set", locked, traffic=traffic, before=before, versions=_traffic_versions(locked, traffic)
+    )
+    bump_stamp()
+    return locked
+
+
+@transaction.atomic
+def traffic_promote(model: RegisteredModel, actor=None) -> RegisteredModel:
+    """Promote the canary: label ``stable`` moves to the version of label
+    ``canary``, and the split sends every request to it (``stable`` 100,
+    ``canary`` 0). Raises Conflict without a ``canary`` label on a READY
+    version."""
+    locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+    labels = _label_versions(locked)
+    canary = labels.get(CANARY)
+    if canary is None:
+        raise Conflict(f"model '{locked.name}' has no version label '{CANARY}' to promote")
+    if canary.state != State.READY:
+        raise Conflict(f"label '{CANARY}' points at version {canary.number}, which is {canary.state}, not READY")
+    stable = labels.get(STABLE)
+    before = locked.traffic or {}
+    VersionLabel.objects.update_or_create(model=locked, name=STABLE, defaults={"version": canary})
+    locked.traffic = {CANARY: 0, STABLE: 100}
+    locked.save(update_fields=["traffic", "updated_at"])
+    audit.record(
+        actor, "traffic.promote", locked, canary.number,
+        stable_before=stable.number if stable else None, stable=canary.number, before=before, traffic=locked.traffic,
+    )  # fmt: skip
+    bump_stamp()
+    return locked
+
+
+@transaction.atomic
+def traffic_rollback(model: RegisteredModel, actor=None) -> RegisteredModel:
+    """Roll the canary back: every request that names no version goes to
+    label ``stable`` again (``stable`` 100, ``canary`` 0; the labels stay).
+    Raises Conflict without a ``stable`` label on a READY version."""
+    locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+    labels = _label_versions(locked)
+    stable = labels.get(STABLE)
+    if stable is None:
+        raise Conflict(f"model '{locked.name}' has no version label '{STABLE}' to roll back to")
+    if stable.state != State.READY:
+        raise Conflict(f"label '{STABLE}' points at version {stable.number}, which is {stable.state}, not READY")
+    before = locked.traffic or {}
+    locked.traffic = {CANARY: 0, STABLE: 100} if CANARY in labels else {STABLE: 100}
+    locked.save(update_fields=["traffic", "updated_at"])
+    canary = labels.get(CANARY)
+    audit.record(
+        actor, "traffic.rollback", locked, stable.number,
+        canary=canary.number if canary else None, before=before, traffic=locked.traffic,
+    )  # fmt: skip
+    bump_stamp()
+    return locked
+
+
+# -- payload logging ----------------------------------------------------------------
+#: Largest tensor bytes a logged pair may hold (a record's size cap).
+MAX_PAYLOAD_LOG_BYTES = 16 * 1024 * 1024
+
+
+@transaction.atomic
+def model_set_payload_logging(model: RegisteredModel, rate: float, max_bytes: int, actor=None) -> RegisteredModel:
+    """Log a share ``rate`` (0 to 1; 0: off) of the model's inferences, request
+    and response, to the operators' sink, tensors up to ``max_bytes``.
+    Raises RegistryError for values out of range."""
+    if not 0 <= rate <= 1:
+        raise RegistryError("payload_log_rate must be between 0 and 1")
+    if not 0 <= max_bytes <= MAX_PAYLOAD_LOG_BYTES:
+        raise RegistryError(f"payload_log_max_bytes must be between 0 and {MAX_PAYLOAD_LOG_BYTES}")
+    locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+    locked.payload_log_rate, locked.payload_log_max_bytes = rate, max_bytes
+    locked.save(update_fields=["payload_log_rate", "payload_log_max_bytes", "updated_at"])
+    audit.record(actor, "model.payload_logging", locked, rate=rate, max_bytes=max_bytes)
+    bump_stamp()
+    return locked
+
+
+# -- team limits ------------------------------------------------------------------
+@transaction.atomic
+def team_set_limits(team: Team, *, rate: float | None, burst: int | None, in_flight: int | None, actor=None) -> Team:
+    """Set a team's own inference limits (operators): requests per second,
+    burst, inferences in flight; None: the default (RATE_LIMIT_TEAM_*), 0:
+    unlimited. Raises RegistryError for a negative value."""
+    for name, value in (("rate", rate), ("burst", burst), ("in_flight", in_flight)):
+        if value is not None and value < 0:
+            raise RegistryError(f"{name} may not be negative")
+    locked = Team.objects.select_for_update().get(pk=team.pk)
+    locked.rate_limit_rps, locked.rate_limit_burst, locked.max_in_flight = rate, burst, in_flight
+    locked.save(update_fields=["rate_limit_rps", "rate_limit_burst", "max_in_flight"])
+    audit.record(actor, "team.limits", None, team=locked.name, rate=rate, burst=burst, in_flight=in_flight)
+    bump_stamp()
+    return locked

@@ -13,7 +13,7 @@ from django.db import close_old_connections
 
 from inference.ports import ModelRecord, VersionRecord
 from inference.protocol.errors import InvalidInput, ModelNotFound
-from models_store import selectors, services, storage
+from models_store import audit, selectors, services, storage
 from models_store.stamp import registry_changed
 
 logger = logging.getLogger(__name__)
@@ -33,6 +33,9 @@ def _record(model) -> ModelRecord:
         dynamic_batching=(model.config or {}).get("dynamic_batching"),
         team=model.team.name if model.team_id else "",
         labels={label.name: label.version.number for label in model.labels.all()},
+        traffic=dict(model.traffic or {}),
+        payload_log_rate=model.payload_log_rate,
+        payload_log_max_bytes=model.payload_log_max_bytes,
         versions=tuple(
             VersionRecord(
                 number=v.number,
@@ -181,3 +184,11 @@ class CacheJanitor:
         parent = directory.parent
         if self.layout == "store" and parent != self.root and parent.is_dir() and not any(parent.iterdir()):
             parent.rmdir()
+
+
+class StoreAuditLog:
+    """:class:`inference.ports.AuditLog` over the registry's audit log."""
+
+    def record(self, actor, action: str, model_name: str = "", **detail) -> None:
+        model = selectors.model_get(model_name) if model_name else None
+        audit.record(actor, action, model, **detail)

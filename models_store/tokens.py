@@ -29,11 +29,11 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from inference.ports import Caller
+from inference.ports import ANONYMOUS, Caller, Principal
 from inference.protocol.errors import PermissionDenied, Unauthenticated
 from models_store import selectors
 
@@ -87,6 +87,7 @@ class Scopes:
     team_names: dict[int, str]
     loaded_at: float
     stamp: int = -1  # the registry's change stamp read before loading
+    team_quotas: dict = field(default_factory=dict)  # team id -> Principal.team_quota pairs
 
     def describe(self, scope: TokenScope) -> str:
         if scope.all_models:
@@ -110,7 +111,11 @@ def load_scopes() -> Scopes:
         label = f"API token '{token.name}' of {token.user.get_username()}"
         expires_at = token.expires_at.timestamp() if token.expires_at else None
         tokens[token.key_hash] = TokenScope(label, all_models, allowed, token.user_id, expires_at)
-    return Scopes(tokens, access.model_teams, access.team_names, time.monotonic(), stamp)
+    quotas = {}
+    for team_id, (rate, burst, in_flight) in access.team_limits.items():
+        pairs = (("rate", rate), ("burst", burst), ("in_flight", in_flight))
+        quotas[team_id] = tuple((name, value) for name, value in pairs if value is not None)
+    return Scopes(tokens, access.model_teams, access.team_names, time.monotonic(), stamp, quotas)
 
 
 def _registry_stamp() -> int:
@@ -272,3 +277,34 @@ class StoreAuthorizer:
             return None
         teams = scopes.model_teams
         return lambda name: name in teams and scope.allows(teams[name])
+
+    def check_operator(self, token: str | None) -> Caller:
+        """Trace and log settings (Triton's trace and logging extensions) need
+        an operator's token: a superuser's, not limited to a team."""
+        _scopes, scope = self._scope(token, "changing trace or log settings")
+        if not scope.all_models:
+            raise PermissionDenied(f"{scope.label} is not an operator's token (a superuser's, not limited to a team)")
+        return Caller(scope.label, selectors.user_get(scope.user_id))
+
+    def principal(self, token: str | None, model_name: str) -> Principal:
+        """Who a call is charged to for rate limits: the token and its team
+        (the model's team when the token reaches it, else the token's only
+        team, else none: an operator's token calling an operator-owned
+        model); anonymous for no, an unknown, revoked or expired token.
+        Answers from memory like the inference check."""
+        if not token:
+            return ANONYMOUS
+        key = hash_token(token)
+        scopes = self.cache.get()
+        scope = scopes.tokens.get(key)
+        if scope is None:
+            scopes = self.cache.reload_if_older(MISS_RELOAD_SECONDS)
+            scope = scopes.tokens.get(key)
+        if scope is None or scope.expired(time.time()):
+            return ANONYMOUS
+        team_id = scopes.model_teams.get(model_name)
+        if team_id is None or team_id not in scope.team_ids:
+            team_id = next(iter(scope.team_ids)) if len(scope.team_ids) == 1 else None
+        if team_id is None:
+            return Principal("", key[:16])
+        return Principal(scopes.team_names.get(team_id, str(team_id)), key[:16], scopes.team_quotas.get(team_id, ()))

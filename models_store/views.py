@@ -118,6 +118,8 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
                 "instance_kind": group.get("kind", "KIND_AUTO"),
                 "instance_gpus": ", ".join(map(str, group.get("gpus", []))),
                 "instance_count": group.get("count", 1),
+                "payload_log_rate": model.payload_log_rate,
+                "payload_log_max_bytes": model.payload_log_max_bytes,
             }
         )
     context = {
@@ -131,6 +133,7 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
         "dynamic_batching": describe_batching(model),
         "label_form": label_form or LabelForm(ready_versions=ready),
         "audit": selectors.audit_for_model(model),
+        "traffic": _traffic_rows(model),
         "snippets": _snippets(request, model, shown),
         "error": error,
     }
@@ -156,10 +159,11 @@ def model_settings(request, name: str):
             description=form.cleaned_data["description"],
             policy=form.policy(),
             instance_group=form.instance_group(),
+            payload_logging=form.payload_logging(),
         )
     except ACTION_ERRORS as exc:
         return _model_page(request, name, status=_status(exc), settings_form=form, error=str(exc))
-    messages.success(request, "Saved the description, version policy and instance group.")
+    messages.success(request, "Saved the description, version policy, instance group and payload logging.")
     return redirect("model-detail", name=name)
 
 
@@ -187,6 +191,58 @@ def label_delete(request, name: str, label: str):
     except ACTION_ERRORS as exc:
         return _model_page(request, name, status=_status(exc), error=str(exc))
     messages.success(request, f"Deleted label {label}.")
+    return redirect("model-detail", name=name)
+
+
+def _traffic_rows(model: RegisteredModel) -> list[dict]:
+    """One row per version label: its version and its weight in the split."""
+    traffic = model.traffic or {}
+    return [
+        {"label": label.name, "version": label.version.number, "weight": traffic.get(label.name, 0)}
+        for label in model.labels.all()
+    ]
+
+
+@login_required
+@require_POST
+def traffic_set(request, name: str):
+    """The traffic split form: a weight per version label (empty: 0); all
+    zero or empty clears the split."""
+    model = _get_model(name)
+    weights = {}
+    for label in model.labels.all():
+        text = request.POST.get(f"weight-{label.name}", "").strip()
+        if not text:
+            continue
+        if not text.isdigit() or int(text) > 100:
+            error = f"the weight of label {label.name} must be a whole number from 0 to 100"
+            return _model_page(request, name, status=400, error=error)
+        weights[label.name] = int(text)
+    if not any(weights.values()):
+        weights = {}
+    try:
+        actions.set_traffic(request.user, None, name, weights)
+    except ACTION_ERRORS as exc:
+        return _model_page(request, name, status=_status(exc), error=str(exc))
+    described = ", ".join(f"{label} {weight}%" for label, weight in sorted(weights.items())) or "none"
+    messages.success(request, f"Traffic split: {described}.")
+    return redirect("model-detail", name=name)
+
+
+@login_required
+@require_POST
+def traffic_action(request, name: str, action: str):
+    """Promote the canary, or roll it back (one click each)."""
+    calls = {"promote": actions.promote_canary, "rollback": actions.rollback_canary}
+    if action not in calls:
+        raise Http404(f"unknown traffic action '{action}'")
+    try:
+        calls[action](request.user, None, name)
+    except ACTION_ERRORS as exc:
+        return _model_page(request, name, status=_status(exc), error=str(exc))
+    stable = selectors.label_numbers(selectors.model_detail(name)).get("stable")
+    what = "Promoted the canary" if action == "promote" else "Rolled back"
+    messages.success(request, f"{what}: every request that names no version goes to stable (version {stable}).")
     return redirect("model-detail", name=name)
 
 

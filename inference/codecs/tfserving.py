@@ -264,16 +264,18 @@ def _value(output: ResponseOutput) -> Any:
     return nested.reshape(data.shape).tolist()
 
 
-def encode_predict(outputs: list[ResponseOutput], fmt: str) -> bytes:
-    """``{"predictions": ...}`` for row requests, ``{"outputs": ...}`` for columnar.
+def encode_predict(outputs: list[ResponseOutput], fmt: str, extra: dict | None = None) -> bytes:
+    """``{"predictions": ...}`` for row requests, ``{"outputs": ...}`` for columnar
+    (plus the keys of ``extra``, e.g. ``model_spec``).
 
     Row results need every output batched alike (rank >= 1, one dim 0);
     raises InvalidInput otherwise, as TF Serving does.
     """
+    extra = extra or {}
     if fmt == "columnar":
         if len(outputs) == 1:
-            return dumps({"outputs": _value(outputs[0])})
-        return dumps({"outputs": {o.name: _value(o) for o in outputs}})
+            return dumps({"outputs": _value(outputs[0]), **extra})
+        return dumps({"outputs": {o.name: _value(o) for o in outputs}, **extra})
     batch = None
     for output in outputs:
         if not output.shape:
@@ -284,17 +286,18 @@ def encode_predict(outputs: list[ResponseOutput], fmt: str) -> bytes:
             )
         batch = output.shape[0]
     if len(outputs) == 1:
-        return dumps({"predictions": _value(outputs[0])})
+        return dumps({"predictions": _value(outputs[0]), **extra})
     values = {o.name: _value(o) for o in outputs}
-    return dumps({"predictions": [{name: value[i] for name, value in values.items()} for i in range(batch or 0)]})
+    rows = [{name: value[i] for name, value in values.items()} for i in range(batch or 0)]
+    return dumps({"predictions": rows, **extra})
 
 
-def encode_classify(scores: np.ndarray, labels: list[str]) -> bytes:
+def encode_classify(scores: np.ndarray, labels: list[str], extra: dict | None = None) -> bytes:
     """``{"results": [[[label, score], ...] per example]}`` from scores [N, C]."""
     results = [[[labels[j], row[j]] for j in range(row.shape[0])] for row in scores]
-    return dumps({"results": results})
+    return dumps({"results": results, **(extra or {})})
 
 
-def encode_regress(values: np.ndarray) -> bytes:
+def encode_regress(values: np.ndarray, extra: dict | None = None) -> bytes:
     """``{"results": [value per example]}`` from values [N] or [N, 1]."""
-    return dumps({"results": values.reshape(values.shape[0])})
+    return dumps({"results": values.reshape(values.shape[0]), **(extra or {})})

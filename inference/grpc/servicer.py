@@ -20,18 +20,25 @@ import time
 
 import grpc
 
-from inference import observability
+from inference import observability, tracing
 from inference.auth import bearer_token
 from inference.grpc import converters
 from inference.grpc.proto import oip_pb2 as pb
 from inference.grpc.proto import oip_pb2_grpc
-from inference.protocol.errors import InferenceError, Unsupported
+from inference.protocol.errors import InferenceError, RateLimited, Unsupported
 
 logger = logging.getLogger(__name__)
 
 
 def status_of(exc: InferenceError) -> grpc.StatusCode:
     return getattr(grpc.StatusCode, exc.grpc_status, grpc.StatusCode.INTERNAL)
+
+
+async def abort(context, exc: InferenceError):
+    """Abort the call with the error's status and message (a rate limit also
+    with ``retry-after`` trailing metadata, in seconds)."""
+    trailing = (("retry-after", exc.retry_after_header),) if isinstance(exc, RateLimited) else ()
+    await context.abort(status_of(exc), exc.message, trailing_metadata=trailing)
 
 
 def rpc(method):
@@ -42,7 +49,7 @@ def rpc(method):
         try:
             return await method(self, request, context)
         except InferenceError as exc:
-            await context.abort(status_of(exc), exc.message)
+            await abort(context, exc)
         except grpc.aio.AbortError:
             raise
         except Exception:
@@ -94,18 +101,31 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
         return converters.model_metadata_to_proto(self.dataplane.model_metadata(request.name, request.version or None))
 
     async def ModelInfer(self, request, context):
-        """Inference, observed in metrics and the request log."""
+        """Inference, observed in metrics and the request log, and traced
+        (when tracing is on) under the client's ``traceparent`` metadata."""
+        if tracing.ENABLED:
+            metadata = dict(context.invocation_metadata())
+            span = tracing.inference_span(
+                "grpc", request.model_name, metadata.get("traceparent"), metadata.get("tracestate")
+            )
+            with span:
+                return await self._model_infer(request, context)
+        return await self._model_infer(request, context)
+
+    async def _model_infer(self, request, context):
         started = time.perf_counter()
         outcome, version, response = "internal", "", None
         try:
-            infer_request = converters.infer_request_from_proto(request, self.max_request_bytes)
+            with tracing.step("decode"):
+                infer_request = converters.infer_request_from_proto(request, self.max_request_bytes)
             result = await self.dataplane.infer_async(infer_request, _bearer(context))
-            response = converters.infer_response_to_proto(result)
+            with tracing.step("encode"):
+                response = converters.infer_response_to_proto(result)
             outcome, version = "success", response.model_version
             return response
         except InferenceError as exc:
             outcome = exc.code.lower()
-            await context.abort(status_of(exc), exc.message)
+            await abort(context, exc)
         except grpc.aio.AbortError:
             raise
         except Exception:

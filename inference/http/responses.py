@@ -1,7 +1,8 @@
 """HTTP responses of the protocol adapters: JSON, JSON + binary data, errors.
 
 Errors are ``{"error": "<message>"}`` with each protocol error's
-``http_status`` (:mod:`inference.protocol.errors`); an unknown
+``http_status`` (:mod:`inference.protocol.errors`; a rate limit's 429 with
+``Retry-After``); an unknown
 Content-Encoding is 415 with ``Accept-Encoding: gzip, deflate``; anything
 unexpected is logged and answered 500 without internals.
 """
@@ -15,7 +16,7 @@ from rest_framework.exceptions import APIException
 
 from inference.codecs.message import dumps
 from inference.http.compression import UnsupportedEncoding
-from inference.protocol.errors import InferenceError
+from inference.protocol.errors import InferenceError, RateLimited
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,10 @@ def exception_handler(exc: Exception, context) -> HttpResponse:
         response["Accept-Encoding"] = "gzip, deflate"
         return response
     if isinstance(exc, InferenceError):
-        return error_response(exc.http_status, exc.message)
+        response = error_response(exc.http_status, exc.message)
+        if isinstance(exc, RateLimited):
+            response["Retry-After"] = exc.retry_after_header
+        return response
     if isinstance(exc, APIException):
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         response = error_response(exc.status_code, detail)

@@ -67,6 +67,7 @@ OUTCOMES = {
     404: "not_found",
     413: "resource_exhausted",
     415: "invalid_argument",
+    429: "rate_limited",
     501: "unimplemented",
     503: "unavailable",
     504: "deadline_exceeded",

@@ -12,6 +12,8 @@ The message is what the client sees: it names what is wrong and where.
 
 from __future__ import annotations
 
+import math
+
 
 class InferenceError(Exception):
     """Base class; anything unexpected (HTTP 500, gRPC INTERNAL)."""
@@ -94,10 +96,30 @@ class PermissionDenied(InferenceError):
     grpc_status = "PERMISSION_DENIED"
 
 
+class RateLimited(InferenceError):
+    """The caller (its team, its token, or anonymous callers together) is over
+    its request rate or its in-flight inferences (HTTP 429 with
+    ``Retry-After``; gRPC RESOURCE_EXHAUSTED with ``retry-after`` trailing
+    metadata). ``retry_after``: seconds after which a retry can succeed."""
+
+    code = "RATE_LIMITED"
+    http_status = 429
+    grpc_status = "RESOURCE_EXHAUSTED"
+
+    def __init__(self, message: str, retry_after: float = 1.0):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    @property
+    def retry_after_header(self) -> str:
+        """Whole seconds, at least 1 (``Retry-After`` takes no fractions)."""
+        return str(max(1, math.ceil(self.retry_after)))
+
+
 _BY_CODE: dict[str, type[InferenceError]] = {}
 for _cls in (
     InferenceError, InvalidInput, ModelNotFound, ModelNotReady, RequestTooLarge, DeadlineExceeded, Unsupported,
-    Unauthenticated, PermissionDenied,
+    Unauthenticated, PermissionDenied, RateLimited,
 ):  # fmt: skip
     _BY_CODE.setdefault(_cls.code, _cls)
 

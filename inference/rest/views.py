@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.http import HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from inference import observability
+from inference import observability, tracing
 from inference.codecs import message
 from inference.http import compression
 from inference.http.bodies import read_body
@@ -83,13 +83,22 @@ class InferView(ObservedView):
     JSON or JSON + binary out (seeds 000, 001, 002); gzip/deflate both ways."""
 
     def post(self, request, model_name, model_version=None):
-        self.dataplane.authorize(self.token(request), model_name)
-        served = self.served = self.dataplane.resolve(model_name, model_version)  # 404/503 before the body
-        infer_request = parse_infer_request(request._request, model_name, model_version, served)
-        self.request_id = infer_request.id
-        response = self.dataplane.infer(infer_request, served)
+        if tracing.ENABLED:  # one trace per sampled request, under the client's traceparent
+            meta = request.META
+            with tracing.inference_span("rest", model_name, meta.get("HTTP_TRACEPARENT"), meta.get("HTTP_TRACESTATE")):
+                return self._infer(request, model_name, model_version)
+        return self._infer(request, model_name, model_version)
+
+    def _infer(self, request, model_name, model_version):
+        with self.dataplane.admit(self.token(request), model_name):  # 401/403/429 before the body
+            served = self.served = self.dataplane.route(model_name, model_version)  # 404/503 before the body
+            with tracing.step("decode"):
+                infer_request = parse_infer_request(request._request, model_name, model_version, served)
+            self.request_id = infer_request.id
+            response = self.dataplane.infer(infer_request, served)
         binary_default = bool(infer_request.parameters.get("binary_data_output", False))
-        body, header_length = message.encode_response(response, infer_request.outputs, binary_default)
+        with tracing.step("encode"):
+            body, header_length = message.encode_response(response, infer_request.outputs, binary_default)
         coding = compression.choose(request.META.get("HTTP_ACCEPT_ENCODING"))
         if coding is None:
             return inference_response(body, header_length)
@@ -197,6 +206,29 @@ class ModelStatisticsView(ProtocolView):
     def get(self, request, model_name=None, model_version=None):
         stats = self.dataplane.model_statistics(model_name, model_version, self.token(request))
         return json_response(statistics_json(stats))
+
+
+class TraceSettingView(ProtocolView):
+    """GET/POST /v2/trace/setting and /v2/models/<m>/trace/setting: Triton's
+    trace extension (sampling of OpenTelemetry traces); operators only."""
+
+    def get(self, request, model_name=None):
+        return json_response(self.dataplane.trace_settings(self.token(request), model_name))
+
+    def post(self, request, model_name=None):
+        update = _json_object(request)
+        return json_response(self.dataplane.trace_settings(self.token(request), model_name, update))
+
+
+class LogSettingsView(ProtocolView):
+    """GET/POST /v2/logging: Triton's logging extension (log levels of every
+    process of the machine); operators only."""
+
+    def get(self, request):
+        return json_response(self.dataplane.log_settings(self.token(request)))
+
+    def post(self, request):
+        return json_response(self.dataplane.log_settings(self.token(request), _json_object(request)))
 
 
 def metrics_view(request):

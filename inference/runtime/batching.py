@@ -204,14 +204,15 @@ class DynamicBatcher:
                 feeds = batch[0].feeds
             else:
                 feeds = {name: np.concatenate([p.feeds[name] for p in batch]) for name in batch[0].feeds}
+            formed = now_ns()
             outputs = execute(instance, feeds, batch[0].output_names, deadline)
-            infer_ns = now_ns() - started
+            infer_ns = now_ns() - formed
             offset = 0
             for index, pending in enumerate(batch):
                 end = offset + pending.rows
                 pending.result = RunResult(
                     [o[offset:end] for o in outputs] if len(batch) > 1 else outputs,
-                    rows, index == 0, started - pending.enqueued_ns, infer_ns,
+                    rows, index == 0, started - pending.enqueued_ns, infer_ns, max(1, formed - started),
                 )  # fmt: skip
                 offset = end
         except InferenceError as exc:

@@ -61,7 +61,8 @@ class RunResult:
     ``batch_size``: rows of the execution the request ran in; ``executed``:
     true for exactly one request per execution (the one that counts it);
     ``queue_ns``: time waiting for an instance or a batch; ``infer_ns``: the
-    execution's ``session.run`` time.
+    execution's ``session.run`` time; ``form_ns``: concatenating a dynamic
+    batch's inputs before it (0 without batching).
     """
 
     outputs: list[np.ndarray]
@@ -69,6 +70,7 @@ class RunResult:
     executed: bool
     queue_ns: int
     infer_ns: int
+    form_ns: int = 0
 
 
 def execute(model: OnnxModel, feeds: dict, output_names: list[str], deadline: float | None) -> list[np.ndarray]:

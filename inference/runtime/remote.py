@@ -36,6 +36,7 @@ import time
 
 import numpy as np
 
+from inference import tracing
 from inference.protocol import errors
 from inference.runtime import frames
 from inference.runtime.execution import RunResult, RunTarget
@@ -121,6 +122,9 @@ class RemoteExecutor:
     def on_snapshot(self, snapshot) -> None:
         """Sessions live in the workers; they follow the registry themselves."""
 
+    #: The worker records the run's spans (queue wait, batch formation, session.run) itself.
+    remote = True
+
     def blocks(self, target: RunTarget) -> bool:
         """Every call waits on a worker."""
         return True
@@ -197,6 +201,10 @@ class RemoteExecutor:
             "rows": rows,
             "deadline": time.time() + (deadline - time.monotonic()),
         }
+        if tracing.ENABLED:
+            parent = tracing.traceparent()  # only for a traced request: the worker's spans join its trace
+            if parent:
+                header["traceparent"] = parent
         buffers = frames.encode(header, feeds.items())
         conn, reused = self._connection(target, workers)
         worker = conn.worker

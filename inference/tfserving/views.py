@@ -19,6 +19,7 @@ import re
 
 from django.http import HttpResponse
 
+from inference import tracing
 from inference.codecs import tfserving as codec
 from inference.dataplane import ServedVersion
 from inference.http.bodies import read_body
@@ -128,18 +129,36 @@ class TFServingView(ObservedView):
         if match is None or match.group(4) not in ("predict", "classify", "regress"):
             raise _malformed(request)
         name, version, label, verb = match.groups()
-        self.dataplane.authorize(self.token(request), name)
-        doc = codec.loads(read_body(request._request, allow_empty=True))
-        entry = self.served = self.dataplane.resolve(name, self._version(name, version, label))
-        return getattr(self, f"_{verb}")(entry, doc)
+        if tracing.ENABLED:  # one trace per sampled request, under the client's traceparent
+            meta = request.META
+            with tracing.inference_span("tfserving", name, meta.get("HTTP_TRACEPARENT"), meta.get("HTTP_TRACESTATE")):
+                return self._post(request, name, version, label, verb)
+        return self._post(request, name, version, label, verb)
+
+    def _post(self, request, name, version, label, verb):
+        with self.dataplane.admit(self.token(request), name):
+            with tracing.step("decode"):
+                doc = codec.loads(read_body(request._request, allow_empty=True))
+            entry = self.served = self.dataplane.route(name, self._version(name, version, label))
+            return getattr(self, f"_{verb}")(entry, doc)
 
     def _run(self, entry: ServedVersion, inputs, outputs=None):
         request = InferenceRequest(entry.model_name, inputs, model_version=entry.version, outputs=outputs)
         return self.dataplane.infer(request, entry).outputs
 
+    @staticmethod
+    def _spec(entry: ServedVersion) -> dict | None:
+        """``model_spec`` (naming the version that answered) for a request the
+        model's traffic split routed; TF Serving's REST answers carry none
+        otherwise."""
+        if not entry.routed:
+            return None
+        return {"model_spec": {"name": entry.model_name, "signature_name": "serving_default", "version": entry.version}}
+
     def _predict(self, entry: ServedVersion, doc) -> HttpResponse:
         inputs, fmt = codec.decode_predict(doc, entry.inputs)
-        return HttpResponse(codec.encode_predict(self._run(entry, inputs), fmt), content_type="application/json")
+        body = codec.encode_predict(self._run(entry, inputs), fmt, self._spec(entry))
+        return HttpResponse(body, content_type="application/json")
 
     def _classify(self, entry: ServedVersion, doc) -> HttpResponse:
         inputs = codec.decode_examples(doc, entry.inputs, "classify")
@@ -154,7 +173,8 @@ class TFServingView(ObservedView):
         labels = list(entry.class_labels)
         if len(labels) != classes:
             labels = [str(j) for j in range(classes)]
-        return HttpResponse(codec.encode_classify(scores.data, labels), content_type="application/json")
+        body = codec.encode_classify(scores.data, labels, self._spec(entry))
+        return HttpResponse(body, content_type="application/json")
 
     def _regress(self, entry: ServedVersion, doc) -> HttpResponse:
         inputs = codec.decode_examples(doc, entry.inputs, "regress")
@@ -165,4 +185,4 @@ class TFServingView(ObservedView):
                 "for :regress"
             )
         (values,) = self._run(entry, inputs, [RequestedOutput(value)])
-        return HttpResponse(codec.encode_regress(values.data), content_type="application/json")
+        return HttpResponse(codec.encode_regress(values.data, self._spec(entry)), content_type="application/json")

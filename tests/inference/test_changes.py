@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import threading
 
 from inference.changes import ChangeBeacon
 from inference.registry import ModelRegistry
@@ -74,7 +75,6 @@ def test_registry_rebuilds_before_a_lookup_once_the_beacon_moved(tmp_path):
 def test_registry_follows_the_beacon_from_an_event_loop(tmp_path):
     """On a loop's thread the rebuild runs in another thread (Django forbids
     queries there), and the lookup still answers after it."""
-    import threading
 
     beacon = ChangeBeacon(tmp_path / "b")
     threads = []
@@ -87,5 +87,9 @@ def test_registry_follows_the_beacon_from_an_event_loop(tmp_path):
     async def lookup():
         return registry.models
 
-    assert asyncio.run(lookup()) == {}
+    answers = []  # a thread of its own: other tests (Playwright) may leave a loop running in this one
+    thread = threading.Thread(target=lambda: answers.append(asyncio.run(lookup())))
+    thread.start()
+    thread.join(30)
+    assert answers == [{}]
     assert rows.loads == 2 and threads[-1].startswith("registry-follow")

@@ -36,6 +36,8 @@ EXTENSIONS = [
     "model_configuration",
     "statistics",
     "parameters",
+    "trace",
+    "logging",
 ]
 
 

@@ -73,7 +73,7 @@ def schemathesis(server, report: Path, token: str | None, *options: str) -> dict
     assert summary["complete"] and summary["stop_reason"] == "completed", output
     assert summary["failures"] == [] and summary["errors"] == [], output
     assert summary["test_cases"]["with_failures"] == 0 and summary["test_cases"]["errored"] == 0, output
-    assert summary["operations"]["tested"] == summary["operations"]["total"] == 12, output
+    assert summary["operations"]["tested"] == summary["operations"]["total"] == 15, output
     return summary
 
 
@@ -100,19 +100,31 @@ def operations_answered(har: Path, schema: dict, statuses: range) -> set[str]:
 
 
 def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
-    # A model of team ml for the team token to change (the fuzzer also creates its own).
-    body, kind = multipart({"team": "ml"}, m.affine(2.0, 1.0))
-    headers = {**bearer(tokens["alice"]), "Content-Type": kind}
-    assert request(server, "POST", "/api/models/affine/versions/", body, headers)[0] == 201
+    def prepare(scale: float) -> None:
+        """A version of "affine" (team ml; the fuzzer also creates its own
+        models) for the team token to change, with the labels the traffic
+        split's promote (canary) and rollback (stable) look for: each run
+        starts with them, whatever the run before deleted."""
+        body, kind = multipart({"team": "ml"}, m.affine(scale, 1.0))
+        headers = {**bearer(tokens["alice"]), "Content-Type": kind}
+        status, version = request(server, "POST", "/api/models/affine/versions/", body, headers)
+        assert status == 201, version
+        for label in ("stable", "canary"):
+            status, answer = request(
+                server, "PUT", f"/api/models/affine/labels/{label}/", json.dumps({"version": version["number"]}).encode(),
+                {**bearer(tokens["alice"]), "Content-Type": "application/json"},
+            )  # fmt: skip
+            assert status == 200, answer
 
     status, schema = request(server, "GET", "/api/schema/?format=json")
     schema = schema if isinstance(schema, dict) else json.loads(schema)  # application/vnd.oai.openapi+json
-    assert status == 200 and len(schema["paths"]) == 8
+    assert status == 200 and len(schema["paths"]) == 11
     every_operation = {
         f"{method.upper()} {path}" for path, operations in schema["paths"].items() for method in operations
     }
     phases = ("--phases", ",".join(PHASES))
-    for who in ("alice", "root"):
+    for who, scale in (("alice", 2.0), ("root", 3.0)):
+        prepare(scale)
         summary = schemathesis(server, tmp_path / f"{who}.json", tokens[who], *phases)
         assert {phase: summary["phases"][phase]["status"] for phase in PHASES} == dict.fromkeys(PHASES, "success")
         assert summary["seed"] == 18 and summary["test_cases"]["generated"] > 500
@@ -122,7 +134,7 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
     anonymous = ("--phases", "fuzzing", "--mode", "positive", "--max-examples", "5")
     summary = schemathesis(server, tmp_path / "anonymous.json", None, *anonymous)
     assert summary["phases"]["fuzzing"]["status"] == "success"
-    assert len(summary["warnings"]["missing_auth"]) == 12
+    assert len(summary["warnings"]["missing_auth"]) == 15
     assert operations_answered(tmp_path / "anonymous.har", schema, range(401, 402)) == every_operation
 
     # The registry after the runs: both models still listed, the operator-owned one without a team.

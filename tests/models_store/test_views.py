@@ -290,3 +290,37 @@ def test_dynamic_batching_on_the_model_page(alice, tmp_path):
     page = _text(alice.get("/models/batcher/"))
     assert "on: batches of up to 8; waiting at most 2.5 ms for a fuller batch; preferred sizes 4, 8" in page
     assert "off (each request runs alone)" in _text(alice.get("/models/plain/"))
+
+
+def test_traffic_split_form_promote_and_rollback(alice):
+    for scale in (1.0, 2.0):
+        _upload(alice, "canaried", m.affine(scale, 0.0), url="/upload/" if scale == 1.0 else "/models/canaried/upload/")
+    assert _post(alice, "/models/canaried/labels", {"label": "stable", "version": "1"}).status_code == 302
+    assert _post(alice, "/models/canaried/labels", {"label": "canary", "version": "2"}).status_code == 302
+    page = _text(alice.get("/models/canaried/"))
+    assert 'id="weight-stable"' in page and 'id="promote-canary"' in page and "none: requests that name no" in page
+
+    response = _post(alice, "/models/canaried/traffic", {"weight-stable": "90", "weight-canary": "10"})
+    assert response.status_code == 302
+    assert RegisteredModel.objects.get(name="canaried").traffic == {"canary": 10, "stable": 90}
+    page = _text(alice.get("/models/canaried/"))
+    assert "stable (v1) 90%" in page and "canary (v2) 10%" in page
+
+    bad = _post(alice, "/models/canaried/traffic", {"weight-stable": "90", "weight-canary": "20"})
+    assert bad.status_code == 409 and "add up to 100, not 110" in _text(bad)
+    bad = _post(alice, "/models/canaried/traffic", {"weight-stable": "ninety"})
+    assert bad.status_code == 400 and "whole number from 0 to 100" in _text(bad)
+    assert RegisteredModel.objects.get(name="canaried").traffic == {"canary": 10, "stable": 90}
+
+    assert _post(alice, "/models/canaried/traffic/rollback", {}).status_code == 302
+    assert RegisteredModel.objects.get(name="canaried").traffic == {"canary": 0, "stable": 100}
+    assert _post(alice, "/models/canaried/traffic/promote", {}).status_code == 302
+    assert VersionLabel.objects.get(model__name="canaried", name="stable").version.number == 2
+    assert _post(alice, "/models/canaried/traffic/nope", {}).status_code == 404
+    actions = list(AuditEvent.objects.filter(action__startswith="traffic.").values_list("action", "actor_name"))
+    assert sorted(actions) == [("traffic.promote", "alice"), ("traffic.rollback", "alice"), ("traffic.set", "alice")]
+
+    person("bob", "vision")
+    bob = Client(enforce_csrf_checks=True)
+    assert bob.login(username="bob", password=PASSWORD)
+    assert _post(bob, "/models/canaried/traffic/promote", {}).status_code == 403

@@ -1,0 +1,273 @@
+"""Per-team and per-token rate limits and in-flight caps on inference.
+
+Each inference is charged to its caller (:class:`~inference.ports.Principal`,
+from the installed authorizer): the caller's team, its API token, or the
+one bucket every anonymous caller shares. Each of those has a quota
+(:class:`~inference.ports.Quota`): a request rate with a burst (GCRA, the
+token bucket as arrival times: smooth, one number per bucket) and a cap on
+inferences in flight. A team's own quota, set by operators, wins over the
+defaults from settings. Over a limit the call raises
+:class:`~inference.protocol.errors.RateLimited` (HTTP 429 with
+``Retry-After``; gRPC RESOURCE_EXHAUSTED) and is counted in
+``modelhost_throttled_requests_total{team, limit}``.
+
+Stores:
+
+- :class:`RedisStore` (``REDIS_URL``, or ``RATE_LIMIT_REDIS_URL``): one Lua
+  script checks every bucket of a call and takes its in-flight slots
+  atomically, in one round trip, so every process of every machine shares
+  the limits; a slot is a member of a sorted set scored by its expiry, so a
+  process that dies holding slots frees them after ``lease_seconds``.
+  Release is one more round trip (only with an in-flight cap).
+- :class:`MemoryStore` (no Redis: the embedded mode on one machine): the
+  same arithmetic in this process; each server process then enforces the
+  limits on its own share of the traffic (documented).
+
+When no quota applies to a call (the defaults are 0 and the team has none)
+nothing is checked: no lock, no round trip. When the shared store fails
+(Redis away) calls are admitted unchecked, with a log line every 10 s:
+limits protect the platform's fairness, not its availability.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+
+from inference import observability
+from inference.ports import Principal, Quota
+from inference.protocol.errors import RateLimited
+
+logger = logging.getLogger(__name__)
+
+#: Retry-After of a call refused for its in-flight cap (slots free as inferences end).
+IN_FLIGHT_RETRY_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """Quotas that apply unless a team has its own (operators' settings)."""
+
+    team: Quota = field(default_factory=Quota)
+    token: Quota = field(default_factory=Quota)
+    anonymous: Quota = field(default_factory=Quota)
+
+    @property
+    def limited(self) -> bool:
+        return self.team.limited or self.token.limited or self.anonymous.limited
+
+
+@dataclass(frozen=True)
+class Bucket:
+    key: str  # store key
+    limit: str  # metrics label: team_rate, token_in_flight, anonymous_rate, ...
+    who: str  # for messages: "team ml", "API token abc...", "anonymous callers"
+    quota: Quota
+
+
+class Admission:
+    """An admitted call; :meth:`release` (or leaving the ``with`` block) frees
+    its in-flight slots. A no-op for calls that took none."""
+
+    __slots__ = ("_lease", "_slots", "_store")
+
+    @property
+    def holds(self) -> bool:
+        """Whether it holds in-flight slots (release then talks to the store)."""
+        return bool(self._slots)
+
+    def __init__(self, store=None, slots: tuple[str, ...] = (), lease: str = ""):
+        self._store = store
+        self._slots = slots
+        self._lease = lease
+
+    def release(self) -> None:
+        if self._slots:
+            slots, self._slots = self._slots, ()
+            try:
+                self._store.release(slots, self._lease)
+            except Exception:  # the slot expires by itself
+                logger.exception("releasing in-flight slots failed; they expire by themselves")
+
+    def __enter__(self) -> Admission:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+NOTHING = Admission()
+
+
+def _burst(quota: Quota) -> int:
+    return quota.burst if quota.burst > 0 else max(1, int(quota.rate))
+
+
+class MemoryStore:
+    """Buckets in this process (see module doc)."""
+
+    blocking = False
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._tat: dict[str, float] = {}  # key -> theoretical arrival time (monotonic seconds)
+        self._in_flight: dict[str, int] = {}
+
+    def acquire(self, buckets: list[Bucket], lease: str) -> tuple[Bucket | None, float, str]:
+        """Take one request from every bucket, or none: (the bucket that
+        refused, seconds to wait, "rate" or "in_flight") or (None, 0, "")."""
+        now = time.monotonic()
+        with self._lock:
+            updates = {}
+            for bucket in buckets:
+                quota = bucket.quota
+                if quota.rate > 0:
+                    interval = 1.0 / quota.rate
+                    tat = max(self._tat.get(bucket.key, now), now) + interval
+                    allowed_at = tat - _burst(quota) * interval
+                    if now < allowed_at:
+                        return bucket, allowed_at - now, "rate"
+                    updates[bucket.key] = tat
+                if quota.in_flight > 0 and self._in_flight.get(bucket.key, 0) >= quota.in_flight:
+                    return bucket, IN_FLIGHT_RETRY_SECONDS, "in_flight"
+            self._tat.update(updates)
+            for bucket in buckets:
+                if bucket.quota.in_flight > 0:
+                    self._in_flight[bucket.key] = self._in_flight.get(bucket.key, 0) + 1
+        return None, 0.0, ""
+
+    def release(self, keys: tuple[str, ...], lease: str) -> None:
+        with self._lock:
+            for key in keys:
+                self._in_flight[key] = max(0, self._in_flight.get(key, 0) - 1)
+
+
+# KEYS: per bucket, its rate key and its in-flight key. ARGV: lease id, lease
+# ms, then per bucket: rate, burst, in-flight cap, and last the wait of an
+# in-flight refusal (ms). Returns {refused bucket index (1-based, 0:
+# admitted), wait in ms, 1 for the rate or 2 for the in-flight cap}.
+_ACQUIRE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease, lease_ms = ARGV[1], tonumber(ARGV[2])
+local n = #KEYS / 2
+local tats = {}
+for i = 1, n do
+  local rate, burst, cap = tonumber(ARGV[3*i]), tonumber(ARGV[3*i+1]), tonumber(ARGV[3*i+2])
+  if rate > 0 then
+    local interval = 1000 / rate
+    local tat = tonumber(redis.call('GET', KEYS[2*i-1]) or now)
+    if tat < now then tat = now end
+    tat = tat + interval
+    local allowed_at = tat - burst * interval
+    if now < allowed_at then return {i, math.ceil(allowed_at - now), 1} end
+    tats[i] = tat
+  end
+  if cap > 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[2*i], '-inf', now)
+    if redis.call('ZCARD', KEYS[2*i]) >= cap then return {i, tonumber(ARGV[#ARGV]), 2} end
+  end
+end
+for i = 1, n do
+  if tats[i] then redis.call('SET', KEYS[2*i-1], tats[i], 'PX', math.ceil(tats[i] - now) + 1000) end
+  if tonumber(ARGV[3*i+2]) > 0 then
+    redis.call('ZADD', KEYS[2*i], now + lease_ms, lease)
+    redis.call('PEXPIRE', KEYS[2*i], lease_ms)
+  end
+end
+return {0, 0, 0}
+"""
+
+
+class RedisStore:
+    """Buckets in Redis, shared by every process (see module doc)."""
+
+    blocking = True
+
+    def __init__(self, client, prefix: str = "modelhost:ratelimit:", lease_seconds: float = 120.0):
+        self.client = client
+        self.prefix = prefix
+        self.lease_ms = int(lease_seconds * 1000)
+        self._acquire = client.register_script(_ACQUIRE)
+
+    def acquire(self, buckets: list[Bucket], lease: str) -> tuple[Bucket | None, float, str]:
+        keys, args = [], [lease, self.lease_ms]
+        for bucket in buckets:
+            keys += [f"{self.prefix}rate:{bucket.key}", f"{self.prefix}flight:{bucket.key}"]
+            args += [bucket.quota.rate, _burst(bucket.quota), bucket.quota.in_flight]
+        args.append(int(IN_FLIGHT_RETRY_SECONDS * 1000))
+        index, wait_ms, kind = self._acquire(keys=keys, args=args)
+        if int(index) == 0:
+            return None, 0.0, ""
+        return buckets[int(index) - 1], int(wait_ms) / 1000, "rate" if int(kind) == 1 else "in_flight"
+
+    def release(self, keys: tuple[str, ...], lease: str) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.zrem(f"{self.prefix}flight:{key}", lease)
+        pipe.execute()
+
+
+class RateLimiter:
+    """Admits inferences within their callers' quotas (see module doc)."""
+
+    def __init__(self, defaults: Defaults, store=None):
+        self.defaults = defaults
+        self.store = store or MemoryStore()
+        self._warned = float("-inf")
+
+    @property
+    def blocking(self) -> bool:
+        """Whether :meth:`admit` may wait on the network (an event loop runs it in a thread)."""
+        return self.store.blocking
+
+    def blocks_for(self, principal: Principal) -> bool:
+        """Whether admitting ``principal`` may wait on the network."""
+        return self.store.blocking and bool(self.buckets(principal))
+
+    def buckets(self, principal: Principal) -> list[Bucket]:
+        """The buckets a call by ``principal`` is counted in (only limited ones)."""
+        defaults = self.defaults
+        if principal.anonymous:
+            quota = defaults.anonymous
+            return [Bucket("anonymous", "anonymous", "anonymous callers", quota)] if quota.limited else []
+        out = []
+        if principal.team:
+            quota = replace(defaults.team, **dict(principal.team_quota)) if principal.team_quota else defaults.team
+            if quota.limited:
+                out.append(Bucket(f"team:{principal.team}", "team", f"team {principal.team}", quota))
+        if defaults.token.limited:
+            out.append(Bucket(f"token:{principal.token}", "token", "this API token", defaults.token))
+        return out
+
+    def admit(self, principal: Principal) -> Admission:
+        """Admit a call by ``principal`` or raise RateLimited (counted in metrics)."""
+        buckets = self.buckets(principal)
+        if not buckets:
+            return NOTHING
+        lease = uuid.uuid4().hex
+        try:
+            refused, wait, kind = self.store.acquire(buckets, lease)
+        except Exception:  # the shared store is away: serve rather than refuse everyone
+            now = time.monotonic()
+            if now - self._warned > 10:
+                self._warned = now
+                logger.exception("the rate limiter's store failed; admitting requests unchecked meanwhile")
+            return NOTHING
+        if refused is None:
+            slots = tuple(b.key for b in buckets if b.quota.in_flight > 0)
+            return Admission(self.store, slots, lease) if slots else NOTHING
+        team = "anonymous" if principal.anonymous else principal.team
+        observability.throttled(team, f"{refused.limit}_{kind}")
+        if kind == "rate":
+            quota = refused.quota
+            message = (
+                f"rate limit: {refused.who} may send {quota.rate:g} requests per second "
+                f"(bursts of {_burst(quota)}); retry after {wait:.3f} s"
+            )
+        else:
+            message = f"rate limit: {refused.who} may have {refused.quota.in_flight} inferences in flight"
+        raise RateLimited(message, wait)

@@ -1,0 +1,513 @@
+"""OpenTelemetry traces of inferences, and the runtime trace and log settings
+(Triton's trace and logging extensions).
+
+**Off unless configured.** The composition root calls :func:`configure` when
+``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (or ``TRACE_SPAN_FILE``, a JSON-lines
+file exporter for tests and debugging); until then :data:`ENABLED` is False
+and every helper here returns at its first line: no span, no context, no
+propagation header. Spans go to the OTLP/HTTP exporter in batches.
+
+**One trace per inference**, parented to the client's W3C ``traceparent``
+(HTTP header, gRPC metadata), with these spans::
+
+    infer <model>            SERVER, the front end (attributes: model, version, protocol)
+      decode                 the request's codec
+      run                    the executor (in worker mode: the frame's round trip)
+        worker <device>      SERVER, the inference worker (worker mode; parented through the frame header)
+          queue wait         waiting for a model instance or a batch
+          batch formation    concatenating a dynamic batch's inputs (batching models)
+          session.run        ONNX Runtime
+      encode                 the response's codec
+
+The worker mode carries the context in the frame header (``traceparent``),
+only for sampled requests. Queue wait, batch formation and session.run are
+recorded after the fact from the runner's own timings (RunResult), so the
+runner needs no tracing code.
+
+**Sampling** follows the trace settings (Triton's trace extension,
+``GET/POST /v2/trace/setting`` and ``/v2/models/<m>/trace/setting``):
+``trace_level`` OFF or TIMESTAMPS (TENSORS is taken as TIMESTAMPS: tensor
+contents never go into traces; see payload logging), ``trace_rate`` (one
+request in N), ``trace_count`` (traces left, -1 unlimited; per process),
+``log_frequency`` (accepted, echoed). A request whose client sampled it
+(``traceparent`` flags 01) is traced whenever the level is not OFF. The log
+settings (``GET/POST /v2/logging``: ``log_info``, ``log_warning``,
+``log_error``, ``log_verbose_level``, ``log_format``) set the levels of the
+process's loggers.
+
+**Shared by the processes of a machine**: settings live in
+``$VAR_DIR/run/runtime-settings.json`` with a change beacon beside it
+(``runtime-settings.changes``, as the registry's); every server process and
+worker reads the beacon (one memory read) at each inference and reloads the
+file when it moved, so a change applies everywhere before the next request.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+from inference.changes import ChangeBeacon
+from inference.protocol.errors import InvalidInput
+
+logger = logging.getLogger(__name__)
+
+#: True once configure() ran: the guard of every helper (tracing off costs one attribute read).
+ENABLED = False
+
+_service = "modelhost"
+_provider = None
+_tracer = None
+_lock = threading.Lock()
+
+
+class _Noop:
+    """The context manager of a span not made."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+NOOP = _Noop()
+
+# -- settings ----------------------------------------------------------------------
+TRACE_DEFAULTS = {
+    "trace_level": ["TIMESTAMPS"],
+    "trace_rate": "1000",
+    "trace_count": "-1",
+    "log_frequency": "0",
+    "trace_file": "",
+    "trace_mode": "opentelemetry",
+}
+LOG_DEFAULTS = {
+    "log_file": "",
+    "log_info": True,
+    "log_warning": True,
+    "log_error": True,
+    "log_verbose_level": 0,
+    "log_format": "default",
+}
+LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
+
+
+def _integer(key: str, value, minimum: int) -> str:
+    try:
+        number = int(value) if not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number < minimum or str(value).strip() not in (str(number), f"{number}.0"):
+        raise InvalidInput(f"trace setting '{key}' must be an integer >= {minimum}, got {value!r}")
+    return str(number)
+
+
+def clean_trace_settings(update: dict, per_model: bool) -> dict:
+    """Trace settings from a client's update (values as Triton's clients send
+    them: strings, numbers, a list for trace_level; None: back to the
+    global value, for a model). Raises InvalidInput."""
+    if not isinstance(update, dict):
+        raise InvalidInput("trace settings must be a JSON object")
+    clean: dict = {}
+    for key, value in update.items():
+        if key not in TRACE_DEFAULTS:
+            raise InvalidInput(f"unknown trace setting '{key}' (settings: {', '.join(TRACE_DEFAULTS)})")
+        if value is None:
+            if not per_model:
+                raise InvalidInput(f"trace setting '{key}' may be cleared (null) only for a model")
+            clean[key] = None
+        elif key == "trace_level":
+            levels = value if isinstance(value, list) else [value]
+            if not levels or any(level not in LEVELS for level in levels):
+                raise InvalidInput(f"trace_level must list levels among {', '.join(LEVELS)}, got {value!r}")
+            clean[key] = ["OFF"] if "OFF" in levels and len(levels) == 1 else [lv for lv in levels if lv != "OFF"]
+        elif key == "trace_rate":
+            clean[key] = _integer(key, value, 1)
+        elif key == "trace_count":
+            clean[key] = _integer(key, value, -1)
+        elif key == "log_frequency":
+            clean[key] = _integer(key, value, 0)
+        elif key == "trace_file":
+            if value not in ("", None):
+                raise InvalidInput("trace_file is not supported: traces go to the OTLP endpoint")
+            clean[key] = ""
+        elif key == "trace_mode":
+            if value != "opentelemetry":
+                raise InvalidInput("trace_mode must be 'opentelemetry'")
+            clean[key] = value
+    return clean
+
+
+def clean_log_settings(update: dict) -> dict:
+    """Log settings from a client's update (Triton's keys). Raises InvalidInput."""
+    if not isinstance(update, dict):
+        raise InvalidInput("log settings must be a JSON object")
+    clean: dict = {}
+    for key, value in update.items():
+        if key not in LOG_DEFAULTS:
+            raise InvalidInput(f"unknown log setting '{key}' (settings: {', '.join(LOG_DEFAULTS)})")
+        if key in ("log_info", "log_warning", "log_error"):
+            if not isinstance(value, bool):
+                raise InvalidInput(f"log setting '{key}' must be a boolean")
+        elif key == "log_verbose_level":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidInput("log_verbose_level must be a non-negative integer")
+        elif key == "log_file":
+            if value != "":
+                raise InvalidInput("log_file is not supported: logs go to the process's standard error")
+        elif key == "log_format" and value not in ("default", "ISO8601"):
+            raise InvalidInput("log_format must be 'default' or 'ISO8601'")
+        clean[key] = value
+    return clean
+
+
+class RuntimeSettings:
+    """Trace and log settings shared by the processes of a machine (module doc)."""
+
+    def __init__(self, directory: str | Path):
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / "runtime-settings.json"
+        self.beacon = ChangeBeacon(directory / "runtime-settings.changes")
+        self._seen = -1
+        self._state = {"trace": {}, "models": {}, "log": {}}
+        self._sampled = itertools.count()
+        self._counts: dict[str, int] = {}  # model ("" global) -> traces taken in this process
+        self._lock = threading.Lock()
+        self.follow()
+
+    # -- reading -----------------------------------------------------------
+    def follow(self) -> None:
+        """Reload when another process (or this one) changed the settings."""
+        value = self.beacon.read()
+        if value == self._seen:
+            return
+        with self._lock:
+            value = self.beacon.read()
+            if value == self._seen:
+                return
+            try:
+                state = json.loads(self.path.read_text()) if self.path.exists() else {}
+            except (OSError, ValueError):
+                logger.exception("reading %s failed; keeping the current settings", self.path)
+                return
+            self._state = {
+                "trace": state.get("trace", {}),
+                "models": state.get("models", {}),
+                "log": state.get("log", {}),
+            }
+            self._counts.clear()
+            self._seen = value
+        apply_log_settings(self.log())
+
+    def trace(self, model: str | None = None) -> dict:
+        """The trace settings in force (a model's: its own over the global ones)."""
+        settings = {**TRACE_DEFAULTS, **self._state["trace"]}
+        if model:
+            settings.update(self._state["models"].get(model, {}))
+        return settings
+
+    def log(self) -> dict:
+        return {**LOG_DEFAULTS, **self._state["log"]}
+
+    # -- writing -----------------------------------------------------------
+    def _write(self, change) -> None:
+        import fcntl
+
+        lock_path = self.path.with_suffix(".lock")
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                state = json.loads(self.path.read_text()) if self.path.exists() else {}
+            except ValueError:
+                state = {}
+            state.setdefault("trace", {})
+            state.setdefault("models", {})
+            state.setdefault("log", {})
+            change(state)
+            temporary = self.path.with_suffix(f".tmp{os.getpid()}")
+            temporary.write_text(json.dumps(state, sort_keys=True))
+            os.replace(temporary, self.path)
+            self.beacon.bump()
+        finally:
+            os.close(fd)
+        self.follow()
+
+    def update_trace(self, update: dict, model: str | None = None) -> dict:
+        """Apply a trace settings update (cleaned); the settings in force after it."""
+        clean = clean_trace_settings(update, per_model=bool(model))
+
+        def change(state):
+            if model:
+                own = state["models"].setdefault(model, {})
+                for key, value in clean.items():
+                    if value is None:
+                        own.pop(key, None)
+                    else:
+                        own[key] = value
+                if not own:
+                    state["models"].pop(model, None)
+            else:
+                state["trace"].update(clean)
+
+        if clean:
+            self._write(change)
+        return self.trace(model)
+
+    def update_log(self, update: dict) -> dict:
+        clean = clean_log_settings(update)
+        if clean:
+            self._write(lambda state: state["log"].update(clean))
+        return self.log()
+
+    # -- sampling ------------------------------------------------------------
+    def sample(self, model: str, client_sampled: bool) -> bool:
+        """Whether to trace an inference of ``model`` (module doc)."""
+        self.follow()
+        settings = self.trace(model)
+        if settings["trace_level"] == ["OFF"]:
+            return False
+        scope = model if model in self._state["models"] else ""
+        count = int(settings["trace_count"])
+        if count >= 0 and self._counts.get(scope, 0) >= count:
+            return False
+        if not client_sampled and next(self._sampled) % int(settings["trace_rate"]) != 0:
+            return False
+        if count >= 0:
+            with self._lock:
+                self._counts[scope] = self._counts.get(scope, 0) + 1
+        return True
+
+
+_initial: dict | None = None  # the configured levels and formatters, restored by the defaults
+
+
+def apply_log_settings(settings: dict) -> None:
+    """Set the process's log levels from Triton's log settings: verbose ->
+    DEBUG (and the per-request log line on), info -> INFO, warning ->
+    WARNING, error -> ERROR, none -> CRITICAL; the defaults restore the
+    configured levels (LOG_LEVEL, REQUEST_LOG_LEVEL)."""
+    global _initial
+    names = ("", "django", "inference.request")
+    if _initial is None:
+        if settings == LOG_DEFAULTS:
+            return
+        _initial = {
+            "levels": {name: logging.getLogger(name).level for name in names},
+            "formatters": [(h, h.formatter) for h in logging.getLogger().handlers],
+        }
+    if settings == LOG_DEFAULTS:
+        for name, level in _initial["levels"].items():
+            logging.getLogger(name).setLevel(level)
+        for handler, formatter in _initial["formatters"]:
+            handler.setFormatter(formatter)
+        return
+    if settings["log_verbose_level"] > 0:
+        level = logging.DEBUG
+    elif settings["log_info"]:
+        level = logging.INFO
+    elif settings["log_warning"]:
+        level = logging.WARNING
+    elif settings["log_error"]:
+        level = logging.ERROR
+    else:
+        level = logging.CRITICAL
+    logging.getLogger().setLevel(level)
+    logging.getLogger("django").setLevel(level)
+    logging.getLogger("inference.request").setLevel(logging.DEBUG if level == logging.DEBUG else logging.NOTSET)
+    if settings["log_format"] == "ISO8601":
+        formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s", "%Y-%m-%dT%H:%M:%S%z")
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(formatter)
+
+
+_settings: RuntimeSettings | None = None
+
+
+def install_settings(directory: str | Path) -> RuntimeSettings:
+    global _settings
+    _settings = RuntimeSettings(directory)
+    return _settings
+
+
+def runtime_settings() -> RuntimeSettings:
+    if _settings is None:
+        raise RuntimeError("the runtime settings are not installed (the composition root did not run)")
+    return _settings
+
+
+def follow() -> None:
+    """Follow settings changes of the machine (one memory read); call per inference."""
+    if _settings is not None:
+        _settings.follow()
+
+
+# -- tracing ---------------------------------------------------------------------------
+def configure(service: str, exporters: list) -> None:
+    """Turn tracing on in this process: a tracer provider (the global one, so
+    that the Django, Celery and gRPC instrumentations use it too) with one
+    processor per exporter factory (``() -> (exporter, immediate)``:
+    immediate ones export each span as it ends, the others in batches from a
+    thread the SDK restarts in forked children)."""
+    global ENABLED, _service, _provider, _tracer
+    if not exporters:
+        return
+    from opentelemetry import trace
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
+
+    with _lock:
+        if _provider is None:
+            _service = service
+            # The trace settings decide for inferences (inference_span); a client's
+            # traceparent that did not sample may still be traced (trace_rate).
+            sampler = ParentBased(ALWAYS_ON, remote_parent_not_sampled=ALWAYS_ON)
+            provider = TracerProvider(resource=Resource.create({"service.name": service}), sampler=sampler)
+            for make in exporters:
+                exporter, immediate = make()
+                provider.add_span_processor(
+                    SimpleSpanProcessor(exporter) if immediate else BatchSpanProcessor(exporter)
+                )
+            trace.set_tracer_provider(provider)
+            _provider = provider
+            _tracer = provider.get_tracer("modelhost")
+        ENABLED = True
+
+
+def tracer():
+    """This process's tracer."""
+    return _tracer
+
+
+def provider():
+    return _provider
+
+
+def file_exporter(path: str):
+    """A span exporter appending each span as one JSON line to ``path``
+    (``TRACE_SPAN_FILE``: a collector stand-in for tests and debugging)."""
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class FileSpanExporter(SpanExporter):
+        def export(self, spans) -> SpanExportResult:
+            lines = "".join(json.dumps(json.loads(span.to_json())) + "\n" for span in spans)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+            try:
+                os.write(fd, lines.encode())
+            finally:
+                os.close(fd)
+            return SpanExportResult.SUCCESS
+
+        def shutdown(self) -> None:
+            pass
+
+    return FileSpanExporter()
+
+
+def _propagator():
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    return TraceContextTextMapPropagator()
+
+
+def inference_span(protocol: str, model: str, traceparent: str | None, tracestate: str | None = None):
+    """The root span of one inference (a context manager; NOOP when tracing is
+    off or the request is not sampled): a child of the client's
+    ``traceparent``."""
+    if not ENABLED:
+        return NOOP
+    from opentelemetry import trace
+
+    context = None
+    client_sampled = False
+    if traceparent:
+        carrier = {"traceparent": traceparent}
+        if tracestate:
+            carrier["tracestate"] = tracestate
+        context = _propagator().extract(carrier)
+        parent = trace.get_current_span(context).get_span_context()
+        client_sampled = parent.is_valid and parent.trace_flags.sampled
+    if _settings is not None and not _settings.sample(model, client_sampled):
+        return NOOP
+    return tracer().start_as_current_span(
+        f"infer {model}",
+        context=context,
+        kind=trace.SpanKind.SERVER,
+        attributes={"model": model, "protocol": protocol},
+    )
+
+
+def recording() -> bool:
+    """Whether the current span records (this request is traced)."""
+    if not ENABLED:
+        return False
+    from opentelemetry import trace
+
+    return trace.get_current_span().is_recording()
+
+
+def step(name: str, **attributes):
+    """A child span of the current one (NOOP unless this request is traced)."""
+    if not ENABLED or not recording():
+        return NOOP
+    return tracer().start_as_current_span(name, attributes=attributes or None)
+
+
+def annotate(**attributes) -> None:
+    """Set attributes on the current span (when traced)."""
+    if ENABLED and recording():
+        from opentelemetry import trace
+
+        trace.get_current_span().set_attributes({k: v for k, v in attributes.items() if v is not None})
+
+
+def traceparent() -> str | None:
+    """The W3C traceparent of the current span, when traced (for the worker frame)."""
+    if not ENABLED or not recording():
+        return None
+    carrier: dict = {}
+    _propagator().inject(carrier)
+    return carrier.get("traceparent")
+
+
+def remote_span(name: str, traceparent_value: str | None, **attributes):
+    """A worker's span under the front end's ``traceparent`` (NOOP without one)."""
+    if not ENABLED or not traceparent_value:
+        return NOOP
+    from opentelemetry import trace
+
+    context = _propagator().extract({"traceparent": traceparent_value})
+    return tracer().start_as_current_span(name, context=context, kind=trace.SpanKind.SERVER, attributes=attributes)
+
+
+def record_run(started_ns: int, queue_ns: int, form_ns: int, infer_ns: int, batch_size: int) -> None:
+    """Queue wait, batch formation and session.run as children of the current
+    span, from the runner's timings; ``started_ns``: epoch ns when the run was
+    asked for."""
+    if not ENABLED or not recording():
+        return
+    t = tracer()
+    queue_end = started_ns + queue_ns
+    t.start_span("queue wait", start_time=started_ns).end(end_time=queue_end)
+    run_start = queue_end
+    if form_ns:
+        span = t.start_span("batch formation", start_time=queue_end, attributes={"batch_size": batch_size})
+        span.end(end_time=queue_end + form_ns)
+        run_start = queue_end + form_ns
+    span = t.start_span("session.run", start_time=run_start, attributes={"batch_size": batch_size})
+    span.end(end_time=run_start + infer_ns)
+
+
+def epoch_ns() -> int:
+    return time.time_ns()

@@ -1,0 +1,130 @@
+"""The rate limiter's arithmetic, in memory and in a real Redis (database
+TEST_REDIS_DB): bursts, the rate, in-flight slots, released and expired
+slots, each bucket on its own, and nothing checked when no quota applies."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+import redis
+
+from inference.ports import ANONYMOUS, Principal, Quota
+from inference.protocol.errors import RateLimited
+from inference.ratelimit import NOTHING, Defaults, MemoryStore, RateLimiter, RedisStore
+from tests.conftest import TEST_REDIS_URL
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store(request):
+    if request.param == "memory":
+        return MemoryStore()
+    client = redis.Redis.from_url(TEST_REDIS_URL)
+    return RedisStore(client, prefix=f"test:ratelimit:{uuid.uuid4().hex}:", lease_seconds=0.5)
+
+
+def team(name: str = "ml", **quota) -> Principal:
+    return Principal(name, f"tok-{name}", tuple(quota.items()))
+
+
+def test_a_burst_then_the_rate(store):
+    limiter = RateLimiter(Defaults(team=Quota(rate=20, burst=3)), store)
+    for _ in range(3):
+        limiter.admit(team()).release()
+    with pytest.raises(RateLimited) as info:
+        limiter.admit(team())
+    assert 0 < info.value.retry_after <= 0.06 and info.value.retry_after_header == "1"
+    assert "team ml may send 20 requests per second (bursts of 3)" in info.value.message
+    time.sleep(0.06)  # one more request's worth of time at 20/s
+    limiter.admit(team())
+    with pytest.raises(RateLimited):
+        limiter.admit(team())
+
+
+def test_teams_and_tokens_are_counted_apart(store):
+    limiter = RateLimiter(Defaults(team=Quota(rate=1, burst=1), token=Quota(rate=1, burst=2)), store)
+    limiter.admit(team("a"))
+    with pytest.raises(RateLimited):
+        limiter.admit(team("a"))
+    limiter.admit(team("b"))  # another team's bucket is full
+    # A team's own quota (operators') replaces the default's fields it sets: burst 10 here,
+    # so the token's own bucket (burst 2) is the one that refuses.
+    own = Principal("d", "tok-d", (("burst", 10),))
+    limiter.admit(own)
+    limiter.admit(own)
+    with pytest.raises(RateLimited) as info:
+        limiter.admit(own)
+    assert "this API token" in info.value.message
+    limiter.admit(Principal("d", "tok-d2", (("burst", 10),)))  # the team's third: within its burst of 10
+
+
+def test_in_flight_slots(store):
+    limiter = RateLimiter(Defaults(team=Quota(in_flight=2)), store)
+    first, second = limiter.admit(team()), limiter.admit(team())
+    assert first.holds
+    with pytest.raises(RateLimited) as info:
+        limiter.admit(team())
+    assert "may have 2 inferences in flight" in info.value.message and info.value.retry_after == 1.0
+    first.release()
+    first.release()  # twice: frees one slot once
+    with limiter.admit(team()):
+        with pytest.raises(RateLimited):
+            limiter.admit(team())
+    second.release()
+
+
+def test_a_refused_call_takes_nothing(store):
+    limiter = RateLimiter(Defaults(team=Quota(rate=1, burst=1, in_flight=5), token=Quota(in_flight=1)), store)
+    held = limiter.admit(team())
+    with pytest.raises(RateLimited):
+        limiter.admit(team())  # refused by the token's in-flight cap or the team's rate
+    held.release()
+    time.sleep(1.05)
+    limiter.admit(team()).release()  # the refused call took neither a slot nor a request of the rate
+
+
+def test_slots_of_a_dead_process_expire_in_redis():
+    store = RedisStore(
+        redis.Redis.from_url(TEST_REDIS_URL), prefix=f"test:ratelimit:{uuid.uuid4().hex}:", lease_seconds=0.3
+    )
+    limiter = RateLimiter(Defaults(team=Quota(in_flight=1)), store)
+    limiter.admit(team())  # never released
+    with pytest.raises(RateLimited):
+        limiter.admit(team())
+    time.sleep(0.35)
+    limiter.admit(team()).release()
+
+
+def test_nothing_is_checked_without_a_quota():
+    class Refuses:
+        blocking = True
+
+        def acquire(self, *args):
+            raise AssertionError("asked the store")
+
+    limiter = RateLimiter(Defaults(token=Quota(rate=5)), Refuses())
+    assert limiter.buckets(ANONYMOUS) == [] and limiter.admit(ANONYMOUS) is NOTHING
+    assert not limiter.blocks_for(ANONYMOUS)
+    assert [b.limit for b in limiter.buckets(team())] == ["token"]
+
+
+def test_anonymous_callers_share_one_bucket(store):
+    limiter = RateLimiter(Defaults(anonymous=Quota(rate=1, burst=2)), store)
+    limiter.admit(ANONYMOUS)
+    limiter.admit(ANONYMOUS)
+    with pytest.raises(RateLimited) as info:
+        limiter.admit(ANONYMOUS)
+    assert "anonymous callers" in info.value.message
+    limiter.admit(team())  # a token's calls are not anonymous
+
+
+def test_a_store_that_fails_admits():
+    class Broken:
+        blocking = True
+
+        def acquire(self, *args):
+            raise redis.ConnectionError("away")
+
+    limiter = RateLimiter(Defaults(team=Quota(rate=1)), Broken())
+    assert limiter.admit(team()) is NOTHING

@@ -1,0 +1,210 @@
+"""Per-team rate limits and in-flight caps against a live server whose
+processes (two HTTP workers, the gRPC processes) share the limits through
+Redis (database TEST_REDIS_DB): a team over its rate gets 429 with
+``Retry-After`` (gRPC RESOURCE_EXHAUSTED with ``retry-after`` metadata)
+while another team's requests keep succeeding; a team's own limits set by
+an operator (audited); an in-flight cap; anonymous callers' own small
+bucket; throttled requests counted per team in the metrics."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import threading
+import time
+import uuid
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from tests.conftest import EXECUTOR, TEST_REDIS_URL
+from tests.support import onnx_models as m
+from tests.support.live import bearer, manage, people_with_tokens, request
+from tests.support.server import LiveServer
+
+pytestmark = [
+    pytest.mark.interop,
+    pytest.mark.skipif(EXECUTOR != "inprocess", reason="limits are the front end's: the executor does not matter"),
+]
+
+RATE = 5  # requests per second per team (and the burst)
+RUN = uuid.uuid4().hex[:6]  # team names of this run: Redis keys of earlier runs do not count
+FLOOD, CALM, SLOW, GUSH = f"flood{RUN}", f"calm{RUN}", f"slow{RUN}", f"gush{RUN}"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    repository = tmp_path_factory.mktemp("limits-repository")
+    m.write_model(repository, "plus_one", m.affine(1.0, 1.0))
+    m.write_model(repository, "slow", m.slow_loop())
+    live = LiveServer(
+        repository,
+        tmp_path_factory.mktemp("limits-live"),
+        extra_env={
+            "RATE_LIMIT_REDIS_URL": TEST_REDIS_URL,
+            "RATE_LIMIT_TEAM_RPS": str(RATE),
+            "RATE_LIMIT_TEAM_BURST": str(RATE),
+            "RATE_LIMIT_ANONYMOUS_RPS": "1",
+            "RATE_LIMIT_ANONYMOUS_BURST": "3",
+        },
+    )
+    live.start()
+    yield live
+    assert live.stop() == 0, live.log()
+
+
+@pytest.fixture(scope="module")
+def tokens(server):
+    """One member of each team, with an API token (the test's models are operator-owned:
+    a call is charged to the caller's only team)."""
+    return people_with_tokens(server, flooder=FLOOD, steady=CALM, sloth=SLOW, gusher=GUSH, limits_ops="superuser")
+
+
+BODY = json.dumps(
+    {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]}]}
+).encode()
+
+
+def infer(server, token: str | None, model: str = "plus_one", body: bytes = BODY):
+    """(status, Retry-After, answer) of one V2 inference on a new connection."""
+    host, port = server.http_url.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        headers = {"Content-Type": "application/json", **(bearer(token) if token else {})}
+        conn.request("POST", f"/v2/models/{model}/infer", body=body, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.getheader("Retry-After"), json.loads(response.read())
+    finally:
+        conn.close()
+
+
+def throttled(server, team: str, limit: str) -> float:
+    _status, body = request(server, "GET", "/metrics")
+    text = body.decode() if isinstance(body, bytes) else body
+    found = re.search(
+        r'modelhost_throttled_requests_total\{limit="' + limit + r'",team="' + team + r'"\} ([0-9.e+]+)', text
+    )
+    return float(found.group(1)) if found else 0.0
+
+
+def test_a_team_over_its_rate_gets_429_while_another_team_keeps_succeeding(server, tokens):
+    answers = {"flood": [], "calm": []}
+
+    def flood():
+        for _ in range(60):
+            answers["flood"].append(infer(server, tokens["flooder"]))
+
+    thread = threading.Thread(target=flood)
+    thread.start()
+    time.sleep(0.05)
+    while thread.is_alive() or len(answers["calm"]) < 6:  # about 4 requests per second: under the rate
+        answers["calm"].append(infer(server, tokens["steady"]))
+        time.sleep(0.25)
+        if len(answers["calm"]) >= 20:
+            break
+    thread.join()
+
+    flood_ok = [a for a in answers["flood"] if a[0] == 200]
+    refused = [a for a in answers["flood"] if a[0] != 200]
+    assert refused and all(status == 429 for status, _, _ in refused), answers["flood"]
+    assert all(retry is not None and int(retry) >= 1 for _, retry, _ in refused)
+    assert all(f"team {FLOOD} may send {RATE} requests per second" in body["error"] for _, _, body in refused)
+    # The burst, and at most the rate on top while the flood lasted (shared by both HTTP processes).
+    assert RATE <= len(flood_ok) <= RATE + RATE * 4, len(flood_ok)
+    assert all(status == 200 for status, _, _ in answers["calm"]), answers["calm"]
+    assert all(body["outputs"][0]["data"] == [2.0, 3.0, 4.0, 5.0] for _, _, body in answers["calm"])
+    assert throttled(server, FLOOD, "team_rate") == len(refused)
+    assert throttled(server, CALM, "team_rate") == 0
+
+
+def test_over_the_rate_on_grpc_is_resource_exhausted_with_retry_after(server, tokens):
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    inp = grpcclient.InferInput("x", [1, 4], "FP32")
+    inp.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+    errors = []
+    try:
+        for _ in range(4 * RATE):
+            try:
+                client.infer("plus_one", [inp], headers={"authorization": f"Bearer {tokens['gusher']}"})
+            except InferenceServerException as exc:
+                errors.append(exc)
+    finally:
+        client.close()
+    assert errors and all(e.status() == "StatusCode.RESOURCE_EXHAUSTED" for e in errors)
+    assert f"team {GUSH}" in errors[0].message()
+    # The retry-after trailing metadata, read with grpc itself.
+    channel = grpc.insecure_channel(server.grpc_url)
+    from tritonclient.grpc import service_pb2 as pb
+    from tritonclient.grpc import service_pb2_grpc
+
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    message = pb.ModelInferRequest(model_name="plus_one")
+    tensor = message.inputs.add(name="x", datatype="FP32", shape=[1, 4])
+    tensor.contents.fp32_contents.extend([1, 2, 3, 4])
+    trailing = None
+    for _ in range(4 * RATE):
+        try:
+            stub.ModelInfer(message, metadata=[("authorization", f"Bearer {tokens['gusher']}")])
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            trailing = dict(exc.trailing_metadata())
+            break
+    channel.close()
+    assert trailing is not None and int(trailing["retry-after"]) >= 1
+
+
+def test_a_teams_own_limits_set_by_an_operator_are_audited(server, tokens):
+    output = manage(server, "set_team_limits", CALM, "--rate", "100", "--burst", "40")
+    assert f"team {CALM}: rate 100/s, burst 40" in output
+    statuses = [infer(server, tokens["steady"])[0] for _ in range(30)]
+    assert statuses == [200] * 30  # above the default of 5 per second: its own limit applies
+    output = manage(server, "shell", "-c", "from models_store.models import AuditEvent as A; "
+                    "e = A.objects.filter(action='team.limits').latest('id'); print(e.actor_name, e.detail)")  # fmt: skip
+    assert "system" in output and f"'team': '{CALM}'" in output and "'rate': 100.0" in output
+
+
+def test_an_in_flight_cap(server, tokens):
+    manage(server, "set_team_limits", SLOW, "--rate", "0", "--in-flight", "1")
+    slow = json.dumps(
+        {
+            "inputs": [
+                {"name": "x", "shape": [1, 256], "datatype": "FP32", "data": [0.1] * 256},
+                {"name": "n", "shape": [], "datatype": "INT64", "data": [40000]},
+            ]
+        }
+    ).encode()
+    small = json.dumps(
+        {
+            "inputs": [
+                {"name": "x", "shape": [1, 256], "datatype": "FP32", "data": [0.1] * 256},
+                {"name": "n", "shape": [], "datatype": "INT64", "data": [1]},
+            ]
+        }
+    ).encode()
+    assert infer(server, tokens["sloth"], "slow", small)[0] == 200  # loaded; the team's limits followed
+    first: list = []
+    thread = threading.Thread(target=lambda: first.append(infer(server, tokens["sloth"], "slow", slow)))
+    thread.start()  # runs about 1.5 s
+    refused = []
+    while thread.is_alive() and not refused:  # a second one while the first runs
+        time.sleep(0.1)
+        answer = infer(server, tokens["sloth"], "slow", small)
+        if answer[0] != 200:
+            refused.append(answer)
+    thread.join()
+    assert first[0][0] == 200
+    status, retry, body = refused[0]
+    assert status == 429 and retry == "1" and f"team {SLOW} may have 1 inferences in flight" in body["error"]
+    assert infer(server, tokens["sloth"], "slow", small)[0] == 200  # the slot was released
+    assert throttled(server, SLOW, "team_in_flight") == 1
+
+
+def test_anonymous_callers_share_their_own_small_bucket(server, tokens):
+    statuses = [infer(server, None)[0] for _ in range(8)]
+    assert statuses[:3] == [200, 200, 200] and 429 in statuses[3:]
+    assert throttled(server, "anonymous", "anonymous_rate") == statuses.count(429)
+    assert infer(server, tokens["steady"])[0] == 200  # a token is not anonymous

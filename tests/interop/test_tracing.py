@@ -1,0 +1,219 @@
+"""OpenTelemetry traces against live servers, in process and in worker mode
+(real ``runworker``, Redis database TEST_WORKER_REDIS_DB), with a file
+exporter as the collector stand-in (``TRACE_SPAN_FILE``): one inference
+yields one trace with the spans decode, run, worker, queue wait, batch
+formation, session.run and encode, parented to the client's
+``traceparent`` (REST header, gRPC metadata); Triton's trace extension
+(``/v2/trace/setting``, per model too) controls sampling at runtime and its
+logging extension (``/v2/logging``) the log levels, both for operators
+only and audited."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+
+import numpy as np
+import pytest
+import redis
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.conftest import EXECUTOR
+from tests.support import onnx_models as m
+from tests.support.live import manage, people_with_tokens, request, wait_for
+from tests.support.repository import DYNAMIC_BATCHING
+from tests.support.server import LiveServer
+
+pytestmark = [
+    pytest.mark.interop,
+    pytest.mark.skipif(EXECUTOR != "inprocess", reason="runs both executors itself"),
+]
+
+WORKER_REDIS_URL = f"redis://127.0.0.1:6379/{os.environ.get('TEST_WORKER_REDIS_DB', '10')}"
+
+
+@pytest.fixture(scope="module", params=["inprocess", "workers"])
+def server(request, tmp_path_factory):
+    repository = tmp_path_factory.mktemp("tracing-repository")
+    m.write_model(repository, "plain", m.affine(2.0, 1.0))
+    m.write_model(repository, "batched", m.affine(3.0, 0.0), config=DYNAMIC_BATCHING.format(delay=2000))
+    m.write_model(repository, "quiet", m.affine(1.0, 0.0))
+    var = tmp_path_factory.mktemp(f"tracing-{request.param}")
+    env = {"TRACE_SPAN_FILE": str(var / "spans.jsonl"), "REQUEST_LOG_LEVEL": "DEBUG"}
+    devices: tuple[str, ...] = ()
+    if request.param == "workers":
+        redis.Redis.from_url(WORKER_REDIS_URL).flushdb()
+        env.update(INFERENCE_EXECUTOR="workers", REDIS_URL=WORKER_REDIS_URL)
+        devices = ("cpu",)
+    live = LiveServer(repository, var, extra_env=env, devices=devices)
+    live.start()
+    if devices:
+        live.wait_for_workers()
+    live.mode = request.param
+    yield live
+    assert live.stop() == 0, live.log()
+
+
+@pytest.fixture(scope="module")
+def tokens(server):
+    return people_with_tokens(server, trace_ops="superuser", trace_dana="tracers")
+
+
+def ops(tokens) -> dict:
+    return {"authorization": f"Bearer {tokens['trace_ops']}"}
+
+
+def spans(server) -> list[dict]:
+    path = server.var_dir / "spans.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def trace_of(server, trace_id: str) -> list[dict]:
+    return [s for s in spans(server) if s["context"]["trace_id"] == "0x" + trace_id]
+
+
+def traceparent(sampled: bool = True) -> tuple[str, str, str]:
+    trace_id, span_id = secrets.token_hex(16), secrets.token_hex(8)
+    return f"00-{trace_id}-{span_id}-{'01' if sampled else '00'}", trace_id, span_id
+
+
+def v2_body(rows: int = 1) -> bytes:
+    return json.dumps(
+        {"inputs": [{"name": "x", "shape": [rows, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0] * rows}]}
+    ).encode()
+
+
+def check_one_trace(server, trace_id: str, span_id: str, model: str, batched: bool) -> dict[str, dict]:
+    expected = {f"infer {model}", "decode", "run", "queue wait", "session.run", "encode"}
+    if batched:
+        expected.add("batch formation")
+    if server.mode == "workers":
+        expected.add("worker cpu")
+    assert wait_for(lambda: {s["name"] for s in trace_of(server, trace_id)} >= expected, timeout=20), [
+        s["name"] for s in trace_of(server, trace_id)
+    ]
+    found = trace_of(server, trace_id)
+    by_name = {s["name"]: s for s in found}
+    assert len(found) == len(by_name) == len(expected), sorted(s["name"] for s in found)  # one of each, one trace
+    root = by_name[f"infer {model}"]
+    assert root["parent_id"] == "0x" + span_id and root["kind"] == "SpanKind.SERVER"  # under the client's span
+    assert root["attributes"]["model"] == model and root["attributes"]["version"] == "1"
+
+    def parent(name):
+        return next(s["name"] for s in found if s["context"]["span_id"] == by_name[name]["parent_id"])
+
+    assert parent("decode") == parent("encode") == parent("run") == f"infer {model}"
+    runner_parent = "worker cpu" if server.mode == "workers" else "run"
+    if server.mode == "workers":
+        assert parent("worker cpu") == "run"
+        assert by_name["worker cpu"]["kind"] == "SpanKind.SERVER"
+    for name in ("queue wait", "session.run") + (("batch formation",) if batched else ()):
+        assert parent(name) == runner_parent
+    # In time order: decode, queue wait, (batch formation,) session.run, encode.
+    order = ["decode", "queue wait"] + (["batch formation"] if batched else []) + ["session.run", "encode"]
+    starts = [by_name[name]["start_time"] for name in order]
+    assert starts == sorted(starts), list(zip(order, starts))
+    return by_name
+
+
+def test_one_rest_inference_is_one_trace_under_the_clients_traceparent(server, tokens):
+    header, trace_id, span_id = traceparent()
+    status, body = request(server, "POST", "/v2/models/batched/infer", v2_body(), {"traceparent": header})
+    assert status == 200 and body["outputs"][0]["data"] == [3.0, 6.0, 9.0, 12.0]
+    by_name = check_one_trace(server, trace_id, span_id, "batched", batched=True)
+    assert by_name["session.run"]["attributes"]["batch_size"] == 1
+
+
+def test_grpc_and_tf_serving_inferences_are_traced_too(server, tokens):
+    header, trace_id, span_id = traceparent()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        inp = grpcclient.InferInput("x", [1, 4], "FP32")
+        inp.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+        client.infer("plain", [inp], headers={"traceparent": header})
+    finally:
+        client.close()
+    by_name = check_one_trace(server, trace_id, span_id, "plain", batched=False)
+    assert by_name["infer plain"]["attributes"]["protocol"] == "grpc"
+
+    header, trace_id, span_id = traceparent()
+    status, body = request(
+        server, "POST", "/v1/models/plain:predict", json.dumps({"instances": [[1, 1, 1, 1]]}).encode(),
+        {"traceparent": header},
+    )  # fmt: skip
+    assert status == 200 and body == {"predictions": [[3.0, 3.0, 3.0, 3.0]]}
+    assert wait_for(lambda: {s["name"] for s in trace_of(server, trace_id)} >= {"infer plain", "decode", "run"})
+    root = next(s for s in trace_of(server, trace_id) if s["name"] == "infer plain")
+    assert root["parent_id"] == "0x" + span_id and root["attributes"]["protocol"] == "tfserving"
+
+
+def test_trace_settings_control_sampling_at_runtime(server, tokens):
+    with httpclient.InferenceServerClient(server.http_url) as http:
+        settings = http.get_trace_settings(headers=ops(tokens))
+        assert settings["trace_level"] == ["TIMESTAMPS"] and settings["trace_mode"] == "opentelemetry"
+        # Every request sampled, whatever the client's flags ...
+        updated = http.update_trace_settings(settings={"trace_rate": "1"}, headers=ops(tokens))
+        assert updated["trace_rate"] == "1"
+        header, trace_id, _ = traceparent(sampled=False)
+        assert request(server, "POST", "/v2/models/plain/infer", v2_body(), {"traceparent": header})[0] == 200
+        assert wait_for(lambda: trace_of(server, trace_id), timeout=10)
+        # ... but not the model whose own trace level is OFF, even for a client that sampled.
+        own = http.update_trace_settings("quiet", settings={"trace_level": ["OFF"]}, headers=ops(tokens))
+        assert own["trace_level"] == ["OFF"] and own["trace_rate"] == "1"  # the global rate shows through
+        assert http.get_trace_settings("plain", headers=ops(tokens))["trace_level"] == ["TIMESTAMPS"]
+        header, quiet_id, _ = traceparent()
+        assert request(server, "POST", "/v2/models/quiet/infer", v2_body(), {"traceparent": header})[0] == 200
+        header, plain_id, _ = traceparent()
+        assert request(server, "POST", "/v2/models/plain/infer", v2_body(), {"traceparent": header})[0] == 200
+        assert wait_for(lambda: trace_of(server, plain_id), timeout=10)
+        time.sleep(0.5)
+        assert trace_of(server, quiet_id) == []
+        # Back: the model's own level cleared (null), the rate as before.
+        cleared = http.update_trace_settings("quiet", settings={"trace_level": None}, headers=ops(tokens))
+        assert cleared["trace_level"] == ["TIMESTAMPS"]
+        http.update_trace_settings(settings={"trace_rate": "1000"}, headers=ops(tokens))
+        # Bad settings are 400, not 500.
+        for bad in ({"trace_rate": "0"}, {"trace_level": ["LOUD"]}, {"trace_file": "/tmp/x"}, {"nope": 1}):
+            with pytest.raises(InferenceServerException) as info:
+                http.update_trace_settings(settings=bad, headers=ops(tokens))
+            assert info.value.status() == "400", bad
+        with pytest.raises(InferenceServerException) as info:
+            http.get_trace_settings("no_such_model", headers=ops(tokens))
+        assert info.value.status() == "404"
+    output = manage(server, "shell", "-c", "from models_store.models import AuditEvent as A; "
+                    "print([(e.action, e.actor_name, e.model_name) for e in A.objects.filter(action='trace.settings')])")  # fmt: skip
+    assert "('trace.settings', 'trace_ops', 'quiet')" in output and "('trace.settings', 'trace_ops', '')" in output
+
+
+def test_trace_and_log_settings_are_for_operators_only(server, tokens):
+    team = {"authorization": f"Bearer {tokens['trace_dana']}"}
+    for path in ("/v2/trace/setting", "/v2/models/plain/trace/setting", "/v2/logging"):
+        for method in ("GET", "POST"):
+            status, body = request(server, method, path, b"{}" if method == "POST" else b"")
+            assert status == 401 and "error" in body, (path, method)
+            status, body = request(server, method, path, b"{}" if method == "POST" else b"", team)
+            assert status == 403 and "operator" in body["error"], (path, method)
+
+
+def test_log_settings_change_the_levels_of_every_process(server, tokens):
+    with httpclient.InferenceServerClient(server.http_url) as http:
+        assert http.get_log_settings(headers=ops(tokens))["log_verbose_level"] == 0
+        before = server.log().count("model=plain")
+        updated = http.update_log_settings({"log_verbose_level": 1}, headers=ops(tokens))
+        assert updated["log_verbose_level"] == 1 and updated["log_info"] is True
+        for _ in range(6):  # over both HTTP processes: each follows the change at its next request
+            assert request(server, "POST", "/v2/models/plain/infer", v2_body())[0] == 200
+        assert wait_for(lambda: server.log().count("protocol=rest model=plain") >= before + 6, timeout=10)
+        http.update_log_settings({"log_verbose_level": 0}, headers=ops(tokens))
+        middle = server.log().count("protocol=rest model=plain")
+        for _ in range(6):
+            assert request(server, "POST", "/v2/models/plain/infer", v2_body())[0] == 200
+        time.sleep(0.5)
+        assert server.log().count("protocol=rest model=plain") == middle  # the configured level again
+        with pytest.raises(InferenceServerException) as info:
+            http.update_log_settings({"log_file": "/tmp/x.log"}, headers=ops(tokens))
+        assert info.value.status() == "400"
