@@ -546,6 +546,16 @@ def traffic_set(model: RegisteredModel, weights: dict[str, int], actor=None) -> 
     return locked
 
 
+def _ready_label(model: RegisteredModel, labels: dict, name: str, purpose: str):
+    """The READY version label ``name`` points at; raises Conflict otherwise."""
+    version = labels.get(name)
+    if version is None:
+        raise Conflict(f"model '{model.name}' has no version label '{name}' {purpose}")
+    if version.state != State.READY:
+        raise Conflict(f"label '{name}' points at version {version.number}, which is {version.state}, not READY")
+    return version
+
+
 @transaction.atomic
 def traffic_promote(model: RegisteredModel, actor=None) -> RegisteredModel:
     """Promote the canary: label ``stable`` moves to the version of label
@@ -554,11 +564,7 @@ def traffic_promote(model: RegisteredModel, actor=None) -> RegisteredModel:
     version."""
     locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
     labels = _label_versions(locked)
-    canary = labels.get(CANARY)
-    if canary is None:
-        raise Conflict(f"model '{locked.name}' has no version label '{CANARY}' to promote")
-    if canary.state != State.READY:
-        raise Conflict(f"label '{CANARY}' points at version {canary.number}, which is {canary.state}, not READY")
+    canary = _ready_label(locked, labels, CANARY, "to promote")
     stable = labels.get(STABLE)
     before = locked.traffic or {}
     VersionLabel.objects.update_or_create(model=locked, name=STABLE, defaults={"version": canary})
@@ -579,11 +585,7 @@ def traffic_rollback(model: RegisteredModel, actor=None) -> RegisteredModel:
     Raises Conflict without a ``stable`` label on a READY version."""
     locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
     labels = _label_versions(locked)
-    stable = labels.get(STABLE)
-    if stable is None:
-        raise Conflict(f"model '{locked.name}' has no version label '{STABLE}' to roll back to")
-    if stable.state != State.READY:
-        raise Conflict(f"label '{STABLE}' points at version {stable.number}, which is {stable.state}, not READY")
+    stable = _ready_label(locked, labels, STABLE, "to roll back to")
     before = locked.traffic or {}
     locked.traffic = {CANARY: 0, STABLE: 100} if CANARY in labels else {STABLE: 100}
     locked.save(update_fields=["traffic", "updated_at"])
