@@ -63,3 +63,18 @@ def model_server(test_repository, tmp_path_factory):
     yield server
     code = server.stop()
     assert code == 0, f"serve did not stop cleanly on SIGTERM (status {code}):\n{server.log()}"
+
+
+def pytest_collection_modifyitems(config, items):
+    """In the worker-mode run (MODELHOST_TEST_EXECUTOR=workers), keep only the
+    tests whose server runs inference through the executor under test: those
+    on ``model_server``. The others start servers of their own that do not
+    depend on it (or run both executors themselves) and ran already."""
+    if EXECUTOR == "inprocess":
+        return
+    kept, dropped = [], []
+    for item in items:
+        (kept if "model_server" in getattr(item, "fixturenames", ()) else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
