@@ -68,7 +68,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--baseline",
         default="",
         help="another checkout of this project (e.g. a git worktree of an earlier commit): adds the server "
-        "serve-baseline, run from there, and a 'vs baseline' ratio for serve's rows",
+        "serve-baseline (unless another *-baseline server is listed), run from there, and a 'vs baseline' "
+        "ratio for serve's rows",
+    )
+    parser.add_argument(
+        "--baseline-transport",
+        choices=("celery", "direct", "streams"),
+        default="celery",
+        help="WORKER_TRANSPORT of serve-workers-baseline (celery: a checkout from before the direct transport)",
     )
     parser.add_argument(
         "--only", action="append", default=[], help="run only cells whose label (e.g. serve/cnn/rest-binary/c8) "
@@ -119,7 +126,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.baseline = Path(args.baseline).resolve()
         if not (args.baseline / "manage.py").is_file():
             parser.error(f"--baseline {args.baseline}: no manage.py there")
-        if "serve-baseline" not in args.server_names:
+        if not any(name.endswith("-baseline") for name in args.server_names):
             args.server_names.append("serve-baseline")
     if not args.server_names:
         parser.error("no server left to run")
@@ -134,9 +141,9 @@ def make_target(name: str, args: argparse.Namespace, repository: Path) -> Target
         return WorkerServeTarget(repository, WORK, workers=args.workers, threads=args.threads)
     if name == "serve-baseline":
         return ServeTarget(repository, WORK, name=name, workers=args.workers, threads=args.threads, root=args.baseline)
-    if name == "serve-workers-baseline":  # worker mode of a baseline checkout from before transport (c): Celery
+    if name == "serve-workers-baseline":  # worker mode of a baseline checkout (--baseline-transport)
         return WorkerServeTarget(
-            repository, WORK, name=name, workers=args.workers, threads=args.threads, transport="celery",
+            repository, WORK, name=name, workers=args.workers, threads=args.threads, transport=args.baseline_transport,
             redis_url=BASELINE_REDIS_URL, root=args.baseline,
         )  # fmt: skip
     if name == "serve-workers-streams":

@@ -56,6 +56,22 @@ ALLOWED_RESERVED = frozenset({"triton_enable_empty_final_response"})
 _now = time.perf_counter_ns
 
 
+class _Job:
+    """One checked request on its way through :meth:`DataPlane.infer`:
+    times in ``perf_counter_ns``, the deadline on ``time.monotonic()``."""
+
+    __slots__ = ("classify", "computed", "deadline", "feeds", "names", "rows", "started")
+
+    def __init__(self, started, deadline, feeds, rows, names, classify, computed):
+        self.started = started
+        self.deadline = deadline
+        self.feeds = feeds
+        self.rows = rows
+        self.names = names
+        self.classify = classify
+        self.computed = computed
+
+
 @dataclass(frozen=True)
 class ServedVersion:
     """A model version as adapters see it: its signature and state.
@@ -122,6 +138,8 @@ class DataPlane:
     ):
         self.registry = registry
         self.executor = executor
+        #: The executor can run on an event loop itself (worker mode): no thread per request.
+        self._runs_on_loop = getattr(executor, "run_async", None) is not None
         self.limiter = limiter or RateLimiter(Defaults())
         self.payload_log = payload_log  # a PayloadLogger (inference/payload_log.py), or None
         self.statistics = statistics or StatisticsRecorder(flush_seconds=0)
@@ -234,41 +252,67 @@ class DataPlane:
         """
         started = _now()
         tracing.follow()  # the machine's trace and log settings (one memory read)
-        if version is None:
-            entry = self.registry.route(request.model_name, request.model_version)
-        else:
-            entry = version._entry
+        entry = self.registry.route(request.model_name, request.model_version) if version is None else version._entry
         try:
-            deadline = self._deadline(request.parameters, started)
-            feeds, rows = self._check_inputs(entry, request)
-            names, classify = self._check_outputs(entry, request)
-            computed = _now()
+            job = self._prepare(entry, request, started)
             if tracing.ENABLED and tracing.recording():
-                run = self._traced_run(entry, feeds, names, rows, deadline)
+                run = self._traced_run(entry, job)
             else:
-                run = self.executor.run(entry.target, feeds, names, rows, deadline, entry.instance_group)
-            executed = _now()
-            types = entry.output_types
-            outputs = []
-            for name, array in zip(names, run.outputs):
-                count = classify.get(name)
-                if count:
-                    labels = entry.properties.get("labels") or []
-                    array = classification.classify(array, count, entry.max_batch_size > 0, labels)
-                    outputs.append(ResponseOutput(name, "BYTES", array.shape, array))
-                else:
-                    outputs.append(ResponseOutput(name, types[name], array.shape, array))
-            finished = _now()
-            rate, cap = entry.payload_log
-            if rate and self.payload_log is not None and (rate >= 1.0 or random.random() < rate):
-                self.payload_log.submit(entry, request, outputs, cap)  # never blocks
+                run = self.executor.run(
+                    entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group
+                )
+            return self._respond(entry, request, job, run)
         except InferenceError:
             self.statistics.record_failure(entry.model_name, entry.number, _now() - started)
             raise
+
+    async def _infer_on_loop(self, request: InferenceRequest, entry: VersionEntry) -> InferenceResponse:
+        """:meth:`infer` for an executor that runs on the event loop
+        (``run_async``: the worker transport's sockets in the loop's
+        selector, no thread per request); the same checks, statistics and
+        errors."""
+        started = _now()
+        tracing.follow()
+        try:
+            job = self._prepare(entry, request, started)
+            run = await self.executor.run_async(
+                entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group
+            )
+            return self._respond(entry, request, job, run)
+        except InferenceError:
+            self.statistics.record_failure(entry.model_name, entry.number, _now() - started)
+            raise
+
+    def _prepare(self, entry: VersionEntry, request: InferenceRequest, started: int) -> _Job:
+        """The checked feeds, outputs and deadline of one request (raises InvalidInput)."""
+        deadline = self._deadline(request.parameters, started)
+        feeds, rows = self._check_inputs(entry, request)
+        names, classify = self._check_outputs(entry, request)
+        return _Job(started, deadline, feeds, rows, names, classify, _now())
+
+    def _respond(self, entry: VersionEntry, request: InferenceRequest, job: _Job, run) -> InferenceResponse:
+        """The response of a finished run (classification applied, payload
+        logged when sampled), with its statistics recorded."""
+        executed = _now()
+        types = entry.output_types
+        outputs = []
+        for name, array in zip(job.names, run.outputs):
+            count = job.classify.get(name)
+            if count:
+                labels = entry.properties.get("labels") or []
+                array = classification.classify(array, count, entry.max_batch_size > 0, labels)
+                outputs.append(ResponseOutput(name, "BYTES", array.shape, array))
+            else:
+                outputs.append(ResponseOutput(name, types[name], array.shape, array))
+        finished = _now()
+        rate, cap = entry.payload_log
+        if rate and self.payload_log is not None and (rate >= 1.0 or random.random() < rate):
+            self.payload_log.submit(entry, request, outputs, cap)  # never blocks
+        started, computed = job.started, job.computed
         self.statistics.record_success(
             entry.model_name,
             entry.number,
-            rows=rows,
+            rows=job.rows,
             total_ns=finished - started,
             queue_ns=run.queue_ns,
             input_ns=computed - started,
@@ -284,13 +328,13 @@ class DataPlane:
             id=request.id,
         )
 
-    def _traced_run(self, entry: VersionEntry, feeds, names, rows, deadline):
+    def _traced_run(self, entry: VersionEntry, job: _Job):
         """The executor's run under a ``run`` span; in process, with the runner's
         queue wait, batch formation and session.run (a worker records its own)."""
         tracing.annotate(version=str(entry.number))
         with tracing.step("run", model=entry.model_name, version=str(entry.number)):
             asked = tracing.epoch_ns()
-            run = self.executor.run(entry.target, feeds, names, rows, deadline, entry.instance_group)
+            run = self.executor.run(entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group)
             if not getattr(self.executor, "remote", False):
                 tracing.record_run(asked, run.queue_ns, run.form_ns, run.infer_ns, run.batch_size)
         return run
@@ -307,6 +351,8 @@ class DataPlane:
         try:
             entry = self.registry.route(name, request.model_version)
             if self.executor.blocks(entry.target):
+                if self._runs_on_loop and not (tracing.ENABLED and tracing.recording()):
+                    return await self._infer_on_loop(request, entry)
                 return await asyncio.to_thread(self.infer, request, _served(entry))
             return self.infer(request, _served(entry))
         finally:

@@ -78,9 +78,14 @@ def encode(header: dict, tensors=()) -> list:
     return buffers
 
 
+def views(buffers: list) -> list[memoryview]:
+    """Byte views of a frame's buffers (for :func:`send_views`)."""
+    return [memoryview(b).cast("B") if not isinstance(b, bytes) else memoryview(b) for b in buffers]
+
+
 def send(sock: socket.socket, buffers: list) -> None:
     """Send every buffer (``sendmsg``, resuming after partial sends)."""
-    send_views(sock, [memoryview(b).cast("B") if not isinstance(b, bytes) else memoryview(b) for b in buffers])
+    send_views(sock, views(buffers))
 
 
 def send_views(sock: socket.socket, views: list[memoryview]) -> None:

@@ -27,6 +27,7 @@ Faults, each answered once and never retried after the request was sent:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -112,7 +113,8 @@ class RemoteExecutor:
         self.key = key
         self.max_frame = max_frame
         self.default_timeout = default_timeout
-        self._idle: dict[str, list[_Connection]] = {}
+        self._idle: dict[str, list[_Connection]] = {}  # blocking sockets (threads)
+        self._idle_async: dict[str, list[_Connection]] = {}  # non-blocking sockets (event loops)
         self._unreachable: dict[str, float] = {}  # worker id -> until when it is skipped
         self._lock = threading.Lock()
 
@@ -144,49 +146,75 @@ class RemoteExecutor:
             raise errors.ModelNotReady(f"cannot connect to the {worker.queue} worker {worker.id}: {exc}") from None
         return conn
 
-    def _checkout(self, worker: Worker) -> tuple[_Connection, bool]:
-        """A connection to ``worker`` and whether it was reused."""
+    def _pooled(self, worker: Worker, idle: dict) -> _Connection | None:
+        """An idle connection of ``idle`` to ``worker`` that is still open, if any."""
         while True:
             with self._lock:
-                pool = self._idle.get(worker.id)
+                pool = idle.get(worker.id)
                 conn = pool.pop() if pool else None
-            if conn is None:
-                return self._connect(worker), False
-            if conn.worker.address == worker.address and not conn.closed_by_peer():
-                return conn, True
+            if conn is None or (conn.worker.address == worker.address and not conn.closed_by_peer()):
+                return conn
             conn.close()
 
-    def _connection(self, target: RunTarget, workers: list[Worker]) -> tuple[_Connection, bool]:
-        """A connection to the next worker in round robin; a worker that
-        refuses connections (dead, its heartbeat not yet expired) is skipped
-        for a while and the next one tried, since nothing was sent yet."""
+    def _checkout(self, worker: Worker) -> tuple[_Connection, bool]:
+        """A connection to ``worker`` and whether it was reused."""
+        conn = self._pooled(worker, self._idle)
+        return (conn, True) if conn is not None else (self._connect(worker), False)
+
+    async def _checkout_async(self, worker: Worker) -> tuple[_Connection, bool]:
+        """:meth:`_checkout` for the event loop: a non-blocking connection (a
+        new one is opened and authenticated in a thread)."""
+        conn = self._pooled(worker, self._idle_async)
+        if conn is not None:
+            return conn, True
+        conn = await asyncio.to_thread(self._connect, worker)
+        conn.sock.setblocking(False)
+        return conn, False
+
+    def _order(self, target: RunTarget, workers: list[Worker]) -> list[Worker]:
+        """The workers to try, the next in round robin first; workers that
+        refused connections lately (dead, heartbeat not yet expired) are
+        left out while others remain: nothing was sent to them yet."""
         first = self.directory.pick(target.key, workers)
         start = workers.index(first)
         now = time.monotonic()
         order = workers[start:] + workers[:start]
-        reachable = [w for w in order if self._unreachable.get(w.id, 0.0) <= now] or order
+        return [w for w in order if self._unreachable.get(w.id, 0.0) <= now] or order
+
+    def _refused(self, worker: Worker) -> None:
+        self._unreachable[worker.id] = time.monotonic() + _UNREACHABLE_SECONDS
+
+    def _connection(self, target: RunTarget, workers: list[Worker]) -> tuple[_Connection, bool]:
+        """A connection to the first reachable worker of :meth:`_order`."""
         failure = None
-        for worker in reachable:
+        for worker in self._order(target, workers):
             try:
                 return self._checkout(worker)
             except errors.ModelNotReady as exc:
-                self._unreachable[worker.id] = time.monotonic() + _UNREACHABLE_SECONDS
+                self._refused(worker)
                 failure = exc
         raise failure
 
-    def _checkin(self, conn: _Connection) -> None:
+    async def _connection_async(self, target: RunTarget, workers: list[Worker]) -> tuple[_Connection, bool]:
+        """:meth:`_connection` on the event loop."""
+        failure = None
+        for worker in self._order(target, workers):
+            try:
+                return await self._checkout_async(worker)
+            except errors.ModelNotReady as exc:
+                self._refused(worker)
+                failure = exc
+        raise failure
+
+    def _checkin(self, conn: _Connection, idle: dict) -> None:
         conn.used = time.monotonic()
         with self._lock:
-            self._idle.setdefault(conn.worker.id, []).append(conn)
+            idle.setdefault(conn.worker.id, []).append(conn)
 
     # -- running ---------------------------------------------------------
-    def run(
-        self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
-        deadline: float | None = None, placement=(),
-    ) -> RunResult:  # fmt: skip
-        """Run one request on a worker of a device ``placement`` (the model's
-        instance group) allows. Raises ModelNotReady, DeadlineExceeded and
-        the errors the worker reports (see module doc)."""
+    def _frame(self, target: RunTarget, feeds, output_names, rows, deadline, placement):
+        """The candidate workers, the request's frame and its deadline (raises
+        ModelNotReady when no live worker serves the instance group)."""
         if deadline is None:
             deadline = time.monotonic() + self.default_timeout
         workers = self.directory.candidates(placement)
@@ -205,50 +233,156 @@ class RemoteExecutor:
             parent = tracing.traceparent()  # only for a traced request: the worker's spans join its trace
             if parent:
                 header["traceparent"] = parent
-        buffers = frames.encode(header, feeds.items())
+        return workers, frames.encode(header, feeds.items()), deadline
+
+    def run(
+        self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
+        deadline: float | None = None, placement=(),
+    ) -> RunResult:  # fmt: skip
+        """Run one request on a worker of a device ``placement`` (the model's
+        instance group) allows. Raises ModelNotReady, DeadlineExceeded and
+        the errors the worker reports (see module doc)."""
+        workers, buffers, deadline = self._frame(target, feeds, output_names, rows, deadline, placement)
         conn, reused = self._connection(target, workers)
-        worker = conn.worker
         try:
             frames.send(conn.sock, buffers)
         except OSError:
-            conn.close()
-            if not reused:
-                raise errors.ModelNotReady(f"the {worker.queue} worker {worker.id} refused the request") from None
-            conn, _ = self._checkout(worker)  # the pooled connection had died: once more on a new one
+            conn = self._resend_on_new(conn, reused)
             try:
                 frames.send(conn.sock, buffers)
             except OSError as exc:
-                conn.close()
-                raise errors.ModelNotReady(f"cannot send to the {worker.queue} worker {worker.id}: {exc}") from None
+                raise _send_failed(conn, exc) from None
         answer, body = self._wait(conn, deadline)
-        self._checkin(conn)
-        error = answer.get("error")
-        if error is not None:
-            raise errors.from_code(error[0], error[1])
-        outputs = frames.tensors(answer, body, "worker answer")
-        return RunResult(
-            [outputs[name] for name in output_names],
-            answer["batch"], answer["executed"], answer["queue_ns"], answer["infer_ns"],
-        )  # fmt: skip
+        self._checkin(conn, self._idle)
+        return _result(answer, body, output_names)
+
+    async def run_async(
+        self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
+        deadline: float | None = None, placement=(),
+    ) -> RunResult:  # fmt: skip
+        """:meth:`run` on an event loop (the gRPC front end): the connection's
+        socket waits in the loop's selector, so a request costs no thread
+        hand-off. The same faults and errors as :meth:`run`; a call
+        cancelled while it waits closes its connection."""
+        workers, buffers, deadline = self._frame(target, feeds, output_names, rows, deadline, placement)
+        conn, reused = await self._connection_async(target, workers)
+        try:
+            try:
+                await self._send_async(conn, frames.views(buffers), deadline)
+            except OSError:
+                conn.close()
+                if not reused:
+                    raise _send_failed(conn, None) from None
+                conn, _ = await self._checkout_async(conn.worker)  # the pooled connection had died: once more
+                try:
+                    await self._send_async(conn, frames.views(buffers), deadline)
+                except OSError as exc:
+                    raise _send_failed(conn, exc) from None
+            answer, body = await self._wait_async(conn, deadline)
+        except BaseException:  # an error or a cancelled call: what the connection holds is unknown
+            conn.close()
+            raise
+        self._checkin(conn, self._idle_async)
+        return _result(answer, body, output_names)
+
+    def _resend_on_new(self, conn: _Connection, reused: bool) -> _Connection:
+        """After a failed send: a new connection to the same worker when the
+        failed one was pooled (it had died idle), else ModelNotReady."""
+        conn.close()
+        if not reused:
+            raise _send_failed(conn, None)
+        return self._checkout(conn.worker)[0]
+
+    def _check_waiting(self, conn: _Connection, deadline: float) -> None:
+        """While waiting on a worker: DeadlineExceeded past the deadline,
+        ModelNotReady once its heartbeat expired (the connection is closed)."""
+        worker = conn.worker
+        if time.monotonic() >= deadline:
+            conn.close()
+            raise errors.DeadlineExceeded(
+                f"no answer from the {worker.queue} worker {worker.id} before the request's deadline"
+            )
+        if not self.directory.is_live(worker.id):
+            conn.close()
+            raise errors.ModelNotReady(
+                f"the {worker.queue} worker {worker.id} stopped before answering (its heartbeat expired)"
+            )
 
     def _wait(self, conn: _Connection, deadline: float) -> tuple[dict, memoryview]:
-        worker = conn.worker
         while True:
             try:
                 return conn.reader.frame()
             except BlockingIOError:  # nothing for _LIVENESS_SECONDS (SO_RCVTIMEO)
-                if time.monotonic() >= deadline:
-                    conn.close()
-                    raise errors.DeadlineExceeded(
-                        f"no answer from the {worker.queue} worker {worker.id} before the request's deadline"
-                    ) from None
-                if not self.directory.is_live(worker.id):
-                    conn.close()
-                    raise errors.ModelNotReady(
-                        f"the {worker.queue} worker {worker.id} stopped before answering (its heartbeat expired)"
-                    ) from None
+                self._check_waiting(conn, deadline)
             except (OSError, frames.FrameError):
-                conn.close()
-                raise errors.ModelNotReady(
-                    f"the {worker.queue} worker {worker.id} stopped before answering (its connection closed)"
-                ) from None
+                raise _closed(conn) from None
+
+    async def _wait_async(self, conn: _Connection, deadline: float) -> tuple[dict, memoryview]:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                return conn.reader.frame()
+            except BlockingIOError:
+                if not await _ready(loop, conn.sock, writable=False):
+                    self._check_waiting(conn, deadline)
+            except (OSError, frames.FrameError):
+                raise _closed(conn) from None
+
+    async def _send_async(self, conn: _Connection, views: list[memoryview], deadline: float) -> None:
+        """Send on a non-blocking socket, waiting in the selector while the
+        worker's receive buffer is full. Raises OSError as a send does."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                return frames.send_views(conn.sock, views)
+            except BlockingIOError:
+                if not await _ready(loop, conn.sock, writable=True):
+                    self._check_waiting(conn, deadline)
+
+
+async def _ready(loop: asyncio.AbstractEventLoop, sock: socket.socket, writable: bool) -> bool:
+    """Whether ``sock`` became readable (or writable) within
+    ``_LIVENESS_SECONDS``, waiting in the event loop's selector."""
+    ready = loop.create_future()
+
+    def wake(value: bool) -> None:
+        if not ready.done():
+            ready.set_result(value)
+
+    fd = sock.fileno()
+    add, remove = (loop.add_writer, loop.remove_writer) if writable else (loop.add_reader, loop.remove_reader)
+    add(fd, wake, True)
+    timer = loop.call_later(_LIVENESS_SECONDS, wake, False)
+    try:
+        return await ready
+    finally:
+        remove(fd)
+        timer.cancel()
+
+
+def _result(answer: dict, body: memoryview, output_names: list[str]) -> RunResult:
+    """The run's result from a worker's answer frame (raises the error it reports)."""
+    error = answer.get("error")
+    if error is not None:
+        raise errors.from_code(error[0], error[1])
+    outputs = frames.tensors(answer, body, "worker answer")
+    return RunResult(
+        [outputs[name] for name in output_names],
+        answer["batch"], answer["executed"], answer["queue_ns"], answer["infer_ns"],
+    )  # fmt: skip
+
+
+def _send_failed(conn: _Connection, exc: OSError | None) -> errors.ModelNotReady:
+    conn.close()
+    worker = conn.worker
+    if exc is None:
+        return errors.ModelNotReady(f"the {worker.queue} worker {worker.id} refused the request")
+    return errors.ModelNotReady(f"cannot send to the {worker.queue} worker {worker.id}: {exc}")
+
+
+def _closed(conn: _Connection) -> errors.ModelNotReady:
+    conn.close()
+    worker = conn.worker
+    return errors.ModelNotReady(
+        f"the {worker.queue} worker {worker.id} stopped before answering (its connection closed)"
+    )

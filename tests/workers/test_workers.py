@@ -348,12 +348,14 @@ def test_container_health_checks(server):
     assert closed.returncode != 0 and "UNAVAILABLE" in closed.stderr
 
 
-def test_a_killed_worker_fails_exactly_its_requests_while_another_serves_the_device(tmp_path):
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_a_killed_worker_fails_exactly_its_requests_while_another_serves_the_device(tmp_path, transport):
     """Two workers on the cpu device, 8 slow requests in flight (spread by
-    round robin), kill -9 one: the requests it held answer 503 within 6 s
-    (its connections close), the other worker's answer correctly, nothing
-    is run again elsewhere (executions == successes, failures counted once),
-    and the front end keeps serving."""
+    round robin), kill -9 one: the requests it held answer 503 (gRPC
+    UNAVAILABLE) within 6 s (its connections close), the other worker's
+    answer correctly, nothing is run again elsewhere (executions ==
+    successes, failures counted once), and the front end keeps serving.
+    Over REST the front end waits in a thread; over gRPC on its event loop."""
     repo = tmp_path / "repo"
     m.write_model(repo, "slow", m.slow_loop(), config="instance_group [ { kind: KIND_CPU count: 2 } ]\n")
     url = REDIS_URL.rsplit("/", 1)[0] + "/" + str(int(REDIS_URL.rsplit("/", 1)[1]) + 1)
@@ -380,7 +382,10 @@ def test_a_killed_worker_fails_exactly_its_requests_while_another_serves_the_dev
         outcomes: list = [None] * 8
 
         def request(i):
-            c = httpclient.InferenceServerClient(live.http_url, network_timeout=60)
+            if transport == "grpc":
+                c = grpcclient.InferenceServerClient(live.grpc_url)
+            else:
+                c = httpclient.InferenceServerClient(live.http_url, network_timeout=60)
             try:
                 outcomes[i] = ("ok", _slow(c, x, n)[1], time.monotonic())
             except InferenceServerException as exc:
@@ -398,8 +403,9 @@ def test_a_killed_worker_fails_exactly_its_requests_while_another_serves_the_dev
         failed = [o for o in outcomes if o[0] != "ok"]
         succeeded = [o for o in outcomes if o[0] == "ok"]
         assert failed and succeeded and len(failed) + len(succeeded) == 8, outcomes
+        unavailable = "StatusCode.UNAVAILABLE" if transport == "grpc" else "503"
         for status, message, ended in failed:
-            assert status == "503" and "stopped before answering" in message
+            assert status == unavailable and "stopped before answering" in message, (status, message)
             assert ended - killed < 6
         for _, y, _ in succeeded:
             np.testing.assert_allclose(y, expected, rtol=1e-5)
@@ -421,7 +427,8 @@ def test_a_killed_worker_fails_exactly_its_requests_while_another_serves_the_dev
 
 
 def _slow(client, x, n):
-    inputs = [httpclient.InferInput("x", [1, 256], "FP32"), httpclient.InferInput("n", [], "INT64")]
+    module = grpcclient if isinstance(client, grpcclient.InferenceServerClient) else httpclient
+    inputs = [module.InferInput("x", [1, 256], "FP32"), module.InferInput("n", [], "INT64")]
     inputs[0].set_data_from_numpy(x)
     inputs[1].set_data_from_numpy(n)
     return x, client.infer("slow", inputs).as_numpy("y")
