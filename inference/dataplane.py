@@ -629,6 +629,7 @@ class DataPlane:
         if model:
             self.registry.model(model)
         settings = tracing.runtime_settings()
+        settings.follow()  # another process (REST or gRPC) may have changed them since this one's last inference
         if update is None:
             return settings.trace(model)
         result = settings.update_trace(update, model)
@@ -642,6 +643,7 @@ class DataPlane:
         self.registry.models  # noqa: B018
         caller = auth.authorize_operator(token)
         settings = tracing.runtime_settings()
+        settings.follow()
         if update is None:
             return settings.log()
         result = settings.update_log(update)

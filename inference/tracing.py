@@ -158,8 +158,8 @@ def clean_log_settings(update: dict) -> dict:
             if not isinstance(value, bool):
                 raise InvalidInput(f"log setting '{key}' must be a boolean")
         elif key == "log_verbose_level":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidInput("log_verbose_level must be a non-negative integer")
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
+                raise InvalidInput("log_verbose_level must be an integer in [0, 4294967295] (Triton's uint32)")
         elif key == "log_file":
             if value != "":
                 raise InvalidInput("log_file is not supported: logs go to the process's standard error")

@@ -4,7 +4,9 @@ Inputs come either all in ``raw_input_contents`` (one entry per input, the
 binary layout of the binary tensor data extension; numeric tensors become
 views of the received bytes) or each in its typed ``InferTensorContents``
 field (FP16 is raw only). Outputs always go in ``raw_output_contents``, as
-Triton does. Spec: seed 003 "ModelInfer", "Tensor Data".
+Triton does. Spec: seed 003 "ModelInfer", "Tensor Data". Trace and log
+settings map between Triton's messages and the data plane's dicts (the
+values of Triton's JSON form, checked by the data plane).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import math
 import numpy as np
 from google.protobuf import json_format
 
+from inference import tracing
 from inference.codecs import binary
 from inference.codecs.tensor import check_shape
 from inference.grpc.proto import oip_pb2 as pb
@@ -191,3 +194,49 @@ def repository_parameters(params) -> dict:
         choice = value.WhichOneof("parameter_choice")
         out[key] = getattr(value, choice) if choice else None
     return out
+
+
+# -- trace and logging extensions -------------------------------------------------
+def trace_settings_from_proto(settings) -> dict | None:
+    """A ``TraceSettingRequest``'s settings as the data plane's update, in the
+    form of Triton's JSON (a list for a list-valued setting, trace_level; one
+    string for the others; ``None`` for a setting sent without a value, which
+    clears a model's own); ``None`` when there are none: a read."""
+    if not settings:
+        return None
+    update: dict = {}
+    for key, setting in settings.items():
+        values = list(setting.value)
+        if not values:
+            update[key] = None
+        elif len(values) == 1 and not isinstance(tracing.TRACE_DEFAULTS.get(key), list):
+            update[key] = values[0]
+        else:
+            update[key] = values  # several values for a one-value setting: the data plane refuses them
+    return update
+
+
+def trace_settings_to_proto(settings: dict) -> pb.TraceSettingResponse:
+    message = pb.TraceSettingResponse()
+    for key, value in settings.items():
+        message.settings[key].value.extend(value if isinstance(value, list) else [str(value)])
+    return message
+
+
+def log_settings_from_proto(settings) -> dict | None:
+    """A ``LogSettingsRequest``'s settings (bool, uint32 or string each; an
+    unset one is ``None``, refused by the data plane); ``None`` when there
+    are none: a read."""
+    return parameters_from_proto(settings) or None
+
+
+def log_settings_to_proto(settings: dict) -> pb.LogSettingsResponse:
+    message = pb.LogSettingsResponse()
+    for key, value in settings.items():
+        if isinstance(value, bool):
+            message.settings[key].bool_param = value
+        elif isinstance(value, int):
+            message.settings[key].uint32_param = value
+        else:
+            message.settings[key].string_param = str(value)
+    return message

@@ -6,7 +6,7 @@ to gRPC statuses with the messages REST gives (each error's
 ``grpc_status``: INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, DEADLINE_EXCEEDED,
 UNIMPLEMENTED, UNAUTHENTICATED, PERMISSION_DENIED); unexpected errors are
 logged and INTERNAL. Calls that may touch the database (statistics, load and
-unload, listing with tokens) run in a thread: Django forbids queries on the
+unload, listing with tokens, trace and log settings) run in a thread: Django forbids queries on the
 event loop. Inference runs inline when it cannot block (in process, no
 batching) and in a thread otherwise (:meth:`DataPlane.infer_async`).
 """
@@ -178,3 +178,17 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
         parameters = converters.repository_parameters(request.parameters)
         await asyncio.to_thread(self.dataplane.unload, request.model_name, parameters, _bearer(context))
         return pb.RepositoryModelUnloadResponse()
+
+    @rpc
+    async def TraceSetting(self, request, context):
+        update = converters.trace_settings_from_proto(request.settings)
+        settings = await asyncio.to_thread(
+            self.dataplane.trace_settings, _bearer(context), request.model_name or None, update
+        )
+        return converters.trace_settings_to_proto(settings)
+
+    @rpc
+    async def LogSettings(self, request, context):
+        update = converters.log_settings_from_proto(request.settings)
+        settings = await asyncio.to_thread(self.dataplane.log_settings, _bearer(context), update)
+        return converters.log_settings_to_proto(settings)

@@ -6,7 +6,9 @@ formation, session.run and encode, parented to the client's
 ``traceparent`` (REST header, gRPC metadata); Triton's trace extension
 (``/v2/trace/setting``, per model too) controls sampling at runtime and its
 logging extension (``/v2/logging``) the log levels, both for operators
-only and audited."""
+only and audited; over gRPC too (tritonclient.grpc's trace and log
+settings: Triton's ``TraceSetting`` and ``LogSettings``), the same
+settings as over REST."""
 
 from __future__ import annotations
 
@@ -217,3 +219,159 @@ def test_log_settings_change_the_levels_of_every_process(server, tokens):
         with pytest.raises(InferenceServerException) as info:
             http.update_log_settings({"log_file": "/tmp/x.log"}, headers=ops(tokens))
         assert info.value.status() == "400"
+
+
+# -- the same extensions over gRPC (tritonclient.grpc, Triton's TraceSetting and LogSettings) --
+LOG_DEFAULTS = {
+    "log_file": "", "log_info": True, "log_warning": True, "log_error": True, "log_verbose_level": 0,
+    "log_format": "default",
+}  # fmt: skip
+
+
+def trace_values(response) -> dict:
+    """A TraceSettingResponse as Triton's JSON form: each setting's list of strings."""
+    return {key: list(setting.value) for key, setting in response.settings.items()}
+
+
+def log_values(response) -> dict:
+    return {key: getattr(value, value.WhichOneof("parameter_choice")) for key, value in response.settings.items()}
+
+
+@pytest.fixture
+def grpc_client(server):
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    yield client
+    client.close()
+
+
+def test_grpc_trace_settings_are_the_rest_ones(server, tokens, grpc_client):
+    with httpclient.InferenceServerClient(server.http_url) as http:
+        assert trace_values(grpc_client.get_trace_settings(headers=ops(tokens))) == {
+            "trace_level": ["TIMESTAMPS"], "trace_rate": ["1000"], "trace_count": ["-1"], "log_frequency": ["0"],
+            "trace_file": [""], "trace_mode": ["opentelemetry"],
+        }  # fmt: skip
+        try:
+            # Global, over gRPC: read back over gRPC and REST.
+            updated = grpc_client.update_trace_settings(
+                settings={"trace_rate": "7", "trace_count": "50"}, headers=ops(tokens)
+            )
+            assert trace_values(updated)["trace_rate"] == ["7"] and trace_values(updated)["trace_count"] == ["50"]
+            rest = http.get_trace_settings(headers=ops(tokens))
+            assert rest["trace_rate"] == "7" and rest["trace_count"] == "50" and rest["trace_level"] == ["TIMESTAMPS"]
+            # A model's own, over gRPC: the global values show through the others.
+            own = grpc_client.update_trace_settings(
+                model_name="quiet", settings={"trace_level": ["OFF"], "log_frequency": "3"}, headers=ops(tokens)
+            )
+            assert trace_values(own)["trace_level"] == ["OFF"] and trace_values(own)["log_frequency"] == ["3"]
+            assert trace_values(own)["trace_rate"] == ["7"]
+            rest_quiet = http.get_trace_settings("quiet", headers=ops(tokens))
+            assert rest_quiet["trace_level"] == ["OFF"] and rest_quiet["log_frequency"] == "3"
+            rest_plain = http.get_trace_settings("plain", headers=ops(tokens))
+            assert rest_plain["trace_level"] == ["TIMESTAMPS"] and rest_plain["log_frequency"] == "0"
+            # A REST change is what gRPC reads, globally and through the model's settings.
+            http.update_trace_settings(settings={"trace_rate": "9"}, headers=ops(tokens))
+            assert trace_values(grpc_client.get_trace_settings(headers=ops(tokens)))["trace_rate"] == ["9"]
+            quiet = trace_values(grpc_client.get_trace_settings("quiet", headers=ops(tokens)))
+            assert quiet["trace_rate"] == ["9"] and quiet["trace_level"] == ["OFF"]
+            # None clears the model's own values (sent as a setting without values).
+            cleared = grpc_client.update_trace_settings(
+                model_name="quiet", settings={"trace_level": None, "log_frequency": None}, headers=ops(tokens)
+            )
+            assert trace_values(cleared)["trace_level"] == ["TIMESTAMPS"] and trace_values(cleared)[
+                "log_frequency"
+            ] == ["0"]
+            assert http.get_trace_settings("quiet", headers=ops(tokens))["trace_level"] == ["TIMESTAMPS"]
+            with pytest.raises(InferenceServerException) as info:
+                grpc_client.get_trace_settings("no_such_model", headers=ops(tokens))
+            assert info.value.status() == "StatusCode.NOT_FOUND" and "no_such_model" in info.value.message()
+        finally:
+            grpc_client.update_trace_settings(settings={"trace_rate": "1000", "trace_count": "-1"}, headers=ops(tokens))
+        assert http.get_trace_settings(headers=ops(tokens))["trace_rate"] == "1000"
+
+
+def test_grpc_log_settings_are_the_rest_ones(server, tokens, grpc_client):
+    with httpclient.InferenceServerClient(server.http_url) as http:
+        assert log_values(grpc_client.get_log_settings(headers=ops(tokens))) == LOG_DEFAULTS
+        try:
+            updated = log_values(grpc_client.update_log_settings({"log_verbose_level": 1}, headers=ops(tokens)))
+            assert updated["log_verbose_level"] == 1 and updated["log_info"] is True
+            rest = http.get_log_settings(headers=ops(tokens))
+            assert rest["log_verbose_level"] == 1 and rest["log_format"] == "default"
+            # The gRPC process follows too: its inferences now log their request line.
+            before = server.log().count("protocol=grpc model=plain")
+            inp = grpcclient.InferInput("x", [1, 4], "FP32")
+            inp.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+            assert grpc_client.infer("plain", [inp]).as_numpy("y").tolist() == [[3.0, 3.0, 3.0, 3.0]]
+            assert wait_for(lambda: server.log().count("protocol=grpc model=plain") > before, timeout=10)
+            # A REST change is what gRPC reads.
+            http.update_log_settings({"log_warning": False, "log_format": "ISO8601"}, headers=ops(tokens))
+            read = log_values(grpc_client.get_log_settings(headers=ops(tokens)))
+            assert read["log_warning"] is False and read["log_format"] == "ISO8601" and read["log_verbose_level"] == 1
+        finally:
+            grpc_client.update_log_settings(
+                {"log_verbose_level": 0, "log_warning": True, "log_format": "default"}, headers=ops(tokens)
+            )
+        assert http.get_log_settings(headers=ops(tokens)) == LOG_DEFAULTS
+
+
+def test_grpc_trace_and_log_settings_are_for_operators_only(server, tokens, grpc_client):
+    team = {"authorization": f"Bearer {tokens['trace_dana']}"}
+    calls = {
+        "get trace": lambda h: grpc_client.get_trace_settings(headers=h),
+        "get model trace": lambda h: grpc_client.get_trace_settings("plain", headers=h),
+        "update trace": lambda h: grpc_client.update_trace_settings(settings={"trace_rate": "2"}, headers=h),
+        "update model trace": lambda h: grpc_client.update_trace_settings(
+            model_name="plain", settings={"trace_level": ["OFF"]}, headers=h
+        ),
+        "get log": lambda h: grpc_client.get_log_settings(headers=h),
+        "update log": lambda h: grpc_client.update_log_settings({"log_verbose_level": 3}, headers=h),
+    }
+    for name, call in calls.items():
+        for headers, status in ((None, "StatusCode.UNAUTHENTICATED"), (team, "StatusCode.PERMISSION_DENIED")):
+            with pytest.raises(InferenceServerException) as info:
+                call(headers)
+            assert info.value.status() == status, (name, headers, info.value)
+            if headers:
+                assert "operator" in info.value.message(), name
+    # Nothing changed.
+    with httpclient.InferenceServerClient(server.http_url) as http:
+        assert http.get_trace_settings(headers=ops(tokens))["trace_rate"] == "1000"
+        assert http.get_trace_settings("plain", headers=ops(tokens))["trace_level"] == ["TIMESTAMPS"]
+        assert http.get_log_settings(headers=ops(tokens))["log_verbose_level"] == 0
+
+
+def test_grpc_bad_settings_are_invalid_argument(server, tokens, grpc_client):
+    before_trace = trace_values(grpc_client.get_trace_settings("quiet", headers=ops(tokens)))
+    before_log = log_values(grpc_client.get_log_settings(headers=ops(tokens)))
+    bad_trace = [
+        (None, {"trace_rate": "0"}, "trace_rate"),
+        (None, {"trace_level": ["LOUD"]}, "trace_level"),
+        (None, {"trace_rate": ["1", "2"]}, "trace_rate"),  # one value only
+        (None, {"trace_file": "/tmp/x"}, "trace_file"),
+        (None, {"nope": "1"}, "nope"),
+        (None, {"trace_rate": None}, "only for a model"),  # clearing is per model
+        ("quiet", {"trace_count": "-2"}, "trace_count"),
+    ]
+    for model, settings, needle in bad_trace:
+        with pytest.raises(InferenceServerException) as info:
+            grpc_client.update_trace_settings(model_name=model, settings=settings, headers=ops(tokens))
+        assert info.value.status() == "StatusCode.INVALID_ARGUMENT", settings
+        assert needle in info.value.message(), (settings, info.value.message())
+    bad_log = [
+        ({"log_file": "/tmp/x.log"}, "log_file"),
+        ({"log_format": "json"}, "log_format"),
+        ({"log_info": None}, "log_info"),  # sent without a value
+        ({"nope": True}, "nope"),
+    ]
+    for settings, needle in bad_log:
+        with pytest.raises(InferenceServerException) as info:
+            grpc_client.update_log_settings(settings, headers=ops(tokens))
+        assert info.value.status() == "StatusCode.INVALID_ARGUMENT", settings
+        assert needle in info.value.message(), (settings, info.value.message())
+    # The server stays ready and serving, the settings as they were.
+    assert grpc_client.is_server_ready() and grpc_client.is_model_ready("plain")
+    inp = grpcclient.InferInput("x", [1, 4], "FP32")
+    inp.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+    assert grpc_client.infer("plain", [inp]).as_numpy("y").tolist() == [[3.0, 3.0, 3.0, 3.0]]
+    assert trace_values(grpc_client.get_trace_settings("quiet", headers=ops(tokens))) == before_trace
+    assert log_values(grpc_client.get_log_settings(headers=ops(tokens))) == before_log

@@ -89,6 +89,16 @@ class GRPCInferenceServiceStub:
                 request_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.RepositoryModelUnloadRequest.SerializeToString,
                 response_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.RepositoryModelUnloadResponse.FromString,
                 _registered_method=True)
+        self.TraceSetting = channel.unary_unary(
+                '/inference.GRPCInferenceService/TraceSetting',
+                request_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.TraceSettingRequest.SerializeToString,
+                response_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.TraceSettingResponse.FromString,
+                _registered_method=True)
+        self.LogSettings = channel.unary_unary(
+                '/inference.GRPCInferenceService/LogSettings',
+                request_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.LogSettingsRequest.SerializeToString,
+                response_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.LogSettingsResponse.FromString,
+                _registered_method=True)
 
 
 class GRPCInferenceServiceServicer:
@@ -167,6 +177,21 @@ class GRPCInferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TraceSetting(self, request, context):
+        """Trace and logging extensions (operators only): get, or update when
+        settings are given, the trace settings (global, or a model's) and the
+        log settings.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LogSettings(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GRPCInferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -224,6 +249,16 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     servicer.RepositoryModelUnload,
                     request_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.RepositoryModelUnloadRequest.FromString,
                     response_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.RepositoryModelUnloadResponse.SerializeToString,
+            ),
+            'TraceSetting': grpc.unary_unary_rpc_method_handler(
+                    servicer.TraceSetting,
+                    request_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.TraceSettingRequest.FromString,
+                    response_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.TraceSettingResponse.SerializeToString,
+            ),
+            'LogSettings': grpc.unary_unary_rpc_method_handler(
+                    servicer.LogSettings,
+                    request_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.LogSettingsRequest.FromString,
+                    response_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.LogSettingsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -523,6 +558,60 @@ class GRPCInferenceService:
             '/inference.GRPCInferenceService/RepositoryModelUnload',
             inference_dot_grpc_dot_proto_dot_oip__pb2.RepositoryModelUnloadRequest.SerializeToString,
             inference_dot_grpc_dot_proto_dot_oip__pb2.RepositoryModelUnloadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TraceSetting(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/TraceSetting',
+            inference_dot_grpc_dot_proto_dot_oip__pb2.TraceSettingRequest.SerializeToString,
+            inference_dot_grpc_dot_proto_dot_oip__pb2.TraceSettingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LogSettings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/LogSettings',
+            inference_dot_grpc_dot_proto_dot_oip__pb2.LogSettingsRequest.SerializeToString,
+            inference_dot_grpc_dot_proto_dot_oip__pb2.LogSettingsResponse.FromString,
             options,
             channel_credentials,
             insecure,
