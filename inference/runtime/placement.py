@@ -195,6 +195,11 @@ class Heartbeat:
                 logger.warning("heartbeat to Redis failed; retrying")
 
 
+#: The least time between two reads of the heartbeats for requests that found no worker
+#: (:meth:`WorkerDirectory.catch_up`).
+CATCH_UP_SECONDS = 0.05
+
+
 class WorkerDirectory:
     """The front end's view of the live workers, refreshed by a daemon thread
     from their heartbeats (a SCAN and an MGET every ``interval`` seconds).
@@ -215,8 +220,12 @@ class WorkerDirectory:
         self.error: str = ""
         self._round_robin: dict[tuple, itertools.count] = {}
         self._thread: threading.Thread | None = None
+        self._refreshed = float("-inf")  # time.monotonic() of the last read from Redis
+        self._catch_up = threading.Lock()
+        self._caught_up = float("-inf")  # time.monotonic() of the last read for a miss
 
     def refresh(self) -> None:
+        self._refreshed = time.monotonic()
         try:
             workers = read_workers(self.redis)
         except Exception as exc:
@@ -266,6 +275,23 @@ class WorkerDirectory:
             pipe.execute()
         except Exception:
             logger.debug("publishing queue depths to Redis failed", exc_info=True)
+
+    def catch_up(self, missed_at: float) -> None:
+        """Read the heartbeats again for a request that found no live worker
+        for its devices at ``missed_at`` (``time.monotonic()``): a worker may
+        have started since the last read. Nothing to do when a read started
+        after the miss; misses waiting meanwhile share the read; while
+        misses keep coming (a device without workers), at most one such
+        read per ``CATCH_UP_SECONDS``. Blocks on Redis: call it from a
+        thread, not an event loop."""
+        if self._refreshed >= missed_at:
+            return
+        with self._catch_up:
+            now = time.monotonic()
+            if self._refreshed >= missed_at or now - self._caught_up < CATCH_UP_SECONDS:
+                return
+            self._caught_up = now
+            self.refresh()
 
     def start(self) -> None:
         self.refresh()

@@ -11,7 +11,9 @@ the answer frame and puts the connection back.
 
 Faults, each answered once and never retried after the request was sent:
 
-- no live worker for the model's devices -> UNAVAILABLE at once;
+- no live worker for the model's devices -> UNAVAILABLE at once (after one
+  fresh read of the heartbeats, shared with other such requests: a worker
+  that started since the directory's last refresh serves it);
 - the worker dies holding the request: its connection closes, so exactly
   the requests it held answer UNAVAILABLE at once (other workers of the
   same device keep serving); a worker that hangs without closing answers
@@ -212,15 +214,20 @@ class RemoteExecutor:
             idle.setdefault(conn.worker.id, []).append(conn)
 
     # -- running ---------------------------------------------------------
-    def _frame(self, target: RunTarget, feeds, output_names, rows, deadline, placement):
-        """The candidate workers, the request's frame and its deadline (raises
-        ModelNotReady when no live worker serves the instance group)."""
-        if deadline is None:
-            deadline = time.monotonic() + self.default_timeout
+    def _candidates(self, target: RunTarget, placement, caught_up: bool) -> list[Worker]:
+        """Live workers of the devices the instance group allows; empty
+        before the directory caught up (:meth:`WorkerDirectory.catch_up`),
+        ModelNotReady after."""
         workers = self.directory.candidates(placement)
-        if not workers:
+        if not workers and caught_up:
             why = self.directory.error or f"no live worker serves {describe_group(placement)}"
             raise errors.ModelNotReady(f"model '{target.model}' cannot run now: {why}")
+        return workers
+
+    def _frame(self, target: RunTarget, feeds, output_names, rows, deadline):
+        """The request's frame and its deadline (``time.monotonic()``)."""
+        if deadline is None:
+            deadline = time.monotonic() + self.default_timeout
         header = {
             "model": target.model,
             "version": target.version,
@@ -233,7 +240,7 @@ class RemoteExecutor:
             parent = tracing.traceparent()  # only for a traced request: the worker's spans join its trace
             if parent:
                 header["traceparent"] = parent
-        return workers, frames.encode(header, feeds.items()), deadline
+        return frames.encode(header, feeds.items()), deadline
 
     def run(
         self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
@@ -242,7 +249,11 @@ class RemoteExecutor:
         """Run one request on a worker of a device ``placement`` (the model's
         instance group) allows. Raises ModelNotReady, DeadlineExceeded and
         the errors the worker reports (see module doc)."""
-        workers, buffers, deadline = self._frame(target, feeds, output_names, rows, deadline, placement)
+        workers = self._candidates(target, placement, caught_up=False)
+        if not workers:
+            self.directory.catch_up(time.monotonic())
+            workers = self._candidates(target, placement, caught_up=True)
+        buffers, deadline = self._frame(target, feeds, output_names, rows, deadline)
         conn, reused = self._connection(target, workers)
         try:
             frames.send(conn.sock, buffers)
@@ -264,7 +275,11 @@ class RemoteExecutor:
         socket waits in the loop's selector, so a request costs no thread
         hand-off. The same faults and errors as :meth:`run`; a call
         cancelled while it waits closes its connection."""
-        workers, buffers, deadline = self._frame(target, feeds, output_names, rows, deadline, placement)
+        workers = self._candidates(target, placement, caught_up=False)
+        if not workers:
+            await asyncio.to_thread(self.directory.catch_up, time.monotonic())
+            workers = self._candidates(target, placement, caught_up=True)
+        buffers, deadline = self._frame(target, feeds, output_names, rows, deadline)
         conn, reused = await self._connection_async(target, workers)
         try:
             try:

@@ -56,3 +56,46 @@ def test_depths_for_prometheus_and_keda(client):
     assert "t4-z-1" not in text and 'pool="gpu-t4"' not in text
     assert client.llen(depth_key("infer.cuda0")) == 5 and not client.exists(pool_depth_key("gpu-t4"))
     observability.watch_workers(None)
+
+
+class CountingRedis(redis.Redis):
+    """A real client that counts the SCANs (one per read of the heartbeats)."""
+
+    scans = 0
+
+    def scan_iter(self, *args, **kwargs):
+        CountingRedis.scans += 1
+        return super().scan_iter(*args, **kwargs)
+
+
+def test_a_miss_reads_the_heartbeats_again(client):
+    """A request that finds no worker reads the heartbeats again unless a
+    read started after its miss; misses at once share one read; while they
+    keep coming, at most one read per CATCH_UP_SECONDS."""
+    import threading
+    import time
+
+    from inference.runtime.placement import CATCH_UP_SECONDS
+
+    counting = CountingRedis.from_url(REDIS_URL)
+    directory = WorkerDirectory(counting, interval=3600)  # its own refresh never comes during the test
+    directory.start()
+    assert directory.candidates(()) == []
+    _beat(client, "infer.cpu", "late-1", 0, 0.0, "cpu")  # a worker starts right after the last read
+    assert directory.candidates(()) == []  # the directory has not seen it yet
+    directory.catch_up(time.monotonic())  # even right after a read: that read was before the miss
+    assert [w.id for w in directory.candidates(())] == ["late-1"]
+    client.delete(heartbeat_key("infer.cpu", "late-1"))
+    before = CountingRedis.scans
+    directory.catch_up(time.monotonic() - 1.0)  # a miss older than the last read: nothing to do
+    directory.catch_up(time.monotonic())  # a second miss within CATCH_UP_SECONDS of the last one: not again
+    assert CountingRedis.scans == before and [w.id for w in directory.candidates(())] == ["late-1"]
+    time.sleep(CATCH_UP_SECONDS)
+    missed = time.monotonic()
+    threads = [threading.Thread(target=directory.catch_up, args=(missed,)) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert CountingRedis.scans == before + 1  # 8 misses at once share one read
+    assert directory.candidates(()) == []

@@ -117,6 +117,28 @@ def test_no_live_worker_for_the_device_is_503_at_once(server):
     assert time.monotonic() - started < 1.0
 
 
+def test_a_worker_serves_as_soon_as_its_heartbeat_is_in_redis(server):
+    """A worker for cuda:3 starts after the 503 above: the first requests,
+    sent the moment its heartbeat is in Redis (the front ends' directories
+    refresh every 0.5 s and may not have read it yet), are served over REST
+    and gRPC: a request that finds no worker reads the heartbeats once more
+    before answering 503."""
+    process = server.start_worker("cuda:3", name="late-cuda3", args=("--no-control",))
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        assert wait_for(lambda: any(client.scan_iter(f"modelhost:worker:infer.cuda3:*-{process.pid}")), timeout=60)
+        for module, url in ((httpclient, server.http_url), (grpcclient, server.grpc_url)):
+            for _ in range(2):  # every front-end process (2 of each) meets it at once, one by one
+                x, y = _affine(module.InferenceServerClient(url), module, "on_gpu3")
+                np.testing.assert_allclose(y, x + 1)
+        assert _loaded(server, "late-cuda3", "on_gpu3")
+    finally:
+        server.worker_processes.pop("late-cuda3")
+        server.worker_devices.pop("late-cuda3")
+        process.terminate()
+        process.wait(20)
+
+
 HELD = 6  # requests in flight on the worker when it is killed
 
 
