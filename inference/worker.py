@@ -133,25 +133,27 @@ class WorkerRuntime:
             )
         return target
 
-    def handle(self, header: dict, body) -> list:
-        """Run one request frame; the answer frame's buffers (outputs, or an error)."""
+    def handle(self, header: dict, body, shared: frames.SharedBuffer | None = None) -> list:
+        """Run one request frame (its tensors in ``body``, or in the
+        connection's ``shared`` memory); the answer frame's buffers (outputs,
+        or an error)."""
         try:
             tracing.follow()  # the machine's trace and log settings (one memory read)
             if tracing.ENABLED:
                 parent = header.get("traceparent")
                 if parent:
                     with tracing.remote_span(f"worker {self.device}", parent, device=self.device):
-                        return self._handle(header, body)
-            return self._handle(header, body)
+                        return self._handle(header, body, shared)
+            return self._handle(header, body, shared)
         except InferenceError as exc:
             return frames.encode({"error": [exc.code, exc.message]})
         except Exception as exc:  # never leave the front end waiting
             logger.exception("inference failed on %s", self.device)
             return frames.encode({"error": ["INTERNAL", f"the worker failed: {type(exc).__name__}"]})
 
-    def _handle(self, header: dict, body) -> list:
+    def _handle(self, header: dict, body, shared) -> list:
         target = self.target(header["model"], header["version"], header["sha256"])
-        feeds = frames.tensors(header, body, "request")
+        feeds = frames.tensors(header, body, "request", shared)
         deadline = header.get("deadline")
         if deadline is not None:
             deadline = time.monotonic() + (deadline - time.time())

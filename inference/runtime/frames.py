@@ -18,6 +18,7 @@ run code.
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 
@@ -51,10 +52,9 @@ def data_start(header_length: int) -> int:
     return end + (-end % ALIGN)
 
 
-def encode(header: dict, tensors=()) -> list:
-    """The buffers of one frame (for :func:`send`): ``header`` plus the
-    ``tensors`` ((name, array) pairs), described in ``header["tensors"]``
-    with offsets relative to :func:`data_start`."""
+def _describe(tensors) -> tuple[list, list, int]:
+    """Each tensor's [name, dtype, shape, offset, nbytes] at aligned offsets
+    from 0, its bytes, and the bytes they take together."""
     described, datas = [], []
     offset = 0
     for name, array in tensors:
@@ -63,6 +63,22 @@ def encode(header: dict, tensors=()) -> list:
         described.append([name, kind, list(array.shape), offset, len(data)])
         datas.append(data)
         offset += len(data)
+    return described, datas, offset
+
+
+def encode(header: dict, tensors=(), shared: SharedBuffer | None = None) -> list:
+    """The buffers of one frame (for :func:`send`): ``header`` plus the
+    ``tensors`` ((name, array) pairs), described in ``header["tensors"]``
+    with offsets relative to :func:`data_start`. With ``shared`` (the
+    connection's shared memory, large enough: :meth:`SharedBuffer.fits`) the
+    tensors' bytes are copied there instead, at offsets from its start, and
+    the frame (``"shared": true``) carries only the header."""
+    described, datas, offset = _describe(tensors)
+    if shared is not None:
+        for entry, data in zip(described, datas):
+            shared.view[entry[3] : entry[3] + entry[4]] = data
+        head = msgpack.packb({**header, "tensors": described, "shared": True}, use_bin_type=True)
+        return [PREFIX.pack(PREFIX.size + len(head) - 4, len(head)), head]
     head = msgpack.packb({**header, "tensors": described}, use_bin_type=True)
     start = data_start(len(head))
     end = start + offset if described else PREFIX.size + len(head)
@@ -103,6 +119,66 @@ def send_views(sock: socket.socket, views: list[memoryview]) -> None:
                 sent = 0
 
 
+#: Requests whose tensors take at least SHARED_MIN and at most SHARED_MAX
+#: bytes go through the connection's shared memory (front end and worker on
+#: one machine); larger ones through the socket, so that an idle pooled
+#: connection never holds more than SHARED_MAX of memory.
+SHARED_MIN = 64 * 1024
+SHARED_MAX = 16 * 1024 * 1024
+#: Frames about shared memory: its file descriptor rides along (SCM_RIGHTS).
+_FDS_SPACE = socket.CMSG_SPACE(struct.calcsize("i"))
+
+
+class SharedBuffer:
+    """Memory a front-end process and a worker on the same machine share
+    for one Unix-socket connection (``memfd_create``, passed once over the
+    socket): a request's tensors are copied into it instead of through the
+    socket, and the worker's inputs are views of it. A connection carries
+    one request at a time, so the front end writes it only while the
+    worker does not read it. Never closed explicitly (views may outlive the
+    connection); the memory goes when the last view does."""
+
+    __slots__ = ("size", "view")
+
+    def __init__(self, fd: int, size: int):
+        import mmap
+
+        self.size = size
+        self.view = memoryview(mmap.mmap(fd, size))
+
+    @classmethod
+    def create(cls, size: int) -> tuple[SharedBuffer, int]:
+        """A new buffer of ``size`` bytes and its file descriptor (to send, then close)."""
+        fd = os.memfd_create("modelhost-frame", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+            return cls(fd, size), fd
+        except BaseException:
+            os.close(fd)
+            raise
+
+    @staticmethod
+    def needed(tensors) -> int:
+        """Bytes ``tensors`` ((name, array) pairs) take in shared memory; 0
+        with a BYTES tensor among them (those go through the socket)."""
+        total = 0
+        for _, array in tensors:
+            if array.dtype.kind in "OUS":
+                return 0
+            total += -total % ALIGN + array.nbytes
+        return total
+
+    def fits(self, nbytes: int) -> bool:
+        return nbytes <= self.size
+
+
+def send_shared(sock: socket.socket, fd: int, size: int) -> None:
+    """Announce a connection's (new) shared memory: a frame ``{"shared":
+    size}`` with the descriptor attached."""
+    data = b"".join(bytes(b) for b in encode({"shared": size}))
+    sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", fd))])
+
+
 #: Bytes a connection reads at once: a small frame arrives in one ``recv``.
 SCRATCH = 64 * 1024
 
@@ -116,9 +192,13 @@ class Reader:
     socket's SO_RCVTIMEO) leaves what was read in place for the next call.
     """
 
-    def __init__(self, sock: socket.socket, limit: int):
+    def __init__(self, sock: socket.socket, limit: int, fds: bool = False):
+        """``fds``: also receive file descriptors sent with a frame (a
+        worker's Unix-socket connections: :func:`send_shared`), collected in
+        :attr:`fds` for the caller to take."""
         self.sock = sock
         self.limit = limit
+        self.fds: list[int] | None = [] if fds else None
         self._scratch = bytearray(SCRATCH)
         self._view = memoryview(self._scratch)
         self._start = self._end = 0  # buffered, not yet consumed: [start, end)
@@ -136,7 +216,14 @@ class Reader:
             remaining = self._end - self._start
             self._view[:remaining] = self._view[self._start : self._end]
             self._start, self._end = 0, remaining
-        n = self.sock.recv_into(self._view[self._end :])
+        if self.fds is None:
+            n = self.sock.recv_into(self._view[self._end :])
+        else:
+            n, ancillary, _, _ = self.sock.recvmsg_into([self._view[self._end :]], _FDS_SPACE)
+            for level, kind, data in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    usable = len(data) - len(data) % 4
+                    self.fds.extend(struct.unpack(f"{usable // 4}i", data[:usable]))
         if n == 0:
             raise FrameError(
                 "the connection closed in the middle of a frame" if self.partial else "the connection closed"
@@ -176,14 +263,23 @@ class Reader:
         return header, view
 
 
-def tensors(header: dict, body: memoryview, where: str = "frame") -> dict[str, np.ndarray]:
-    """The tensors of a received frame by name (numeric ones are views of ``body``).
+def tensors(
+    header: dict, body: memoryview, where: str = "frame", shared: SharedBuffer | None = None
+) -> dict[str, np.ndarray]:
+    """The tensors of a received frame by name (numeric ones are views of
+    ``body``, or of ``shared`` for a frame whose tensors are there).
 
-    Raises InvalidInput for a tensor that does not fit its description.
+    Raises InvalidInput for a tensor that does not fit its description (or
+    a frame that names shared memory the connection does not have).
     """
     out = {}
+    if header.get("shared"):
+        if shared is None:
+            raise InvalidInput(f"{where}: its tensors are in shared memory this connection does not have")
+        body, start = shared.view, 0
+    else:
+        start = data_start(PREFIX.unpack_from(body)[1])
     end = len(body)
-    start = data_start(PREFIX.unpack_from(body)[1])
     for name, kind, shape, relative, nbytes in header.get("tensors", ()):
         offset = start + relative
         if relative < 0 or nbytes < 0 or offset + nbytes > end:

@@ -60,13 +60,44 @@ _UNREACHABLE_SECONDS = 5.0
 
 
 class _Connection:
-    __slots__ = ("reader", "sock", "used", "worker")
+    __slots__ = ("local", "reader", "shared", "sock", "used", "worker")
 
     def __init__(self, sock: socket.socket, worker: Worker, max_frame: int):
         self.sock = sock
         self.worker = worker
         self.reader = frames.Reader(sock, max_frame)
         self.used = time.monotonic()
+        self.local = sock.family == socket.AF_UNIX  # the worker is on this machine: memory can be shared
+        self.shared: frames.SharedBuffer | None = None
+
+    def encode(self, header: dict, feeds: dict[str, np.ndarray]) -> list:
+        """The request frame: the tensors in the connection's shared memory
+        when the worker is on this machine and they are large, else inline."""
+        shared = None
+        if self.local:
+            needed = frames.SharedBuffer.needed(feeds.items())
+            if frames.SHARED_MIN <= needed <= frames.SHARED_MAX:
+                shared = self._shared(needed)
+        return frames.encode(header, feeds.items(), shared)
+
+    def _shared(self, nbytes: int) -> frames.SharedBuffer | None:
+        """Shared memory of at least ``nbytes`` (a new, larger one is
+        announced to the worker first); None where memfd is unavailable."""
+        if self.shared is None or not self.shared.fits(nbytes):
+            cap = max(nbytes, min(frames.SHARED_MAX, self.reader.limit))
+            size = max(nbytes, 2 * self.shared.size if self.shared else 0)
+            size = min(size + -size % (1 << 20), cap)  # whole MiB, doubling, at most the cap
+            try:
+                buffer, fd = frames.SharedBuffer.create(size)
+            except (AttributeError, OSError):
+                self.local = False  # no memfd here: the socket carries the tensors
+                return None
+            try:
+                frames.send_shared(self.sock, fd, size)
+            finally:
+                os.close(fd)
+            self.shared = buffer
+        return self.shared
 
     def closed_by_peer(self) -> bool:
         """True when the worker closed it (or it is broken) while it sat idle.
@@ -224,8 +255,8 @@ class RemoteExecutor:
             raise errors.ModelNotReady(f"model '{target.model}' cannot run now: {why}")
         return workers
 
-    def _frame(self, target: RunTarget, feeds, output_names, rows, deadline):
-        """The request's frame and its deadline (``time.monotonic()``)."""
+    def _header(self, target: RunTarget, output_names, rows, deadline) -> tuple[dict, float]:
+        """The request frame's header and its deadline (``time.monotonic()``)."""
         if deadline is None:
             deadline = time.monotonic() + self.default_timeout
         header = {
@@ -240,7 +271,7 @@ class RemoteExecutor:
             parent = tracing.traceparent()  # only for a traced request: the worker's spans join its trace
             if parent:
                 header["traceparent"] = parent
-        return frames.encode(header, feeds.items()), deadline
+        return header, deadline
 
     def run(
         self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
@@ -253,14 +284,14 @@ class RemoteExecutor:
         if not workers:
             self.directory.catch_up(time.monotonic())
             workers = self._candidates(target, placement, caught_up=True)
-        buffers, deadline = self._frame(target, feeds, output_names, rows, deadline)
+        header, deadline = self._header(target, output_names, rows, deadline)
         conn, reused = self._connection(target, workers)
         try:
-            frames.send(conn.sock, buffers)
+            frames.send(conn.sock, conn.encode(header, feeds))
         except OSError:
             conn = self._resend_on_new(conn, reused)
             try:
-                frames.send(conn.sock, buffers)
+                frames.send(conn.sock, conn.encode(header, feeds))
             except OSError as exc:
                 raise _send_failed(conn, exc) from None
         answer, body = self._wait(conn, deadline)
@@ -279,18 +310,18 @@ class RemoteExecutor:
         if not workers:
             await asyncio.to_thread(self.directory.catch_up, time.monotonic())
             workers = self._candidates(target, placement, caught_up=True)
-        buffers, deadline = self._frame(target, feeds, output_names, rows, deadline)
+        header, deadline = self._header(target, output_names, rows, deadline)
         conn, reused = await self._connection_async(target, workers)
         try:
             try:
-                await self._send_async(conn, frames.views(buffers), deadline)
+                await self._send_async(conn, frames.views(conn.encode(header, feeds)), deadline)
             except OSError:
                 conn.close()
                 if not reused:
                     raise _send_failed(conn, None) from None
                 conn, _ = await self._checkout_async(conn.worker)  # the pooled connection had died: once more
                 try:
-                    await self._send_async(conn, frames.views(buffers), deadline)
+                    await self._send_async(conn, frames.views(conn.encode(header, feeds)), deadline)
                 except OSError as exc:
                     raise _send_failed(conn, exc) from None
             answer, body = await self._wait_async(conn, deadline)

@@ -97,19 +97,25 @@ class WorkerServer:
         with self._lock:
             self._connections.add(conn)
         try:
-            reader = frames.Reader(conn, self.max_frame)
+            reader = frames.Reader(conn, self.max_frame, fds=conn.family == socket.AF_UNIX)
             if not self._handshake(conn, reader):
                 logger.warning("refused a connection from %s: wrong transport key", peer)
                 return
+            shared = None
             while not self._stopping.is_set():
                 try:
                     header, body = reader.frame()
                 except (frames.FrameError, OSError):
                     return  # the front end went away (or we are stopping)
+                if "model" not in header:  # not a request: shared memory announced
+                    shared = self._attach(reader.fds, header.get("shared"), peer) or shared
+                    continue
+                while reader.fds:  # descriptors sent with a request mean nothing: not kept open
+                    os.close(reader.fds.pop())
                 with self._lock:
                     self._busy += 1
                 try:
-                    frames.send(conn, self.handle(header, body))
+                    frames.send(conn, self.handle(header, body, shared))
                 except OSError:
                     return  # the front end gave up on this request (deadline) and closed
                 finally:
@@ -121,6 +127,26 @@ class WorkerServer:
             with self._lock:
                 self._connections.discard(conn)
             conn.close()
+
+    def _attach(self, fds: list[int], size, peer) -> frames.SharedBuffer | None:
+        """The shared memory a front end announced (:func:`frames.send_shared`):
+        one descriptor of at least ``size`` bytes, at most the frame limit;
+        anything else is refused (its requests then answer INVALID_ARGUMENT)."""
+        received, fds[:] = list(fds), []
+        try:
+            if (
+                len(received) == 1 and type(size) is int and 0 < size <= self.max_frame
+                and os.fstat(received[0]).st_size >= size
+            ):  # fmt: skip
+                return frames.SharedBuffer(received[0], size)
+            logger.warning("refused shared memory from %s: %d descriptor(s), %r bytes", peer, len(received), size)
+            return None
+        except (OSError, ValueError) as exc:
+            logger.warning("refused shared memory from %s: %s", peer, exc)
+            return None
+        finally:
+            for fd in received:
+                os.close(fd)
 
     def _handshake(self, conn: socket.socket, reader: frames.Reader) -> bool:
         nonce = os.urandom(16)

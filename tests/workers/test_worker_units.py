@@ -201,3 +201,81 @@ def test_cache_janitor_drops_what_left_the_registry(tmp_path):
     local.on_snapshot(snapshot(version("a")))
     local.on_snapshot(snapshot())
     assert not (store / "m").exists()  # the model directory went with its last artifact
+
+
+class _EchoWorker:
+    """A real WorkerServer on a Unix socket whose handler answers the sum of
+    each received tensor and whether it came through shared memory."""
+
+    def __init__(self, tmp_path, max_frame: int = 1 << 30):
+        from inference.runtime.worker_server import WorkerServer
+
+        self.key = b"k" * 32
+        self.path = str(tmp_path / "worker.sock")
+        self.server = WorkerServer(("127.0.0.1", 0), self.key, self.handle, max_frame, unix_path=self.path)
+        self.server.start()
+
+    def handle(self, header, body, shared=None):
+        try:
+            tensors = frames.tensors(header, body, "request", shared)
+        except InvalidInput as exc:
+            return frames.encode({"error": exc.message})
+        sums = {
+            name: float(np.asarray(t, dtype=np.float64).sum()) for name, t in tensors.items() if t.dtype.kind != "O"
+        }
+        return frames.encode({"sums": sums, "shared": bool(header.get("shared"))})
+
+    def connect(self):
+        from inference.runtime.remote import _Connection
+        from inference.runtime.worker_server import proof
+
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(self.path)
+        conn = _Connection(sock, None, 1 << 30)
+        challenge, _ = conn.reader.frame()
+        frames.send(sock, frames.encode({"proof": proof(self.key, challenge["challenge"])}))
+        return conn
+
+    def ask(self, conn, feeds):
+        frames.send(conn.sock, conn.encode({"model": "m"}, feeds))
+        answer = conn.reader.frame()[0]
+        assert answer.pop("tensors") == []
+        return answer
+
+
+def test_large_tensors_go_through_shared_memory_on_one_machine(tmp_path):
+    worker = _EchoWorker(tmp_path)
+    conn = worker.connect()
+    small = np.arange(16, dtype=np.float32).reshape(1, 16)
+    image = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)  # 602,112 bytes
+    answer = worker.ask(conn, {"x": small})
+    assert answer == {"sums": {"x": 120.0}, "shared": False}  # small: inline
+    assert conn.shared is None
+    for scale in (1.0, 2.0, -3.0):  # the same shared memory, rewritten per request
+        answer = worker.ask(conn, {"image": image * scale, "x": small})
+        assert answer["shared"] is True
+        assert answer["sums"]["image"] == pytest.approx(float(image.astype(np.float64).sum()) * scale, rel=1e-6)
+        assert answer["sums"]["x"] == 120.0
+    assert conn.shared.size == 1 << 20
+    big = np.ones((3, 1 << 20), dtype=np.float32)  # 12 MiB: a larger one is announced first
+    assert worker.ask(conn, {"big": big}) == {"sums": {"big": float(3 << 20)}, "shared": True}
+    assert conn.shared.size == 12 << 20
+    huge = np.ones((5, 1 << 20), dtype=np.float32)  # 20 MiB, over SHARED_MAX: through the socket
+    assert worker.ask(conn, {"huge": huge}) == {"sums": {"huge": float(5 << 20)}, "shared": False}
+    assert conn.shared.size == 12 << 20
+    words = np.array([b"a", b"bc"], dtype=object)  # BYTES: through the socket, with everything else
+    answer = worker.ask(conn, {"image": image, "words": words})
+    assert answer["shared"] is False
+    assert answer["sums"]["image"] == pytest.approx(float(image.astype(np.float64).sum()), rel=1e-6)
+
+
+def test_shared_memory_the_worker_refused_fails_the_request_clearly(tmp_path):
+    worker = _EchoWorker(tmp_path, max_frame=1 << 20)  # memory over the frame limit is refused
+    conn = worker.connect()
+    conn.reader.limit = 4 << 20  # a front end configured with a larger limit
+    answer = worker.ask(conn, {"x": np.ones((2 << 20) // 4, dtype=np.float32)})
+    assert answer == {"error": "request: its tensors are in shared memory this connection does not have"}
+    assert worker.ask(conn, {"x": np.ones(4, dtype=np.float32)}) == {"sums": {"x": 4.0}, "shared": False}
+    header = {"tensors": [["t", "<f4", [1], 0, 4]], "shared": True}
+    with pytest.raises(InvalidInput, match="shared memory this connection does not have"):
+        frames.tensors(header, memoryview(bytes(64)))

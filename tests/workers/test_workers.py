@@ -107,6 +107,22 @@ def test_placement_follows_the_instance_group(server):
     assert _loaded(server, "cpu", "anywhere") and _loaded(server, "cuda:0", "anywhere")
 
 
+def test_large_requests_share_memory_with_a_worker_on_the_same_machine(server):
+    """Requests of 640 KB and then 3.2 MB (past the first shared memory:
+    a larger one is announced) over REST and gRPC to the cpu worker: exact
+    answers, and the worker maps the front ends' shared memory (memfd)
+    instead of reading the tensors from the socket."""
+    for module, url in ((httpclient, server.http_url), (grpcclient, server.grpc_url)):
+        client = module.InferenceServerClient(url)
+        for rows in (40_000, 200_000, 40_000):
+            x = np.random.default_rng(rows).random((rows, 4), dtype=np.float32)
+            inp = module.InferInput("x", [rows, 4], "FP32")
+            inp.set_data_from_numpy(x)
+            np.testing.assert_array_equal(client.infer("on_cpu", [inp]).as_numpy("y"), 3 * x)
+    maps = open(f"/proc/{server.worker_processes['cpu'].pid}/maps").read()
+    assert "memfd:modelhost-frame" in maps
+
+
 def test_no_live_worker_for_the_device_is_503_at_once(server):
     http = httpclient.InferenceServerClient(server.http_url)
     started = time.monotonic()
