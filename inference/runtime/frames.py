@@ -13,7 +13,11 @@ each element). Numeric tensors are sent straight from their memory
 (``socket.sendmsg`` with one buffer per tensor) and received into one
 buffer that they are then views of: one copy into the transport and one out
 of it, no base64 and no pickle; nothing in a frame can make the receiver
-run code.
+run code. On one machine a request's tensors may lie in memory the
+connection's two ends share instead (:class:`SharedBuffer`, announced by a
+frame ``{"shared": size}`` with its descriptor attached; the request's
+header then says ``"shared": true`` and its offsets are from that memory's
+start).
 """
 
 from __future__ import annotations
