@@ -56,20 +56,18 @@ ALLOWED_RESERVED = frozenset({"triton_enable_empty_final_response"})
 _now = time.perf_counter_ns
 
 
+@dataclass(slots=True)
 class _Job:
     """One checked request on its way through :meth:`DataPlane.infer`:
     times in ``perf_counter_ns``, the deadline on ``time.monotonic()``."""
 
-    __slots__ = ("classify", "computed", "deadline", "feeds", "names", "rows", "started")
-
-    def __init__(self, started, deadline, feeds, rows, names, classify, computed):
-        self.started = started
-        self.deadline = deadline
-        self.feeds = feeds
-        self.rows = rows
-        self.names = names
-        self.classify = classify
-        self.computed = computed
+    started: int
+    deadline: float | None
+    feeds: dict
+    rows: int
+    names: list
+    classify: dict
+    computed: int
 
 
 @dataclass(frozen=True)
