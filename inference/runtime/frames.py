@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
+from collections.abc import Callable
 
 import msgpack
 import numpy as np
@@ -70,17 +71,21 @@ def _describe(tensors) -> tuple[list, list, int]:
     return described, datas, offset
 
 
-def encode(header: dict, tensors=(), shared: SharedBuffer | None = None) -> list:
+def encode(header: dict, tensors=(), shared: Callable[[int], SharedBuffer | None] | None = None) -> list:
     """The buffers of one frame (for :func:`send`): ``header`` plus the
     ``tensors`` ((name, array) pairs), described in ``header["tensors"]``
-    with offsets relative to :func:`data_start`. With ``shared`` (the
-    connection's shared memory, large enough: :meth:`SharedBuffer.fits`) the
-    tensors' bytes are copied there instead, at offsets from its start, and
+    with offsets relative to :func:`data_start`. ``shared``: for a request
+    whose numeric tensors take SHARED_MIN..SHARED_MAX bytes (no BYTES), the
+    connection's shared memory of at least that many bytes (or None); the
+    tensors' bytes are then copied there, at offsets from its start, and
     the frame (``"shared": true``) carries only the header."""
     described, datas, offset = _describe(tensors)
-    if shared is not None:
+    memory = None
+    if shared is not None and SHARED_MIN <= offset <= SHARED_MAX and all(e[1] != "bytes" for e in described):
+        memory = shared(offset)
+    if memory is not None:
         for entry, data in zip(described, datas):
-            shared.view[entry[3] : entry[3] + entry[4]] = data
+            memory.view[entry[3] : entry[3] + entry[4]] = data
         head = msgpack.packb({**header, "tensors": described, "shared": True}, use_bin_type=True)
         return [PREFIX.pack(PREFIX.size + len(head) - 4, len(head)), head]
     head = msgpack.packb({**header, "tensors": described}, use_bin_type=True)
@@ -160,17 +165,6 @@ class SharedBuffer:
         except BaseException:
             os.close(fd)
             raise
-
-    @staticmethod
-    def needed(tensors) -> int:
-        """Bytes ``tensors`` ((name, array) pairs) take in shared memory; 0
-        with a BYTES tensor among them (those go through the socket)."""
-        total = 0
-        for _, array in tensors:
-            if array.dtype.kind in "OUS":
-                return 0
-            total += -total % ALIGN + array.nbytes
-        return total
 
     def fits(self, nbytes: int) -> bool:
         return nbytes <= self.size

@@ -73,12 +73,7 @@ class _Connection:
     def encode(self, header: dict, feeds: dict[str, np.ndarray]) -> list:
         """The request frame: the tensors in the connection's shared memory
         when the worker is on this machine and they are large, else inline."""
-        shared = None
-        if self.local:
-            needed = frames.SharedBuffer.needed(feeds.items())
-            if frames.SHARED_MIN <= needed <= frames.SHARED_MAX:
-                shared = self._shared(needed)
-        return frames.encode(header, feeds.items(), shared)
+        return frames.encode(header, feeds.items(), self._shared if self.local else None)
 
     def _shared(self, nbytes: int) -> frames.SharedBuffer | None:
         """Shared memory of at least ``nbytes`` (a new, larger one is
