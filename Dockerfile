@@ -18,7 +18,8 @@ RUN pip install --no-cache-dir -r requirements.txt \
  && if [ "$ONNXRUNTIME" != "onnxruntime" ]; then \
       pip uninstall -y onnxruntime && pip install --no-cache-dir "$ONNXRUNTIME==$(grep -oP '^onnxruntime==\K.*' requirements.txt)"; fi
 COPY . .
-RUN useradd --create-home --uid 1000 modelhost && mkdir -p /data && chown modelhost /data
+RUN useradd --create-home --uid 1000 modelhost && mkdir -p /data /etc/modelhost/worker-tls \
+ && chown modelhost /data /etc/modelhost/worker-tls
 USER modelhost
 ENV VAR_DIR=/data MODEL_STORE_DIR=/data/models WORKER_CACHE_DIR=/data/worker-cache
 EXPOSE 8000 8001

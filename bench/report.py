@@ -164,6 +164,8 @@ def ratio_columns(cells: list[Cell]) -> list[tuple[str, str, Callable[[Cell], bo
         )
     if "serve" in names and "serve-baseline" in names:
         columns.append(("vs baseline", "serve-baseline", lambda c: c.target == "serve"))
+    if "serve-workers-tls" in names and "serve-workers-baseline" in names:  # TLS against the baseline's link
+        columns.append(("TLS / baseline link", "serve-workers-baseline", lambda c: c.target == "serve-workers-tls"))
     return columns
 
 

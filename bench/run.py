@@ -33,16 +33,16 @@ from bench import models as bench_models  # noqa: E402
 from bench.checks import CheckFailed, check_grpc, check_rest  # noqa: E402
 from bench.loads import Loader, LoadResult, make_loaders  # noqa: E402
 from bench.report import Cell, print_goals, print_table, write_results  # noqa: E402
-from bench.targets import BASELINE_REDIS_URL, STREAMS_REDIS_URL, ServeTarget, Target, WorkerServeTarget, ort_env  # noqa: E402
+from bench.targets import BASELINE_REDIS_URL, TLS_REDIS_URL, ServeTarget, Target, WorkerServeTarget, ort_env  # noqa: E402
 from bench.workloads import TRANSPORTS, Grpc, Request, Workload, workloads  # noqa: E402
 
 WORK = ROOT / "bench" / "work"
 RESULTS = ROOT / "bench" / "RESULTS.md"
 CONCURRENCIES = [1, 8]
 SERVERS = (
-    "serve", "serve-workers", "triton", "mlserver", "serve-workers-streams", "serve-baseline", "serve-workers-baseline",
+    "serve", "serve-workers", "triton", "mlserver", "serve-workers-tls", "serve-baseline", "serve-workers-baseline",
 )  # fmt: skip
-#: Servers a run has unless --servers names them (transport (b), kept for docs/worker-transport.md).
+#: Servers a run has unless --servers names them.
 DEFAULT_SERVERS = SERVERS[:4]
 PEERS = ("triton", "mlserver")
 #: Connections of the priming load (every server process should get some).
@@ -73,9 +73,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--baseline-transport",
-        choices=("celery", "direct", "streams"),
-        default="celery",
-        help="WORKER_TRANSPORT of serve-workers-baseline (celery: a checkout from before the direct transport)",
+        choices=("celery", "direct", "direct-tcp"),
+        default="direct-tcp",
+        help="how serve-workers-baseline (a checkout from before TLS) reaches its worker: celery (from before the "
+        "direct transport), direct, direct-tcp (direct over TCP, the plain link TLS replaced; the default)",
     )
     parser.add_argument(
         "--only", action="append", default=[], help="run only cells whose label (e.g. serve/cnn/rest-binary/c8) "
@@ -146,10 +147,10 @@ def make_target(name: str, args: argparse.Namespace, repository: Path) -> Target
             repository, WORK, name=name, workers=args.workers, threads=args.threads, transport=args.baseline_transport,
             redis_url=BASELINE_REDIS_URL, root=args.baseline,
         )  # fmt: skip
-    if name == "serve-workers-streams":
+    if name == "serve-workers-tls":  # worker mode as across machines: TCP with mutual TLS
         return WorkerServeTarget(
-            repository, WORK, name=name, workers=args.workers, threads=args.threads, transport="streams",
-            redis_url=STREAMS_REDIS_URL,
+            repository, WORK, name=name, workers=args.workers, threads=args.threads, link="tls",
+            redis_url=TLS_REDIS_URL,
         )  # fmt: skip
     if name == "triton":
         from bench.peers.triton import TritonTarget

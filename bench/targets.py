@@ -4,8 +4,10 @@ speaks, where each transport is served, and start/stop.
 * :class:`ServeTarget` runs this project's ``manage.py serve`` (REST and
   gRPC) as a subprocess with its own fresh VAR_DIR, inference in process.
 * :class:`WorkerServeTarget` is the same server in worker mode
-  (``INFERENCE_EXECUTOR=celery``, Redis database 12) plus one
-  ``manage.py runworker --device cpu`` process.
+  (``INFERENCE_EXECUTOR=workers``, Redis database 12) plus one
+  ``manage.py runworker --device cpu`` process, reached over its Unix
+  socket (``link="unix"``, as on one machine) or over TCP with mutual TLS
+  (``link="tls"``, as from another machine).
 * The peers, Triton and MLServer, are in ``bench/peers/``.
 
 Every server gets ONNX Runtime's thread counts from the environment
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -30,8 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Redis database of the worker-mode runs (the tests use others).
 WORKER_REDIS_URL = "redis://127.0.0.1:6379/12"
-#: The Redis-Streams worker-mode target's own database (its workers must not be seen by the other's front ends).
-STREAMS_REDIS_URL = "redis://127.0.0.1:6379/15"
+#: The TLS worker-mode target's own database (its worker must not be seen by the other's front ends).
+TLS_REDIS_URL = "redis://127.0.0.1:6379/15"
 #: The baseline checkout's worker-mode target's database.
 BASELINE_REDIS_URL = "redis://127.0.0.1:6379/14"
 
@@ -283,7 +286,15 @@ class WorkerServeTarget(ServeTarget):
     """The same server in worker mode: ``INFERENCE_EXECUTOR=workers`` with
     REDIS_URL (database 12, flushed first) and one ``manage.py runworker
     --device cpu`` process with the same environment, started once the
-    server is ready. Ready means an inference has gone through."""
+    server is ready. Ready means an inference has gone through.
+
+    ``link``: ``unix`` (the worker's Unix socket, shared memory for large
+    tensors: front end and worker on one machine) or ``tls`` (TCP with
+    mutual TLS, certificates made in VAR_DIR: as across machines).
+    ``transport``: for a baseline checkout, its WORKER_TRANSPORT (``celery``:
+    from before persistent connections; ``direct``; ``direct-tcp``: direct
+    over TCP, forced by a VAR_DIR too long for a Unix socket's path, the
+    plain link before TLS)."""
 
     def __init__(
         self,
@@ -291,20 +302,33 @@ class WorkerServeTarget(ServeTarget):
         work_dir: Path,
         name: str = "serve-workers",
         redis_url: str = WORKER_REDIS_URL,
-        transport: str = "direct",
+        link: str = "unix",
+        transport: str = "",
         **kwargs,
     ):
         executor = "celery" if transport == "celery" else "workers"  # celery: a baseline checkout's Celery tasks
-        super().__init__(
-            repository,
-            work_dir,
-            name=name,
-            extra_env={"INFERENCE_EXECUTOR": executor, "REDIS_URL": redis_url, "WORKER_TRANSPORT": transport},
-            **kwargs,
-        )
+        env = {"INFERENCE_EXECUTOR": executor, "REDIS_URL": redis_url, "SECRET_KEY": secrets.token_urlsafe(50)}
+        if transport:
+            env["WORKER_TRANSPORT"] = transport.removesuffix("-tcp")
+        super().__init__(repository, work_dir, name=name, extra_env=env, **kwargs)
+        if transport == "direct-tcp":  # the old worker made no Unix socket for a path of 100 bytes or more
+            self.var_dir = self.var_dir.with_name(self.var_dir.name + "-" + "x" * 100)
+            self.env["VAR_DIR"] = str(self.var_dir)
+            self.log_path = self.var_dir / "serve.log"
+        self.link = link
         self.transport = transport
         self.redis_url = redis_url
         self.worker_log_path = self.var_dir / "worker-cpu.log"
+        self.worker_env = dict(self.env)
+        if link == "tls":
+            from hosting import worker_certs
+
+            certs = self.var_dir / "worker-tls"
+            worker_certs.write_set(certs, "modelhost-worker", days=2)
+            self.env.update(worker_certs.environment(certs, "frontend"))
+            self.worker_env.update(
+                worker_certs.environment(certs, "worker"), WORKER_LISTEN="127.0.0.1:0", WORKER_UNIX_SOCKET="false"
+            )
         self.worker: subprocess.Popen | None = None
         self.probe: tuple[str, bytes, dict[str, str]] | None = None  # (path, body, headers), set by run.py
 
@@ -320,7 +344,7 @@ class WorkerServeTarget(ServeTarget):
     def start(self, timeout: float = 120) -> None:
         self.flush_redis()
         super().start(timeout)
-        self.worker = self.spawn(self.worker_command(), self.env, self.root, self.worker_log_path)
+        self.worker = self.spawn(self.worker_command(), self.worker_env, self.root, self.worker_log_path)
         self.wait_inference(timeout)
 
     def wait_inference(self, timeout: float) -> None:
@@ -393,9 +417,12 @@ class WorkerServeTarget(ServeTarget):
 
     def settings(self) -> dict[str, str]:
         settings = super().settings()
+        link = {"unix": "its Unix socket (shared memory for large tensors)", "tls": "TCP with mutual TLS"}[self.link]
+        if self.transport:
+            link = f"WORKER_TRANSPORT={self.transport} (a checkout from before TLS)"
         settings["inference"] = (
-            f"worker mode: INFERENCE_EXECUTOR=workers, WORKER_TRANSPORT={self.transport}, "
-            f"REDIS_URL={self.redis_url} (flushed at start), one `manage.py runworker --device cpu`"
+            f"worker mode: INFERENCE_EXECUTOR=workers, REDIS_URL={self.redis_url} (flushed at start), one "
+            f"`manage.py runworker --device cpu` reached over {link}"
         )
         settings["worker log"] = os.path.relpath(self.worker_log_path, ROOT)
         settings["worker RSS"] = self.memory_text()

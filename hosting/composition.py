@@ -17,6 +17,7 @@ import redis
 from django.conf import settings
 
 import hosting
+from hosting import deployment
 from inference import observability, ports, tracing
 from inference.changes import beacon_at
 from inference.dataplane import DataPlane
@@ -29,8 +30,6 @@ from inference.runtime.executors import InProcessExecutor, session_loader
 from inference.runtime.placement import WorkerDirectory, read_workers
 from inference.runtime.remote import RemoteExecutor
 from inference.runtime.runner import ModelRunner
-from inference.runtime.streams import StreamsExecutor
-from inference.runtime.worker_server import transport_key
 from inference.statistics import StatisticsRecorder
 from inference.statistics_db import DatabaseStatistics
 from inference.worker import WorkerRuntime
@@ -45,9 +44,8 @@ IN_PROCESS, WORKERS = "inprocess", "workers"
 
 
 def executor_mode() -> str:
-    """``inprocess`` or ``workers`` (``celery``, the earlier name, is accepted)."""
-    mode = settings.INFERENCE_EXECUTOR
-    return WORKERS if mode == "celery" else mode
+    """``inprocess`` or ``workers`` (anything else is refused by ``serve``)."""
+    return settings.INFERENCE_EXECUTOR
 
 
 def raise_open_files_limit() -> tuple[int, int]:
@@ -99,7 +97,7 @@ def validation_queue_note() -> str:
         workers = read_workers(redis_client(timeout=2.0))
     except redis.RedisError as exc:
         return f"Redis is unreachable ({exc}); it waits there until a worker takes it"
-    takers = sorted(w.id for w in workers.values() if w.info.get("control", True))
+    takers = sorted(w.id for w in workers.values() if w.announcement.control)
     if not takers:
         return "no inference worker is running; validation starts when one does (manage.py runworker)"
     return f"{len(takers)} inference worker(s) take validation tasks ({', '.join(takers[:5])})"
@@ -177,14 +175,13 @@ def build_limiter() -> RateLimiter:
 def build_dataplane() -> DataPlane:
     """This server process's data plane, from settings."""
     registry = _registry()
-    if executor_mode() == WORKERS and settings.WORKER_TRANSPORT == "streams":
-        executor = StreamsExecutor(WorkerDirectory(redis_client()), redis_client(), settings.WORKER_TIMEOUT_SECONDS)
-    elif executor_mode() == WORKERS:
+    if executor_mode() == WORKERS:
         executor = RemoteExecutor(
             WorkerDirectory(redis_client(), publish_depth=settings.QUEUE_DEPTH_KEYS),
-            transport_key(settings.SECRET_KEY),
             2 * settings.MAX_REQUEST_BYTES,
             settings.WORKER_TIMEOUT_SECONDS,
+            tls=deployment.worker_tls(),
+            idle_seconds=settings.WORKER_IDLE_SECONDS / 2,
         )
     else:
         providers = onnx_runtime.provider_list(settings.ORT_EXECUTION_PROVIDERS, settings.ORT_DEVICE_ID)

@@ -21,18 +21,19 @@ VAR_DIR = Path(env.str("VAR_DIR", default=str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 
-def _secret_key() -> str:
-    """SECRET_KEY from the environment, else one generated once and kept in var/."""
+def _secret_key() -> tuple[str, bool]:
+    """SECRET_KEY from the environment, else one generated once and kept in
+    var/ (then True: a key of this machine only, which worker mode refuses)."""
     if env.str("SECRET_KEY", default=""):
-        return env.str("SECRET_KEY")
+        return env.str("SECRET_KEY"), False
     path = VAR_DIR / "secret_key"
     if not path.exists():
         path.write_text(secrets.token_urlsafe(50))
         path.chmod(0o600)
-    return path.read_text().strip()
+    return path.read_text().strip(), True
 
 
-SECRET_KEY = _secret_key()
+SECRET_KEY, SECRET_KEY_GENERATED = _secret_key()
 DEBUG = env.bool("DEBUG", default=False)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
 
@@ -270,18 +271,30 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 3, "socket_timeout"
 
 # --- Execution mode and workers ---------------------------------------------
 #: inprocess (default: ONNX Runtime in each server process) or workers (pinned
-#: workers started with `manage.py runworker --device ...`, needs REDIS_URL;
-#: `celery`, the earlier name, means the same).
+#: workers started with `manage.py runworker --device ...`, needs REDIS_URL).
 INFERENCE_EXECUTOR = env.str("INFERENCE_EXECUTOR", default="inprocess")
 #: Memory a worker's loaded sessions may use (estimated: 2 x artifact size x instances), MiB.
 WORKER_MEMORY_BUDGET_MB = env.int("WORKER_MEMORY_BUDGET_MB", default=4096)
 #: The same budget for the sessions of each server process in process mode (0: none), MiB.
 SESSION_MEMORY_BUDGET_MB = env.int("SESSION_MEMORY_BUDGET_MB", default=0)
-#: How requests reach workers: direct (persistent connections) or streams
-#: (Redis Streams; kept for measurement, see docs/worker-transport.md).
-WORKER_TRANSPORT = env.str("WORKER_TRANSPORT", default="direct")
-#: Where a worker accepts front-end connections (host:port; port 0: any free port).
-WORKER_LISTEN = env.str("WORKER_LISTEN", default="127.0.0.1:0")
+#: Where a worker accepts front-end connections from other machines over
+#: mutual TLS (host:port; port 0: any free port; needs the WORKER_TLS_* files).
+#: Empty: no TCP listener, only the worker's Unix socket (front ends on its machine).
+WORKER_LISTEN = env.str("WORKER_LISTEN", default="")
+#: The worker link's mutual TLS (inference/runtime/link.py): the deployment's CA
+#: certificate, and this process's certificate and key (a worker's: serverAuth
+#: for WORKER_TLS_SERVER_NAME; a front end's: clientAuth), PEM files; all three or none.
+WORKER_TLS_CA = env.str("WORKER_TLS_CA", default="")
+WORKER_TLS_CERT = env.str("WORKER_TLS_CERT", default="")
+WORKER_TLS_KEY = env.str("WORKER_TLS_KEY", default="")
+WORKER_TLS_SERVER_NAME = env.str("WORKER_TLS_SERVER_NAME", default="modelhost-worker")
+#: A worker also listens on a Unix socket in $VAR_DIR/run/ for front ends on its machine.
+WORKER_UNIX_SOCKET = env.bool("WORKER_UNIX_SOCKET", default=True)
+#: Connections a worker holds at most, in all and per peer address; idle ones
+#: are closed after WORKER_IDLE_SECONDS (front ends drop theirs at half that).
+WORKER_MAX_CONNECTIONS = env.int("WORKER_MAX_CONNECTIONS", default=1024)
+WORKER_MAX_CONNECTIONS_PER_PEER = env.int("WORKER_MAX_CONNECTIONS_PER_PEER", default=256)
+WORKER_IDLE_SECONDS = env.float("WORKER_IDLE_SECONDS", default=300.0)
 #: The host:port front ends connect to (default: the listening address; set it
 #: when the worker listens on 0.0.0.0 or behind NAT, e.g. worker-gpu0:7070).
 WORKER_ADVERTISE = env.str("WORKER_ADVERTISE", default="")

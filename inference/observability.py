@@ -175,13 +175,9 @@ class _WorkerCollector:
         workers: dict[tuple, int] = {}
         depths: dict[str, int] = {}
         for worker in self.view():
-            info = worker.info
-            pool = str(info.get("pool", ""))
-            try:
-                fraction, held = float(info.get("busy_fraction", 0.0)), int(info.get("busy", 0))
-            except (TypeError, ValueError):
-                fraction, held = 0.0, 0
-            busy.add_metric([worker.queue, worker.id, str(info.get("host", "")), pool], fraction)
+            announced = worker.announcement
+            pool, fraction, held = announced.pool, announced.busy_fraction, announced.busy
+            busy.add_metric([worker.queue, worker.id, announced.host, pool], fraction)
             workers[(worker.queue, pool)] = workers.get((worker.queue, pool), 0) + 1
             depths[pool] = depths.get(pool, 0) + held
         for labels, n in sorted(workers.items()):

@@ -26,7 +26,7 @@ from collections import deque
 from inference import tracing
 from inference.protocol.errors import InferenceError, ModelNotReady
 from inference.registry import ModelRegistry
-from inference.runtime import frames
+from inference.runtime import frames, messages
 from inference.runtime.execution import RunTarget
 from inference.runtime.placement import instances_on, queue_for
 from inference.runtime.runner import ModelRunner
@@ -133,43 +133,37 @@ class WorkerRuntime:
             )
         return target
 
-    def handle(self, header: dict, body, shared: frames.SharedBuffer | None = None) -> list:
-        """Run one request frame (its tensors in ``body``, or in the
-        connection's ``shared`` memory); the answer frame's buffers (outputs,
-        or an error)."""
+    def handle(self, request: messages.RunRequest, body, shared: frames.SharedBuffer | None = None) -> list:
+        """Run one request (its tensors in the frame ``body``, or in the
+        connection's ``shared`` memory); the answer frame's buffers
+        (:class:`~messages.RunAnswer` with the outputs, or
+        :class:`~messages.ErrorAnswer`)."""
         try:
             tracing.follow()  # the machine's trace and log settings (one memory read)
-            if tracing.ENABLED:
-                parent = header.get("traceparent")
-                if parent:
-                    with tracing.remote_span(f"worker {self.device}", parent, device=self.device):
-                        return self._handle(header, body, shared)
-            return self._handle(header, body, shared)
+            if tracing.ENABLED and request.traceparent:
+                with tracing.remote_span(f"worker {self.device}", request.traceparent, device=self.device):
+                    return self._handle(request, body, shared)
+            return self._handle(request, body, shared)
         except InferenceError as exc:
-            return frames.encode({"error": [exc.code, exc.message]})
+            return frames.encode(messages.ErrorAnswer(exc.code, exc.message))
         except Exception as exc:  # never leave the front end waiting
             logger.exception("inference failed on %s", self.device)
-            return frames.encode({"error": ["INTERNAL", f"the worker failed: {type(exc).__name__}"]})
+            return frames.encode(messages.ErrorAnswer("INTERNAL", f"the worker failed: {type(exc).__name__}"))
 
-    def _handle(self, header: dict, body, shared) -> list:
-        target = self.target(header["model"], header["version"], header["sha256"])
-        feeds = frames.tensors(header, body, "request", shared)
-        deadline = header.get("deadline")
-        if deadline is not None:
-            deadline = time.monotonic() + (deadline - time.time())
-        names = header["outputs"]
+    def _handle(self, request: messages.RunRequest, body, shared) -> list:
+        target = self.target(request.model, request.version, request.sha256)
+        feeds = frames.tensors(request, body, "request", shared)
+        deadline = time.monotonic() + (request.deadline - time.time())
+        names = request.outputs
         asked = tracing.epoch_ns() if tracing.ENABLED else 0
         self.meter.begin(target.key, target.instances)
         try:
-            result = self.runner.run(target, feeds, names, header.get("rows", 1), deadline)
+            result = self.runner.run(target, feeds, names, request.rows, deadline)
         finally:
             self.meter.end(target.key)
         if asked:
             tracing.record_run(asked, result.queue_ns, result.form_ns, result.infer_ns, result.batch_size)
-        answer = {
-            "batch": result.batch_size,
-            "executed": result.executed,
-            "queue_ns": result.queue_ns,
-            "infer_ns": result.infer_ns,
-        }
+        answer = messages.RunAnswer(
+            result.batch_size, bool(result.executed), max(0, result.queue_ns), max(0, result.infer_ns)
+        )
         return frames.encode(answer, zip(names, result.outputs))

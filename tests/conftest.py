@@ -47,16 +47,25 @@ TEST_REDIS_URL = f"redis://127.0.0.1:6379/{os.environ.get('TEST_REDIS_DB', '9')}
 @pytest.fixture(scope="session")
 def model_server(test_repository, tmp_path_factory):
     """``manage.py serve`` on the test repository (SQLite; ONNX Runtime in
-    process, or in a CPU worker when MODELHOST_TEST_EXECUTOR=workers)."""
+    process, or in a CPU worker when MODELHOST_TEST_EXECUTOR=workers: one
+    reached over the worker link's mutual TLS, as from another machine, not
+    its Unix socket)."""
     env = {"REQUEST_LOG_LEVEL": "INFO"}
     devices: tuple[str, ...] = ()
-    if EXECUTOR in ("workers", "celery"):
+    worker_env: dict[str, str] = {}
+    if EXECUTOR == "workers":
         import redis
 
+        from tests.support.certs import worker_link
+
         redis.Redis.from_url(TEST_REDIS_URL).flushdb()
-        env.update(INFERENCE_EXECUTOR="workers", REDIS_URL=TEST_REDIS_URL)
+        front_end_tls, worker_env = worker_link(tmp_path_factory.mktemp("worker-tls"))
+        env.update(INFERENCE_EXECUTOR="workers", REDIS_URL=TEST_REDIS_URL, **front_end_tls)
+        worker_env.update(WORKER_LISTEN="127.0.0.1:0", WORKER_UNIX_SOCKET="false")
         devices = ("cpu",)
-    server = LiveServer(test_repository, tmp_path_factory.mktemp("live"), extra_env=env, devices=devices)
+    server = LiveServer(
+        test_repository, tmp_path_factory.mktemp("live"), extra_env=env, devices=devices, worker_env=worker_env
+    )
     server.start()
     if devices:
         server.wait_for_workers()

@@ -14,10 +14,13 @@ from django.core.management import load_command_class
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
-APP_SERVICES = {name: s for name, s in SERVICES.items() if s.get("image", "").startswith("modelhost")}
+#: The long-running services of the project's image (worker-certs is a one-shot job).
+APP_SERVICES = {
+    name: s for name, s in SERVICES.items() if s.get("image", "").startswith("modelhost") and name != "worker-certs"
+}
 SETTINGS_TEXT = (ROOT / "hosting" / "settings.py").read_text()
 COMMAND_APPS = {"serve": "hosting", "rungrpc": "hosting", "runworker": "hosting",
-                "grpc_health": "hosting", "worker_health": "hosting"}  # fmt: skip
+                "grpc_health": "hosting", "worker_health": "hosting", "make_worker_certs": "hosting"}  # fmt: skip
 
 
 def test_services_of_a_gpu_server():
@@ -62,6 +65,9 @@ def test_every_long_running_service_has_a_health_check():
         if name == "minio-bucket":
             assert "mc mb" in service["command"][0]
             continue
+        if name == "worker-certs":
+            _parse_command(service["command"])
+            continue
         assert service["healthcheck"]["test"], name
 
 
@@ -85,6 +91,7 @@ def test_dependencies_wait_for_healthy_infrastructure():
         for infra in ("postgres", "redis"):
             assert depends[infra]["condition"] == "service_healthy", name
         assert depends["minio-bucket"]["condition"] == "service_completed_successfully"
+        assert depends["worker-certs"]["condition"] == "service_completed_successfully"
         if name != "rest":
             assert depends["rest"]["condition"] == "service_healthy"  # rest migrates first
     assert "store" in COMPOSE["volumes"] and any(v.startswith("store:") for v in SERVICES["rest"]["volumes"])
@@ -103,8 +110,7 @@ def test_workers_validate_uploads_with_what_validation_needs():
     """Every runworker consumes the validation queue unless told not to
     (--no-control): at least one must, with the database, Redis and the
     artifact storage it fetches from; the broker is the same Redis as the
-    front ends'. SECRET_KEY is the same everywhere (it keys the workers'
-    connections)."""
+    front ends'. SECRET_KEY is the same everywhere (one deployment)."""
     takers = []
     for name, service in WORKERS.items():
         _, args = _parse_command(service["command"])
@@ -121,10 +127,29 @@ def test_workers_validate_uploads_with_what_validation_needs():
 
 
 def test_workers_share_no_disk_with_the_front_ends():
+    """No data volume in common (only the worker link's certificates, read-only)."""
     front = {v.split(":")[0] for name in ("rest", "grpc") for v in SERVICES[name].get("volumes", [])}
     for name, service in WORKERS.items():
         volumes = {v.split(":")[0] for v in service.get("volumes", [])}
-        assert not volumes & front, (name, volumes & front)
+        assert volumes & front == {"worker-tls"}, (name, volumes & front)
+        assert all(v.endswith(":ro") for v in service["volumes"] if v.startswith("worker-tls:"))
+
+
+def test_the_worker_link_is_mutual_tls_with_one_ca():
+    """Workers listen on TCP with a worker certificate, front ends present a
+    front-end certificate, all from the worker-certs job's CA; no ALLOWED_HOSTS "*"."""
+    certs = SERVICES["worker-certs"]
+    (target,) = [v.split(":")[1] for v in certs["volumes"] if v.startswith("worker-tls:")]
+    assert certs["command"][-1] == target
+    for name, service in APP_SERVICES.items():
+        environment = service["environment"]
+        role = "worker" if name.startswith("worker-") else "frontend"
+        assert environment["WORKER_TLS_CA"] == f"{target}/ca.crt", name
+        assert environment["WORKER_TLS_CERT"] == f"{target}/{role}.crt", name
+        assert environment["WORKER_TLS_KEY"] == f"{target}/{role}.key", name
+        assert f"worker-tls:{target}:ro" in service["volumes"], name
+        assert ("WORKER_LISTEN" in environment) == (role == "worker"), name
+        assert "*" not in environment["ALLOWED_HOSTS"]
 
 
 def _parse_command(command: list[str]):

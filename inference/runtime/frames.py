@@ -1,37 +1,41 @@
-"""Frames of the worker transport: a msgpack header and raw tensor bytes.
+"""Frames of the worker link: a typed header and raw tensor bytes.
 
 Between a front-end process and an inference worker every message is one
 frame::
 
     u32 body length | u32 header length | header (msgpack) | pad | tensor | pad | tensor ...
 
-All integers little-endian. Each tensor starts at a 16-byte aligned offset
-of the body; the header lists, per tensor, ``[name, dtype, shape, offset,
-nbytes]`` with ``dtype`` a numpy type string (``"<f4"``) or ``"bytes"``
-(BYTES: the binary tensor data layout, a 4-byte little-endian length before
-each element). Numeric tensors are sent straight from their memory
-(``socket.sendmsg`` with one buffer per tensor) and received into one
-buffer that they are then views of: one copy into the transport and one out
-of it, no base64 and no pickle; nothing in a frame can make the receiver
-run code. On one machine a request's tensors may lie in memory the
-connection's two ends share instead (:class:`SharedBuffer`, announced by a
-frame ``{"shared": size}`` with its descriptor attached; the request's
-header then says ``"shared": true`` and its offsets are from that memory's
-start).
+All integers little-endian. The header is one message of
+:mod:`inference.runtime.messages`; its ``tensors`` list each tensor's name,
+dtype (a numpy type string such as ``"<f4"``, or ``"bytes"``: the binary
+tensor data layout, a 4-byte little-endian length before each element),
+shape, offset (16-byte aligned, from :func:`data_start`) and size. Numeric
+tensors are sent straight from their memory (``sendmsg`` with one buffer per
+tensor on a Unix socket; one TLS record stream across machines) and
+received into one buffer that they are then views of: one copy into the
+transport and one out of it, no base64 and no pickle; nothing in a frame
+can make the receiver run code. On one machine a request's tensors may lie
+in memory the connection's two ends share instead (:class:`SharedBuffer`,
+announced by a :class:`~inference.runtime.messages.ShareMemory` frame with
+its sealed descriptor attached; the request then says ``shared`` and its
+offsets are from that memory's start).
 """
 
 from __future__ import annotations
 
+import fcntl
+import mmap
 import os
 import socket
+import ssl
 import struct
 from collections.abc import Callable
 
-import msgpack
 import numpy as np
 
 from inference.codecs import bytes as bytes_codec
 from inference.protocol.errors import InvalidInput
+from inference.runtime import messages
 
 PREFIX = struct.Struct("<II")
 ALIGN = 16
@@ -41,6 +45,12 @@ _PAD = bytes(ALIGN)
 
 class FrameError(ConnectionError):
     """The peer closed the connection or sent something that is not a frame."""
+
+
+class BadHeader(InvalidInput):
+    """A whole frame arrived whose header is not a message the receiver
+    takes (wrong types, a negative size, an unknown kind): the connection
+    stays usable, the request is answered INVALID_ARGUMENT."""
 
 
 def _tensor_buffer(array: np.ndarray) -> tuple[str, memoryview | bytes]:
@@ -57,66 +67,99 @@ def data_start(header_length: int) -> int:
     return end + (-end % ALIGN)
 
 
-def _describe(tensors) -> tuple[list, list, int]:
-    """Each tensor's [name, dtype, shape, offset, nbytes] at aligned offsets
-    from 0, its bytes, and the bytes they take together."""
+def _describe(tensors) -> tuple[list[messages.TensorInfo], list, int]:
+    """Each tensor's description at aligned offsets from 0, its bytes, and
+    the bytes they take together."""
     described, datas = [], []
     offset = 0
     for name, array in tensors:
         kind, data = _tensor_buffer(array)
         offset += -offset % ALIGN
-        described.append([name, kind, list(array.shape), offset, len(data)])
+        described.append(messages.TensorInfo(name, kind, list(array.shape), offset, len(data)))
         datas.append(data)
         offset += len(data)
     return described, datas, offset
 
 
-def encode(header: dict, tensors=(), shared: Callable[[int], SharedBuffer | None] | None = None) -> list:
-    """The buffers of one frame (for :func:`send`): ``header`` plus the
-    ``tensors`` ((name, array) pairs), described in ``header["tensors"]``
-    with offsets relative to :func:`data_start`. ``shared``: for a request
+def encode(message, tensors=(), shared: Callable[[int], SharedBuffer | None] | None = None) -> list:
+    """The buffers of one frame (for :func:`send`): ``message`` (a message of
+    :mod:`~inference.runtime.messages`; its ``tensors`` field is filled in)
+    plus the ``tensors`` ((name, array) pairs). ``shared``: for a request
     whose numeric tensors take SHARED_MIN..SHARED_MAX bytes (no BYTES), the
     connection's shared memory of at least that many bytes (or None); the
     tensors' bytes are then copied there, at offsets from its start, and
-    the frame (``"shared": true``) carries only the header."""
+    the frame (``shared`` set) carries only the header."""
     described, datas, offset = _describe(tensors)
+    if described:
+        message.tensors = described
     memory = None
-    if shared is not None and SHARED_MIN <= offset <= SHARED_MAX and all(e[1] != "bytes" for e in described):
+    if shared is not None and SHARED_MIN <= offset <= SHARED_MAX and all(e.dtype != "bytes" for e in described):
         memory = shared(offset)
     if memory is not None:
         for entry, data in zip(described, datas):
-            memory.view[entry[3] : entry[3] + entry[4]] = data
-        head = msgpack.packb({**header, "tensors": described, "shared": True}, use_bin_type=True)
+            memory.view[entry.offset : entry.offset + entry.nbytes] = data
+        message.shared = True
+        head = messages.encode(message)
         return [PREFIX.pack(PREFIX.size + len(head) - 4, len(head)), head]
-    head = msgpack.packb({**header, "tensors": described}, use_bin_type=True)
+    head = messages.encode(message)
     start = data_start(len(head))
     end = start + offset if described else PREFIX.size + len(head)
     buffers = [PREFIX.pack(end - 4, len(head)), head]
     position = PREFIX.size + len(head)
     for entry, data in zip(described, datas):
-        pad = start + entry[3] - position
+        pad = start + entry.offset - position
         if pad:
             buffers.append(_PAD[:pad])
         if len(data):
             buffers.append(data)
-        position = start + entry[3] + len(data)
+        position = start + entry.offset + len(data)
     return buffers
 
 
-def views(buffers: list) -> list[memoryview]:
-    """Byte views of a frame's buffers (for :func:`send_views`)."""
-    return [memoryview(b).cast("B") if not isinstance(b, bytes) else memoryview(b) for b in buffers]
+#: Buffers smaller than this are joined before a TLS send (one record, not one per buffer).
+_COALESCE = 16 * 1024
+
+
+def views(buffers: list, tls: bool = False) -> list[memoryview]:
+    """Byte views of a frame's buffers (for :func:`send_views`); for a TLS
+    socket, runs of small buffers joined into one."""
+    out = [memoryview(b).cast("B") if not isinstance(b, bytes) else memoryview(b) for b in buffers]
+    if not tls:
+        return out
+    joined: list[memoryview] = []
+    small: list[memoryview] = []
+    for view in out:
+        if len(view) < _COALESCE:
+            small.append(view)
+            continue
+        if small:
+            joined.append(memoryview(b"".join(small)))
+            small = []
+        joined.append(view)
+    if small:
+        joined.append(memoryview(b"".join(small)))
+    return joined
 
 
 def send(sock: socket.socket, buffers: list) -> None:
-    """Send every buffer (``sendmsg``, resuming after partial sends)."""
-    send_views(sock, views(buffers))
+    """Send every buffer of a frame on a blocking socket."""
+    send_views(sock, views(buffers, isinstance(sock, ssl.SSLSocket)))
 
 
 def send_views(sock: socket.socket, views: list[memoryview]) -> None:
-    """Send byte views, removing what was sent from ``views`` as it goes: on
-    a non-blocking socket that raises BlockingIOError, ``views`` holds what
-    is left to send."""
+    """Send byte views, removing what was sent from ``views`` as it goes.
+    When the socket would block (BlockingIOError, TimeoutError, SSL's
+    want-read/write), that propagates and ``views`` holds what is left to
+    send: call again with it (TLS wants the same buffer again, which it is)."""
+    if isinstance(sock, ssl.SSLSocket):  # no sendmsg on TLS; a TLS send is all or nothing
+        blocking = sock.gettimeout() is None
+        while views:
+            if blocking:
+                sock.sendall(views[0])
+            else:
+                _send_all_or_raise(sock, views[0])
+            views.pop(0)
+        return
     while views:
         sent = sock.sendmsg(views[:512])  # IOV_MAX is 1024 on Linux
         while sent:
@@ -128,6 +171,15 @@ def send_views(sock: socket.socket, views: list[memoryview]) -> None:
                 sent = 0
 
 
+def _send_all_or_raise(sock: ssl.SSLSocket, view: memoryview) -> None:
+    """One TLS write of ``view`` on a socket with a timeout or non-blocking:
+    OpenSSL writes it whole or not at all (it keeps what it took and wants
+    the same buffer again after a would-block)."""
+    sent = sock.send(view)
+    if sent != len(view):  # not with OpenSSL's default modes; never silently lose bytes
+        raise FrameError(f"a TLS send took {sent} of {len(view)} bytes")
+
+
 #: Requests whose tensors take at least SHARED_MIN and at most SHARED_MAX
 #: bytes go through the connection's shared memory (front end and worker on
 #: one machine); larger ones through the socket, so that an idle pooled
@@ -136,44 +188,66 @@ SHARED_MIN = 64 * 1024
 SHARED_MAX = 16 * 1024 * 1024
 #: Frames about shared memory: its file descriptor rides along (SCM_RIGHTS).
 _FDS_SPACE = socket.CMSG_SPACE(struct.calcsize("i"))
+#: A shared memory's size can never change once announced (a worker reading
+#: past the end of a shrunk file would die of SIGBUS).
+_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
 
 
 class SharedBuffer:
     """Memory a front-end process and a worker on the same machine share
-    for one Unix-socket connection (``memfd_create``, passed once over the
-    socket): a request's tensors are copied into it instead of through the
-    socket, and the worker's inputs are views of it. A connection carries
-    one request at a time, so the front end writes it only while the
-    worker does not read it. Never closed explicitly (views may outlive the
-    connection); the memory goes when the last view does."""
+    for one Unix-socket connection (``memfd_create``, sealed against
+    shrinking and growing, passed once over the socket): a request's
+    tensors are copied into it instead of through the socket, and the
+    worker's inputs are views of it. A connection carries one request at a
+    time, so the front end writes it only while the worker does not read
+    it. Never closed explicitly (views may outlive the connection); the
+    memory goes when the last view does."""
 
     __slots__ = ("size", "view")
 
     def __init__(self, fd: int, size: int):
-        import mmap
-
         self.size = size
         self.view = memoryview(mmap.mmap(fd, size))
 
     @classmethod
     def create(cls, size: int) -> tuple[SharedBuffer, int]:
-        """A new buffer of ``size`` bytes and its file descriptor (to send, then close)."""
-        fd = os.memfd_create("modelhost-frame", os.MFD_CLOEXEC)
+        """A new sealed buffer of ``size`` bytes and its file descriptor (to
+        send, then close)."""
+        fd = os.memfd_create("modelhost-frame", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, size)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS | fcntl.F_SEAL_SEAL)
             return cls(fd, size), fd
         except BaseException:
             os.close(fd)
             raise
+
+    @classmethod
+    def attach(cls, fd: int, size: int, limit: int) -> SharedBuffer:
+        """The buffer a peer announced: ``fd`` must be a memfd of at least
+        ``size`` (at most ``limit``) bytes sealed against shrinking and
+        growing. Raises ValueError (or OSError) otherwise; ``fd`` stays the
+        caller's to close."""
+        if not 0 < size <= limit:
+            raise ValueError(f"{size} bytes is not within 1..{limit}")
+        try:
+            seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        except OSError:
+            raise ValueError("not a memfd (it cannot be sealed)") from None
+        if seals & _SEALS != _SEALS:
+            raise ValueError("the memfd is not sealed against shrinking and growing")
+        if os.fstat(fd).st_size < size:
+            raise ValueError(f"the memfd holds {os.fstat(fd).st_size} bytes, not {size}")
+        return cls(fd, size)
 
     def fits(self, nbytes: int) -> bool:
         return nbytes <= self.size
 
 
 def send_shared(sock: socket.socket, fd: int, size: int) -> None:
-    """Announce a connection's (new) shared memory: a frame ``{"shared":
-    size}`` with the descriptor attached."""
-    data = b"".join(bytes(b) for b in encode({"shared": size}))
+    """Announce a connection's (new) shared memory: a ShareMemory frame
+    with the descriptor attached."""
+    data = b"".join(bytes(b) for b in encode(messages.ShareMemory(size)))
     sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", fd))])
 
 
@@ -182,20 +256,23 @@ SCRATCH = 64 * 1024
 
 
 class Reader:
-    """Reads frames from one connection.
+    """Reads frames from one connection, decoding each header with
+    ``decoder`` (:data:`messages.to_worker` or :data:`messages.to_front_end`).
 
     One ``recv`` of up to :data:`SCRATCH` bytes usually holds a whole small
     frame (and the rest of a large one is read straight into its buffer).
-    Resumable: a ``recv`` that times out (``BlockingIOError``, from the
-    socket's SO_RCVTIMEO) leaves what was read in place for the next call.
+    Resumable: a ``recv`` that would block (BlockingIOError from the socket's
+    SO_RCVTIMEO or a non-blocking socket, TimeoutError, SSL's want-read)
+    leaves what was read in place for the next call.
     """
 
-    def __init__(self, sock: socket.socket, limit: int, fds: bool = False):
+    def __init__(self, sock: socket.socket, limit: int, decoder, fds: bool = False):
         """``fds``: also receive file descriptors sent with a frame (a
         worker's Unix-socket connections: :func:`send_shared`), collected in
-        :attr:`fds` for the caller to take."""
+        :attr:`fds` for the caller to take (and close)."""
         self.sock = sock
         self.limit = limit
+        self.decoder = decoder
         self.fds: list[int] | None = [] if fds else None
         self._scratch = bytearray(SCRATCH)
         self._view = memoryview(self._scratch)
@@ -228,10 +305,17 @@ class Reader:
             )
         self._end += n
 
-    def frame(self) -> tuple[dict, memoryview]:
-        """The next frame: (header, body: the whole frame, whose numeric
+    def close_fds(self) -> None:
+        """Close every descriptor received and not taken."""
+        while self.fds:
+            os.close(self.fds.pop())
+
+    def frame(self):
+        """The next frame: (message, body: the whole frame, whose numeric
         tensors :func:`tensors` views). Raises FrameError when the connection
-        closes or the frame is malformed or larger than the limit."""
+        closes or the frame is larger than the limit (the connection is then
+        unusable), BadHeader when a whole frame arrived whose header is not
+        a message of the decoder's kinds (the next frame can be read)."""
         if self._pending is None:
             while self._end - self._start < PREFIX.size:
                 self._fill()
@@ -253,17 +337,13 @@ class Reader:
             self._pending = (view, got, header_length)
         self._pending = None
         try:
-            header = msgpack.unpackb(view[PREFIX.size : PREFIX.size + header_length], raw=False, strict_map_key=False)
-        except Exception as exc:
-            raise FrameError(f"a frame header is not msgpack: {exc}") from None
-        if not isinstance(header, dict):
-            raise FrameError("a frame header is not a map")
-        return header, view
+            message = self.decoder.decode(view[PREFIX.size : PREFIX.size + header_length])
+        except messages.DecodeError as exc:
+            raise BadHeader(f"a malformed frame: {exc}") from None
+        return message, view
 
 
-def tensors(
-    header: dict, body: memoryview, where: str = "frame", shared: SharedBuffer | None = None
-) -> dict[str, np.ndarray]:
+def tensors(message, body: memoryview, where: str = "frame", shared: SharedBuffer | None = None) -> dict:
     """The tensors of a received frame by name (numeric ones are views of
     ``body``, or of ``shared`` for a frame whose tensors are there).
 
@@ -271,16 +351,17 @@ def tensors(
     a frame that names shared memory the connection does not have).
     """
     out = {}
-    if header.get("shared"):
+    if getattr(message, "shared", False):
         if shared is None:
             raise InvalidInput(f"{where}: its tensors are in shared memory this connection does not have")
         body, start = shared.view, 0
     else:
         start = data_start(PREFIX.unpack_from(body)[1])
     end = len(body)
-    for name, kind, shape, relative, nbytes in header.get("tensors", ()):
-        offset = start + relative
-        if relative < 0 or nbytes < 0 or offset + nbytes > end:
+    for info in message.tensors:
+        name, kind, shape, nbytes = info.name, info.dtype, info.shape, info.nbytes
+        offset = start + info.offset
+        if offset + nbytes > end:
             raise InvalidInput(f"{where}: tensor '{name}' lies outside the frame")
         count = 1
         for dim in shape:
@@ -288,7 +369,10 @@ def tensors(
         if kind == "bytes":
             array = bytes_codec.deserialize(body[offset : offset + nbytes], count, f"{where} tensor '{name}'")
         else:
-            dtype = np.dtype(kind)
+            try:
+                dtype = np.dtype(kind)
+            except (TypeError, ValueError):
+                raise InvalidInput(f"{where}: tensor '{name}' has an unknown dtype {kind!r}") from None
             if dtype.kind not in "biufc" or count * dtype.itemsize != nbytes:
                 raise InvalidInput(f"{where}: tensor '{name}' has {nbytes} bytes for {count} x {kind}")
             array = np.frombuffer(body, dtype=dtype, count=count, offset=offset)

@@ -24,7 +24,6 @@ KEDA's Redis scaler (:meth:`WorkerDirectory._publish_depth`).
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import os
 import re
@@ -34,6 +33,7 @@ from dataclasses import dataclass
 
 from inference import observability
 from inference.observability import QUEUE_DEPTH
+from inference.runtime import messages
 from inference.runtime import onnx as onnx_runtime
 
 logger = logging.getLogger(__name__)
@@ -136,12 +136,20 @@ def describe_group(instance_group) -> str:
 
 @dataclass(frozen=True)
 class Worker:
-    """A live inference worker as its heartbeat announces it."""
+    """A live inference worker as its heartbeat announces it (untrusted:
+    the worker proves itself when a front end connects)."""
 
     id: str  # <hostname>-<pid>
     queue: str  # infer.cpu, infer.cuda0, ...
-    address: tuple[str, int]  # where it accepts front-end connections
-    info: dict
+    address: tuple[str, int] | None  # its TLS listener, if it has one
+    announcement: messages.Announcement
+
+
+def _address(text: str) -> tuple[str, int] | None:
+    if not text:
+        return None
+    host, port = text.rsplit(":", 1)
+    return host.strip("[]"), int(port)
 
 
 def read_workers(redis_client) -> dict[str, Worker]:
@@ -155,26 +163,25 @@ def read_workers(redis_client) -> dict[str, Worker]:
             continue  # expired between SCAN and MGET
         queue, _, worker_id = key.decode()[len(HEARTBEAT_PREFIX) :].partition(":")
         try:
-            info = json.loads(value)
-            host, port = info["address"].rsplit(":", 1)
-            workers[worker_id] = Worker(worker_id, queue, (host.strip("[]"), int(port)), info)
-        except (ValueError, KeyError, TypeError, AttributeError):
+            announced = messages.announcement_json.decode(value)
+            workers[worker_id] = Worker(worker_id, queue, _address(announced.address), announced)
+        except (ValueError, messages.DecodeError):
             logger.warning("ignoring a malformed worker heartbeat %s", key)
     return workers
 
 
 class Heartbeat:
     """Keeps this worker's heartbeat key alive from a daemon thread; the key's
-    value (JSON) is ``info()``: the worker's address and what it reports."""
+    value (JSON) is ``announcement()``, a :class:`messages.Announcement`."""
 
-    def __init__(self, redis_client, queue: str, worker_id: str, info):
+    def __init__(self, redis_client, queue: str, worker_id: str, announcement):
         self.redis = redis_client
         self.key = heartbeat_key(queue, worker_id)
-        self.info = info
+        self.announcement = announcement
         self._stop = threading.Event()
 
     def beat(self) -> None:
-        self.redis.set(self.key, json.dumps(self.info()), px=HEARTBEAT_TTL_MS)
+        self.redis.set(self.key, messages.encode_json(self.announcement()), px=HEARTBEAT_TTL_MS)
 
     def start(self) -> None:
         self.beat()
@@ -239,13 +246,14 @@ class WorkerDirectory:
         self.error = ""
         for queue in set(self._depths) - set(by_queue):
             QUEUE_DEPTH.labels(queue).set(0)
-        self._depths = {q: sum(int(w.info.get("busy", 0)) for w in members) for q, members in by_queue.items()}
+        self._depths = {q: sum(w.announcement.busy for w in members) for q, members in by_queue.items()}
         for queue, depth in self._depths.items():
             QUEUE_DEPTH.labels(queue).set(depth)
         pools: dict[str, int] = {}
         for worker in workers.values():
-            if worker.info.get("pool"):
-                pools[worker.info["pool"]] = pools.get(worker.info["pool"], 0) + int(worker.info.get("busy", 0))
+            pool = worker.announcement.pool
+            if pool:
+                pools[pool] = pools.get(pool, 0) + worker.announcement.busy
         self._pool_depths = pools
         if self.publish_depth:
             self._publish_depth()

@@ -1,19 +1,31 @@
 """Worker mode, front-end side: run inferences on pinned workers over
 persistent connections (``INFERENCE_EXECUTOR=workers`` with ``REDIS_URL``).
 
-Workers announce their address with a Redis heartbeat
+Workers announce themselves with a Redis heartbeat
 (:class:`~inference.runtime.placement.WorkerDirectory`); Redis is used for
-nothing else on the request path. Each front-end process keeps idle
-connections to each worker; a request takes one (or opens one: TCP, the
-key challenge of :mod:`inference.runtime.worker_server`), sends one frame
-(:mod:`inference.runtime.frames`: the tensors' bytes as they are), waits for
-the answer frame and puts the connection back.
+nothing else on the request path, and a heartbeat is never trusted: a
+connection serves only once the worker proved itself
+(:mod:`inference.runtime.link`: its TLS certificate from the deployment's
+CA, or its Unix socket's peer is this user) and said hello. Each front-end
+process keeps idle connections to each worker; a request takes one (or
+opens one), sends one frame (:mod:`inference.runtime.frames`: the tensors'
+bytes as they are), waits for the answer frame and puts the connection back.
+
+The steps of a request are written once, as a generator (:meth:`_steps`)
+that yields what it needs done: read the heartbeats again, connect to a
+worker, wait for the socket. :meth:`RemoteExecutor.run` does them in the
+calling thread (blocking sockets that time out every 0.25 s);
+:meth:`~RemoteExecutor.run_async` on an event loop (the socket in the loop's
+selector; connecting and reading Redis in a thread).
 
 Faults, each answered once and never retried after the request was sent:
 
 - no live worker for the model's devices -> UNAVAILABLE at once (after one
   fresh read of the heartbeats, shared with other such requests: a worker
   that started since the directory's last refresh serves it);
+- a worker that does not prove itself is passed over for the next of its
+  device, and the 503 names why when none is left (another deployment's
+  certificate, a socket of another user, ...);
 - the worker dies holding the request: its connection closes, so exactly
   the requests it held answer UNAVAILABLE at once (other workers of the
   same device keep serving); a worker that hangs without closing answers
@@ -32,7 +44,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import select
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -41,39 +55,44 @@ import numpy as np
 
 from inference import tracing
 from inference.protocol import errors
-from inference.runtime import frames
+from inference.runtime import frames, link, messages
 from inference.runtime.execution import RunResult, RunTarget
 from inference.runtime.placement import Worker, WorkerDirectory, describe_group
-from inference.runtime.worker_server import proof
 
 logger = logging.getLogger(__name__)
 
 #: How often a waiting request checks its deadline and that its worker is still alive.
 _LIVENESS_SECONDS = 0.25
-_RCVTIMEO = struct.pack("ll", 0, int(_LIVENESS_SECONDS * 1e6))
+_SOCKET_TIMEO = struct.pack("ll", 0, int(_LIVENESS_SECONDS * 1e6))
 _HOSTNAME = socket.gethostname()
 _CONNECT_SECONDS = 3.0
 #: A pooled connection used this recently is not checked for a close before reuse.
 _TRUSTED_SECONDS = 0.05
 #: How long a worker that refused a connection is passed over (its heartbeat expires meanwhile).
 _UNREACHABLE_SECONDS = 5.0
+#: What a socket operation raises when it would block (or its timeout passed).
+_WOULD_BLOCK = (BlockingIOError, TimeoutError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+_POLL_CLOSED = select.POLLIN | select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)
 
 
 class _Connection:
-    __slots__ = ("local", "reader", "shared", "sock", "used", "worker")
+    __slots__ = ("local", "reader", "shared", "sock", "tls", "used", "worker")
 
     def __init__(self, sock: socket.socket, worker: Worker, max_frame: int):
         self.sock = sock
         self.worker = worker
-        self.reader = frames.Reader(sock, max_frame)
+        self.reader = frames.Reader(sock, max_frame, messages.to_front_end)
         self.used = time.monotonic()
+        self.tls = isinstance(sock, ssl.SSLSocket)
         self.local = sock.family == socket.AF_UNIX  # the worker is on this machine: memory can be shared
         self.shared: frames.SharedBuffer | None = None
 
-    def encode(self, header: dict, feeds: dict[str, np.ndarray]) -> list:
-        """The request frame: the tensors in the connection's shared memory
-        when the worker is on this machine and they are large, else inline."""
-        return frames.encode(header, feeds.items(), self._shared if self.local else None)
+    def encode(self, request: messages.RunRequest, feeds: dict[str, np.ndarray]) -> list[memoryview]:
+        """The request frame's byte views: the tensors in the connection's
+        shared memory when the worker is on this machine and they are
+        large, else inline."""
+        buffers = frames.encode(request, feeds.items(), self._shared if self.local else None)
+        return frames.views(buffers, self.tls)
 
     def _shared(self, nbytes: int) -> frames.SharedBuffer | None:
         """Shared memory of at least ``nbytes`` (a new, larger one is
@@ -95,18 +114,16 @@ class _Connection:
         return self.shared
 
     def closed_by_peer(self) -> bool:
-        """True when the worker closed it (or it is broken) while it sat idle.
-        A connection that answered less than ``_TRUSTED_SECONDS`` ago is not
-        asked (a syscall saved per request under load): a worker that died
-        since fails the request it then gets, as it fails those it held."""
+        """True when the worker closed it (or sent something unasked) while
+        it sat idle. A connection that answered less than
+        ``_TRUSTED_SECONDS`` ago is not asked (a syscall saved per request
+        under load): a worker that died since fails the request it then
+        gets, as it fails those it held."""
         if time.monotonic() - self.used < _TRUSTED_SECONDS:
             return False
-        try:
-            return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-        except BlockingIOError:
-            return False
-        except OSError:
-            return True
+        poller = select.poll()
+        poller.register(self.sock.fileno(), _POLL_CLOSED)
+        return bool(poller.poll(0))
 
     def close(self) -> None:
         try:
@@ -115,32 +132,97 @@ class _Connection:
             pass
 
 
-def _open(worker: Worker) -> socket.socket:
-    """A socket to the worker: its Unix socket when it runs on this host and
-    the path is visible here (less kernel work per request than loopback
-    TCP), else TCP."""
-    path = worker.info.get("unix")
-    if path and worker.info.get("machine") == _HOSTNAME and os.path.exists(path):
+_DONE = object()
+
+
+class _Steps:
+    """A request's steps (:meth:`RemoteExecutor._steps`, a generator of what
+    it needs done) driven one need at a time: :meth:`next` resumes them
+    with how the last need went (:meth:`gave` a value, or :meth:`failed`
+    with an error, raised where they wait) and returns the next need, or
+    ``_DONE`` with :attr:`result` set."""
+
+    __slots__ = ("_failed", "_steps", "_value", "result")
+
+    def __init__(self, steps):
+        self._steps = steps
+        self._value, self._failed = None, False
+        self.result = None
+
+    def next(self):
+        try:
+            return self._steps.throw(self._value) if self._failed else self._steps.send(self._value)
+        except StopIteration as done:
+            self.result = done.value
+            return _DONE
+
+    def gave(self, value) -> None:
+        self._value, self._failed = value, False
+
+    def failed(self, exc: Exception) -> None:
+        self._value, self._failed = exc, True
+
+    def close(self) -> None:
+        self._steps.close()
+
+
+class _SendFailed(Exception):
+    """A request frame could not be sent (the worker never got all of it)."""
+
+
+def _open(worker: Worker, tls: link.TLSFiles | None) -> socket.socket:
+    """A socket to the worker whose other end proved it is one of ours: its
+    Unix socket when it runs on this machine and the path is visible here
+    (its peer must run as this user), else TLS over TCP (its certificate
+    must be the deployment's). Raises LinkRefused or OSError."""
+    announced = worker.announcement
+    path = announced.unix
+    if path and announced.machine == _HOSTNAME and os.path.exists(path):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(_CONNECT_SECONDS)
             sock.connect(path)
+            link.check_local_peer(sock, os.getuid())
             return sock
+        except link.LinkRefused:
+            sock.close()
+            raise
         except OSError:
             sock.close()  # fall back to TCP
-    sock = socket.create_connection(worker.address, timeout=_CONNECT_SECONDS)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
+    if not announced.address:
+        raise link.LinkRefused("it has no TCP listener and its Unix socket is not on this machine")
+    if tls is None:
+        raise link.LinkRefused(
+            "it is on another machine and this front end has no worker TLS certificate (WORKER_TLS_CA/CERT/KEY)"
+        )
+    raw = socket.create_connection(worker.address, timeout=_CONNECT_SECONDS)
+    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        return tls.client_context.wrap_socket(raw, server_hostname=tls.server_name)
+    except ssl.SSLError as exc:
+        raw.close()
+        raise link.LinkRefused(link.refusal_reason(exc)) from None
 
 
 class RemoteExecutor:
     """Runs inferences on workers (see module doc); thread-safe."""
 
-    def __init__(self, directory: WorkerDirectory, key: bytes, max_frame: int, default_timeout: float = 30.0):
+    def __init__(
+        self,
+        directory: WorkerDirectory,
+        max_frame: int,
+        default_timeout: float = 30.0,
+        tls: link.TLSFiles | None = None,
+        idle_seconds: float = 150.0,
+    ):
+        """``idle_seconds``: pooled connections idle longer are closed here
+        (half the workers' idle limit, so a worker never closes one this
+        front end is about to use)."""
         self.directory = directory
-        self.key = key
         self.max_frame = max_frame
         self.default_timeout = default_timeout
+        self.tls = tls
+        self.idle_seconds = idle_seconds
         self._idle: dict[str, list[_Connection]] = {}  # blocking sockets (threads)
         self._idle_async: dict[str, list[_Connection]] = {}  # non-blocking sockets (event loops)
         self._unreachable: dict[str, float] = {}  # worker id -> until when it is skipped
@@ -159,87 +241,193 @@ class RemoteExecutor:
         """Every call waits on a worker."""
         return True
 
-    # -- connections -----------------------------------------------------
-    def _connect(self, worker: Worker) -> _Connection:
+    # -- running: the drivers ------------------------------------------------
+    def run(
+        self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
+        deadline: float | None = None, placement=(),
+    ) -> RunResult:  # fmt: skip
+        """Run one request on a worker of a device ``placement`` (the model's
+        instance group) allows, in this thread. Raises ModelNotReady,
+        DeadlineExceeded and the errors the worker reports (see module doc)."""
+        steps = _Steps(self._steps(target, feeds, output_names, rows, deadline, placement, self._idle))
+        while (need := steps.next()) is not _DONE:
+            try:
+                steps.gave(self._do(need, blocking=True))
+            except Exception as exc:
+                steps.failed(exc)
+        return steps.result
+
+    async def run_async(
+        self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
+        deadline: float | None = None, placement=(),
+    ) -> RunResult:  # fmt: skip
+        """:meth:`run` on an event loop (the gRPC front end): the connection's
+        socket waits in the loop's selector, so a request costs no thread
+        hand-off. The same faults and errors; a call cancelled while it
+        waits closes its connection."""
+        steps = _Steps(self._steps(target, feeds, output_names, rows, deadline, placement, self._idle_async))
         try:
-            sock = _open(worker)
+            while (need := steps.next()) is not _DONE:
+                try:
+                    steps.gave(await self._do_async(need))
+                except Exception as exc:
+                    steps.failed(exc)
+            return steps.result
+        finally:
+            steps.close()  # cancelled while waiting: the connection is closed (see _steps)
+
+    def _do(self, need, blocking: bool):
+        """Do what a step needs, in this thread: a Worker -> a connection to
+        it; None -> read the heartbeats again; (connection, writable,
+        deadline) -> the socket waited (its timeout) and nothing came, so
+        check the request's deadline and the worker's liveness."""
+        if need is None:
+            return self.directory.catch_up(time.monotonic())
+        if isinstance(need, Worker):
+            return self._connect(need, blocking)
+        conn, _, deadline = need
+        return self._check_waiting(conn, deadline)
+
+    async def _do_async(self, need):
+        """:meth:`_do` on an event loop: waits in the loop's selector, the
+        rest in a thread."""
+        if need is None or isinstance(need, Worker):
+            return await asyncio.to_thread(self._do, need, False)
+        conn, writable, deadline = need
+        if not await _ready(asyncio.get_running_loop(), conn.sock, writable):
+            self._check_waiting(conn, deadline)
+
+    # -- running: the steps ----------------------------------------------------
+    def _steps(self, target, feeds, output_names, rows, deadline, placement, idle: dict):
+        """One request, as a generator of what it needs done (see :meth:`_do`);
+        returns its RunResult."""
+        workers = self._candidates(target, placement, caught_up=False)
+        if not workers:
+            yield None
+            workers = self._candidates(target, placement, caught_up=True)
+        request, deadline = self._request(target, output_names, rows, deadline)
+        conn, reused = yield from self._connection(target, workers, idle)
+        try:
+            try:
+                yield from self._send(conn, request, feeds, deadline)
+            except _SendFailed:
+                conn.close()
+                if not reused:
+                    raise _send_failed(conn, None) from None
+                conn = yield conn.worker  # the pooled connection had died: once more, on a new one
+                try:
+                    yield from self._send(conn, request, feeds, deadline)
+                except _SendFailed as again:
+                    raise _send_failed(conn, again.__cause__) from None
+            answer, body = yield from self._receive(conn, deadline)
+        except BaseException:  # an error, or a cancelled call: what the connection holds is unknown
+            conn.close()
+            raise
+        self._checkin(conn, idle)
+        return _result(answer, body, output_names)
+
+    def _connection(self, target: RunTarget, workers: list[Worker], idle: dict):
+        """A connection to the first reachable worker of :meth:`_order` and
+        whether it was pooled."""
+        failure = None
+        for worker in self._order(target, workers):
+            conn = self._pooled(worker, idle)
+            if conn is not None:
+                return conn, True
+            try:
+                return (yield worker), False
+            except errors.ModelNotReady as exc:
+                self._unreachable[worker.id] = time.monotonic() + _UNREACHABLE_SECONDS
+                failure = exc
+        raise failure
+
+    @staticmethod
+    def _send(conn: _Connection, request: messages.RunRequest, feeds, deadline: float):
+        pending = conn.encode(request, feeds)
+        while pending:
+            try:
+                frames.send_views(conn.sock, pending)
+            except _WOULD_BLOCK as exc:
+                yield conn, not isinstance(exc, ssl.SSLWantReadError), deadline
+            except OSError as exc:
+                raise _SendFailed() from exc
+
+    @staticmethod
+    def _receive(conn: _Connection, deadline: float):
+        while True:
+            try:
+                return conn.reader.frame()
+            except _WOULD_BLOCK as exc:
+                yield conn, isinstance(exc, ssl.SSLWantWriteError), deadline
+            except frames.BadHeader as exc:
+                conn.close()
+                raise errors.ModelNotReady(f"the {conn.worker.queue} worker {conn.worker.id} {exc.message}") from None
+            except (OSError, frames.FrameError):
+                raise _closed(conn) from None
+
+    # -- connections -----------------------------------------------------------
+    def _connect(self, worker: Worker, blocking: bool) -> _Connection:
+        """A new connection to ``worker``, authenticated (it said hello), for
+        a thread (``blocking``: reads give up every 0.25 s, so a waiting
+        request checks its deadline and its worker) or an event loop.
+        Raises ModelNotReady with the reason."""
+        try:
+            sock = _open(worker, self.tls)
             conn = _Connection(sock, worker, self.max_frame)
-            header, _ = conn.reader.frame()
-            frames.send(sock, frames.encode({"proof": proof(self.key, header.get("challenge", b""))}))
-            sock.settimeout(None)
-            # A blocking socket whose reads give up after a while (BlockingIOError), so
-            # that a waiting request checks its deadline and its worker's heartbeat.
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _RCVTIMEO)
-        except (OSError, frames.FrameError) as exc:
+            hello, _ = conn.reader.frame()
+            if not isinstance(hello, messages.Hello):
+                raise link.LinkRefused(f"it answered {type(hello).__name__} to a new connection")
+            if hello.worker != worker.id:
+                raise link.LinkRefused(f"it says it is the worker {hello.worker}")
+            if not blocking:
+                sock.setblocking(False)
+            elif conn.tls:
+                sock.settimeout(_LIVENESS_SECONDS)
+            else:
+                sock.settimeout(None)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _SOCKET_TIMEO)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _SOCKET_TIMEO)
+        except (OSError, frames.FrameError, frames.BadHeader) as exc:
+            if isinstance(exc, ssl.SSLError):
+                exc = link.LinkRefused(link.refusal_reason(exc))
+            elif isinstance(exc, frames.FrameError):
+                exc = link.LinkRefused(
+                    "it closed the connection before saying hello (this front end's certificate is not "
+                    "its deployment's, or it is at its connection limit: see its log)"
+                )
+            if isinstance(exc, link.LinkRefused):
+                logger.warning("not using the %s worker %s at %s: %s", worker.queue, worker.id, worker.address, exc)
             raise errors.ModelNotReady(f"cannot connect to the {worker.queue} worker {worker.id}: {exc}") from None
         return conn
 
     def _pooled(self, worker: Worker, idle: dict) -> _Connection | None:
-        """An idle connection of ``idle`` to ``worker`` that is still open, if any."""
+        """An idle connection of ``idle`` to ``worker`` that is still open and
+        not idle for too long, if any."""
         while True:
             with self._lock:
                 pool = idle.get(worker.id)
                 conn = pool.pop() if pool else None
-            if conn is None or (conn.worker.address == worker.address and not conn.closed_by_peer()):
+            if conn is None:
+                return None
+            if time.monotonic() - conn.used < self.idle_seconds and not conn.closed_by_peer():
                 return conn
             conn.close()
 
-    def _checkout(self, worker: Worker) -> tuple[_Connection, bool]:
-        """A connection to ``worker`` and whether it was reused."""
-        conn = self._pooled(worker, self._idle)
-        return (conn, True) if conn is not None else (self._connect(worker), False)
-
-    async def _checkout_async(self, worker: Worker) -> tuple[_Connection, bool]:
-        """:meth:`_checkout` for the event loop: a non-blocking connection (a
-        new one is opened and authenticated in a thread)."""
-        conn = self._pooled(worker, self._idle_async)
-        if conn is not None:
-            return conn, True
-        conn = await asyncio.to_thread(self._connect, worker)
-        conn.sock.setblocking(False)
-        return conn, False
-
     def _order(self, target: RunTarget, workers: list[Worker]) -> list[Worker]:
         """The workers to try, the next in round robin first; workers that
-        refused connections lately (dead, heartbeat not yet expired) are
-        left out while others remain: nothing was sent to them yet."""
+        refused connections lately (dead, heartbeat not yet expired, or not
+        ours) are left out while others remain: nothing was sent to them."""
         first = self.directory.pick(target.key, workers)
         start = workers.index(first)
         now = time.monotonic()
         order = workers[start:] + workers[:start]
         return [w for w in order if self._unreachable.get(w.id, 0.0) <= now] or order
 
-    def _refused(self, worker: Worker) -> None:
-        self._unreachable[worker.id] = time.monotonic() + _UNREACHABLE_SECONDS
-
-    def _connection(self, target: RunTarget, workers: list[Worker]) -> tuple[_Connection, bool]:
-        """A connection to the first reachable worker of :meth:`_order`."""
-        failure = None
-        for worker in self._order(target, workers):
-            try:
-                return self._checkout(worker)
-            except errors.ModelNotReady as exc:
-                self._refused(worker)
-                failure = exc
-        raise failure
-
-    async def _connection_async(self, target: RunTarget, workers: list[Worker]) -> tuple[_Connection, bool]:
-        """:meth:`_connection` on the event loop."""
-        failure = None
-        for worker in self._order(target, workers):
-            try:
-                return await self._checkout_async(worker)
-            except errors.ModelNotReady as exc:
-                self._refused(worker)
-                failure = exc
-        raise failure
-
     def _checkin(self, conn: _Connection, idle: dict) -> None:
         conn.used = time.monotonic()
         with self._lock:
             idle.setdefault(conn.worker.id, []).append(conn)
 
-    # -- running ---------------------------------------------------------
     def _candidates(self, target: RunTarget, placement, caught_up: bool) -> list[Worker]:
         """Live workers of the devices the instance group allows; empty
         before the directory caught up (:meth:`WorkerDirectory.catch_up`),
@@ -250,89 +438,17 @@ class RemoteExecutor:
             raise errors.ModelNotReady(f"model '{target.model}' cannot run now: {why}")
         return workers
 
-    def _header(self, target: RunTarget, output_names, rows, deadline) -> tuple[dict, float]:
+    def _request(self, target: RunTarget, output_names, rows, deadline) -> tuple[messages.RunRequest, float]:
         """The request frame's header and its deadline (``time.monotonic()``)."""
         if deadline is None:
             deadline = time.monotonic() + self.default_timeout
-        header = {
-            "model": target.model,
-            "version": target.version,
-            "sha256": target.sha256,
-            "outputs": output_names,
-            "rows": rows,
-            "deadline": time.time() + (deadline - time.monotonic()),
-        }
+        request = messages.RunRequest(
+            target.model, target.version, target.sha256, list(output_names), rows,
+            time.time() + (deadline - time.monotonic()),
+        )  # fmt: skip
         if tracing.ENABLED:
-            parent = tracing.traceparent()  # only for a traced request: the worker's spans join its trace
-            if parent:
-                header["traceparent"] = parent
-        return header, deadline
-
-    def run(
-        self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
-        deadline: float | None = None, placement=(),
-    ) -> RunResult:  # fmt: skip
-        """Run one request on a worker of a device ``placement`` (the model's
-        instance group) allows. Raises ModelNotReady, DeadlineExceeded and
-        the errors the worker reports (see module doc)."""
-        workers = self._candidates(target, placement, caught_up=False)
-        if not workers:
-            self.directory.catch_up(time.monotonic())
-            workers = self._candidates(target, placement, caught_up=True)
-        header, deadline = self._header(target, output_names, rows, deadline)
-        conn, reused = self._connection(target, workers)
-        try:
-            frames.send(conn.sock, conn.encode(header, feeds))
-        except OSError:
-            conn = self._resend_on_new(conn, reused)
-            try:
-                frames.send(conn.sock, conn.encode(header, feeds))
-            except OSError as exc:
-                raise _send_failed(conn, exc) from None
-        answer, body = self._wait(conn, deadline)
-        self._checkin(conn, self._idle)
-        return _result(answer, body, output_names)
-
-    async def run_async(
-        self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
-        deadline: float | None = None, placement=(),
-    ) -> RunResult:  # fmt: skip
-        """:meth:`run` on an event loop (the gRPC front end): the connection's
-        socket waits in the loop's selector, so a request costs no thread
-        hand-off. The same faults and errors as :meth:`run`; a call
-        cancelled while it waits closes its connection."""
-        workers = self._candidates(target, placement, caught_up=False)
-        if not workers:
-            await asyncio.to_thread(self.directory.catch_up, time.monotonic())
-            workers = self._candidates(target, placement, caught_up=True)
-        header, deadline = self._header(target, output_names, rows, deadline)
-        conn, reused = await self._connection_async(target, workers)
-        try:
-            try:
-                await self._send_async(conn, frames.views(conn.encode(header, feeds)), deadline)
-            except OSError:
-                conn.close()
-                if not reused:
-                    raise _send_failed(conn, None) from None
-                conn, _ = await self._checkout_async(conn.worker)  # the pooled connection had died: once more
-                try:
-                    await self._send_async(conn, frames.views(conn.encode(header, feeds)), deadline)
-                except OSError as exc:
-                    raise _send_failed(conn, exc) from None
-            answer, body = await self._wait_async(conn, deadline)
-        except BaseException:  # an error or a cancelled call: what the connection holds is unknown
-            conn.close()
-            raise
-        self._checkin(conn, self._idle_async)
-        return _result(answer, body, output_names)
-
-    def _resend_on_new(self, conn: _Connection, reused: bool) -> _Connection:
-        """After a failed send: a new connection to the same worker when the
-        failed one was pooled (it had died idle), else ModelNotReady."""
-        conn.close()
-        if not reused:
-            raise _send_failed(conn, None)
-        return self._checkout(conn.worker)[0]
+            request.traceparent = tracing.traceparent()  # only for a traced request: the worker's spans join it
+        return request, deadline
 
     def _check_waiting(self, conn: _Connection, deadline: float) -> None:
         """While waiting on a worker: DeadlineExceeded past the deadline,
@@ -348,37 +464,6 @@ class RemoteExecutor:
             raise errors.ModelNotReady(
                 f"the {worker.queue} worker {worker.id} stopped before answering (its heartbeat expired)"
             )
-
-    def _wait(self, conn: _Connection, deadline: float) -> tuple[dict, memoryview]:
-        while True:
-            try:
-                return conn.reader.frame()
-            except BlockingIOError:  # nothing for _LIVENESS_SECONDS (SO_RCVTIMEO)
-                self._check_waiting(conn, deadline)
-            except (OSError, frames.FrameError):
-                raise _closed(conn) from None
-
-    async def _wait_async(self, conn: _Connection, deadline: float) -> tuple[dict, memoryview]:
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                return conn.reader.frame()
-            except BlockingIOError:
-                if not await _ready(loop, conn.sock, writable=False):
-                    self._check_waiting(conn, deadline)
-            except (OSError, frames.FrameError):
-                raise _closed(conn) from None
-
-    async def _send_async(self, conn: _Connection, views: list[memoryview], deadline: float) -> None:
-        """Send on a non-blocking socket, waiting in the selector while the
-        worker's receive buffer is full. Raises OSError as a send does."""
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                return frames.send_views(conn.sock, views)
-            except BlockingIOError:
-                if not await _ready(loop, conn.sock, writable=True):
-                    self._check_waiting(conn, deadline)
 
 
 async def _ready(loop: asyncio.AbstractEventLoop, sock: socket.socket, writable: bool) -> bool:
@@ -401,19 +486,22 @@ async def _ready(loop: asyncio.AbstractEventLoop, sock: socket.socket, writable:
         timer.cancel()
 
 
-def _result(answer: dict, body: memoryview, output_names: list[str]) -> RunResult:
+def _result(answer, body: memoryview, output_names: list[str]) -> RunResult:
     """The run's result from a worker's answer frame (raises the error it reports)."""
-    error = answer.get("error")
-    if error is not None:
-        raise errors.from_code(error[0], error[1])
+    if isinstance(answer, messages.ErrorAnswer):
+        raise errors.from_code(answer.code, answer.message)
+    if not isinstance(answer, messages.RunAnswer):
+        raise errors.ModelNotReady(f"a worker answered a request with {type(answer).__name__}")
     outputs = frames.tensors(answer, body, "worker answer")
-    return RunResult(
-        [outputs[name] for name in output_names],
-        answer["batch"], answer["executed"], answer["queue_ns"], answer["infer_ns"],
-    )  # fmt: skip
+    try:
+        return RunResult(
+            [outputs[name] for name in output_names], answer.batch, answer.executed, answer.queue_ns, answer.infer_ns
+        )
+    except KeyError as exc:
+        raise errors.ModelNotReady(f"a worker's answer lacks the output {exc}") from None
 
 
-def _send_failed(conn: _Connection, exc: OSError | None) -> errors.ModelNotReady:
+def _send_failed(conn: _Connection, exc: BaseException | None) -> errors.ModelNotReady:
     conn.close()
     worker = conn.worker
     if exc is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -56,10 +57,15 @@ class LiveServer:
         extra_env: dict | None = None,
         workers: int = 2,
         devices: tuple[str, ...] = (),
+        worker_env: dict | None = None,
     ):
         """``devices``: inference workers (``runworker --device``) to start too;
-        give ``extra_env`` INFERENCE_EXECUTOR=workers and REDIS_URL with them."""
+        give ``extra_env`` INFERENCE_EXECUTOR=workers and REDIS_URL with them
+        (and ``worker_env``: what only the workers get, e.g. their TLS files).
+        Every process gets one SECRET_KEY of this server's (worker mode refuses
+        a generated one)."""
         self.devices = devices
+        self.worker_env = dict(worker_env or {})
         self.worker_processes: dict[str, subprocess.Popen] = {}
         self.worker_devices: dict[str, str] = {}
         self.http_port = free_port()
@@ -68,6 +74,7 @@ class LiveServer:
         self.var_dir = var_dir
         self.log_path = var_dir / "serve.log"
         self.env = dict(os.environ, VAR_DIR=str(var_dir), HTTP_WORKERS=str(workers), **(extra_env or {}))
+        self.env.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
         self.env.pop("DATABASE_URL", None)
         self.env.update(extra_env or {})
         self.process: subprocess.Popen | None = None
@@ -108,7 +115,7 @@ class LiveServer:
         more runworker options, e.g. ``--hostname``); returns its process."""
         name = name or device
         log = open(self.worker_log_path(name), "ab")
-        env = dict(self.env, **(extra_env or {}))
+        env = {**self.env, **self.worker_env, **(extra_env or {})}
         process = subprocess.Popen(
             [sys.executable, "manage.py", "runworker", "--device", device, *args],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,

@@ -5,13 +5,13 @@ KEDA's Redis scaler, and nothing stale once a worker is gone."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 import redis
 
 from inference import observability
+from inference.runtime import messages
 from inference.runtime.placement import WorkerDirectory, depth_key, heartbeat_key, pool_depth_key
 
 pytestmark = pytest.mark.workers
@@ -28,9 +28,11 @@ def client():
 
 
 def _beat(client, queue, worker_id, busy, fraction, pool):
-    info = {"address": "127.0.0.1:7070", "host": worker_id.rsplit("-", 1)[0], "busy": busy,
-            "busy_fraction": fraction, "pool": pool}  # fmt: skip
-    client.set(heartbeat_key(queue, worker_id), json.dumps(info), px=5000)
+    announced = messages.Announcement(
+        "cpu" if queue == "infer.cpu" else "cuda:0", address="127.0.0.1:7070", host=worker_id.rsplit("-", 1)[0],
+        busy=busy, busy_fraction=fraction, pool=pool,
+    )  # fmt: skip
+    client.set(heartbeat_key(queue, worker_id), messages.encode_json(announced), px=5000)
 
 
 def test_depths_for_prometheus_and_keda(client):

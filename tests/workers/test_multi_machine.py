@@ -22,6 +22,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.support import onnx_models as m
+from tests.support.certs import worker_link
 from tests.support.live import bearer, manage, multipart, request, wait_for
 from tests.support.s3 import keys, s3_env
 from tests.support.server import LiveServer
@@ -51,16 +52,18 @@ def database():
 @pytest.fixture(scope="module")
 def machines(database, s3_server, tmp_path_factory):
     """The front-end machine (``serve``: REST and gRPC) and a worker machine
-    (``runworker --device cpu --hostname worker-machine``)."""
+    (``runworker --device cpu --hostname worker-machine``), which the front
+    end reaches over TCP with mutual TLS (the worker has no Unix socket)."""
     endpoint, _ = s3_server
     redis.Redis.from_url(REDIS_URL).flushdb()
     front_dir = tmp_path_factory.mktemp("front-machine")
     worker_dir = tmp_path_factory.mktemp("worker-machine")
+    front_end_tls, worker_tls = worker_link(tmp_path_factory.mktemp("worker-tls"))
     shared = {
         "DATABASE_URL": database,
         "REDIS_URL": REDIS_URL,
         "INFERENCE_EXECUTOR": "workers",
-        "SECRET_KEY": "the-same-key-on-every-machine-" + uuid.uuid4().hex,
+        "SECRET_KEY": "the-same-key-on-every-machine-" + uuid.uuid4().hex + uuid.uuid4().hex,
         "REGISTRY_POLL_SECONDS": "0.5",
         **s3_env(endpoint),
     }
@@ -69,10 +72,16 @@ def machines(database, s3_server, tmp_path_factory):
     live = LiveServer(
         repository,
         front_dir / "var",
-        extra_env={**shared, "MODEL_STORE_DIR": str(front_dir / "store"), "WORKER_CACHE_DIR": str(front_dir / "wc")},
-    )
+        extra_env={
+            **shared, **front_end_tls, "MODEL_STORE_DIR": str(front_dir / "store"),
+            "WORKER_CACHE_DIR": str(front_dir / "wc"),
+        },
+    )  # fmt: skip
     live.start()
     worker_env = {
+        **worker_tls,
+        "WORKER_LISTEN": "127.0.0.1:0",
+        "WORKER_UNIX_SOCKET": "false",
         "VAR_DIR": str(worker_dir / "var"),
         "MODEL_STORE_DIR": str(worker_dir / "store"),
         "WORKER_CACHE_DIR": str(worker_dir / "cache"),

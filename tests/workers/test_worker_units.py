@@ -14,7 +14,7 @@ from hypothesis.extra import numpy as hnp
 
 from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InvalidInput
-from inference.runtime import frames
+from inference.runtime import frames, messages
 from inference.runtime.placement import (
     DeviceError,
     DeviceUnavailable,
@@ -29,13 +29,18 @@ from tests.support.onnx_models import ALL_DATATYPES, expected_identity_input
 NUMERIC = [d for d in ALL_DATATYPES if d != "BYTES"]
 
 
-def _round_trip(header: dict, tensors: list) -> tuple[dict, dict]:
-    """Send one frame through a real socket pair; the header and tensors received."""
+def _request(**fields) -> messages.RunRequest:
+    base = {"model": "m", "version": 3, "sha256": "s", "outputs": ["y"], "rows": 1, "deadline": 1.5}
+    return messages.RunRequest(**{**base, **fields})
+
+
+def _round_trip(request: messages.RunRequest, tensors: list) -> tuple[messages.RunRequest, dict]:
+    """Send one frame through a real socket pair; the message and tensors received."""
     a, b = socket.socketpair()
     with a, b:
-        sender = threading.Thread(target=frames.send, args=(a, frames.encode(header, tensors)))
+        sender = threading.Thread(target=frames.send, args=(a, frames.encode(request, tensors)))
         sender.start()
-        got, body = frames.Reader(b, 1 << 30).frame()
+        got, body = frames.Reader(b, 1 << 30, messages.to_worker).frame()
         sender.join()
     return got, frames.tensors(got, body)
 
@@ -46,8 +51,8 @@ def test_frames_round_trip_numeric(data):
     name = data.draw(st.sampled_from(NUMERIC))
     dtype = BY_NAME[name].numpy
     array = data.draw(hnp.arrays(dtype, hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=5)))
-    header, tensors = _round_trip({"outputs": ["y"], "deadline": 1.5, "version": 3}, [("x", array)])
-    assert header["outputs"] == ["y"] and header["deadline"] == 1.5 and header["version"] == 3
+    request, tensors = _round_trip(_request(), [("x", array)])
+    assert request.outputs == ["y"] and request.deadline == 1.5 and request.version == 3
     out = tensors["x"]
     assert out.dtype == dtype and out.shape == array.shape
     assert out.tobytes() == array.tobytes()  # bit for bit (NaN payloads included)
@@ -58,28 +63,30 @@ def test_frames_round_trip_numeric(data):
 def test_frames_round_trip_bytes(items):
     array = np.empty(len(items), dtype=object)
     array[:] = items
-    _, tensors = _round_trip({}, [("t", array.reshape(len(items), 1) if items else array)])
+    _, tensors = _round_trip(_request(), [("t", array.reshape(len(items), 1) if items else array)])
     assert [bytes(x) for x in tensors["t"].reshape(-1)] == items
 
 
 def test_frames_are_raw_little_endian_aligned_views():
     x = np.array([[1.0, 2.0]], dtype=">f4")  # big-endian in, little-endian on the wire
     image = np.arange(3 * 224 * 224, dtype=np.float32).reshape(1, 3, 224, 224)
-    buffers = frames.encode({"n": 1}, [("x", x), ("odd", np.arange(3, dtype=np.int8)), ("image", image)])
+    tensors = [("x", x), ("odd", np.arange(3, dtype=np.int8)), ("image", image)]
+    buffers = frames.encode(_request(), tensors)
     joined = b"".join(bytes(b) for b in buffers)
     assert np.array([1.0, 2.0], dtype="<f4").tobytes() in joined
     assert len(buffers) >= 5  # the image is sent from its own memory, not copied into one message
-    _, tensors = _round_trip({"n": 1}, [("x", x), ("odd", np.arange(3, dtype=np.int8)), ("image", image)])
-    assert tensors["x"].dtype == np.dtype("<f4")
-    np.testing.assert_array_equal(tensors["image"], image)
-    assert tensors["image"].ctypes.data % 16 == 0  # aligned: ONNX Runtime uses it in place
-    assert tensors["image"].base is not None  # a view of the received frame
+    assert len(frames.views(buffers, tls=True)) == 2  # over TLS the small pieces go as one record run
+    _, received = _round_trip(_request(), tensors)
+    assert received["x"].dtype == np.dtype("<f4")
+    np.testing.assert_array_equal(received["image"], image)
+    assert received["image"].ctypes.data % 16 == 0  # aligned: ONNX Runtime uses it in place
+    assert received["image"].base is not None  # a view of the received frame
 
 
 @pytest.mark.parametrize("datatype", ALL_DATATYPES)
 def test_frames_every_datatype(datatype):
     data = expected_identity_input(datatype, (2, 3))
-    _, tensors = _round_trip({}, [("t", data)])
+    _, tensors = _round_trip(_request(), [("t", data)])
     if datatype == "BYTES":
         assert list(tensors["t"].flat) == list(data.flat)
     else:
@@ -89,17 +96,53 @@ def test_frames_every_datatype(datatype):
 def test_frames_refuse_what_does_not_fit():
     a, b = socket.socketpair()
     with a, b:
-        frames.send(a, frames.encode({"x": 1}, [("t", np.zeros(1000, dtype=np.float32))]))
+        frames.send(a, frames.encode(_request(), [("t", np.zeros(1000, dtype=np.float32))]))
         with pytest.raises(frames.FrameError, match="over the limit"):
-            frames.Reader(b, 1000).frame()  # a frame larger than the limit is refused before it is read
-    header = {"tensors": [["t", "<f4", [10], 0, 8]]}  # 10 floats in 8 bytes
+            frames.Reader(b, 1000, messages.to_worker).frame()  # a frame over the limit is refused before it is read
     body = memoryview(bytes(64))
+
+    def tensor(*info):
+        return _request(tensors=[messages.TensorInfo(*info)])
+
     with pytest.raises(InvalidInput, match="8 bytes for 10"):
-        frames.tensors(header, body)
+        frames.tensors(tensor("t", "<f4", [10], 0, 8), body)  # 10 floats in 8 bytes
     with pytest.raises(InvalidInput, match="outside the frame"):
-        frames.tensors({"tensors": [["t", "<f4", [1000], 0, 4000]]}, body)
+        frames.tensors(tensor("t", "<f4", [1000], 0, 4000), body)
     with pytest.raises(InvalidInput):
-        frames.tensors({"tensors": [["t", "|O", [1], 0, 8]]}, body)  # objects never come from bytes
+        frames.tensors(tensor("t", "|O", [1], 0, 8), body)  # objects never come from bytes
+    with pytest.raises(InvalidInput, match="unknown dtype"):
+        frames.tensors(tensor("t", "not a dtype", [1], 0, 8), body)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        {"type": "run", "model": "m", "version": 1, "sha256": "s", "outputs": [], "rows": 1, "deadline": 1.0,
+         "tensors": [["t", "<f4", [-1], 0, 4]]},  # a negative dimension
+        {"type": "run", "model": "m", "version": "1", "sha256": "s", "outputs": [], "rows": 1, "deadline": 1.0},
+        {"type": "run", "model": "m", "version": 1, "sha256": "s", "outputs": "y", "rows": 1, "deadline": 1.0},
+        {"type": "run", "model": "m", "version": 1, "sha256": "s", "outputs": [], "rows": -2, "deadline": 1.0},
+        {"type": "shared", "size": 0},
+        {"type": "launch", "what": "missiles"},
+        [1, 2, 3],
+    ],
+)  # fmt: skip
+def test_malformed_headers_are_invalid_argument_and_the_stream_stays_in_step(header):
+    """A whole frame whose header is not a message the receiver takes raises
+    BadHeader (answered INVALID_ARGUMENT), and the next frame reads fine."""
+    import msgspec
+
+    a, b = socket.socketpair()
+    with a, b:
+        head = msgspec.msgpack.encode(header)
+        a.sendall(frames.PREFIX.pack(frames.PREFIX.size + len(head) - 4, len(head)) + head)
+        frames.send(a, frames.encode(_request(), [("x", np.ones(2, np.float32))]))
+        reader = frames.Reader(b, 1 << 20, messages.to_worker)
+        with pytest.raises(frames.BadHeader) as caught:
+            reader.frame()
+        assert caught.value.code == "INVALID_ARGUMENT"
+        request, body = reader.frame()
+        np.testing.assert_array_equal(frames.tensors(request, body)["x"], np.ones(2, np.float32))
 
 
 def test_instances_per_device():
@@ -205,42 +248,46 @@ def test_cache_janitor_drops_what_left_the_registry(tmp_path):
 
 class _EchoWorker:
     """A real WorkerServer on a Unix socket whose handler answers the sum of
-    each received tensor and whether it came through shared memory."""
+    each received tensor (as a tensor per input) and whether it came through
+    shared memory (the answer's batch: 1 shared, 0 not)."""
 
     def __init__(self, tmp_path, max_frame: int = 1 << 30):
         from inference.runtime.worker_server import WorkerServer
 
-        self.key = b"k" * 32
         self.path = str(tmp_path / "worker.sock")
-        self.server = WorkerServer(("127.0.0.1", 0), self.key, self.handle, max_frame, unix_path=self.path)
+        self.server = WorkerServer(self.handle, worker_id="echo-1", device="cpu", max_frame=max_frame,
+                                   unix_path=self.path)  # fmt: skip
         self.server.start()
 
-    def handle(self, header, body, shared=None):
+    def handle(self, request, body, shared=None):
         try:
-            tensors = frames.tensors(header, body, "request", shared)
+            tensors = frames.tensors(request, body, "request", shared)
         except InvalidInput as exc:
-            return frames.encode({"error": exc.message})
-        sums = {
-            name: float(np.asarray(t, dtype=np.float64).sum()) for name, t in tensors.items() if t.dtype.kind != "O"
-        }
-        return frames.encode({"sums": sums, "shared": bool(header.get("shared"))})
+            return frames.encode(messages.ErrorAnswer(exc.code, exc.message))
+        sums = [
+            (name, np.array([np.asarray(t, dtype=np.float64).sum()]))
+            for name, t in tensors.items()
+            if t.dtype.kind != "O"
+        ]
+        return frames.encode(messages.RunAnswer(int(request.shared), True, 0, 0), sums)
 
     def connect(self):
         from inference.runtime.remote import _Connection
-        from inference.runtime.worker_server import proof
 
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(self.path)
         conn = _Connection(sock, None, 1 << 30)
-        challenge, _ = conn.reader.frame()
-        frames.send(sock, frames.encode({"proof": proof(self.key, challenge["challenge"])}))
+        hello, _ = conn.reader.frame()
+        assert hello == messages.Hello("echo-1", "cpu")
         return conn
 
     def ask(self, conn, feeds):
-        frames.send(conn.sock, conn.encode({"model": "m"}, feeds))
-        answer = conn.reader.frame()[0]
-        assert answer.pop("tensors") == []
-        return answer
+        frames.send_views(conn.sock, conn.encode(_request(), feeds))
+        answer, body = conn.reader.frame()
+        if isinstance(answer, messages.ErrorAnswer):
+            return answer.message
+        sums = {name: float(t[0]) for name, t in frames.tensors(answer, body).items()}
+        return {"sums": sums, "shared": bool(answer.batch)}
 
 
 def test_large_tensors_go_through_shared_memory_on_one_machine(tmp_path):
@@ -274,8 +321,9 @@ def test_shared_memory_the_worker_refused_fails_the_request_clearly(tmp_path):
     conn = worker.connect()
     conn.reader.limit = 4 << 20  # a front end configured with a larger limit
     answer = worker.ask(conn, {"x": np.ones((2 << 20) // 4, dtype=np.float32)})
-    assert answer == {"error": "request: its tensors are in shared memory this connection does not have"}
+    assert answer == "request: its tensors are in shared memory this connection does not have"
     assert worker.ask(conn, {"x": np.ones(4, dtype=np.float32)}) == {"sums": {"x": 4.0}, "shared": False}
-    header = {"tensors": [["t", "<f4", [1], 0, 4]], "shared": True}
     with pytest.raises(InvalidInput, match="shared memory this connection does not have"):
-        frames.tensors(header, memoryview(bytes(64)))
+        frames.tensors(
+            _request(tensors=[messages.TensorInfo("t", "<f4", [1], 0, 4)], shared=True), memoryview(bytes(64))
+        )

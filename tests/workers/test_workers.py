@@ -7,6 +7,7 @@ and Redis missing at start-up or going away mid-run."""
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -282,7 +283,10 @@ def test_new_and_retired_versions_reach_the_workers(server, repository):
 
 def test_redis_unreachable_at_start_up(repository, tmp_path):
     closed = f"redis://127.0.0.1:{free_port()}/0"
-    env = dict(os.environ, VAR_DIR=str(tmp_path), INFERENCE_EXECUTOR="workers", REDIS_URL=closed)
+    env = dict(
+        os.environ, VAR_DIR=str(tmp_path), INFERENCE_EXECUTOR="workers", REDIS_URL=closed,
+        SECRET_KEY=secrets.token_urlsafe(50),
+    )  # fmt: skip
     env.pop("DATABASE_URL", None)
     for args in (
         ["serve", "--model-repository", str(repository), "--http-port", str(free_port())],

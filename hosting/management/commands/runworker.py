@@ -1,12 +1,14 @@
 """``manage.py runworker --device cuda:0`` (or ``cpu``): an inference worker
 pinned to one device.
 
-It accepts front-end connections (``WORKER_LISTEN``; inference requests
-arrive there, see inference/runtime/remote.py), announces its address with a
-Redis heartbeat, follows the registry, and consumes the model store's
-control tasks (validation of uploaded versions, queue ``modelhost.control``)
-with Celery. SIGTERM: the heartbeat goes first (front ends stop sending),
-requests in progress finish, then it exits.
+It accepts front-end connections (inference requests arrive there, see
+inference/runtime/remote.py): on its Unix socket in ``$VAR_DIR/run/`` from
+front ends of this machine and, with ``WORKER_LISTEN`` and the
+``WORKER_TLS_*`` files, over mutual TLS from other machines. It announces
+itself with a Redis heartbeat, follows the registry, and consumes the model
+store's control tasks (validation of uploaded versions, queue
+``modelhost.control``) with Celery. SIGTERM: the heartbeat goes first (front
+ends stop sending), requests in progress finish, then it exits.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from hosting import composition
 from hosting.celery import CONTROL_QUEUE, app
-from inference.runtime import streams
+from hosting.deployment import DeploymentError, check_worker_mode
+from inference.runtime.link import LinkConfigError
+from inference.runtime.messages import Announcement
 from inference.runtime.placement import (
     DeviceError,
     DeviceUnavailable,
@@ -32,7 +36,7 @@ from inference.runtime.placement import (
     providers_for,
     queue_for,
 )
-from inference.runtime.worker_server import WorkerServer, transport_key
+from inference.runtime.worker_server import Limits, WorkerServer
 
 
 def _rss_bytes() -> int:
@@ -57,7 +61,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--device", required=True, help="cpu or cuda:<n>")
         parser.add_argument("--hostname", default=socket.gethostname())
-        parser.add_argument("--listen", default=settings.WORKER_LISTEN, help="host:port (port 0: any free port)")
+        parser.add_argument(
+            "--listen", default=settings.WORKER_LISTEN,
+            help="host:port for front ends of other machines, over mutual TLS (port 0: any free port); empty: none",
+        )  # fmt: skip
         parser.add_argument("--advertise", default=settings.WORKER_ADVERTISE, help="host:port front ends connect to")
         parser.add_argument(
             "--no-control", action="store_true", help="do not run control tasks (validation of uploads)"
@@ -74,6 +81,15 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         if not settings.REDIS_URL:
             raise CommandError("runworker needs REDIS_URL (e.g. redis://127.0.0.1:6379/0)")
+        try:
+            tls = check_worker_mode()
+        except DeploymentError as exc:
+            raise CommandError(str(exc)) from None
+        if listen and tls is None:
+            raise CommandError(
+                f"--listen {listen} (WORKER_LISTEN) needs the worker link's TLS files: WORKER_TLS_CA, WORKER_TLS_CERT "
+                "and WORKER_TLS_KEY (manage.py make_worker_certs makes a development set)"
+            )
         client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=5, socket_timeout=10)
         try:
             client.ping()
@@ -88,31 +104,40 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         worker_id = f"{hostname}-{os.getpid()}"
         runtime = composition.build_worker(device, providers, where=f"{hostname} by the {device} worker {worker_id}")
-        unix_path = Path(settings.VAR_DIR).resolve() / "run" / f"worker-{worker_id}.sock"
-        unix_path.parent.mkdir(parents=True, exist_ok=True)
+        unix_path = None
+        if settings.WORKER_UNIX_SOCKET:
+            path = Path(settings.VAR_DIR).resolve() / "run" / f"worker-{worker_id}.sock"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            unix_path = str(path) if len(str(path)) < 100 else None  # sun_path holds 108 bytes
         try:
             server = WorkerServer(
-                _address(listen), transport_key(settings.SECRET_KEY), runtime.handle, 2 * settings.MAX_REQUEST_BYTES,
-                unix_path=str(unix_path) if len(str(unix_path)) < 100 else None,  # sun_path holds 108 bytes
+                runtime.handle, worker_id=worker_id, device=device, max_frame=2 * settings.MAX_REQUEST_BYTES,
+                address=_address(listen) if listen else None, tls=tls, unix_path=unix_path,
+                limits=Limits(
+                    connections=settings.WORKER_MAX_CONNECTIONS, per_peer=settings.WORKER_MAX_CONNECTIONS_PER_PEER,
+                    idle_seconds=settings.WORKER_IDLE_SECONDS,
+                ),
             )  # fmt: skip
+        except LinkConfigError as exc:
+            raise CommandError(f"{exc} (WORKER_LISTEN, WORKER_UNIX_SOCKET)") from None
         except OSError as exc:
-            raise CommandError(f"cannot listen on {listen}: {exc}") from None
+            raise CommandError(f"cannot listen on {listen or unix_path}: {exc}") from None
         server.start()
-        host, port = server.address
-        if not advertise:
+        if server.address is not None and not advertise:
+            host, port = server.address
             advertise = f"{hostname if host in ('0.0.0.0', '::') else host}:{port}"
         heartbeat = Heartbeat(
             client, queue, worker_id,
-            lambda: {"address": advertise, "unix": server.unix_path, "machine": socket.gethostname(), "host": hostname,
-                     "device": device, "pid": os.getpid(), "busy": server.busy,
-                     "busy_fraction": round(runtime.meter.fraction(), 4), "served": server.served,
-                     "rss_bytes": _rss_bytes(), "control": not no_control, "pool": pool,
-                     "providers": [str(p) for p in providers]},
+            lambda: Announcement(
+                device, address=advertise if server.address is not None else "", unix=server.unix_path or "",
+                machine=socket.gethostname(), host=hostname, pid=os.getpid(), busy=server.busy,
+                busy_fraction=round(runtime.meter.fraction(), 4), served=server.served, rss_bytes=_rss_bytes(),
+                control=not no_control, pool=pool, providers=[str(p) for p in providers],
+            ),
         )  # fmt: skip
         heartbeat.start()
-        if settings.WORKER_TRANSPORT == "streams":
-            streams.serve(client, queue, worker_id, runtime.handle)
-        self.stdout.write(f"worker {worker_id} for {device} on {advertise} (providers {providers})")
+        where = ", ".join(x for x in (f"{advertise} (TLS)" if server.address else "", server.unix_path or "") if x)
+        self.stdout.write(f"worker {worker_id} for {device} on {where} (providers {providers})")
         self.stdout.flush()
         try:
             if no_control:

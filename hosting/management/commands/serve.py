@@ -21,12 +21,14 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
 from hosting.composition import IN_PROCESS, WORKERS, executor_mode
+from hosting.deployment import DeploymentError, check_worker_mode
 from hosting.supervisor import Child, Supervisor
 from models_store.repository import import_repository
 
 
 def _check_executor() -> None:
-    """Worker mode needs Redis: a clear error at start-up, not failing workers."""
+    """Worker mode needs Redis, one SECRET_KEY and, if set, TLS files that
+    load: a clear error at start-up, not failing requests."""
     mode = executor_mode()
     if mode == IN_PROCESS:
         return
@@ -34,6 +36,10 @@ def _check_executor() -> None:
         raise CommandError(f"INFERENCE_EXECUTOR must be inprocess or workers, not {settings.INFERENCE_EXECUTOR!r}")
     if not settings.REDIS_URL:
         raise CommandError("INFERENCE_EXECUTOR=workers needs REDIS_URL (e.g. redis://127.0.0.1:6379/0)")
+    try:
+        check_worker_mode()
+    except DeploymentError as exc:
+        raise CommandError(str(exc)) from None
     import redis
 
     try:

@@ -1,0 +1,132 @@
+"""The typed messages of the worker link, one module for both ends.
+
+A front-end process and an inference worker exchange frames
+(:mod:`inference.runtime.frames`): a msgpack header, which is one of the
+messages below, followed by raw tensor bytes. The worker announces itself
+in Redis with an :class:`Announcement` (JSON). Every message is a
+``msgspec.Struct``: decoding checks each field's type and range (a
+negative shape, a string where a number belongs, an unknown message kind
+are :class:`msgspec.ValidationError`, which the receiver answers with
+INVALID_ARGUMENT), and it is about twice as fast as packing and unpacking
+dicts with msgpack (measured: 0.34 us to encode and 0.66 us to decode a
+request header, against 1.4 us each).
+
+Front end -> worker: :class:`ShareMemory` (a Unix-socket connection's shared
+memory, its descriptor attached), :class:`RunRequest`.
+Worker -> front end: :class:`Hello` (once, when the worker accepted the
+connection), :class:`RunAnswer` or :class:`ErrorAnswer` (one per request).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+Positive = Annotated[int, msgspec.Meta(gt=0)]
+
+
+class TensorInfo(msgspec.Struct, array_like=True, frozen=True):
+    """Where one tensor lies in a frame: ``dtype`` is a numpy type string
+    (``"<f4"``) or ``"bytes"`` (BYTES: a 4-byte little-endian length before
+    each element); ``offset`` and ``nbytes`` in bytes, ``offset`` from the
+    start of the frame's tensor data (or of the shared memory)."""
+
+    name: str
+    dtype: str
+    shape: list[NonNegative]
+    offset: NonNegative
+    nbytes: NonNegative
+
+
+class Hello(msgspec.Struct, tag="hello"):
+    """The worker accepted the connection (its TLS handshake verified the
+    front end's certificate, or the Unix socket's peer is this user)."""
+
+    worker: str
+    device: str
+
+
+class ShareMemory(msgspec.Struct, tag="shared"):
+    """The connection's new shared memory of ``size`` bytes: one sealed
+    memfd sent with this frame (SCM_RIGHTS)."""
+
+    size: Positive
+
+
+class RunRequest(msgspec.Struct, tag="run", omit_defaults=True):
+    """Run model version ``(model, version, sha256)`` on the frame's tensors
+    (``rows``: the batch size, dimension 0; ``deadline``: seconds since the
+    epoch; ``shared``: the tensors lie in the connection's shared memory)."""
+
+    model: str
+    version: Positive
+    sha256: str
+    outputs: list[str]
+    rows: NonNegative
+    deadline: float
+    tensors: list[TensorInfo] = []
+    shared: bool = False
+    traceparent: str | None = None
+
+
+class RunAnswer(msgspec.Struct, tag="answer"):
+    """A request's outputs (the frame's tensors) and how it ran: the batch it
+    ran in, whether this request executed it, nanoseconds queued and run."""
+
+    batch: NonNegative
+    executed: bool
+    queue_ns: NonNegative
+    infer_ns: NonNegative
+    tensors: list[TensorInfo] = []
+
+
+class ErrorAnswer(msgspec.Struct, tag="error"):
+    """A request failed: ``code`` is a protocol error category
+    (:mod:`inference.protocol.errors`: INVALID_ARGUMENT, UNAVAILABLE, ...)."""
+
+    code: str
+    message: str
+
+
+#: What a worker reads, and what a front end reads.
+ToWorker = RunRequest | ShareMemory
+ToFrontEnd = RunAnswer | ErrorAnswer | Hello
+
+_encoder = msgspec.msgpack.Encoder()
+encode = _encoder.encode
+to_worker = msgspec.msgpack.Decoder(ToWorker)
+to_front_end = msgspec.msgpack.Decoder(ToFrontEnd)
+#: What decoding a malformed message raises.
+DecodeError = msgspec.DecodeError  # ValidationError is a subclass
+
+
+class Announcement(msgspec.Struct, omit_defaults=True):
+    """A worker's heartbeat (the JSON value of its Redis key, refreshed every
+    second): where front ends reach it (``address``: host:port of its TLS
+    listener, empty when it has none; ``unix``: its Unix socket, for front
+    ends on the same ``machine``), its device and how busy it is (``busy``:
+    requests held now; ``busy_fraction``: 0..1 over its last 10 s).
+
+    Nothing in it is trusted: a front end sends work only to a worker that
+    proves itself on connection (TLS certificate of the deployment's CA, or
+    a Unix socket whose peer is this user)."""
+
+    device: str
+    address: str = ""
+    unix: str = ""
+    machine: str = ""
+    host: str = ""
+    pid: int = 0
+    busy: NonNegative = 0
+    busy_fraction: float = 0.0
+    served: NonNegative = 0
+    rss_bytes: NonNegative = 0
+    control: bool = True
+    pool: str = ""
+    providers: list[str] = []
+
+
+announcement_json = msgspec.json.Decoder(Announcement)
+encode_json = msgspec.json.encode
