@@ -630,8 +630,9 @@ class DataPlane:
         settings.follow()  # another process (REST or gRPC) may have changed them since this one's last inference
         if update is None:
             return settings.trace(model)
-        result = settings.update_trace(update, model)
-        _audit(caller, "trace.settings", model or "", settings=update)
+        clean = tracing.clean_trace_settings(update, per_model=bool(model))  # bounded: audited as applied
+        result = settings.update_trace(clean, model)
+        _audit(caller, "trace.settings", model or "", settings=clean)
         return result
 
     def log_settings(self, token: str | None, update: dict | None = None) -> dict:
@@ -644,8 +645,9 @@ class DataPlane:
         settings.follow()
         if update is None:
             return settings.log()
-        result = settings.update_log(update)
-        _audit(caller, "log.settings", "", settings=update)
+        clean = tracing.clean_log_settings(update)
+        result = settings.update_log(clean)
+        _audit(caller, "log.settings", "", settings=clean)
         return result
 
 

@@ -35,6 +35,14 @@ settings (``GET/POST /v2/logging``: ``log_info``, ``log_warning``,
 ``log_error``, ``log_verbose_level``, ``log_format``) set the levels of the
 process's loggers.
 
+**Bounded**: every value is checked as Triton checks it, within range:
+``trace_level`` 1 to 3 known levels, de-duplicated (OFF alone);
+``trace_rate``, ``trace_count``, ``log_frequency`` 32-bit integers (text of
+more than 10 digits is refused before it is parsed); a refused value is
+quoted in at most a few dozen characters. The stored file is at most
+MAX_SETTINGS_BYTES (64 KiB): a write beyond is refused, a larger file is
+not read, and what is read is cleaned again.
+
 **Shared by the processes of a machine**: settings live in
 ``$VAR_DIR/run/runtime-settings.json`` with a change beacon beside it
 (``runtime-settings.changes``, as the registry's); every server process and
@@ -48,6 +56,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -98,37 +107,75 @@ LOG_DEFAULTS = {
     "log_format": "default",
 }
 LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
+#: Triton parses trace_rate, trace_count and log_frequency with ``std::stoi``: 32-bit integers.
+INT32_MAX = 2**31 - 1
+#: A number sent as text: at most 10 digits, matched before ``int()`` parses anything.
+_INTEGER_TEXT = re.compile(r"[+-]?[0-9]{1,10}")
+#: The stored settings' size (the JSON file every process reloads at a change): a write beyond is refused.
+MAX_SETTINGS_BYTES = 64 * 1024
+_QUOTED = 40  # characters of a refused value quoted in an error message
 
 
-def _integer(key: str, value, minimum: int) -> str:
-    try:
-        number = int(value) if not isinstance(value, bool) else None
-    except (TypeError, ValueError):
-        number = None
-    if number is None or number < minimum or str(value).strip() not in (str(number), f"{number}.0"):
-        raise InvalidInput(f"trace setting '{key}' must be an integer >= {minimum}, got {value!r}")
+def _shown(value) -> str:
+    """A refused value for an error message: never more than a few dozen characters."""
+    if isinstance(value, (list, tuple, dict)) and len(value) > len(LEVELS):
+        return f"a {type(value).__name__} of {len(value)} entries"
+    if isinstance(value, str) and len(value) > _QUOTED:
+        return f"{value[:_QUOTED]!r}... ({len(value)} characters)"
+    text = repr(value)
+    return text if len(text) <= 2 * _QUOTED else f"{text[: 2 * _QUOTED]}..."
+
+
+def _integer(key: str, value, minimum: int, maximum: int = INT32_MAX) -> str:
+    """An integer setting (a JSON number, or decimal text as Triton's clients
+    send it) as its canonical text. Raises InvalidInput outside [minimum,
+    maximum], for a fraction, and for text of more than 10 digits (refused
+    before it is parsed: a 4,001-digit number costs no parse)."""
+    number = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, str) and _INTEGER_TEXT.fullmatch(value):
+        number = int(value)
+    if number is None or not minimum <= number <= maximum:
+        raise InvalidInput(f"trace setting '{key}' must be an integer in [{minimum}, {maximum}], got {_shown(value)}")
     return str(number)
+
+
+def _levels(value) -> list[str]:
+    """A trace_level update (a level or a list of levels) as the levels in
+    force, de-duplicated, in the order of LEVELS; as Triton, OFF may not be
+    combined with another level. Raises InvalidInput."""
+    levels = value if isinstance(value, list) else [value]
+    if not 1 <= len(levels) <= len(LEVELS) or any(not isinstance(lv, str) or lv not in LEVELS for lv in levels):
+        raise InvalidInput(
+            f"trace_level must list 1 to {len(LEVELS)} levels among {', '.join(LEVELS)}, got {_shown(value)}"
+        )
+    unique = set(levels)
+    if "OFF" in unique and len(unique) > 1:
+        raise InvalidInput("trace_level 'OFF' cannot be combined with another level")
+    return [level for level in LEVELS if level in unique]
 
 
 def clean_trace_settings(update: dict, per_model: bool) -> dict:
     """Trace settings from a client's update (values as Triton's clients send
     them: strings, numbers, a list for trace_level; None: back to the
-    global value, for a model). Raises InvalidInput."""
+    global value, for a model), each bounded: trace_level 1 to 3 known levels
+    (de-duplicated), trace_rate in [1, 2**31 - 1], trace_count in [-1, 2**31 - 1],
+    log_frequency in [0, 2**31 - 1]. Raises InvalidInput."""
     if not isinstance(update, dict):
         raise InvalidInput("trace settings must be a JSON object")
     clean: dict = {}
     for key, value in update.items():
         if key not in TRACE_DEFAULTS:
-            raise InvalidInput(f"unknown trace setting '{key}' (settings: {', '.join(TRACE_DEFAULTS)})")
+            raise InvalidInput(f"unknown trace setting {_shown(key)} (settings: {', '.join(TRACE_DEFAULTS)})")
         if value is None:
             if not per_model:
                 raise InvalidInput(f"trace setting '{key}' may be cleared (null) only for a model")
             clean[key] = None
         elif key == "trace_level":
-            levels = value if isinstance(value, list) else [value]
-            if not levels or any(level not in LEVELS for level in levels):
-                raise InvalidInput(f"trace_level must list levels among {', '.join(LEVELS)}, got {value!r}")
-            clean[key] = ["OFF"] if "OFF" in levels and len(levels) == 1 else [lv for lv in levels if lv != "OFF"]
+            clean[key] = _levels(value)
         elif key == "trace_rate":
             clean[key] = _integer(key, value, 1)
         elif key == "trace_count":
@@ -136,7 +183,7 @@ def clean_trace_settings(update: dict, per_model: bool) -> dict:
         elif key == "log_frequency":
             clean[key] = _integer(key, value, 0)
         elif key == "trace_file":
-            if value not in ("", None):
+            if value != "":
                 raise InvalidInput("trace_file is not supported: traces go to the OTLP endpoint")
             clean[key] = ""
         elif key == "trace_mode":
@@ -147,13 +194,16 @@ def clean_trace_settings(update: dict, per_model: bool) -> dict:
 
 
 def clean_log_settings(update: dict) -> dict:
-    """Log settings from a client's update (Triton's keys). Raises InvalidInput."""
+    """Log settings from a client's update (Triton's keys: log_info,
+    log_warning, log_error booleans; log_verbose_level an integer in [0,
+    2**32 - 1]; log_format 'default' or 'ISO8601'; log_file empty). Raises
+    InvalidInput."""
     if not isinstance(update, dict):
         raise InvalidInput("log settings must be a JSON object")
     clean: dict = {}
     for key, value in update.items():
         if key not in LOG_DEFAULTS:
-            raise InvalidInput(f"unknown log setting '{key}' (settings: {', '.join(LOG_DEFAULTS)})")
+            raise InvalidInput(f"unknown log setting {_shown(key)} (settings: {', '.join(LOG_DEFAULTS)})")
         if key in ("log_info", "log_warning", "log_error"):
             if not isinstance(value, bool):
                 raise InvalidInput(f"log setting '{key}' must be a boolean")
@@ -167,6 +217,32 @@ def clean_log_settings(update: dict) -> dict:
             raise InvalidInput("log_format must be 'default' or 'ISO8601'")
         clean[key] = value
     return clean
+
+
+def _checked_state(state) -> dict:
+    """The stored settings cleaned again as they are read (a file of an
+    earlier version, or edited by hand, may hold anything): a section that
+    fails is dropped, and logged."""
+    state = state if isinstance(state, dict) else {}
+    models = state.get("models") if isinstance(state.get("models"), dict) else {}
+    checked = {
+        "trace": _checked("global trace", state.get("trace", {}), lambda v: clean_trace_settings(v, per_model=False)),
+        "models": {},
+        "log": _checked("log", state.get("log", {}), clean_log_settings),
+    }
+    for name, own in models.items():
+        own = _checked(f"model {_shown(name)} trace", own, lambda v: clean_trace_settings(v, per_model=False))
+        if own:
+            checked["models"][name] = own
+    return checked
+
+
+def _checked(what: str, value, clean) -> dict:
+    try:
+        return clean(value)
+    except InvalidInput as exc:
+        logger.warning("ignoring the stored %s settings: %s", what, exc)
+        return {}
 
 
 class RuntimeSettings:
@@ -186,7 +262,9 @@ class RuntimeSettings:
 
     # -- reading -----------------------------------------------------------
     def follow(self) -> None:
-        """Reload when another process (or this one) changed the settings."""
+        """Reload when another process (or this one) changed the settings: a
+        file over MAX_SETTINGS_BYTES, unreadable, or malformed keeps the
+        current settings until the next change (logged once)."""
         value = self.beacon.read()
         if value == self._seen:
             return
@@ -194,19 +272,26 @@ class RuntimeSettings:
             value = self.beacon.read()
             if value == self._seen:
                 return
-            try:
-                state = json.loads(self.path.read_text()) if self.path.exists() else {}
-            except (OSError, ValueError):
-                logger.exception("reading %s failed; keeping the current settings", self.path)
-                return
-            self._state = {
-                "trace": state.get("trace", {}),
-                "models": state.get("models", {}),
-                "log": state.get("log", {}),
-            }
-            self._counts.clear()
             self._seen = value
+            try:
+                state = self._read()
+            except (OSError, ValueError) as exc:
+                logger.error("reading %s failed (%s); keeping the current settings", self.path, exc)
+                return
+            self._state = _checked_state(state)
+            self._counts.clear()
         apply_log_settings(self.log())
+
+    def _read(self) -> dict:
+        """The stored settings ({} when none); ValueError beyond MAX_SETTINGS_BYTES or malformed."""
+        try:
+            with open(self.path, "rb") as file:
+                text = file.read(MAX_SETTINGS_BYTES + 1)
+        except FileNotFoundError:
+            return {}
+        if len(text) > MAX_SETTINGS_BYTES:
+            raise ValueError(f"the file is over {MAX_SETTINGS_BYTES} bytes")
+        return json.loads(text)
 
     def trace(self, model: str | None = None) -> dict:
         """The trace settings in force (a model's: its own over the global ones)."""
@@ -227,15 +312,18 @@ class RuntimeSettings:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                state = json.loads(self.path.read_text()) if self.path.exists() else {}
-            except ValueError:
-                state = {}
-            state.setdefault("trace", {})
-            state.setdefault("models", {})
-            state.setdefault("log", {})
+                state = _checked_state(self._read())
+            except ValueError:  # over the size limit or malformed: start again from the defaults
+                state = _checked_state({})
             change(state)
+            text = json.dumps(state, sort_keys=True)
+            if len(text) > MAX_SETTINGS_BYTES:  # ASCII: characters are bytes
+                raise InvalidInput(
+                    f"the trace and log settings would take {len(text)} bytes, over the limit of "
+                    f"{MAX_SETTINGS_BYTES}: clear some models' own trace settings (null values) first"
+                )
             temporary = self.path.with_suffix(f".tmp{os.getpid()}")
-            temporary.write_text(json.dumps(state, sort_keys=True))
+            temporary.write_text(text)
             os.replace(temporary, self.path)
             self.beacon.bump()
         finally:
@@ -243,7 +331,9 @@ class RuntimeSettings:
         self.follow()
 
     def update_trace(self, update: dict, model: str | None = None) -> dict:
-        """Apply a trace settings update (cleaned); the settings in force after it."""
+        """Apply a trace settings update (cleaned: clean_trace_settings); the
+        settings in force after it. Raises InvalidInput, also when the stored
+        settings would exceed MAX_SETTINGS_BYTES (nothing is changed then)."""
         clean = clean_trace_settings(update, per_model=bool(model))
 
         def change(state):
@@ -264,6 +354,8 @@ class RuntimeSettings:
         return self.trace(model)
 
     def update_log(self, update: dict) -> dict:
+        """Apply a log settings update (cleaned: clean_log_settings); the
+        settings in force after it. Raises InvalidInput."""
         clean = clean_log_settings(update)
         if clean:
             self._write(lambda state: state["log"].update(clean))

@@ -375,3 +375,99 @@ def test_grpc_bad_settings_are_invalid_argument(server, tokens, grpc_client):
     assert grpc_client.infer("plain", [inp]).as_numpy("y").tolist() == [[3.0, 3.0, 3.0, 3.0]]
     assert trace_values(grpc_client.get_trace_settings("quiet", headers=ops(tokens))) == before_trace
     assert log_values(grpc_client.get_log_settings(headers=ops(tokens))) == before_log
+
+
+# -- F15 (issue 22): the settings are bounded, over REST and gRPC ---------------------------------
+#: Each attack: (model or None, update, a word of the error). A 100,000-level list, a 4,001-digit
+#: rate and a 100,000-character key were all accepted before, and stored in a 1.4 MB file that
+#: every process reloaded; the 4,001-digit rate was parsed again at every inference (114 us each).
+TRACE_ATTACKS = [
+    (None, {"trace_level": ["TIMESTAMPS"] * 100_000}, "trace_level"),
+    (None, {"trace_rate": "1" * 4001}, "trace_rate"),
+    (None, {"trace_rate": str(2**31)}, "trace_rate"),  # Triton's stoi: 32 bits
+    (None, {"trace_count": "-2"}, "trace_count"),
+    (None, {"log_frequency": "-1"}, "log_frequency"),
+    (None, {"trace_level": ["OFF", "TIMESTAMPS"]}, "OFF"),  # as Triton: OFF alone
+    ("quiet", {"trace_level": ["TIMESTAMPS"] * 4}, "trace_level"),
+    ("quiet", {"trace_count": "9" * 4001}, "trace_count"),
+    (None, {"x" * 100_000: "1"}, "unknown trace setting"),
+]
+LOG_ATTACKS = [({"x" * 100_000: True}, "unknown log setting"), ({"log_format": "x" * 100_000}, "log_format")]
+ERROR_MAX = 300  # characters: a refused value is never echoed whole
+
+
+def stored_settings(server) -> tuple[dict, int]:
+    path = server.var_dir / "run" / "runtime-settings.json"
+    return (json.loads(path.read_text()), path.stat().st_size) if path.exists() else ({}, 0)
+
+
+def test_oversized_trace_and_log_settings_are_refused_over_rest(server, tokens):
+    before_file = stored_settings(server)
+    for model, update, needle in TRACE_ATTACKS:
+        path = f"/v2/models/{model}/trace/setting" if model else "/v2/trace/setting"
+        started = time.perf_counter()
+        status, body = request(server, "POST", path, json.dumps(update).encode(), ops(tokens))
+        assert status == 400 and needle in body["error"], (needle, status, body)
+        assert len(body["error"]) < ERROR_MAX and time.perf_counter() - started < 5, needle
+    log_attacks = [(json.dumps(u).encode(), n) for u, n in LOG_ATTACKS] + [
+        (json.dumps({"log_verbose_level": 2**32}).encode(), "log_verbose_level"),
+        (b'{"log_verbose_level": ' + b"1" * 4001 + b"}", "JSON"),  # beyond a double: malformed JSON
+    ]
+    for body_bytes, needle in log_attacks:
+        status, body = request(server, "POST", "/v2/logging", body_bytes, ops(tokens))
+        assert status == 400 and needle in body["error"] and len(body["error"]) < ERROR_MAX, (needle, body)
+    assert stored_settings(server) == before_file  # nothing written
+    # A valid update is bounded as stored: levels de-duplicated, in Triton's order; the largest rate.
+    update = {"trace_level": ["TENSORS", "TIMESTAMPS", "TENSORS"], "trace_rate": str(2**31 - 1)}
+    try:
+        status, body = request(server, "POST", "/v2/trace/setting", json.dumps(update).encode(), ops(tokens))
+        assert status == 200 and body["trace_level"] == ["TIMESTAMPS", "TENSORS"], body
+        assert body["trace_rate"] == "2147483647"
+        stored, size = stored_settings(server)
+        assert stored["trace"]["trace_level"] == ["TIMESTAMPS", "TENSORS"]
+        assert stored["trace"]["trace_rate"] == "2147483647"
+        assert size < 1024, size
+        header, trace_id, _ = traceparent()  # sampling still works: the client sampled this one
+        assert request(server, "POST", "/v2/models/plain/infer", v2_body(), {"traceparent": header})[0] == 200
+        assert wait_for(lambda: trace_of(server, trace_id), timeout=10)
+    finally:
+        reset = {"trace_level": ["TIMESTAMPS"], "trace_rate": "1000"}
+        assert request(server, "POST", "/v2/trace/setting", json.dumps(reset).encode(), ops(tokens))[0] == 200
+    # The audit log holds the update as applied (bounded), not as sent.
+    output = manage(server, "shell", "-c", "from models_store.models import AuditEvent as A; "
+                    "print(A.objects.filter(action='trace.settings').order_by('id')"
+                    ".values_list('detail', flat=True)[::-1][1])")  # fmt: skip
+    assert "'trace_level': ['TIMESTAMPS', 'TENSORS']" in output and len(output) < 1024, output
+    assert request(server, "GET", "/v2/health/ready")[0] == 200
+
+
+def test_oversized_trace_and_log_settings_are_invalid_argument_over_grpc(server, tokens, grpc_client):
+    before_trace = trace_values(grpc_client.get_trace_settings("quiet", headers=ops(tokens)))
+    before_log = log_values(grpc_client.get_log_settings(headers=ops(tokens)))
+    before_file = stored_settings(server)
+    for model, update, needle in TRACE_ATTACKS:
+        with pytest.raises(InferenceServerException) as info:
+            grpc_client.update_trace_settings(model_name=model, settings=update, headers=ops(tokens))
+        assert info.value.status() == "StatusCode.INVALID_ARGUMENT", (needle, info.value)
+        assert needle in info.value.message() and len(info.value.message()) < ERROR_MAX, info.value.message()
+    for update, needle in LOG_ATTACKS:
+        with pytest.raises(InferenceServerException) as info:
+            grpc_client.update_log_settings(update, headers=ops(tokens))
+        assert info.value.status() == "StatusCode.INVALID_ARGUMENT", (needle, info.value)
+        assert needle in info.value.message() and len(info.value.message()) < ERROR_MAX, info.value.message()
+    assert stored_settings(server) == before_file
+    assert trace_values(grpc_client.get_trace_settings("quiet", headers=ops(tokens))) == before_trace
+    assert log_values(grpc_client.get_log_settings(headers=ops(tokens))) == before_log
+    try:  # de-duplicated over gRPC too, for a model
+        own = grpc_client.update_trace_settings(
+            model_name="quiet", settings={"trace_level": ["TIMESTAMPS", "TIMESTAMPS"]}, headers=ops(tokens)
+        )
+        assert trace_values(own)["trace_level"] == ["TIMESTAMPS"]
+        stored, size = stored_settings(server)
+        assert stored["models"] == {"quiet": {"trace_level": ["TIMESTAMPS"]}} and size < 1024, (stored, size)
+    finally:
+        grpc_client.update_trace_settings(model_name="quiet", settings={"trace_level": None}, headers=ops(tokens))
+    assert grpc_client.is_server_ready()
+    inp = grpcclient.InferInput("x", [1, 4], "FP32")
+    inp.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+    assert grpc_client.infer("plain", [inp]).as_numpy("y").tolist() == [[3.0, 3.0, 3.0, 3.0]]
