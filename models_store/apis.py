@@ -349,9 +349,18 @@ class VersionDetailView(ManagementView):
         version = actions.get_version(actions.get_model(name), number)
         return Response(VersionSerializer(version).data)
 
-    @extend_schema(operation_id=DELETE_VERSION, responses={204: None, **errors(401, 403, 404)})
+    @extend_schema(
+        operation_id=DELETE_VERSION,
+        responses={
+            204: None,
+            **errors(401, 403, 404, 409, e409="the traffic split sends requests to a version label on the version"),
+        },
+    )
     def delete(self, request, name: str, number: int):
-        """Delete a version, its labels and its artifact (the number is never reused)."""
+        """Delete a version, its labels and its artifact (the number is never
+        reused). Refused (409, naming the split) while the model's traffic
+        split sends requests to a label on it; a label on it the split gives
+        weight 0 leaves the split (audited ``traffic.set``)."""
         actions.delete_version(request.user, self.token, name, number)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -419,9 +428,14 @@ class LabelView(ManagementView):
         actions.set_label(request.user, self.token, name, label, serializer.validated_data["version"])
         return Response(_model_body(name))
 
-    @extend_schema(operation_id=DELETE_LABEL, responses={204: None, **errors(401, 403, 404)})
+    @extend_schema(
+        operation_id=DELETE_LABEL,
+        responses={204: None, **errors(401, 403, 404, 409, e409="the traffic split sends requests to the label")},
+    )
     def delete(self, request, name: str, label: str):
-        """Remove a version label."""
+        """Remove a version label. Refused (409, naming the split) while the
+        traffic split sends requests to it; with weight 0 it leaves the split
+        (audited ``traffic.set``)."""
         actions.delete_label(request.user, self.token, name, label)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
