@@ -394,3 +394,29 @@ def test_the_admin_protects_what_the_split_uses(alice):
         not in root.get(f"/admin/models_store/registeredmodel/{model.pk}/change/").context["adminform"].form.fields
     )
     assert model.traffic == {"canary": 20, "stable": 80}
+
+
+def test_with_tokens_required_the_web_ui_shows_a_team_only_its_models(alice, settings):
+    """F14 on the web UI (and the management API through the web UI's
+    session): with INFERENCE_REQUIRE_TOKEN, another team's model is not
+    listed and its pages answer 404; operators see every model. Off, every
+    signed-in user sees every model (the shared platform)."""
+    _upload(alice, "iris", m.affine(1, 1))
+    person("bob", "vision")
+    person("root", superuser=True)
+    bob, root = Client(), Client()
+    assert bob.login(username="bob", password=PASSWORD) and root.login(username="root", password=PASSWORD)
+    assert 'data-model="iris"' in _text(bob.get("/models/")) and bob.get("/models/iris/").status_code == 200
+    assert [m["name"] for m in bob.get("/api/models/").json()] == ["iris"]
+    settings.INFERENCE_REQUIRE_TOKEN = True
+    assert 'data-model="iris"' not in _text(bob.get("/models/"))
+    for path in ("/models/iris/", "/models/iris/versions/1/", "/models/iris/upload/"):
+        assert bob.get(path).status_code == 404, path
+        assert alice.get(path).status_code == 200 and root.get(path).status_code == 200, path
+    assert bob.get("/api/models/").json() == [] and bob.get("/api/models/iris/audit/").status_code == 404
+    assert [m["name"] for m in root.get("/api/models/").json()] == ["iris"]
+    assert 'data-model="iris"' in _text(alice.get("/models/")) and 'data-model="iris"' in _text(root.get("/models/"))
+    assert _post(bob, "/models/iris/versions/1/delete", {}).status_code == 404
+    taken = _post(bob, "/upload/", {"name": "iris", "team": "vision", "file": _file(m.affine(2, 2))})
+    assert taken.status_code == 409 and "is taken (by a model of another team)" in _text(taken)
+    assert ModelVersion.objects.count() == 1
