@@ -11,7 +11,8 @@ DataPlane, which asks the installed :class:`~inference.ports.Authorizer`
 - listing models (repository index, statistics): filtered to the token's
   teams while ``INFERENCE_REQUIRE_TOKEN`` is on;
 - rate limits: who a call is charged to (:func:`principal`: the token's
-  team and the token, or anonymous), whether or not tokens are required;
+  team, or its user's own bucket when it has no team to charge, and the
+  token; or anonymous), whether or not tokens are required;
 - trace and log settings (Triton's trace and logging extensions): always an
   operator's token (:func:`authorize_operator`).
 

@@ -127,11 +127,17 @@ class Principal:
     """Who an inference is charged to for rate limits: ``team`` (the caller's
     team, "" for none), ``token`` (a stable id of the API token, "" for
     anonymous calls), ``team_quota``: the limits operators set for the team,
-    as (field, value) pairs of :class:`Quota` (the others: the defaults)."""
+    as (field, value) pairs of :class:`Quota` (the others: the defaults);
+    ``user`` (a stable id of the token's user) and ``user_name`` when no team
+    is charged: the call then goes to that user's own bucket, which the team
+    defaults limit (a token never escapes every bucket by having no team, or
+    several, to charge)."""
 
     team: str = ""
     token: str = ""
     team_quota: tuple = ()
+    user: str = ""
+    user_name: str = ""
 
     @property
     def anonymous(self) -> bool:

@@ -1,8 +1,9 @@
 """Per-team and per-token rate limits and in-flight caps on inference.
 
 Each inference is charged to its caller (:class:`~inference.ports.Principal`,
-from the installed authorizer): the caller's team, its API token, or the
-one bucket every anonymous caller shares. Each of those has a quota
+from the installed authorizer): the caller's team (or, for a token with no
+team to charge, its user's own bucket under the team defaults), its API
+token, or the one bucket every anonymous caller shares. Each of those has a quota
 (:class:`~inference.ports.Quota`): a request rate with a burst (GCRA, the
 token bucket as arrival times: smooth, one number per bucket) and a cap on
 inferences in flight. A team's own quota, set by operators, wins over the
@@ -239,6 +240,9 @@ class RateLimiter:
             quota = replace(defaults.team, **dict(principal.team_quota)) if principal.team_quota else defaults.team
             if quota.limited:
                 out.append(Bucket(f"team:{principal.team}", "team", f"team {principal.team}", quota))
+        elif principal.user and defaults.team.limited:  # no team to charge: the user is a team of one
+            who = f"user {principal.user_name or principal.user} (no team of theirs owns this model)"
+            out.append(Bucket(f"user:{principal.user}", "user", who, defaults.team))
         if defaults.token.limited:
             out.append(Bucket(f"token:{principal.token}", "token", "this API token", defaults.token))
         return out

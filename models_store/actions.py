@@ -5,7 +5,9 @@ when given) may do it (:mod:`models_store.permissions`), and calls one
 service. Errors, each with a message for the user:
 
 - :class:`NotFound` (404): no such model, version, label or team (also an
-  upload to a model that does not exist yet without the team to create it);
+  upload to a model that does not exist yet without the team to create it,
+  and, when tokens are required, a model the caller may not see:
+  :func:`visible_model`);
 - :class:`~models_store.permissions.AccessDenied` (403);
 - :class:`~models_store.services.RegistryError` (400: malformed), its
   subclass :class:`~models_store.services.Conflict` (409: refused by the
@@ -20,7 +22,7 @@ from django.db import transaction
 
 from models_store import accounts, selectors, services
 from models_store.models import ApiToken, ModelVersion, RegisteredModel
-from models_store.permissions import AccessDenied, require_change_model, require_team
+from models_store.permissions import AccessDenied, can_see_model, require_change_model, require_team
 from models_store.services import Conflict, DuplicateVersion, RegistryError
 from models_store.uploads import StagedFile, UploadRefused
 
@@ -63,10 +65,29 @@ def get_version(model: RegisteredModel, number: int) -> ModelVersion:
     return version
 
 
+def visible_model(user, token: ApiToken | None, name: str) -> RegisteredModel:
+    """The model called ``name`` if ``user`` (through ``token``) may see it
+    (:func:`~models_store.permissions.can_see_model`); NotFound otherwise,
+    the same answer as for a model that does not exist, so a team cannot
+    probe other teams' model names when tokens are required."""
+    model = selectors.model_get(name)
+    if model is None or not can_see_model(user, model, token):
+        raise NotFound(f"unknown model '{name}'")
+    return model
+
+
 def _changeable_model(user, token, name: str) -> RegisteredModel:
-    model = get_model(name)
+    model = visible_model(user, token, name)
     require_change_model(user, model, token)
     return model
+
+
+def _require_upload_to(user, token, model: RegisteredModel) -> None:
+    """Refuse an upload to an existing model the user may not change; one
+    the user may not see is a name taken (Conflict), not named further."""
+    if not can_see_model(user, model, token):
+        raise Conflict(f"the model name '{model.name}' is taken (by a model of another team); choose another name")
+    require_change_model(user, model, token)
 
 
 def check_upload(user, token: ApiToken | None, model_name: str) -> None:
@@ -74,7 +95,7 @@ def check_upload(user, token: ApiToken | None, model_name: str) -> None:
     the body is read (a new model is checked once its team is known)."""
     model = selectors.model_get(model_name)
     if model is not None:
-        require_change_model(user, model, token)
+        _require_upload_to(user, token, model)
 
 
 def upload(
@@ -86,7 +107,7 @@ def upload(
     model = selectors.model_get(model_name)
     team = None
     if model is not None:
-        require_change_model(user, model, token)
+        _require_upload_to(user, token, model)
     else:
         if not team_name:
             raise NotFound(

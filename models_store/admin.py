@@ -4,8 +4,12 @@ Edits that the services would check are checked here too (a version policy
 that serves nothing, a label on a version that is not READY); every save and
 delete is recorded in the audit log and bumps the registry stamp, so that
 the servers follow. Versions are read-only (they are validated artifacts);
-deleting one removes its artifact. Tokens can only be revoked here (they are
-created on the web UI, which shows them once).
+deleting one removes its artifact. A version or label that a traffic split
+sends requests to cannot be deleted (the admin lists the split as what
+protects it), nor a label of the split renamed, and the split itself is set
+on the model page or the management API (audited ``traffic.set``), not here.
+Tokens can only be revoked here (they are created on the web UI, which shows
+them once).
 """
 
 from __future__ import annotations
@@ -95,7 +99,7 @@ class RegisteredModelAdmin(AuditedAdmin):
     list_display = ["name", "team", "version_policy", "latest_versions", "last_version_number", "updated_at"]
     list_filter = ["team", "version_policy"]
     search_fields = ["name", "description"]
-    readonly_fields = ["last_version_number", "config", "created_by", "created_at", "updated_at"]
+    readonly_fields = ["last_version_number", "config", "traffic", "created_by", "created_at", "updated_at"]
 
     def delete_model(self, request, obj):
         services.model_delete(obj, request.user)
@@ -109,6 +113,14 @@ class ModelVersionAdmin(ReadOnlyAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return request.user.is_superuser
+
+    def get_deleted_objects(self, objs, request):
+        """Django's list of what a delete takes along, with the traffic splits that forbid it as "protected"."""
+        deleted, counts, perms, protected = super().get_deleted_objects(objs, request)
+        for version in objs:
+            labels = version.labels.values_list("name", flat=True)
+            protected = [*protected, *services.split_blockers(version.model, labels, f"version {version.number}")]
+        return deleted, counts, perms, protected
 
     def delete_model(self, request, obj):
         services.version_delete(obj, request.user)
@@ -126,6 +138,12 @@ class VersionLabelForm(forms.ModelForm):
     def clean(self):
         data = super().clean()
         version, model = data.get("version"), data.get("model")
+        if self.instance.pk and {"name", "model"} & set(self.changed_data):
+            before = VersionLabel.objects.select_related("model").get(pk=self.instance.pk)
+            if before.name in (before.model.traffic or {}):
+                raise forms.ValidationError(
+                    f"label '{before.name}' is in the traffic split of '{before.model.name}'; change the split first"
+                )
         if version is not None and model is not None:
             if version.model_id != model.pk:
                 raise forms.ValidationError(f"version {version} is not a version of {model}")
@@ -139,6 +157,15 @@ class VersionLabelAdmin(AuditedAdmin):
     form = VersionLabelForm
     list_display = ["model", "name", "version", "updated_at"]
     list_filter = ["model"]
+
+    def get_deleted_objects(self, objs, request):
+        deleted, counts, perms, protected = super().get_deleted_objects(objs, request)
+        for label in objs:
+            protected = [*protected, *services.split_blockers(label.model, [label.name])]
+        return deleted, counts, perms, protected
+
+    def delete_model(self, request, obj):
+        services.label_delete(obj.model, obj.name, request.user)  # audited; a weight-0 entry leaves the split
 
 
 @admin.register(ApiToken)

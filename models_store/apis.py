@@ -8,11 +8,18 @@ schema: :class:`~models_store.serializers.ErrorSerializer`):
 ``fields`` only for validation errors. 400: malformed (the request does not
 match the schema, or an upload that is not a self-contained ONNX model);
 401; 403 (not your team's model); 404 (no such model, version, label or
-team); 409 (refused by the registry's current state: the same bytes twice, a
+team; with INFERENCE_REQUIRE_TOKEN also a model the caller may not see);
+409 (refused by the registry's current state: the same bytes twice, a
 version policy that would serve nothing, a label on a version that is not
-READY, retiring a labelled version, ...); 413 (above MAX_UPLOAD_BYTES); 415;
-422 (the upload failed validation: the error and the FAILED version, which
-is kept).
+READY, retiring a labelled version, deleting what a traffic split uses,
+...); 413 (above MAX_UPLOAD_BYTES); 415; 422 (the upload failed validation:
+the error and the FAILED version, which is kept).
+
+What a caller sees: every model while INFERENCE_REQUIRE_TOKEN is off (as
+the web UI shows every signed-in user); with it on, only the models of the
+caller's teams (the token's team for a team token), as the data plane:
+other models answer 404 on every route, and are missing from the list;
+operators see every model (:mod:`models_store.permissions`).
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from models_store import actions, selectors, uploads
+from models_store import actions, permissions, selectors, uploads
 from models_store.authentication import BearerTokenAuthentication
 from models_store.models import ApiToken, ModelVersion
 from models_store.openapi import LinkedResponse, ManagementAutoSchema, OpenApiLink, errors
@@ -187,6 +194,21 @@ class ManagementView(APIView):
         auth = self.request.auth
         return auth if isinstance(auth, ApiToken) else None
 
+    def visible(self, name: str):
+        """The model ``name`` if the caller may see it, else 404 (see :mod:`models_store.permissions`)."""
+        return actions.visible_model(self.request.user, self.token, name)
+
+    def detail(self, name: str):
+        """The model ``name`` with its versions and labels prefetched, if the caller may see it, else 404."""
+        model = selectors.model_detail(name)
+        if model is None or not permissions.can_see_model(self.request.user, model, self.token):
+            raise actions.NotFound(f"unknown model '{name}'")
+        return model
+
+    def model_body(self, name: str) -> dict:
+        """The model as :class:`ModelDetailSerializer` answers it, if the caller may see it."""
+        return ModelDetailSerializer(self.detail(name)).data
+
 
 class ModelListView(ManagementView):
     @extend_schema(
@@ -201,15 +223,11 @@ class ModelListView(ManagementView):
         },
     )
     def get(self, request):
-        """Every model with its team, version policy, served versions, labels and versions."""
-        return Response(ModelSerializer(selectors.model_overview(), many=True).data)
-
-
-def _model_body(name: str) -> dict:
-    model = selectors.model_detail(name)
-    if model is None:
-        raise actions.NotFound(f"unknown model '{name}'")
-    return ModelDetailSerializer(model).data
+        """Every model with its team, version policy, served versions, labels
+        and versions (with INFERENCE_REQUIRE_TOKEN, only the models of the
+        caller's teams; every model for operators)."""
+        teams = permissions.visible_team_ids(request.user, self.token)
+        return Response(ModelSerializer(selectors.model_overview(teams), many=True).data)
 
 
 class ModelDetailView(ManagementView):
@@ -229,7 +247,7 @@ class ModelDetailView(ManagementView):
     )
     def get(self, request, name: str):
         """One model with every version in full (signature, state, reason, validation log)."""
-        return Response(_model_body(name))
+        return Response(self.model_body(name))
 
     @extend_schema(
         operation_id=UPDATE_MODEL,
@@ -258,7 +276,7 @@ class ModelDetailView(ManagementView):
             request.user, self.token, name, description=description, policy=data, instance_group=groups,
             payload_logging=logging_,
         )  # fmt: skip
-        return Response(_model_body(name))
+        return Response(self.model_body(name))
 
 
 class VersionListView(ManagementView):
@@ -286,10 +304,7 @@ class VersionListView(ManagementView):
     )
     def get(self, request, name: str):
         """The versions of a model, highest first."""
-        model = selectors.model_detail(name)
-        if model is None:
-            raise actions.NotFound(f"unknown model '{name}'")
-        return Response(VersionSerializer(model.versions.all(), many=True).data)
+        return Response(VersionSerializer(self.detail(name).versions.all(), many=True).data)
 
     @extend_schema(
         operation_id=UPLOAD_VERSION,
@@ -304,7 +319,8 @@ class VersionListView(ManagementView):
             **errors(
                 400, 401, 403, 404, 409, 413, 415,
                 e404="the model does not exist and no team was given to create it, or the team does not exist",
-                e409="the model already has these bytes as a version",
+                e409="the model already has these bytes as a version; or, with tokens required, the name is taken "
+                "by a model the caller may not see",
             ),
             422: OpenApiResponse(UploadFailedSerializer, description="Validation failed: the FAILED version is kept."),
         },
@@ -346,12 +362,21 @@ class VersionDetailView(ManagementView):
     @extend_schema(operation_id=GET_VERSION, responses={200: VersionSerializer, **errors(401, 404)})
     def get(self, request, name: str, number: int):
         """One version: state, reason, signature, sha256, size, validation log."""
-        version = actions.get_version(actions.get_model(name), number)
+        version = actions.get_version(self.visible(name), number)
         return Response(VersionSerializer(version).data)
 
-    @extend_schema(operation_id=DELETE_VERSION, responses={204: None, **errors(401, 403, 404)})
+    @extend_schema(
+        operation_id=DELETE_VERSION,
+        responses={
+            204: None,
+            **errors(401, 403, 404, 409, e409="the traffic split sends requests to a version label on the version"),
+        },
+    )
     def delete(self, request, name: str, number: int):
-        """Delete a version, its labels and its artifact (the number is never reused)."""
+        """Delete a version, its labels and its artifact (the number is never
+        reused). Refused (409, naming the split) while the model's traffic
+        split sends requests to a label on it; a label on it the split gives
+        weight 0 leaves the split (audited ``traffic.set``)."""
         actions.delete_version(request.user, self.token, name, number)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -417,11 +442,16 @@ class LabelView(ManagementView):
         serializer = LabelSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         actions.set_label(request.user, self.token, name, label, serializer.validated_data["version"])
-        return Response(_model_body(name))
+        return Response(self.model_body(name))
 
-    @extend_schema(operation_id=DELETE_LABEL, responses={204: None, **errors(401, 403, 404)})
+    @extend_schema(
+        operation_id=DELETE_LABEL,
+        responses={204: None, **errors(401, 403, 404, 409, e409="the traffic split sends requests to the label")},
+    )
     def delete(self, request, name: str, label: str):
-        """Remove a version label."""
+        """Remove a version label. Refused (409, naming the split) while the
+        traffic split sends requests to it; with weight 0 it leaves the split
+        (audited ``traffic.set``)."""
         actions.delete_label(request.user, self.token, name, label)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -430,7 +460,7 @@ class AuditView(ManagementView):
     @extend_schema(operation_id=AUDIT_LOG, responses={200: AuditEventSerializer(many=True), **errors(401, 404)})
     def get(self, request, name: str):
         """The newest changes of a model (who, what, when), newest first."""
-        return Response(AuditEventSerializer(selectors.audit_for_model(actions.get_model(name)), many=True).data)
+        return Response(AuditEventSerializer(selectors.audit_for_model(self.visible(name)), many=True).data)
 
 
 def _traffic_links() -> tuple[OpenApiLink, ...]:
@@ -468,7 +498,7 @@ class TrafficView(ManagementView):
         serializer = TrafficSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         actions.set_traffic(request.user, self.token, name, dict(serializer.validated_data["weights"]))
-        return Response(_model_body(name))
+        return Response(self.model_body(name))
 
 
 class TrafficPromoteView(ManagementView):
@@ -485,7 +515,7 @@ class TrafficPromoteView(ManagementView):
         ``canary`` and every unversioned request goes to it (split ``stable``
         100, ``canary`` 0). Audited (``traffic.promote``)."""
         actions.promote_canary(request.user, self.token, name)
-        return Response(_model_body(name))
+        return Response(self.model_body(name))
 
 
 class TrafficRollbackView(ManagementView):
@@ -502,4 +532,4 @@ class TrafficRollbackView(ManagementView):
         ``stable`` again (split ``stable`` 100, ``canary`` 0; labels stay).
         Audited (``traffic.rollback``)."""
         actions.rollback_canary(request.user, self.token, name)
-        return Response(_model_body(name))
+        return Response(self.model_body(name))

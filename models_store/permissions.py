@@ -1,14 +1,23 @@
-"""Who may change what.
+"""Who may see and change what.
 
-Every signed-in user may read every model (the platform is shared, and
-people need to see what is serving). Changing a model (uploading a version,
-labels, version policy, retiring, deleting) needs membership of the model's
-team; a model without a team is operator-owned and only superusers change
-it. Superusers change everything. An API token with a team only reaches
-that team's models, whoever its user is.
+Seeing: every signed-in user (web UI) and every API token (management API)
+may read every model, its versions and audit log (the platform is shared,
+and people need to see what is serving), unless ``INFERENCE_REQUIRE_TOKEN``
+is on: then, as on the data plane, each sees only the models it may call,
+those of its teams (of the token's team for a token limited to one);
+operators (superusers, through a token not limited to a team) see every
+model. Anonymous callers see nothing (the management API and the web UI
+need a signed-in user or a token).
+
+Changing a model (uploading a version, labels, version policy, retiring,
+deleting) needs membership of the model's team; a model without a team is
+operator-owned and only superusers change it. Superusers change everything.
+An API token with a team only reaches that team's models, whoever its user is.
 """
 
 from __future__ import annotations
+
+from django.conf import settings
 
 from models_store.models import ApiToken, RegisteredModel, Team
 
@@ -64,3 +73,24 @@ def require_team(user, team: Team, token: ApiToken | None = None) -> None:
     """Raise AccessDenied unless ``user`` may create models for ``team``."""
     if not can_use_team(user, team.pk, token):
         raise AccessDenied(f"you are not a member of team {team.name} (or your API token is limited to another team)")
+
+
+def visible_team_ids(user, token: ApiToken | None = None) -> frozenset[int] | None:
+    """The teams whose models ``user`` (through ``token`` when given) may
+    see, or None for every model (operator-owned ones too): None unless
+    INFERENCE_REQUIRE_TOKEN is on (see the module doc)."""
+    if not settings.INFERENCE_REQUIRE_TOKEN:
+        return None
+    if user is None or not user.is_active:
+        return frozenset()
+    if token is not None and token.team_id is not None:
+        return frozenset({token.team_id}) if can_use_team(user, token.team_id, token) else frozenset()
+    if is_operator(user):
+        return None
+    return member_team_ids(user)
+
+
+def can_see_model(user, model: RegisteredModel, token: ApiToken | None = None) -> bool:
+    """Whether ``user`` (through ``token``) may see ``model``, its versions and audit log."""
+    teams = visible_team_ids(user, token)
+    return teams is None or model.team_id in teams

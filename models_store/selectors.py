@@ -73,10 +73,15 @@ def _models_with_versions() -> QuerySet[RegisteredModel]:
     )
 
 
-def model_overview() -> list[RegisteredModel]:
-    """Every model with its team, versions (highest first, with uploader) and
-    labels prefetched, for the model list (three queries)."""
-    return list(_models_with_versions().order_by("name"))
+def model_overview(team_ids=None) -> list[RegisteredModel]:
+    """Every model (of the teams ``team_ids`` when given: see
+    :func:`models_store.permissions.visible_team_ids`) with its team,
+    versions (highest first, with uploader) and labels prefetched, for the
+    model list (three queries)."""
+    models = _models_with_versions()
+    if team_ids is not None:
+        models = models.filter(team_id__in=team_ids)
+    return list(models.order_by("name"))
 
 
 def model_detail(name: str) -> RegisteredModel | None:
@@ -99,8 +104,10 @@ def label_numbers(model: RegisteredModel) -> dict[str, int]:
 
 
 def audit_for_model(model: RegisteredModel, limit: int = 100) -> list[AuditEvent]:
-    """The newest audit events of a model (also those of deleted versions)."""
-    return list(AuditEvent.objects.filter(model_name=model.name).order_by("-created_at", "-id")[:limit])
+    """The newest audit events of a model (also those of its deleted
+    versions; not those of a deleted model that had the same name, perhaps
+    another team's: the admin's audit log keeps those)."""
+    return list(AuditEvent.objects.filter(model=model).order_by("-created_at", "-id")[:limit])
 
 
 def tokens_for_user(user) -> QuerySet[ApiToken]:

@@ -373,9 +373,18 @@ def version_restore(version: ModelVersion, actor) -> ModelVersion:
 def version_delete(version: ModelVersion, actor=None) -> None:
     """Delete a version row (and the labels pointing at it); its artifact
     directory is removed after commit unless another version still uses it.
-    The number is not reused."""
-    artifact = version.artifact
+    The number is not reused. Raises Conflict, naming the split, while the
+    model's traffic split sends requests to a label on it; a label on it
+    that the split gives weight 0 leaves the split (audited ``traffic.set``),
+    so that a split never names a label that does not exist."""
+    model = RegisteredModel.objects.select_for_update().get(pk=version.model_id)
     labels = sorted(version.labels.values_list("name", flat=True))
+    _release_from_split(model, labels, actor, f"version {version.number}")
+    _version_remove(version, actor, labels)
+
+
+def _version_remove(version: ModelVersion, actor, labels: list[str]) -> None:
+    artifact = version.artifact
     audit.record(actor, "version.delete", version.model, version.number, sha256=version.sha256, labels=labels)
     version.delete()
     bump_stamp()
@@ -395,6 +404,7 @@ def label_set(model: RegisteredModel, name: str, number: int, actor=None) -> Ver
         _validate_whole(label_validator, name)
     except DjangoValidationError as exc:
         raise RegistryError(exc.messages[0]) from None
+    model = RegisteredModel.objects.select_for_update().get(pk=model.pk)  # against a concurrent version delete
     version = model.versions.filter(number=number).first()
     if version is None:
         raise Conflict(f"model '{model.name}' has no version {number}")
@@ -411,18 +421,18 @@ def label_set(model: RegisteredModel, name: str, number: int, actor=None) -> Ver
 @transaction.atomic
 def label_delete(model: RegisteredModel, name: str, actor=None) -> bool:
     """Remove a label; False when the model has no such label. Raises
-    Conflict while the traffic split sends requests to it."""
+    Conflict, naming the split, while the traffic split sends requests to
+    it; a label the split gives weight 0 leaves the split (audited
+    ``traffic.set``)."""
     model = RegisteredModel.objects.select_for_update().get(pk=model.pk)
-    if (model.traffic or {}).get(name, 0) > 0:
-        raise Conflict(
-            f"the traffic split of '{model.name}' sends {model.traffic[name]}% of its requests to label '{name}'; "
-            "change the split first"
-        )
-    deleted, _ = VersionLabel.objects.filter(model=model, name=name).delete()
-    if deleted:
-        audit.record(actor, "label.delete", model, label=name)
-        bump_stamp()
-    return bool(deleted)
+    label = VersionLabel.objects.filter(model=model, name=name).first()
+    if label is None:
+        return False
+    _release_from_split(model, [name], actor)
+    label.delete()
+    audit.record(actor, "label.delete", model, label=name)
+    bump_stamp()
+    return True
 
 
 @transaction.atomic
@@ -470,9 +480,10 @@ def model_set_instance_group(model: RegisteredModel, groups: list[dict], actor=N
 
 @transaction.atomic
 def model_delete(model: RegisteredModel, actor=None) -> None:
-    """Delete a model with its versions (their artifacts are removed after commit) and labels."""
+    """Delete a model with its versions (their artifacts are removed after
+    commit), labels and traffic split."""
     for version in list(model.versions.all()):
-        version_delete(version, actor)
+        _version_remove(version, actor, sorted(version.labels.values_list("name", flat=True)))
     audit.record(actor, "model.delete", model, team=model.team.name if model.team else "")
     model.delete()
     bump_stamp()
@@ -524,6 +535,42 @@ def _check_traffic(model: RegisteredModel, weights: dict[str, int]) -> dict[str,
 def _traffic_versions(model: RegisteredModel, traffic: dict[str, int]) -> dict[str, int]:
     labels = _label_versions(model)
     return {label: labels[label].number for label in traffic if label in labels}
+
+
+def split_blockers(model: RegisteredModel, labels, what: str = "") -> list[str]:
+    """Why ``labels`` of ``model`` (those on ``what``, e.g. "version 3",
+    when given) may not be deleted now: one sentence per label its traffic
+    split sends requests to (weight above 0); [] when none."""
+    traffic = model.traffic or {}
+    on = f", which points at {what}" if what else ""
+    return [
+        f"the traffic split of '{model.name}' sends {traffic[label]}% of its requests to label '{label}'{on}; "
+        "change the split first"
+        for label in sorted(labels)
+        if traffic.get(label, 0) > 0
+    ]
+
+
+def _release_from_split(locked: RegisteredModel, labels, actor, what: str = "") -> None:
+    """Before ``labels`` of the (locked) model go: Conflict when its split
+    sends requests to one (:func:`split_blockers`); the ones it gives weight
+    0 are dropped from the split, audited as ``traffic.set``. A split thus
+    never names a label that does not exist: a label created later under
+    the same name gets no request until a split names it again."""
+    blockers = split_blockers(locked, labels, what)
+    if blockers:
+        raise Conflict(" ".join(blockers))
+    before = locked.traffic or {}
+    dropped = sorted(set(labels) & set(before))
+    if not dropped:
+        return
+    locked.traffic = {label: weight for label, weight in before.items() if label not in dropped}
+    locked.save(update_fields=["traffic", "updated_at"])
+    audit.record(
+        actor, "traffic.set", locked, traffic=locked.traffic, before=before,
+        versions=_traffic_versions(locked, locked.traffic), dropped=dropped,
+    )  # fmt: skip
+    bump_stamp()
 
 
 @transaction.atomic

@@ -70,6 +70,7 @@ class TokenScope:
     team_ids: frozenset[int]
     user_id: int | None = None
     expires_at: float | None = None
+    user_name: str = ""
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
@@ -108,9 +109,10 @@ def load_scopes() -> Scopes:
             all_models = False
         else:
             allowed, all_models = user_teams, token.user.is_superuser
-        label = f"API token '{token.name}' of {token.user.get_username()}"
+        user_name = token.user.get_username()
+        label = f"API token '{token.name}' of {user_name}"
         expires_at = token.expires_at.timestamp() if token.expires_at else None
-        tokens[token.key_hash] = TokenScope(label, all_models, allowed, token.user_id, expires_at)
+        tokens[token.key_hash] = TokenScope(label, all_models, allowed, token.user_id, expires_at, user_name)
     quotas = {}
     for team_id, (rate, burst, in_flight) in access.team_limits.items():
         pairs = (("rate", rate), ("burst", burst), ("in_flight", in_flight))
@@ -289,9 +291,11 @@ class StoreAuthorizer:
     def principal(self, token: str | None, model_name: str) -> Principal:
         """Who a call is charged to for rate limits: the token and its team
         (the model's team when the token reaches it, else the token's only
-        team, else none: an operator's token calling an operator-owned
-        model); anonymous for no, an unknown, revoked or expired token.
-        Answers from memory like the inference check."""
+        team); a token with no team to charge (its user is in no team, or in
+        several and none owns the model; an operator's token on an
+        operator-owned model) is charged to its user's own bucket instead;
+        anonymous for no, an unknown, revoked or expired token. Answers from
+        memory like the inference check."""
         if not token:
             return ANONYMOUS
         key = hash_token(token)
@@ -306,5 +310,5 @@ class StoreAuthorizer:
         if team_id is None or team_id not in scope.team_ids:
             team_id = next(iter(scope.team_ids)) if len(scope.team_ids) == 1 else None
         if team_id is None:
-            return Principal("", key[:16])
+            return Principal("", key[:16], user=str(scope.user_id), user_name=scope.user_name)
         return Principal(scopes.team_names.get(team_id, str(team_id)), key[:16], scopes.team_quotas.get(team_id, ()))

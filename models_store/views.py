@@ -4,7 +4,9 @@ Pages are plain Django templates; a little JavaScript adds drag and drop
 with upload progress, the "try it" panel, state polling and copy buttons.
 Every change goes through :mod:`models_store.actions` (the same checks as
 the management API); a refused change re-renders the page with the message
-and a 4xx status, and changes nothing.
+and a 4xx status, and changes nothing. Pages show only the models the user
+may see (:mod:`models_store.permissions`: every model, unless
+INFERENCE_REQUIRE_TOKEN is on; then a model of another team is a 404).
 """
 
 from __future__ import annotations
@@ -59,9 +61,10 @@ def describe_batching(model) -> str:
     return "; ".join(parts)
 
 
-def _get_model(name: str) -> RegisteredModel:
+def _get_model(request, name: str) -> RegisteredModel:
+    """The model (prefetched) if the signed-in user may see it, else 404 (see :mod:`models_store.permissions`)."""
     model = selectors.model_detail(name)
-    if model is None:
+    if model is None or not permissions.can_see_model(request.user, model):
         raise Http404(f"unknown model '{name}'")
     return model
 
@@ -92,7 +95,7 @@ def _snippets(request, model: RegisteredModel, version: ModelVersion | None) -> 
 @login_required
 def model_list(request):
     rows = []
-    for model in selectors.model_overview():
+    for model in selectors.model_overview(permissions.visible_team_ids(request.user)):
         versions = _versions_with_labels(model)
         served = selectors.served_numbers(model)
         rows.append({"model": model, "versions": versions, "served": served, "size": sum(v.size for v in versions)})
@@ -101,7 +104,7 @@ def model_list(request):
 
 # -- the model page -------------------------------------------------------------
 def _model_page(request, name: str, *, status: int = 200, settings_form=None, label_form=None, error: str = ""):
-    model = _get_model(name)
+    model = _get_model(request, name)
     versions = _versions_with_labels(model)
     served = selectors.served_numbers(model)
     ready = [v.number for v in versions if v.state == ModelVersion.State.READY]
@@ -170,7 +173,7 @@ def model_settings(request, name: str):
 @login_required
 @require_POST
 def label_set(request, name: str):
-    model = _get_model(name)
+    model = _get_model(request, name)
     ready = [v.number for v in model.versions.all() if v.state == ModelVersion.State.READY]
     form = LabelForm(request.POST, ready_versions=ready)
     if not form.is_valid():
@@ -208,7 +211,7 @@ def _traffic_rows(model: RegisteredModel) -> list[dict]:
 def traffic_set(request, name: str):
     """The traffic split form: a weight per version label (empty: 0); all
     zero or empty clears the split."""
-    model = _get_model(name)
+    model = _get_model(request, name)
     weights = {}
     for label in model.labels.all():
         text = request.POST.get(f"weight-{label.name}", "").strip()
@@ -248,7 +251,7 @@ def traffic_action(request, name: str, action: str):
 
 # -- the version page -----------------------------------------------------------
 def _version_page(request, name: str, number: int, *, status: int = 200, error: str = ""):
-    model = _get_model(name)
+    model = _get_model(request, name)
     version = next((v for v in _versions_with_labels(model) if v.number == number), None)
     if version is None:
         raise Http404(f"model '{name}' has no version {number}")
@@ -319,7 +322,7 @@ def _upload_teams(request) -> list[str]:
 
 @csrf_protect
 def _upload(request, name: str | None, handler) -> HttpResponse:
-    model = _get_model(name) if name else None
+    model = _get_model(request, name) if name else None
     teams = _upload_teams(request)
     form_kwargs = {"teams": teams, "existing_model": name}
     if request.method != "POST":

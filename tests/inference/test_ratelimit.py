@@ -128,3 +128,23 @@ def test_a_store_that_fails_admits():
 
     limiter = RateLimiter(Defaults(team=Quota(rate=1)), Broken())
     assert limiter.admit(team()) is NOTHING
+
+
+def test_a_token_with_no_team_to_charge_is_charged_to_its_users_own_bucket(store):
+    """A user in no team (or in several, none owning the model) is a team of
+    one: the team defaults limit their tokens together, apart from other users."""
+    limiter = RateLimiter(Defaults(team=Quota(rate=1, burst=2)), store)
+    alone = Principal("", "tok-x1", user="7", user_name="xavier")
+    assert [(b.key, b.limit, b.quota) for b in limiter.buckets(alone)] == [("user:7", "user", Quota(rate=1, burst=2))]
+    limiter.admit(alone)
+    limiter.admit(Principal("", "tok-x2", user="7", user_name="xavier"))  # another token of the same user
+    with pytest.raises(RateLimited) as info:
+        limiter.admit(alone)
+    assert "user xavier (no team of theirs owns this model) may send 1 requests per second" in info.value.message
+    limiter.admit(Principal("", "tok-y", user="8", user_name="yvonne"))  # another user: another bucket
+    limiter.admit(team("ml"))  # and a team's bucket is its own
+
+
+def test_no_user_bucket_without_a_team_default():
+    limiter = RateLimiter(Defaults(token=Quota(rate=5), anonymous=Quota(rate=1)))
+    assert [b.limit for b in limiter.buckets(Principal("", "tok-x", user="7"))] == ["token"]

@@ -1,5 +1,7 @@
 """With tokens required, listing models (the repository index, statistics)
-shows only what the caller's token may call, on REST and gRPC."""
+shows only what the caller's token may call, on REST and gRPC; and the
+management API shows a team only its own models, versions and audit logs
+(issue 22, F14), operators every model."""
 
 from __future__ import annotations
 
@@ -61,6 +63,46 @@ def test_statistics_list_only_the_callers_models(server, tokens):
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
         stats = client.get_inference_statistics(headers={"authorization": f"Bearer {tokens['root']}"})
         assert {s.name for s in stats.model_stats} == {"ml-model", "vision-model", "legacy"}
+
+
+def _api(server, token, path, method="GET", body=b"", headers=None):
+    return request(server, method, f"/api/models/{path}", body, {**bearer(token), **(headers or {})})
+
+
+def test_the_management_api_shows_a_team_only_its_own_models(server, tokens):
+    """F14, the attack as found: a team-B token listed every team's models and
+    read team A's audit log over the management API while the data plane
+    answered 403 for the same model. Now: another team's model is missing
+    from the list and answers 404 on every route, exactly as a model that
+    does not exist; operators see every model."""
+    status, listing = _api(server, tokens["bob"], "")
+    assert status == 200 and [m["name"] for m in listing] == ["vision-model"]
+    status, listing = _api(server, tokens["alice"], "")
+    assert status == 200 and [m["name"] for m in listing] == ["ml-model"]
+    status, listing = _api(server, tokens["root"], "")
+    assert status == 200 and [m["name"] for m in listing] == ["legacy", "ml-model", "vision-model"]
+
+    for path in ("ml-model/", "ml-model/versions/", "ml-model/versions/1/", "ml-model/audit/"):
+        status, answer = _api(server, tokens["bob"], path)
+        assert (status, answer) == (404, {"error": "unknown model 'ml-model'"}), path
+        status, missing = _api(server, tokens["bob"], path.replace("ml-model", "no-such-model"))
+        assert (status, missing) == (404, {"error": "unknown model 'no-such-model'"}), path
+        assert _api(server, tokens["alice"], path)[0] == 200 and _api(server, tokens["root"], path)[0] == 200, path
+    status, events = _api(server, tokens["alice"], "ml-model/audit/")
+    assert "version.upload" in [e["action"] for e in events] and {e["model_name"] for e in events} == {"ml-model"}
+    status, events = _api(server, tokens["root"], "vision-model/audit/")
+    assert status == 200 and "version.upload" in [e["action"] for e in events]
+    assert _api(server, tokens["alice"], "legacy/")[0] == 404  # operator-owned: the operators'
+    # A change is answered like a read: 404, not a 403 naming the owner.
+    body = json.dumps({"description": "mine now"}).encode()
+    status, answer = _api(server, tokens["bob"], "ml-model/", "PATCH", body, {"Content-Type": "application/json"})
+    assert (status, answer) == (404, {"error": "unknown model 'ml-model'"})
+    assert _api(server, tokens["bob"], "ml-model/versions/1/", "DELETE")[0] == 404
+    # The data plane agrees: bob may not call it either.
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]})
+    assert request(server, "POST", "/v2/models/ml-model/infer", body.encode(), bearer(tokens["bob"]))[0] == 403
+    status, model = _api(server, tokens["alice"], "ml-model/")
+    assert status == 200 and model["description"] != "mine now" and [v["number"] for v in model["versions"]] == [1]
 
 
 def test_without_required_tokens_listing_stays_open(tmp_path):

@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.conftest import EXECUTOR, TEST_REDIS_URL
 from tests.support import onnx_models as m
-from tests.support.live import bearer, manage, people_with_tokens, request
+from tests.support.live import bearer, manage, people_with_tokens, request, upload
 from tests.support.server import LiveServer
 
 pytestmark = [
@@ -208,3 +208,102 @@ def test_anonymous_callers_share_their_own_small_bucket(server, tokens):
     assert statuses[:3] == [200, 200, 200] and 429 in statuses[3:]
     assert throttled(server, "anonymous", "anonymous_rate") == statuses.count(429)
     assert infer(server, tokens["steady"])[0] == 200  # a token is not anonymous
+
+
+# -- every caller is charged to a bucket (issue 22, F12) ---------------------------------
+OWNER, LEFT, RIGHT = f"owner{RUN}", f"left{RUN}", f"right{RUN}"
+FLOOD_SECONDS = 1.5
+TRANSPORTS = ("rest", "grpc", "tfserving")
+CALLERS = ("two_teams", "no_team")
+MODELS = ("plus_one", "theirs")  # operator-owned; another team's
+
+
+@pytest.fixture(scope="module")
+def own_bucket_tokens(server):
+    """A token for each (transport, caller, model) case, each of its own user
+    (so the cases do not share a bucket): a user in two teams (LEFT and RIGHT,
+    neither owning the models) or in none; and team OWNER's model "theirs"."""
+    people = {
+        f"{c}_{t}_{m}": ((LEFT, RIGHT) if c == "two_teams" else "") for t in TRANSPORTS for c in CALLERS for m in MODELS
+    }
+    tokens = people_with_tokens(server, owner=OWNER, **people)
+    status, answer = upload(server, tokens["owner"], "theirs", m.affine(1.0, 1.0), OWNER)
+    assert status == 201, answer
+    return tokens
+
+
+def _send_http(server, token, path: str, body: bytes, output):
+    """A function sending one request on a kept-alive connection: (status,
+    error, ``output(answer)``); and the function closing the connection."""
+    host, port = server.http_url.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    headers = {"Content-Type": "application/json", **bearer(token)}
+
+    def send():
+        conn.request("POST", path, body=body, headers=headers)
+        response = conn.getresponse()
+        answer = json.loads(response.read())
+        return response.status, answer.get("error", ""), output(answer) if response.status == 200 else None
+
+    return send, conn.close
+
+
+def _send_rest(server, token, model):
+    return _send_http(server, token, f"/v2/models/{model}/infer", BODY, lambda a: a["outputs"][0]["data"])
+
+
+def _send_tfserving(server, token, model):
+    body = json.dumps({"instances": [[1.0, 2.0, 3.0, 4.0]]}).encode()
+    return _send_http(server, token, f"/v1/models/{model}:predict", body, lambda a: a["predictions"][0])
+
+
+def _send_grpc(server, token, model):
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    inp = grpcclient.InferInput("x", [1, 4], "FP32")
+    inp.set_data_from_numpy(np.array([[1.0, 2.0, 3.0, 4.0]], dtype=np.float32))
+    headers = {"authorization": f"Bearer {token}"}
+
+    def send():
+        try:
+            result = client.infer(model, [inp], headers=headers)
+        except InferenceServerException as exc:
+            return exc.status(), exc.message(), None
+        return "OK", "", result.as_numpy("y").ravel().tolist()
+
+    return send, client.close
+
+
+SENDERS = {"rest": _send_rest, "grpc": _send_grpc, "tfserving": _send_tfserving}
+ALLOWED = {"rest": 200, "grpc": "OK", "tfserving": 200}
+REFUSED = {"rest": 429, "grpc": "StatusCode.RESOURCE_EXHAUSTED", "tfserving": 429}
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("caller", CALLERS)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_token_with_no_team_to_charge_is_held_to_the_team_limit(server, own_bucket_tokens, transport, caller, model):
+    """The attack of F12: a token of a user in two teams (neither owning the
+    model), or of a user in no team, sending at 10x the team limit, on an
+    operator-owned model and on another team's model. Before, every request
+    answered 200 (no bucket charged them); now the user's own bucket, under
+    the team defaults, admits about the limit and refuses the excess."""
+    user = f"{caller}_{transport}_{model}"
+    send, close = SENDERS[transport](server, own_bucket_tokens[user], model)
+    answers = []
+    start = time.monotonic()
+    try:
+        while time.monotonic() - start < FLOOD_SECONDS:
+            answers.append(send())
+    finally:
+        close()
+    elapsed = time.monotonic() - start
+    allowed = [a for a in answers if a[0] == ALLOWED[transport]]
+    print(f"{transport} {caller} {model}: {len(answers)} requests in {elapsed:.2f} s, {len(allowed)} admitted")
+    assert len(answers) / elapsed >= 10 * RATE, f"only {len(answers) / elapsed:.0f} req/s: not a flood"
+    refused = [a for a in answers if a[0] != ALLOWED[transport]]
+    assert all(status == REFUSED[transport] for status, _, _ in refused), refused[:3]
+    assert all(f"user {user} (no team of theirs owns this model) may send {RATE} requests" in e for _, e, _ in refused)
+    # The burst, then the rate while the flood lasted (shared by every process through Redis).
+    assert RATE <= len(allowed) <= RATE + RATE * elapsed + 1, (len(allowed), len(answers), elapsed)
+    assert all(out == [2.0, 3.0, 4.0, 5.0] for _, _, out in allowed)  # y = x + 1, computed
+    assert throttled(server, "", "user_rate") >= len(refused)

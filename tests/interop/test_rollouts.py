@@ -280,3 +280,81 @@ def test_a_label_in_the_split_cannot_be_deleted(model_server, alice, canaried):
     assert status == 409 and "change the split first" in answer["error"]
     status, _ = _json(model_server, alice, "PUT", f"/api/models/{MODEL}/traffic/", {"weights": {}})
     assert status == 200
+
+
+def _upload_ready(server, token, model: str, scale: float) -> int:
+    """Upload y = scale * x as the next version of ``model`` (team rollouts); its number, once READY."""
+    body, kind = multipart({"team": "rollouts"}, m.affine(scale, 0.0))
+    status, answer = request(
+        server, "POST", f"/api/models/{model}/versions/", body, {**bearer(token), "Content-Type": kind}
+    )
+    assert status in (201, 202), answer
+    number = answer["number"]
+    path = f"/api/models/{model}/versions/{number}/"
+    assert wait_for(lambda: request(server, "GET", path, headers=bearer(token))[1]["state"] == "READY", timeout=60)
+    return number
+
+
+def _unversioned_answers(server, model: str, count: int = 30) -> list[tuple[int, int]]:
+    """(named version, version that computed it) of ``count`` unversioned V2 requests."""
+    client = KeepAlive(server)
+    x = np.arange(1, 5, dtype=np.float32).reshape(1, 4)
+    answers = []
+    try:
+        for _ in range(count):
+            status, body = client.post(f"/v2/models/{model}/infer", _v2(x))
+            assert status == 200, body
+            scale = float(np.asarray(body["outputs"][0]["data"], dtype=np.float32)[0] / x[0, 0])
+            answers.append((int(body["model_version"]), scale))
+    finally:
+        client.close()
+    return answers
+
+
+def test_a_split_never_dangles_after_a_version_or_label_delete(model_server, alice):
+    """F13, the attack as found: delete the version a split's label serves
+    (204 before; the split kept the label), re-create the label on another
+    version: it silently took its share of the traffic. Now the delete is
+    409 naming the split while the label carries traffic; with weight 0 the
+    label leaves the split (audited traffic.set), and the re-created label
+    gets no request."""
+    model = "unsplit"
+    scales = {_upload_ready(model_server, alice, model, s): s for s in (1.0, 3.0)}
+    assert sorted(scales) == [1, 2]
+    for label, number in (("stable", 1), ("canary", 2)):
+        status, answer = _json(model_server, alice, "PUT", f"/api/models/{model}/labels/{label}/", {"version": number})
+        assert status == 200, answer
+    weights = {"weights": {"stable": 70, "canary": 30}}
+    assert _json(model_server, alice, "PUT", f"/api/models/{model}/traffic/", weights)[0] == 200
+
+    status, answer = _json(model_server, alice, "DELETE", f"/api/models/{model}/versions/2/")
+    assert status == 409 and answer == {
+        "error": f"the traffic split of '{model}' sends 30% of its requests to label 'canary', which points at "
+        "version 2; change the split first"
+    }
+    status, answer = _json(model_server, alice, "DELETE", f"/api/models/{model}/labels/canary/")
+    assert status == 409 and f"the traffic split of '{model}' sends 30%" in answer["error"]
+    status, after = request(model_server, "GET", f"/api/models/{model}/", headers=bearer(alice))
+    assert [v["number"] for v in after["versions"]] == [2, 1] and after["traffic"] == {"canary": 30, "stable": 70}
+    assert {version for version, _ in _unversioned_answers(model_server, model, 60)} == {1, 2}  # still split
+
+    # Rolled back, the canary has weight 0: its version may go, and the label leaves the split.
+    assert _json(model_server, alice, "POST", f"/api/models/{model}/traffic/rollback")[0] == 200
+    status, _ = _json(model_server, alice, "DELETE", f"/api/models/{model}/versions/2/")
+    assert status == 204
+    status, after = request(model_server, "GET", f"/api/models/{model}/", headers=bearer(alice))
+    assert after["traffic"] == {"stable": 100} and after["labels"] == {"stable": 1}
+    status, events = request(model_server, "GET", f"/api/models/{model}/audit/", headers=bearer(alice))
+    assert [(e["action"], e["actor_name"]) for e in events[:3]] == [
+        ("version.delete", "rollout_alice"),
+        ("traffic.set", "rollout_alice"),
+        ("traffic.rollback", "rollout_alice"),
+    ]
+    assert events[1]["detail"]["before"] == {"canary": 0, "stable": 100}
+    assert events[1]["detail"]["traffic"] == {"stable": 100} and events[1]["detail"]["dropped"] == ["canary"]
+
+    # The label re-created on a new version (y = 5x) gets no request: every one goes to stable (y = x).
+    number = _upload_ready(model_server, alice, model, 5.0)
+    status, answer = _json(model_server, alice, "PUT", f"/api/models/{model}/labels/canary/", {"version": number})
+    assert status == 200 and answer["traffic"] == {"stable": 100}, answer
+    assert _unversioned_answers(model_server, model) == [(1, 1.0)] * 30

@@ -75,12 +75,16 @@ def test_a_model_raced_by_two_teams_belongs_to_one(server, tokens, attempt):
         ml = pool.submit(_upload, server, tokens["alice"], f"contested{attempt}", m.affine(1.0, 1.0), "ml")
         vision = pool.submit(_upload, server, tokens["bob"], f"contested{attempt}", m.affine(2.0, 2.0), "vision")
         answers = {"ml": ml.result(), "vision": vision.result()}
-    status, model = request(server, "GET", f"/api/models/contested{attempt}/", headers=bearer(tokens["alice"]))
-    assert status == 200 and len(model["versions"]) == 1, (model, answers)
-    winner = model["team"]
+    winners = [team for team, (status, _) in answers.items() if status == 201]
+    assert len(winners) == 1, answers
+    winner = winners[0]
     loser = "vision" if winner == "ml" else "ml"
-    assert answers[winner][0] == 201, answers
-    assert answers[loser][0] in (400, 403) and answers[loser][1]["error"], answers
+    owner = {"ml": tokens["alice"], "vision": tokens["bob"]}
+    status, model = request(server, "GET", f"/api/models/contested{attempt}/", headers=bearer(owner[winner]))
+    assert status == 200 and len(model["versions"]) == 1 and model["team"] == winner, (model, answers)
+    # Tokens are required here: the other team does not see the model at all, and was told the name is taken.
+    assert request(server, "GET", f"/api/models/contested{attempt}/", headers=bearer(owner[loser]))[0] == 404
+    assert answers[loser][0] in (400, 403, 409) and answers[loser][1]["error"], answers
 
 
 # -- validation that would take all memory ------------------------------------------

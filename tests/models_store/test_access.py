@@ -144,6 +144,40 @@ def test_checker_messages(world, checker):
     assert "may not call model 'does-not-exist'" in str(unknown.value)  # the same answer: no probing of names
 
 
+def test_every_token_is_charged_to_a_team_or_to_its_users_own_bucket(world):
+    """Rate limits: a token is charged to the model's team when it reaches
+    it, else to its only team; with no team to charge (a user in no team, or
+    in several and none owns the model, an operator on an operator-owned
+    model) to its user's own bucket, never to nothing."""
+    people, teams = world
+    dave = person("dave")  # in no team
+    plain = {
+        "alice": accounts.token_create(people["alice"], "a")[1],
+        "carol": accounts.token_create(people["carol"], "c")[1],
+        "carol_vision": accounts.token_create(people["carol"], "cv", teams["vision"])[1],
+        "dave": accounts.token_create(dave, "d")[1],
+        "root": accounts.token_create(people["root"], "r")[1],
+    }
+    authorizer = tokens.StoreAuthorizer(tokens.TokenCache(ttl=3600))
+    charged = {}
+    for who, token in plain.items():
+        for model in ("iris", "resnet", "legacy"):
+            principal = authorizer.principal(token, model)
+            assert principal.token == tokens.hash_token(token)[:16] and not principal.anonymous
+            charged[who, model] = principal.team or f"user {principal.user_name}"
+            assert bool(principal.team) != bool(principal.user)  # exactly one of the two
+    ids = {"carol": str(people["carol"].pk), "dave": str(dave.pk), "root": str(people["root"].pk)}
+    assert authorizer.principal(plain["dave"], "iris").user == ids["dave"]
+    assert charged == {
+        ("alice", "iris"): "ml", ("alice", "resnet"): "ml", ("alice", "legacy"): "ml",
+        ("carol", "iris"): "ml", ("carol", "resnet"): "vision", ("carol", "legacy"): "user carol",
+        ("carol_vision", "iris"): "vision", ("carol_vision", "resnet"): "vision", ("carol_vision", "legacy"): "vision",
+        ("dave", "iris"): "user dave", ("dave", "resnet"): "user dave", ("dave", "legacy"): "user dave",
+        ("root", "iris"): "user root", ("root", "resnet"): "user root", ("root", "legacy"): "user root",
+    }  # fmt: skip
+    assert authorizer.principal(None, "iris").anonymous and authorizer.principal("mh_unknown", "iris").anonymous
+
+
 def test_checker_answers_from_memory(world, checker, monkeypatch):
     monkeypatch.setattr(tokens, "MISS_RELOAD_SECONDS", 3600)
     people, _ = world

@@ -182,6 +182,52 @@ def test_teams_guard_changes(alice_api, bob_api):
     assert ModelVersion.objects.count() == 1 and _staging_entries() == []
 
 
+def test_with_tokens_required_a_team_sees_only_its_own_models(alice_api, bob_api, settings):
+    """F14: with INFERENCE_REQUIRE_TOKEN, another team's model (and an
+    operator-owned one) is missing from the list and answers 404 on every
+    route, as a model that does not exist; the name is only said to be
+    taken when uploading to it. Operators see every model."""
+    alice_api.upload("iris", m.affine(1, 1), team="ml")
+    services.model_upsert("legacy")
+    root = Api(accounts.token_create(person("root", superuser=True), "ops")[1])
+    assert {m["name"] for m in bob_api.get("/api/models/").json()} == {"iris", "legacy"}  # off: everyone sees all
+    settings.INFERENCE_REQUIRE_TOKEN = True
+    assert [m["name"] for m in alice_api.get("/api/models/").json()] == ["iris"]
+    assert bob_api.get("/api/models/").json() == []
+    assert [m["name"] for m in root.get("/api/models/").json()] == ["iris", "legacy"]
+    for path in ("", "versions/", "versions/1/", "audit/"):
+        assert _error(bob_api.get(f"/api/models/iris/{path}"), 404) == "unknown model 'iris'", path
+        assert _error(bob_api.get(f"/api/models/nope/{path}"), 404) == "unknown model 'nope'", path
+        assert alice_api.get(f"/api/models/iris/{path}").status_code == 200, path
+        assert root.get(f"/api/models/iris/{path}").status_code == 200, path
+    assert _error(alice_api.get("/api/models/legacy/audit/"), 404) == "unknown model 'legacy'"
+    for method, path, body in (
+        ("patch", "/api/models/iris/", {"description": "x"}),
+        ("put", "/api/models/iris/labels/s/", {"version": 1}),
+        ("delete", "/api/models/iris/labels/s/", None),
+        ("delete", "/api/models/iris/versions/1/", None),
+        ("post", "/api/models/iris/versions/1/retire", None),
+        ("put", "/api/models/iris/traffic/", {"weights": {}}),
+        ("post", "/api/models/iris/traffic/rollback", None),
+    ):
+        assert _error(bob_api.json(method, path, body), 404) == "unknown model 'iris'", (method, path)
+    refused = bob_api.upload("iris", m.affine(2, 2), team="vision")
+    assert _error(refused, 409) == "the model name 'iris' is taken (by a model of another team); choose another name"
+    assert ModelVersion.objects.count() == 1 and _staging_entries() == []
+    assert {e["action"] for e in alice_api.get("/api/models/iris/audit/").json()} >= {"model.create", "version.upload"}
+
+
+def test_a_models_audit_log_is_its_own_not_that_of_an_earlier_model_of_that_name(alice_api, bob_api):
+    alice_api.upload("shared-name", m.affine(1, 1), team="ml")
+    alice_api.json("delete", "/api/models/shared-name/versions/1/")
+    services.model_delete(RegisteredModel.objects.get(name="shared-name"))
+    assert bob_api.upload("shared-name", m.affine(2, 2), team="vision").status_code == 201
+    events = bob_api.get("/api/models/shared-name/audit/").json()
+    assert "alice" not in {e["actor_name"] for e in events} and "version.delete" not in [e["action"] for e in events]
+    assert [e["action"] for e in events][-1] == "model.create" and events[-1]["actor_name"] == "bob"
+    assert AuditEvent.objects.filter(model_name="shared-name", actor_name="alice").count() >= 2  # kept, in the admin
+
+
 def test_policy_labels_retire_delete_and_audit(alice_api):
     for payload in (m.affine(1, 1), failing_model(), m.affine(3, 1)):
         alice_api.upload("p", payload, team="ml")

@@ -91,6 +91,74 @@ def test_promote_and_rollback(model):
         services.traffic_promote(found, alice)
 
 
+def test_a_version_the_split_sends_requests_to_cannot_be_deleted(model):
+    """F13: deleting a version whose label the split uses was accepted and
+    left the label in the split, so a label re-created under that name took
+    its share silently. Now: Conflict naming the split, nothing changes."""
+    found, alice = model
+    services.traffic_set(found, {"stable": 70, "canary": 30}, alice)
+    before = (_stamp(), AuditEvent.objects.count())
+    with pytest.raises(services.Conflict) as info:
+        services.version_delete(selectors.version_get(found, 2), alice)
+    assert str(info.value) == (
+        "the traffic split of 'm' sends 30% of its requests to label 'canary', which points at version 2; "
+        "change the split first"
+    )
+    found = selectors.model_detail("m")
+    assert selectors.version_get(found, 2) is not None and selectors.label_numbers(found) == {"canary": 2, "stable": 1}
+    assert found.traffic == {"canary": 30, "stable": 70} and (_stamp(), AuditEvent.objects.count()) == before
+    with pytest.raises(services.Conflict, match="sends 70% of its requests to label 'stable'"):
+        services.label_delete(found, "stable", alice)
+
+
+def test_a_label_the_split_gives_no_weight_leaves_the_split_with_its_version(model):
+    """Weight 0 (a rolled-back canary): deleting its version (or the label)
+    takes the label out of the split in the same transaction, audited as
+    traffic.set; a label re-created under that name gets no request."""
+    found, alice = model
+    services.traffic_set(found, {"stable": 70, "canary": 30}, alice)
+    services.traffic_rollback(found, alice)
+    services.version_delete(selectors.version_get(found, 2), alice)
+    found = selectors.model_detail("m")
+    assert found.traffic == {"stable": 100} and selectors.label_numbers(found) == {"stable": 1}
+    events = list(AuditEvent.objects.order_by("-id").values_list("action", "actor_name", "detail")[:2])
+    assert [e[:2] for e in events] == [("version.delete", "alice"), ("traffic.set", "alice")]
+    assert events[1][2] == {
+        "traffic": {"stable": 100}, "before": {"canary": 0, "stable": 100}, "versions": {"stable": 1}, "dropped": ["canary"]
+    }  # fmt: skip
+    services.version_upload("m", stage(m.affine(4.0, 0.0)), alice)
+    services.label_set(found, "canary", 4, alice)
+    assert selectors.model_detail("m").traffic == {"stable": 100}  # the new canary is not in the split
+    served = selectors.served_numbers(selectors.model_detail("m"))
+    assert served == [4, 1]  # 4 by the latest policy, 1 by the split; the canary label routes nothing
+
+
+def test_deleting_a_model_takes_its_split_along(model):
+    found, alice = model
+    services.traffic_set(found, {"stable": 70, "canary": 30}, alice)
+    services.model_delete(found, alice)
+    assert selectors.model_get("m") is None
+
+
+def test_the_migration_drops_labels_a_split_names_but_that_do_not_exist(model):
+    """Splits left dangling before the fix (0009): the entry goes, the other
+    weights are scaled back to 100, audited by the system."""
+    from importlib import import_module
+
+    from django.apps import apps
+
+    from models_store.models import RegisteredModel, VersionLabel
+
+    found, _alice = model
+    RegisteredModel.objects.filter(pk=found.pk).update(traffic={"canary": 20, "stable": 60, "shadow": 20})
+    VersionLabel.objects.filter(model=found, name="shadow").delete()  # never existed: as after a version delete
+    stamp = _stamp()
+    import_module("models_store.migrations.0009_traffic_without_dangling_labels").drop_dangling_labels(apps, None)
+    assert selectors.model_get("m").traffic == {"canary": 25, "stable": 75} and _stamp() == stamp + 1
+    event = AuditEvent.objects.latest("id")
+    assert (event.action, event.actor_name, event.detail["dropped"]) == ("traffic.set", "system", ["shadow"])
+
+
 def test_payload_logging_and_team_limits_are_audited(model):
     found, alice = model
     services.model_set_payload_logging(found, 0.25, 1024, alice)

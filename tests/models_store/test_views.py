@@ -324,3 +324,99 @@ def test_traffic_split_form_promote_and_rollback(alice):
     bob = Client(enforce_csrf_checks=True)
     assert bob.login(username="bob", password=PASSWORD)
     assert _post(bob, "/models/canaried/traffic/promote", {}).status_code == 403
+
+
+def test_the_web_ui_refuses_to_delete_what_the_split_uses_and_says_why(alice):
+    """F13 on the web UI: deleting a version or a label the traffic split
+    sends requests to answers 409 with the reason on the page; nothing changes."""
+    import html
+
+    for scale in (1.0, 2.0):
+        _upload(alice, "split", m.affine(scale, 0.0), url="/upload/" if scale == 1.0 else "/models/split/upload/")
+    for label, version in (("stable", "1"), ("canary", "2")):
+        assert _post(alice, "/models/split/labels", {"label": label, "version": version}).status_code == 302
+    assert _post(alice, "/models/split/traffic", {"weight-stable": "80", "weight-canary": "20"}).status_code == 302
+
+    refused = _post(alice, "/models/split/versions/2/delete", {})
+    error = re.search(r'id="page-error" role="alert">([^<]*)<', _text(refused)).group(1)
+    assert refused.status_code == 409 and html.unescape(error) == (
+        "the traffic split of 'split' sends 20% of its requests to label 'canary', which points at version 2; "
+        "change the split first"
+    )
+    refused = _post(alice, "/models/split/labels/stable/delete", {})
+    error = re.search(r'id="page-error" role="alert">([^<]*)<', _text(refused)).group(1)
+    assert refused.status_code == 409 and "sends 80% of its requests to label 'stable'" in html.unescape(error)
+    assert ModelVersion.objects.filter(model__name="split").count() == 2
+    assert RegisteredModel.objects.get(name="split").traffic == {"canary": 20, "stable": 80}
+    assert not AuditEvent.objects.filter(action__in=["version.delete", "label.delete"]).exists()
+
+    assert _post(alice, "/models/split/traffic/rollback", {}).status_code == 302  # canary 0: it may go now
+    assert _post(alice, "/models/split/versions/2/delete", {}).status_code == 302
+    assert RegisteredModel.objects.get(name="split").traffic == {"stable": 100}
+
+
+def test_the_admin_protects_what_the_split_uses(alice):
+    """The operator's back door keeps the rule: a version or label the split
+    sends requests to is listed as protected and not deleted; a label of the
+    split cannot be renamed; the split itself is not edited there."""
+    import html
+
+    for scale in (1.0, 2.0):
+        _upload(alice, "split", m.affine(scale, 0.0), url="/upload/" if scale == 1.0 else "/models/split/upload/")
+    for label, version in (("stable", "1"), ("canary", "2")):
+        assert _post(alice, "/models/split/labels", {"label": label, "version": version}).status_code == 302
+    assert _post(alice, "/models/split/traffic", {"weight-stable": "80", "weight-canary": "20"}).status_code == 302
+    person("root", superuser=True)
+    root = Client()
+    assert root.login(username="root", password=PASSWORD)
+    version = ModelVersion.objects.get(model__name="split", number=2)
+    canary = VersionLabel.objects.get(model__name="split", name="canary")
+    for url in (
+        f"/admin/models_store/modelversion/{version.pk}/delete/",
+        f"/admin/models_store/versionlabel/{canary.pk}/delete/",
+    ):
+        page = html.unescape(_text(root.get(url)))
+        assert "sends 20% of its requests to label 'canary'" in page, url
+        root.post(url, {"post": "yes"})
+    bulk = {"action": "delete_selected", "_selected_action": [version.pk], "post": "yes"}
+    root.post("/admin/models_store/modelversion/", bulk)
+    assert ModelVersion.objects.filter(model__name="split").count() == 2
+    assert VersionLabel.objects.filter(model__name="split").count() == 2
+    renamed = root.post(
+        f"/admin/models_store/versionlabel/{canary.pk}/change/",
+        {"model": canary.model_id, "name": "blue", "version": version.pk},
+    )
+    assert renamed.status_code == 200 and "is in the traffic split of" in html.unescape(_text(renamed))
+    assert VersionLabel.objects.get(pk=canary.pk).name == "canary"
+    model = RegisteredModel.objects.get(name="split")
+    assert (
+        "traffic"
+        not in root.get(f"/admin/models_store/registeredmodel/{model.pk}/change/").context["adminform"].form.fields
+    )
+    assert model.traffic == {"canary": 20, "stable": 80}
+
+
+def test_with_tokens_required_the_web_ui_shows_a_team_only_its_models(alice, settings):
+    """F14 on the web UI (and the management API through the web UI's
+    session): with INFERENCE_REQUIRE_TOKEN, another team's model is not
+    listed and its pages answer 404; operators see every model. Off, every
+    signed-in user sees every model (the shared platform)."""
+    _upload(alice, "iris", m.affine(1, 1))
+    person("bob", "vision")
+    person("root", superuser=True)
+    bob, root = Client(), Client()
+    assert bob.login(username="bob", password=PASSWORD) and root.login(username="root", password=PASSWORD)
+    assert 'data-model="iris"' in _text(bob.get("/models/")) and bob.get("/models/iris/").status_code == 200
+    assert [m["name"] for m in bob.get("/api/models/").json()] == ["iris"]
+    settings.INFERENCE_REQUIRE_TOKEN = True
+    assert 'data-model="iris"' not in _text(bob.get("/models/"))
+    for path in ("/models/iris/", "/models/iris/versions/1/", "/models/iris/upload/"):
+        assert bob.get(path).status_code == 404, path
+        assert alice.get(path).status_code == 200 and root.get(path).status_code == 200, path
+    assert bob.get("/api/models/").json() == [] and bob.get("/api/models/iris/audit/").status_code == 404
+    assert [m["name"] for m in root.get("/api/models/").json()] == ["iris"]
+    assert 'data-model="iris"' in _text(alice.get("/models/")) and 'data-model="iris"' in _text(root.get("/models/"))
+    assert _post(bob, "/models/iris/versions/1/delete", {}).status_code == 404
+    taken = _post(bob, "/upload/", {"name": "iris", "team": "vision", "file": _file(m.affine(2, 2))})
+    assert taken.status_code == 409 and "is taken (by a model of another team)" in _text(taken)
+    assert ModelVersion.objects.count() == 1

@@ -102,9 +102,25 @@ def token_server(tmp_path_factory, poll_seconds: float):
     assert live.stop() == 0, live.log()
 
 
-def people_with_tokens(server: LiveServer, **teams: str) -> dict[str, str]:
-    """Create each user (value: their team, or "superuser") with an API token
-    named "script"; the tokens by user name."""
-    for name, team in teams.items():
-        manage(server, "create_user", name, *(("--superuser",) if team == "superuser" else ("--team", team)))
-    return {name: manage(server, "create_token", name, "script").strip() for name in teams}
+_PEOPLE_SCRIPT = """
+import json, os, secrets
+from models_store import accounts
+tokens = {}
+for name, teams in json.loads(os.environ["MODELHOST_TEST_PEOPLE"]).items():
+    superuser = teams == "superuser"
+    user = accounts.user_create(name, secrets.token_urlsafe(12), teams=[] if superuser else teams, superuser=superuser)
+    tokens[name] = accounts.token_create(user, "script")[1]
+print(json.dumps(tokens))
+"""
+
+
+def people_with_tokens(server: LiveServer, **teams) -> dict[str, str]:
+    """Create each user (value: their team, a tuple of teams, "" for none, or
+    "superuser") with an API token named "script", in one ``manage.py
+    shell``; the tokens by user name."""
+    wanted = {
+        name: team if team == "superuser" else ([team] if isinstance(team, str) and team else list(team))
+        for name, team in teams.items()
+    }
+    output = manage(server, "shell", "-c", _PEOPLE_SCRIPT, env={"MODELHOST_TEST_PEOPLE": json.dumps(wanted)})
+    return json.loads(output.strip().splitlines()[-1])

@@ -17,5 +17,8 @@ class Command(BaseCommand):
         row = selectors.version_get(registered, version) if registered else None
         if row is None:
             raise CommandError(f"no version {version} of model '{model}'")
-        services.version_delete(row)
+        try:
+            services.version_delete(row)
+        except services.RegistryError as exc:
+            raise CommandError(str(exc)) from None
         self.stdout.write(f"deleted {model} version {version}")

@@ -19,7 +19,11 @@ class Command(BaseCommand):
         if registered is None:
             raise CommandError(f"unknown model '{model}'")
         if delete:
-            if not services.label_delete(registered, label):
+            try:
+                deleted = services.label_delete(registered, label)
+            except services.RegistryError as exc:
+                raise CommandError(str(exc)) from None
+            if not deleted:
                 raise CommandError(f"model '{model}' has no label '{label}'")
             self.stdout.write(f"deleted label {label} of {model}")
             return
