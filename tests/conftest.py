@@ -8,7 +8,7 @@ import pytest
 from django.core.files.storage import storages
 
 from tests.support.repository import build_test_repository
-from tests.support.server import LiveServer
+from tests.support.server import serve_live
 
 
 @pytest.fixture(autouse=True)
@@ -48,21 +48,8 @@ TEST_REDIS_URL = f"redis://127.0.0.1:6379/{os.environ.get('TEST_REDIS_DB', '9')}
 def model_server(test_repository, tmp_path_factory):
     """``manage.py serve`` on the test repository (SQLite; ONNX Runtime in
     process, or in a CPU worker when MODELHOST_TEST_EXECUTOR=workers)."""
-    env = {"REQUEST_LOG_LEVEL": "INFO"}
-    devices: tuple[str, ...] = ()
-    if EXECUTOR in ("workers", "celery"):
-        import redis
-
-        redis.Redis.from_url(TEST_REDIS_URL).flushdb()
-        env.update(INFERENCE_EXECUTOR="workers", REDIS_URL=TEST_REDIS_URL)
-        devices = ("cpu",)
-    server = LiveServer(test_repository, tmp_path_factory.mktemp("live"), extra_env=env, devices=devices)
-    server.start()
-    if devices:
-        server.wait_for_workers()
-    yield server
-    code = server.stop()
-    assert code == 0, f"serve did not stop cleanly on SIGTERM (status {code}):\n{server.log()}"
+    workers = TEST_REDIS_URL if EXECUTOR in ("workers", "celery") else None
+    yield from serve_live(test_repository, tmp_path_factory.mktemp("live"), {"REQUEST_LOG_LEVEL": "INFO"}, workers)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -165,3 +165,24 @@ class LiveServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             return self.process.wait()
+
+
+def serve_live(repository: Path, var_dir: Path, env: dict, workers_redis: str | None = None):
+    """A started LiveServer; with ``workers_redis``, its inference in one CPU
+    worker over Redis at that URL (flushed first), whose heartbeat the front
+    end has seen. A generator for fixtures: stops the server after and
+    asserts it exited cleanly."""
+    devices: tuple[str, ...] = ()
+    if workers_redis:
+        import redis
+
+        redis.Redis.from_url(workers_redis).flushdb()
+        env = {**env, "INFERENCE_EXECUTOR": "workers", "REDIS_URL": workers_redis}
+        devices = ("cpu",)
+    server = LiveServer(repository, var_dir, extra_env=env, devices=devices)
+    server.start()
+    if devices:
+        server.wait_for_workers()
+    yield server
+    code = server.stop()
+    assert code == 0, f"serve did not stop cleanly on SIGTERM (status {code}):\n{server.log()}"
