@@ -135,8 +135,10 @@ def grpc_call(message: bytes):
 
     def call():
         request = pb.ModelInferRequest.FromString(message)
-        infer_request = converters.infer_request_from_proto(request, settings.MAX_REQUEST_BYTES)
-        converters.infer_response_to_proto(dataplane.infer(infer_request)).SerializeToString()
+        with dataplane.admit(None, request.model_name) as admission:
+            infer_request, _ = converters.infer_request_from_proto(request, settings.MAX_REQUEST_BYTES)
+            response = dataplane.infer(admission, infer_request)
+        converters.infer_response_to_proto(response).SerializeToString()
 
     return call
 

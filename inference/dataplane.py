@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from inference import auth, classification, tracing
+from inference import auth, classification, ratelimit, tracing
 from inference.ports import providers
 from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady, PermissionDenied
@@ -33,7 +33,7 @@ from inference.protocol.types import (
     ResponseOutput,
     ServerMetadata,
 )
-from inference.ratelimit import Admission, Defaults, RateLimiter
+from inference.ratelimit import Defaults, RateLimiter
 from inference.registry import ModelEntry, ModelRegistry, VersionEntry, parse_version
 from inference.statistics import ModelStatistics, StatisticsRecorder
 
@@ -68,6 +68,37 @@ class _Job:
     names: list
     classify: dict
     computed: int
+
+
+class Admission:
+    """A caller admitted to run an inference of ``model_name``
+    (:meth:`DataPlane.admit`): its token checked and its call counted in its
+    rate limits. :meth:`DataPlane.infer` takes it, so that no adapter runs an
+    inference (or decodes a request's tensors) before the caller is admitted.
+    Leaving its ``with`` block (``async with`` on an event loop) frees its
+    in-flight slots."""
+
+    __slots__ = ("_blocking", "_slots", "model_name")
+
+    def __init__(self, model_name: str, slots: ratelimit.Admission, blocking: bool):
+        self.model_name = model_name
+        self._slots = slots
+        self._blocking = blocking  # releasing its slots talks to a shared store
+
+    def __enter__(self) -> Admission:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._slots.release()
+
+    async def __aenter__(self) -> Admission:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self._blocking and self._slots.holds:
+            await asyncio.to_thread(self._slots.release)
+        else:
+            self._slots.release()
 
 
 @dataclass(frozen=True)
@@ -227,16 +258,28 @@ class DataPlane:
 
     def admit(self, token: str | None, name: str) -> Admission:
         """:meth:`authorize`, then the caller's rate limits and in-flight caps
-        (inference/ratelimit.py): an Admission to hold while the inference
-        runs (``with``; its release frees the in-flight slots). Raises
-        Unauthenticated, PermissionDenied, RateLimited (HTTP 429 with
+        (inference/ratelimit.py): the Admission that :meth:`infer` takes, to
+        hold while the request is decoded and run (``with``; leaving it frees
+        the in-flight slots). Adapters admit before they decode any tensor.
+        Raises Unauthenticated, PermissionDenied, RateLimited (HTTP 429 with
         Retry-After, gRPC RESOURCE_EXHAUSTED)."""
         self.authorize(token, name)
-        return self.limiter.admit(auth.principal(token, name))
+        return Admission(name, self.limiter.admit(auth.principal(token, name)), self.limiter.blocking)
 
-    def infer(self, request: InferenceRequest, version: ServedVersion | None = None) -> InferenceResponse:
+    async def admit_async(self, token: str | None, name: str) -> Admission:
+        """:meth:`admit` from an event loop: inline when it cannot block, in a
+        thread when it may (a token to look up or required, a shared rate
+        limit to ask). Hold the result with ``async with``."""
+        if token is not None or auth.tokens_required() or self.limiter.blocks_for(auth.ANONYMOUS):
+            return await asyncio.to_thread(self.admit, token, name)  # may reload token scopes, ask Redis
+        return self.admit(token, name)
+
+    def infer(
+        self, admission: Admission, request: InferenceRequest, version: ServedVersion | None = None
+    ) -> InferenceResponse:
         """Run ``request`` on the resolved model version (``version``, when
-        the adapter resolved it already for this request).
+        the adapter resolved it already for this request), for a caller
+        ``admission`` (:meth:`admit`) admitted to its model.
 
         Checks: every model input given once with the model's datatype and a
         compatible shape (fixed dimensions equal, batch at most
@@ -245,10 +288,12 @@ class DataPlane:
         non-negative integers, names starting with ``triton_`` reserved;
         others are passed on and ignored). Outputs requested with
         ``classification: N`` come back as their top N (Triton's
-        classification extension). Raises InvalidInput, ModelNotFound,
-        ModelNotReady or DeadlineExceeded.
+        classification extension). Raises PermissionDenied (an admission
+        to another model), InvalidInput, ModelNotFound, ModelNotReady or
+        DeadlineExceeded.
         """
         started = _now()
+        _check_admission(admission, request)
         tracing.follow()  # the machine's trace and log settings (one memory read)
         entry = self.registry.route(request.model_name, request.model_version) if version is None else version._entry
         try:
@@ -337,27 +382,17 @@ class DataPlane:
                 tracing.record_run(asked, run.queue_ns, run.form_ns, run.infer_ns, run.batch_size)
         return run
 
-    async def infer_async(self, request: InferenceRequest, token: str | None = None) -> InferenceResponse:
-        """:meth:`admit` and :meth:`infer` from an event loop: inline when
-        that cannot block (in process, no batching, no token to look up, no
-        shared rate limit to ask), else in a thread."""
-        name = request.model_name
-        if token is not None or auth.tokens_required() or self.limiter.blocks_for(auth.ANONYMOUS):
-            admission = await asyncio.to_thread(self.admit, token, name)  # may reload token scopes, ask Redis
-        else:
-            admission = self.admit(token, name)
-        try:
-            entry = self.registry.route(name, request.model_version)
-            if self.executor.blocks(entry.target):
-                if self._runs_on_loop and not (tracing.ENABLED and tracing.recording()):
-                    return await self._infer_on_loop(request, entry)
-                return await asyncio.to_thread(self.infer, request, _served(entry))
-            return self.infer(request, _served(entry))
-        finally:
-            if admission.holds and self.limiter.blocking:
-                await asyncio.to_thread(admission.release)
-            else:
-                admission.release()
+    async def infer_async(self, admission: Admission, request: InferenceRequest) -> InferenceResponse:
+        """:meth:`infer` from an event loop (``admission`` from
+        :meth:`admit_async`): inline when that cannot block (in process, no
+        batching), else in a thread or, in worker mode, on the loop."""
+        _check_admission(admission, request)
+        entry = self.registry.route(request.model_name, request.model_version)
+        if self.executor.blocks(entry.target):
+            if self._runs_on_loop and not (tracing.ENABLED and tracing.recording()):
+                return await self._infer_on_loop(request, entry)
+            return await asyncio.to_thread(self.infer, admission, request, _served(entry))
+        return self.infer(admission, request, _served(entry))
 
     def _deadline(self, parameters: dict, started_ns: int) -> float | None:
         """The run's deadline on the time.monotonic() clock, or None."""
@@ -649,6 +684,13 @@ class DataPlane:
         result = settings.update_log(clean)
         _audit(caller, "log.settings", "", settings=clean)
         return result
+
+
+def _check_admission(admission: Admission, request: InferenceRequest) -> None:
+    if admission.model_name != request.model_name:
+        raise PermissionDenied(
+            f"the caller was admitted to model '{admission.model_name}', not to '{request.model_name}'"
+        )
 
 
 def _audit(caller, action: str, model_name: str, **detail) -> None:

@@ -7,7 +7,8 @@ REST workers and the gRPC process add up):
 
 - ``modelhost_inference_requests_total{model, version, protocol, outcome}``
 - ``modelhost_inference_request_duration_seconds{model, version, protocol, outcome}`` (histogram)
-- ``modelhost_inference_request_bytes_total{protocol, direction}``
+- ``modelhost_inference_request_bytes_total{protocol, direction}`` (REST and
+  TF Serving: bodies; gRPC: raw tensor contents of requests decoded)
 - ``modelhost_model_load_duration_seconds{model, version}`` (histogram)
 - ``modelhost_loaded_sessions`` (gauge, summed over live processes)
 - ``modelhost_worker_queue_depth{queue}`` (gauge, worker mode: requests the

@@ -8,7 +8,7 @@ import pytest
 from django.core.files.storage import storages
 
 from tests.support.repository import build_test_repository
-from tests.support.server import LiveServer
+from tests.support.server import serve_live
 
 
 @pytest.fixture(autouse=True)
@@ -50,28 +50,8 @@ def model_server(test_repository, tmp_path_factory):
     process, or in a CPU worker when MODELHOST_TEST_EXECUTOR=workers: one
     reached over the worker link's mutual TLS, as from another machine, not
     its Unix socket)."""
-    env = {"REQUEST_LOG_LEVEL": "INFO"}
-    devices: tuple[str, ...] = ()
-    worker_env: dict[str, str] = {}
-    if EXECUTOR == "workers":
-        import redis
-
-        from tests.support.certs import worker_link
-
-        redis.Redis.from_url(TEST_REDIS_URL).flushdb()
-        front_end_tls, worker_env = worker_link(tmp_path_factory.mktemp("worker-tls"))
-        env.update(INFERENCE_EXECUTOR="workers", REDIS_URL=TEST_REDIS_URL, **front_end_tls)
-        worker_env.update(WORKER_LISTEN="127.0.0.1:0", WORKER_UNIX_SOCKET="false")
-        devices = ("cpu",)
-    server = LiveServer(
-        test_repository, tmp_path_factory.mktemp("live"), extra_env=env, devices=devices, worker_env=worker_env
-    )
-    server.start()
-    if devices:
-        server.wait_for_workers()
-    yield server
-    code = server.stop()
-    assert code == 0, f"serve did not stop cleanly on SIGTERM (status {code}):\n{server.log()}"
+    workers = TEST_REDIS_URL if EXECUTOR == "workers" else None
+    yield from serve_live(test_repository, tmp_path_factory.mktemp("live"), {"REQUEST_LOG_LEVEL": "INFO"}, workers)
 
 
 def pytest_collection_modifyitems(config, items):

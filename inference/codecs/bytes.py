@@ -15,6 +15,8 @@ from inference.protocol.errors import InvalidInput
 
 _LEN = struct.Struct("<I")
 _MAX_ELEMENT = 0xFFFFFFFF
+#: Bytes of an element's length prefix: the least an element takes.
+PREFIX = _LEN.size
 
 
 def serialize(array: np.ndarray) -> bytes:
@@ -44,12 +46,19 @@ def deserialize(buffer: bytes | memoryview, count: int, where: str) -> np.ndarra
     """Parse exactly ``count`` length-prefixed elements that fill ``buffer``.
 
     Returns a flat ``object`` array of ``bytes``. ``where`` names the tensor in
-    error messages. Raises InvalidInput when an element runs past the end,
-    when fewer or more elements than ``count`` are present, or when bytes
-    are left over.
+    error messages. Raises InvalidInput when the buffer is too short for
+    ``count`` length prefixes (checked before anything is allocated: a
+    declared shape never sizes memory the data does not fill), when an
+    element runs past the end, when fewer or more elements than ``count``
+    are present, or when bytes are left over.
     """
     view = memoryview(buffer)
     end = len(view)
+    if count * PREFIX > end:
+        raise InvalidInput(
+            f"{where}: {end} bytes of BYTES data cannot hold the {count} elements of its shape "
+            f"(each takes at least its {PREFIX}-byte length)"
+        )
     out = np.empty(count, dtype=object)
     unpack = _LEN.unpack_from
     offset = 0

@@ -15,14 +15,13 @@ from typing import Any
 import numpy as np
 
 from inference.codecs.large_json import LazyData
+from inference.codecs.tensor import MAX_DIMS
 from inference.protocol.datatypes import Datatype
 from inference.protocol.errors import InvalidInput
 
 _INT_KINDS = frozenset("iu")
 _FLOAT_KINDS = frozenset("iuf")
 _PY_KINDS = {float: "floating-point", bool: "boolean", str: "string", dict: "object", type(None): "null"}
-#: The most dimensions a tensor may have (numpy's limit).
-MAX_DIMS = 64
 
 
 def nested_leaves(where: str, value: Any, leaf) -> tuple[list, list[int]]:

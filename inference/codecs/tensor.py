@@ -1,4 +1,13 @@
-"""Checks shared by every transport's tensor decoding."""
+"""Checks shared by every transport's tensor decoding.
+
+A declared shape is checked here before anything is allocated: a list of at
+most :data:`MAX_DIMS` non-negative integers describing at most the request
+limit. Each decoder then checks the shape against the data actually present
+before it allocates the tensor (binary: the byte count, BYTES at least
+:data:`inference.codecs.bytes.PREFIX` bytes an element; JSON and gRPC typed
+contents: the element count), so that a short request cannot declare a large
+tensor into memory.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +16,24 @@ from typing import Any
 
 from inference.protocol.errors import InvalidInput, RequestTooLarge
 
+#: The most dimensions a tensor may have (numpy's limit).
+MAX_DIMS = 64
+
 
 def check_shape(value: Any, where: str, max_bytes: int, itemsize: int) -> tuple[int, ...]:
-    """A tensor shape as a tuple of non-negative ints.
+    """A tensor shape as a tuple of at most MAX_DIMS non-negative ints.
 
     ``value`` is a list (from JSON, or a gRPC repeated int64 field turned
-    into one). Raises InvalidInput for anything else, and RequestTooLarge when
-    the shape needs more than ``max_bytes`` (``itemsize`` 0, for BYTES,
-    counts one byte per element as a lower bound).
+    into one). Raises InvalidInput for anything else (a shape whose
+    dimensions other than 0 multiply past ``max_bytes`` included: no tensor
+    has them), and RequestTooLarge when the shape needs more than
+    ``max_bytes`` (``itemsize`` 0, for BYTES, counts one byte per element:
+    the decoders check BYTES data against the bytes present).
     """
     if not isinstance(value, list):
         raise InvalidInput(f"{where}: 'shape' must be a JSON array of non-negative integers")
+    if len(value) > MAX_DIMS:
+        raise InvalidInput(f"{where}: 'shape' has more than the {MAX_DIMS} dimensions a tensor may have")
     for dim in value:
         if type(dim) is not int or dim < 0:
             raise InvalidInput(f"{where}: 'shape' {value} must hold non-negative integers")
@@ -27,4 +43,6 @@ def check_shape(value: Any, where: str, max_bytes: int, itemsize: int) -> tuple[
         raise RequestTooLarge(
             f"{where}: shape {list(shape)} needs {size} bytes, more than the request limit of {max_bytes} bytes"
         )
+    if not size and math.prod(d for d in shape if d) > max_bytes:  # empty, but numpy could not even lay it out
+        raise InvalidInput(f"{where}: shape {list(shape)} has dimensions larger than any request can carry")
     return shape

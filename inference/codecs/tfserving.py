@@ -28,7 +28,7 @@ import orjson
 
 from inference.codecs.json import nested_leaves, typed_array
 from inference.protocol.datatypes import BY_NAME, Datatype
-from inference.protocol.errors import InvalidInput
+from inference.protocol.errors import InvalidInput, RequestTooLarge
 from inference.protocol.types import MetadataTensor, RequestInput, ResponseOutput
 
 _INT_KINDS = frozenset("iu")
@@ -224,9 +224,40 @@ def decode_predict(doc: Any, inputs: tuple[MetadataTensor, ...]) -> tuple[list[R
     raise InvalidInput("Missing 'inputs' or 'instances' key")
 
 
-def decode_examples(doc: Any, inputs: tuple[MetadataTensor, ...], verb: str) -> list[RequestInput]:
+def _leaf_count(value: Any) -> int:
+    """The values (non-lists) in a nested JSON list, or 1 for a value (iterative: any depth)."""
+    if not isinstance(value, list):
+        return 1
+    count, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        lists = [element for element in item if isinstance(element, list)]
+        count += len(item) - len(lists)
+        stack.extend(lists)
+    return count
+
+
+def _check_context_size(context: dict, examples: int, inputs: tuple[MetadataTensor, ...], max_bytes: int) -> None:
+    """``context`` is copied into every example: refuse, before anything is
+    copied, a feature whose copies would hold more than ``max_bytes`` (its
+    values x the examples x the input's element size, BYTES counted at one
+    byte)."""
+    for tensor in inputs:
+        if tensor.name in context:
+            values = _leaf_count(context[tensor.name])
+            size = values * examples * max(BY_NAME[tensor.datatype].itemsize, 1)
+            if size > max_bytes:
+                raise RequestTooLarge(
+                    f"'context' feature '{tensor.name}' ({values} values) copied into each of the {examples} "
+                    f"examples needs {size} bytes, more than the request limit of {max_bytes} bytes"
+                )
+
+
+def decode_examples(doc: Any, inputs: tuple[MetadataTensor, ...], verb: str, max_bytes: int) -> list[RequestInput]:
     """``:classify`` / ``:regress`` body: each example (features keyed by input
-    name, ``context`` merged in) is one batch row of the model's inputs."""
+    name, ``context`` merged in) is one batch row of the model's inputs.
+    Raises InvalidInput, and RequestTooLarge when ``context``, copied into
+    every example, would need more than ``max_bytes``."""
     if not isinstance(doc, dict):
         raise InvalidInput("the request must be a JSON object")
     _check_signature_name(doc)
@@ -240,6 +271,8 @@ def decode_examples(doc: Any, inputs: tuple[MetadataTensor, ...], verb: str) -> 
     context = doc.get("context")
     if context is not None and not isinstance(context, dict):
         raise InvalidInput("'context' must be a JSON object (one example's features)")
+    if context:
+        _check_context_size(context, len(examples), inputs, max_bytes)
     return _rows("examples", examples, inputs, context or None)
 
 

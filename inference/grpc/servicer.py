@@ -7,8 +7,11 @@ to gRPC statuses with the messages REST gives (each error's
 UNIMPLEMENTED, UNAUTHENTICATED, PERMISSION_DENIED); unexpected errors are
 logged and INTERNAL. Calls that may touch the database (statistics, load and
 unload, listing with tokens, trace and log settings) run in a thread: Django forbids queries on the
-event loop. Inference runs inline when it cannot block (in process, no
-batching) and in a thread otherwise (:meth:`DataPlane.infer_async`).
+event loop. An inference is admitted (token, rate limits) before any of its
+tensors is decoded; a large request is decoded in a thread
+(:func:`converters.decodes_inline`); inference runs inline when it cannot
+block (in process, no batching) and in a thread otherwise
+(:meth:`DataPlane.infer_async`).
 """
 
 from __future__ import annotations
@@ -114,11 +117,18 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def _model_infer(self, request, context):
         started = time.perf_counter()
-        outcome, version, response = "internal", "", None
+        outcome, version, response, received = "internal", "", None, 0
         try:
-            with tracing.step("decode"):
-                infer_request = converters.infer_request_from_proto(request, self.max_request_bytes)
-            result = await self.dataplane.infer_async(infer_request, _bearer(context))
+            admission = await self.dataplane.admit_async(_bearer(context), request.model_name)
+            async with admission:  # the caller is admitted: its tensors may now be decoded
+                with tracing.step("decode"):
+                    if converters.decodes_inline(request):
+                        infer_request, received = converters.infer_request_from_proto(request, self.max_request_bytes)
+                    else:
+                        infer_request, received = await asyncio.to_thread(
+                            converters.infer_request_from_proto, request, self.max_request_bytes
+                        )
+                result = await self.dataplane.infer_async(admission, infer_request)
             with tracing.step("encode"):
                 response = converters.infer_response_to_proto(result)
             outcome, version = "success", response.model_version
@@ -138,7 +148,7 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
                 version,
                 outcome,
                 time.perf_counter() - started,
-                sum(map(len, request.raw_input_contents)),
+                received,  # raw contents decoded (0 for a call refused before)
                 sum(map(len, response.raw_output_contents)) if response is not None else 0,
                 outcome,
                 request.id,

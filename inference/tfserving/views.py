@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import re
 
+from django.conf import settings
 from django.http import HttpResponse
 
 from inference import tracing
 from inference.codecs import tfserving as codec
-from inference.dataplane import ServedVersion
+from inference.dataplane import Admission, ServedVersion
 from inference.http.bodies import read_body
 from inference.http.responses import json_response
 from inference.http.views import ObservedView
@@ -136,15 +137,15 @@ class TFServingView(ObservedView):
         return self._post(request, name, version, label, verb)
 
     def _post(self, request, name, version, label, verb):
-        with self.dataplane.admit(self.token(request), name):
+        with self.dataplane.admit(self.token(request), name) as admission:  # 401/403/429 before the body
             with tracing.step("decode"):
                 doc = codec.loads(read_body(request._request, allow_empty=True))
             entry = self.served = self.dataplane.route(name, self._version(name, version, label))
-            return getattr(self, f"_{verb}")(entry, doc)
+            return getattr(self, f"_{verb}")(admission, entry, doc)
 
-    def _run(self, entry: ServedVersion, inputs, outputs=None):
+    def _run(self, admission: Admission, entry: ServedVersion, inputs, outputs=None):
         request = InferenceRequest(entry.model_name, inputs, model_version=entry.version, outputs=outputs)
-        return self.dataplane.infer(request, entry).outputs
+        return self.dataplane.infer(admission, request, entry).outputs
 
     @staticmethod
     def _spec(entry: ServedVersion) -> dict | None:
@@ -155,20 +156,20 @@ class TFServingView(ObservedView):
             return None
         return {"model_spec": {"name": entry.model_name, "signature_name": "serving_default", "version": entry.version}}
 
-    def _predict(self, entry: ServedVersion, doc) -> HttpResponse:
+    def _predict(self, admission: Admission, entry: ServedVersion, doc) -> HttpResponse:
         inputs, fmt = codec.decode_predict(doc, entry.inputs)
-        body = codec.encode_predict(self._run(entry, inputs), fmt, self._spec(entry))
+        body = codec.encode_predict(self._run(admission, entry, inputs), fmt, self._spec(entry))
         return HttpResponse(body, content_type="application/json")
 
-    def _classify(self, entry: ServedVersion, doc) -> HttpResponse:
-        inputs = codec.decode_examples(doc, entry.inputs, "classify")
+    def _classify(self, admission: Admission, entry: ServedVersion, doc) -> HttpResponse:
+        inputs = codec.decode_examples(doc, entry.inputs, "classify", settings.MAX_REQUEST_BYTES)
         score = _pick(entry.outputs, SCORE_NAMES, lambda shape: len(shape) == 2)
         if score is None:
             raise InvalidInput(
                 f"model '{entry.model_name}' has no class-score output (a float output of shape [batch, classes]) "
                 "for :classify"
             )
-        (scores,) = self._run(entry, inputs, [RequestedOutput(score)])
+        (scores,) = self._run(admission, entry, inputs, [RequestedOutput(score)])
         classes = scores.shape[1]
         labels = list(entry.class_labels)
         if len(labels) != classes:
@@ -176,13 +177,13 @@ class TFServingView(ObservedView):
         body = codec.encode_classify(scores.data, labels, self._spec(entry))
         return HttpResponse(body, content_type="application/json")
 
-    def _regress(self, entry: ServedVersion, doc) -> HttpResponse:
-        inputs = codec.decode_examples(doc, entry.inputs, "regress")
+    def _regress(self, admission: Admission, entry: ServedVersion, doc) -> HttpResponse:
+        inputs = codec.decode_examples(doc, entry.inputs, "regress", settings.MAX_REQUEST_BYTES)
         value = _pick(entry.outputs, VALUE_NAMES, lambda s: len(s) == 1 or (len(s) == 2 and s[1] == 1))
         if value is None:
             raise InvalidInput(
                 f"model '{entry.model_name}' has no regression output (a float output of shape [batch] or [batch, 1]) "
                 "for :regress"
             )
-        (values,) = self._run(entry, inputs, [RequestedOutput(value)])
+        (values,) = self._run(admission, entry, inputs, [RequestedOutput(value)])
         return HttpResponse(codec.encode_regress(values.data, self._spec(entry)), content_type="application/json")

@@ -313,10 +313,12 @@ def test_tensor_from_buffer_bytes_errors_name_the_tensor():
     raw = struct.pack("<I", 3) + b"ab"
     with pytest.raises(InvalidInput, match=r"^input 'b': BYTES element 0 declares 3 bytes but only 2 remain"):
         binary.tensor_from_buffer("input 'b'", BY_NAME["BYTES"], (1,), memoryview(raw))
-    raw = struct.pack("<I", 1) + b"a"
+    raw = struct.pack("<I", 5) + b"abcde"
     with pytest.raises(InvalidInput, match=r"^input 'b': BYTES data holds 1 elements, but its shape needs 2"):
         binary.tensor_from_buffer("input 'b'", BY_NAME["BYTES"], (2,), memoryview(raw))
-    with pytest.raises(InvalidInput, match=r"^input 'b': 5 bytes remain after the 1 BYTES elements"):
+    with pytest.raises(InvalidInput, match=r"^input 'b': 9 bytes of BYTES data cannot hold the 3 elements"):
+        binary.tensor_from_buffer("input 'b'", BY_NAME["BYTES"], (3,), memoryview(raw))
+    with pytest.raises(InvalidInput, match=r"^input 'b': 9 bytes remain after the 1 BYTES elements"):
         binary.tensor_from_buffer("input 'b'", BY_NAME["BYTES"], (1,), memoryview(raw + raw))
 
 

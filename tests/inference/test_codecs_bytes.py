@@ -183,13 +183,13 @@ def test_deserialize_second_element_truncated():
 
 
 def test_deserialize_too_few_elements():
-    with pytest.raises(InvalidInput) as err:
-        bytes_codec.deserialize(wire([b"a", b"b"]), 3, "input 'w'")
+    with pytest.raises(InvalidInput) as err:  # 16 bytes: room for 3 length prefixes, but 2 elements
+        bytes_codec.deserialize(wire([b"aaaa", b"bbbb"]), 3, "input 'w'")
     assert err.value.message == "input 'w': BYTES data holds 2 elements, but its shape needs 3"
 
 
 def test_deserialize_truncated_length_prefix():
-    buf = wire([b"a"]) + b"\x01\x00"  # only 2 of the 4 prefix bytes
+    buf = wire([b"abcd"]) + b"\x01\x00"  # only 2 of the 4 prefix bytes of the second element
     with pytest.raises(InvalidInput) as err:
         bytes_codec.deserialize(buf, 2, "input 'w'")
     assert err.value.message.startswith("input 'w':")
@@ -211,6 +211,40 @@ def test_deserialize_trailing_garbage():
 def test_deserialize_zero_count_with_data_left():
     with pytest.raises(InvalidInput, match=r"^input 'w': 4 bytes remain after the 0 BYTES elements"):
         bytes_codec.deserialize(b"\x00\x00\x00\x00", 0, "input 'w'")
+
+
+# ------------------------------------------- a shape the bytes cannot fill
+
+
+def test_deserialize_refuses_more_elements_than_length_prefixes_fit():
+    message = "input 'w': 11 bytes of BYTES data cannot hold the 3 elements of its shape (each takes at least its 4-byte length)"
+    with pytest.raises(InvalidInput) as err:
+        bytes_codec.deserialize(b"\x00" * 11, 3, "input 'w'")
+    assert err.value.message == message
+    assert bytes_codec.deserialize(b"\x00" * 12, 3, "input 'w'").tolist() == [b"", b"", b""]  # the boundary
+
+
+def test_a_declared_shape_never_sizes_memory_the_data_does_not_fill():
+    """The attack of issue 22 F1/F2: 4 bytes of data declared as 2**26
+    elements used to allocate a 512 MiB object array before failing."""
+    import tracemalloc  # numpy reports its allocations to tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidInput, match="cannot hold the 67108864 elements"):
+            bytes_codec.deserialize(struct.pack("<I", 0), 1 << 26, "input 'w'")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024, peak
+
+
+@FAST
+@given(st.integers(0, 64), st.integers(1, 1 << 40))
+def test_deserialize_refuses_any_count_beyond_the_prefixes_present(size, extra):
+    count = size // 4 + extra
+    with pytest.raises(InvalidInput, match="cannot hold"):
+        bytes_codec.deserialize(b"\x00" * size, count, "input 'w'")
 
 
 @FAST

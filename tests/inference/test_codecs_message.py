@@ -831,7 +831,7 @@ def test_too_many_bytes_elements():
 
 
 def test_too_few_bytes_elements():
-    part = struct.pack("<I", 1) + b"a"
+    part = struct.pack("<I", 5) + b"abcde"
     header = {"inputs": [binary_input("txt", "BYTES", (2, 1), size=len(part))]}
     assert_invalid(header, part, "input 'txt': BYTES data holds 1 elements, but its shape needs 2")
 
@@ -952,6 +952,85 @@ def test_shape_byte_size_of_bytes_counts_one_byte_per_element():
     header = {"inputs": [{"name": "s", "datatype": "BYTES", "shape": [5], "data": ["a"] * 5}]}
     assert decode_header(header, max_bytes=5).inputs[0].data.tolist() == [b"a"] * 5
     assert_invalid(header, exc=RequestTooLarge, max_bytes=4, message="input 's': shape [5] needs 5 bytes")
+
+
+# ------------------------------------------- declared shapes the data does not fill
+HOSTILE_LIMIT = 64 << 20  # the default MAX_REQUEST_BYTES
+
+
+def refused_within(header: dict, tail: bytes = b"", exc=InvalidInput, limit: int = 64 * 1024) -> str:
+    """Decode a request that must be refused with ``exc``, allocating at most
+    ``limit`` bytes meanwhile (numpy reports its allocations to tracemalloc);
+    the error message."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(exc) as err:
+            decode_header(header, tail, max_bytes=HOSTILE_LIMIT)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert type(err.value) is exc
+    assert peak < limit, f"{peak} bytes allocated to refuse the request"
+    return err.value.message
+
+
+def test_binary_bytes_declared_larger_than_its_data_allocates_nothing():
+    """Issue 22 F2: 4 bytes of BYTES data declared as [67108864] elements
+    (the 112-byte request that allocated 512 MiB)."""
+    header = {"inputs": [binary_input("txt", "BYTES", (1 << 26,), size=4)]}
+    message = refused_within(header, struct.pack("<I", 0))
+    assert message == (
+        "input 'txt': 4 bytes of BYTES data cannot hold the 67108864 elements of its shape "
+        "(each takes at least its 4-byte length)"
+    )
+
+
+@pytest.mark.parametrize(
+    "datatype,data",
+    [("BYTES", ["a"]), ("FP32", [1.5]), ("INT64", [1]), ("BOOL", [True])],
+)
+def test_json_data_declared_larger_than_given_allocates_nothing(datatype, data):
+    count = (1 << 26) // max(BY_NAME[datatype].itemsize, 1)  # the most the limit lets a shape declare
+    header = {"inputs": [{"name": "j", "datatype": datatype, "shape": [count], "data": data}]}
+    assert refused_within(header) == f"input 'j': 'data' has 1 elements but shape [{count}] needs {count}"
+
+
+def test_json_large_body_declared_larger_than_given_allocates_little():
+    """Bodies above large_json.THRESHOLD take simdjson's typed export: the
+    same check, before the array is shaped."""
+    values = [0.5] * 20000
+    body = json.dumps({"inputs": [{"name": "j", "datatype": "FP32", "shape": [1 << 24], "data": values}]}).encode()
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidInput, match=r"'data' has 20000 elements but shape \[16777216\] needs 16777216"):
+            decode(body, None, max_bytes=HOSTILE_LIMIT)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, peak  # the 20000 values given, never the 16M declared
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+def test_shapes_no_tensor_can_have_are_invalid_not_errors(binary):
+    """More than 64 dimensions, or an empty shape whose other dimensions
+    overflow numpy, are INVALID_ARGUMENT (they were ValueErrors: a 500)."""
+    for shape, needle in (
+        ([1] * 65, "'shape' has more than the 64 dimensions a tensor may have"),
+        ([0, 1 << 62, 1 << 62], "has dimensions larger than any request can carry"),
+        ([0, 1 << 40, 1 << 40], "has dimensions larger than any request can carry"),
+    ):
+        entry = (
+            binary_input("s", "BYTES", shape, size=0)
+            if binary
+            else {"name": "s", "datatype": "FP32", "shape": shape, "data": []}
+        )
+        assert needle in refused_within({"inputs": [entry]})
+    empty = binary_input("s", "FP32", (0, 1 << 20), size=0)  # an empty tensor with large dimensions is fine
+    assert decode_header({"inputs": [empty]}, max_bytes=HOSTILE_LIMIT).inputs[0].data.shape == (0, 1 << 20)
 
 
 def test_request_too_large_is_an_inference_error_with_its_own_code():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from inference.dataplane import DataPlane
-from inference.protocol.errors import InvalidInput, ModelNotFound, ModelNotReady
+from inference.protocol.errors import InvalidInput, ModelNotFound, ModelNotReady, PermissionDenied
 from inference.protocol.types import InferenceRequest, RequestedOutput, RequestInput
 from inference.registry import ModelRegistry
 from inference.runtime.executors import InProcessExecutor, session_loader
@@ -46,6 +46,12 @@ def dataplane(repo):
     registry.stop()
 
 
+def _infer(dataplane, request):
+    """An inference as adapters make it: admitted (anonymous), then run."""
+    with dataplane.admit(None, request.model_name) as admission:
+        return dataplane.infer(admission, request)
+
+
 def _simple(a, b, **kwargs):
     return InferenceRequest(
         "simple",
@@ -57,7 +63,7 @@ def _simple(a, b, **kwargs):
 def test_infer_computes_and_echoes(dataplane):
     a = np.arange(32, dtype=np.int32).reshape(2, 16)
     b = np.full((2, 16), 7, dtype=np.int32)
-    response = dataplane.infer(_simple(a, b, id="x-1"))
+    response = _infer(dataplane, _simple(a, b, id="x-1"))
     assert (response.model_name, response.model_version, response.id) == ("simple", "1", "x-1")
     outputs = {o.name: o for o in response.outputs}
     np.testing.assert_array_equal(outputs["OUTPUT0"].data, a + b)
@@ -65,9 +71,32 @@ def test_infer_computes_and_echoes(dataplane):
     assert outputs["OUTPUT0"].datatype == "INT32" and outputs["OUTPUT0"].shape == (2, 16)
 
 
+def test_an_admission_runs_only_its_own_model(dataplane):
+    """infer takes the admission admit returns: one to another model is refused
+    (PERMISSION_DENIED), on the thread and the event-loop paths alike."""
+    a = np.ones((1, 16), dtype=np.int32)
+    with dataplane.admit(None, "affine") as admission:
+        with pytest.raises(PermissionDenied, match="admitted to model 'affine', not to 'simple'"):
+            dataplane.infer(admission, _simple(a, a))
+
+    async def on_the_loop():
+        admission = await dataplane.admit_async(None, "affine")
+        async with admission:
+            with pytest.raises(PermissionDenied, match="admitted to model 'affine'"):
+                await dataplane.infer_async(admission, _simple(a, a))
+        async with await dataplane.admit_async(None, "simple") as admission:
+            return await dataplane.infer_async(admission, _simple(a, a))
+
+    answers = []  # a thread of its own: other tests (Playwright) may leave a loop running in this one
+    thread = threading.Thread(target=lambda: answers.append(asyncio.run(on_the_loop())))
+    thread.start()
+    thread.join(30)
+    np.testing.assert_array_equal(answers[0].outputs[0].data, a + a)
+
+
 def test_requested_output_subset_and_order(dataplane):
     a = np.ones((1, 16), dtype=np.int32)
-    response = dataplane.infer(_simple(a, a, outputs=[RequestedOutput("OUTPUT1"), RequestedOutput("OUTPUT0")]))
+    response = _infer(dataplane, _simple(a, a, outputs=[RequestedOutput("OUTPUT1"), RequestedOutput("OUTPUT0")]))
     assert [o.name for o in response.outputs] == ["OUTPUT1", "OUTPUT0"]
     np.testing.assert_array_equal(response.outputs[0].data, np.zeros((1, 16)))
 
@@ -90,38 +119,38 @@ def test_invalid_requests(dataplane, mutate, needle):
     request = _simple(a, a)
     mutate(request)
     with pytest.raises(InvalidInput) as info:
-        dataplane.infer(request)
+        _infer(dataplane, request)
     assert needle in info.value.message
 
 
 def test_batch_limit(dataplane):
     x = np.zeros((3, 4), dtype=np.float32)
     with pytest.raises(InvalidInput, match="max_batch_size 2"):
-        dataplane.infer(InferenceRequest("affine", [RequestInput("x", "FP32", x.shape, x)]))
+        _infer(dataplane, InferenceRequest("affine", [RequestInput("x", "FP32", x.shape, x)]))
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
-    out = dataplane.infer(InferenceRequest("affine", [RequestInput("x", "FP32", x.shape, x)])).outputs[0]
+    out = _infer(dataplane, InferenceRequest("affine", [RequestInput("x", "FP32", x.shape, x)])).outputs[0]
     np.testing.assert_allclose(out.data, 2 * x + 1)
 
 
 def test_strings_decoded_for_the_model_and_refused_when_not_utf8(dataplane):
     text = np.array(["ça".encode(), b"ok"], dtype=object)
-    out = dataplane.infer(InferenceRequest("strings", [RequestInput("text", "BYTES", (2,), text)])).outputs[0]
+    out = _infer(dataplane, InferenceRequest("strings", [RequestInput("text", "BYTES", (2,), text)])).outputs[0]
     assert list(out.data) == ["ça?", "ok?"]
     bad = np.array([b"\xc3"], dtype=object)
     with pytest.raises(InvalidInput, match="input 'text': BYTES element 0 is not valid UTF-8"):
-        dataplane.infer(InferenceRequest("strings", [RequestInput("text", "BYTES", (1,), bad)]))
+        _infer(dataplane, InferenceRequest("strings", [RequestInput("text", "BYTES", (1,), bad)]))
 
 
 def test_versions_not_found_not_ready(dataplane):
     x = np.zeros((1, 4), dtype=np.float32)
     request = InferenceRequest("v", [RequestInput("x", "FP32", x.shape, x)])
-    assert dataplane.infer(request).model_version == "2"  # latest 1 by default
+    assert _infer(dataplane, request).model_version == "2"  # latest 1 by default
     request.model_version = "1"
     with pytest.raises(ModelNotReady, match="not served by the model's version policy"):
-        dataplane.infer(request)
+        _infer(dataplane, request)
     request.model_version = "3"
     with pytest.raises(ModelNotFound, match="unknown version 3"):
-        dataplane.infer(request)
+        _infer(dataplane, request)
     with pytest.raises(ModelNotFound, match="unknown model 'nope'"):
         dataplane.model_metadata("nope")
     with pytest.raises(ModelNotReady, match="FAILED"):
@@ -143,18 +172,18 @@ def test_metadata(dataplane):
 def test_registry_follows_writes_and_drops_stale_sessions(dataplane, repo):
     x = np.zeros((1, 4), dtype=np.float32)
     request = InferenceRequest("v", [RequestInput("x", "FP32", x.shape, x)])
-    np.testing.assert_allclose(dataplane.infer(request).outputs[0].data, x + 2)
+    np.testing.assert_allclose(_infer(dataplane, request).outputs[0].data, x + 2)
     assert len(dataplane.executor.runner.loaded()) == 1
     # A new version imported in this process is served at once (registry_changed on commit).
     m.write_model(repo, "v", m.affine(1.0, 3.0), version=3)
     import_repository(repo)
-    response = dataplane.infer(request)
+    response = _infer(dataplane, request)
     assert response.model_version == "3"
     np.testing.assert_allclose(response.outputs[0].data, x + 3)
     assert len(dataplane.executor.runner.loaded()) == 1  # version 2's session was dropped
     # A version that fails disappears; the policy falls back to the newest READY one.
     services.version_set_state(ModelVersion.objects.get(model__name="v", number=3), "FAILED", "broken on purpose")
-    assert dataplane.infer(request).model_version == "2"
+    assert _infer(dataplane, request).model_version == "2"
     # A policy change takes effect too.
     model = RegisteredModel.objects.get(name="v")
     model.version_policy = "all"

@@ -172,3 +172,31 @@ class LiveServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             return self.process.wait()
+
+
+def serve_live(repository: Path, var_dir: Path, env: dict, workers_redis: str | None = None):
+    """A started LiveServer; with ``workers_redis``, its inference in one CPU
+    worker over Redis at that URL (flushed first), whose heartbeat the front
+    end has seen, reached over TCP with the worker link's mutual TLS (as
+    from another machine; certificates of a new CA in ``var_dir``). A
+    generator for fixtures: stops the server after and asserts it exited
+    cleanly."""
+    devices: tuple[str, ...] = ()
+    worker_env: dict[str, str] = {}
+    if workers_redis:
+        import redis
+
+        from tests.support.certs import worker_link
+
+        redis.Redis.from_url(workers_redis).flushdb()
+        front_end_tls, worker_env = worker_link(var_dir / "worker-tls")
+        env = {**env, "INFERENCE_EXECUTOR": "workers", "REDIS_URL": workers_redis, **front_end_tls}
+        worker_env.update(WORKER_LISTEN="127.0.0.1:0", WORKER_UNIX_SOCKET="false")
+        devices = ("cpu",)
+    server = LiveServer(repository, var_dir, extra_env=env, devices=devices, worker_env=worker_env)
+    server.start()
+    if devices:
+        server.wait_for_workers()
+    yield server
+    code = server.stop()
+    assert code == 0, f"serve did not stop cleanly on SIGTERM (status {code}):\n{server.log()}"
