@@ -28,6 +28,8 @@ def test_services_of_a_gpu_server():
     gpu_workers = [n for n in SERVICES if n.startswith("worker-gpu")]
     assert len(gpu_workers) >= 2
     assert set(APP_SERVICES) == {"rest", "grpc", "worker-cpu", *gpu_workers}
+    redis = SERVICES["redis"]  # a password: whoever can write heartbeats can at least delay requests
+    assert "--requirepass" in " ".join(redis["command"]) and "REDISCLI_AUTH" in " ".join(redis["healthcheck"]["test"])
 
 
 def _manage_args(command: list[str]) -> list[str]:
@@ -55,7 +57,8 @@ def test_environment_names_are_settings(name):
     environment = APP_SERVICES[name]["environment"]
     for key in environment:
         assert re.search(rf'"{key}"', SETTINGS_TEXT), f"{name}: {key} is not read by hosting/settings.py"
-    assert environment["INFERENCE_EXECUTOR"] == "workers" and environment["REDIS_URL"].startswith("redis://redis:")
+    assert environment["INFERENCE_EXECUTOR"] == "workers"
+    assert environment["REDIS_URL"] == "redis://:${REDIS_PASSWORD:?set REDIS_PASSWORD}@redis:6379/0"  # a password
     assert environment["MODEL_STORAGE"] == "s3" and environment["MODEL_STORAGE_ENDPOINT"] == "http://minio:9000"
     assert environment["DATABASE_URL"].startswith("postgres://")
 
