@@ -108,16 +108,23 @@ def _status(pid: int) -> dict[str, int]:
 
 def worker_connection_cost(env: dict, work: Path, n: int) -> str:
     """Memory and threads of a worker holding ``n`` front-end connections
-    (handshake done, idle): what many front-end threads cost a worker."""
-    from inference.runtime import frames
-    from inference.runtime.worker_server import proof, transport_key
+    (TLS handshake done, hello read, idle): what many front-end threads cost a worker."""
+    from hosting import worker_certs
+    from inference.runtime import frames, link, messages
 
     port = free_port()
-    worker_env = dict(os.environ, **env, VAR_DIR=str(work / "var"), WORKER_LISTEN=f"127.0.0.1:{port}")
+    certs = work / "worker-tls"
+    worker_certs.write_set(certs, "modelhost-worker", days=1)
+    worker_env = dict(
+        os.environ, **env, **worker_certs.environment(certs, "worker"), VAR_DIR=str(work / "var"),
+        WORKER_LISTEN=f"127.0.0.1:{port}", WORKER_UNIX_SOCKET="false",
+        WORKER_MAX_CONNECTIONS=str(n + 16), WORKER_MAX_CONNECTIONS_PER_PEER=str(n + 16),
+    )  # fmt: skip
     process = subprocess.Popen(
         [sys.executable, "manage.py", "runworker", "--device", "cpu", "--no-control"],
         cwd=ROOT, env=worker_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
+    context = link.TLSFiles(*worker_certs.environment(certs, "frontend").values()).client_context
     sockets = []
     try:
         for _ in range(100):
@@ -128,11 +135,10 @@ def worker_connection_cost(env: dict, work: Path, n: int) -> str:
                 time.sleep(0.2)
         time.sleep(2)
         before = _status(process.pid)
-        key = transport_key(env["SECRET_KEY"])
         for _ in range(n):
-            sock = socket.create_connection(("127.0.0.1", port))
-            header, _ = frames.Reader(sock, 1 << 20).frame()
-            frames.send(sock, frames.encode({"proof": proof(key, header["challenge"])}))
+            raw = socket.create_connection(("127.0.0.1", port))
+            sock = context.wrap_socket(raw, server_hostname="modelhost-worker")
+            assert isinstance(frames.Reader(sock, 1 << 20, messages.to_front_end).frame()[0], messages.Hello)
             sockets.append(sock)
         time.sleep(2)
         after = _status(process.pid)
@@ -179,7 +185,7 @@ def main() -> None:
         "INFERENCE_EXECUTOR": "workers",
         "REDIS_URL": f"redis://127.0.0.1:{port}/0",
         "DATABASE_URL": PG_ADMIN.rsplit("/", 1)[0] + f"/{database}",
-        "SECRET_KEY": uuid.uuid4().hex,
+        "SECRET_KEY": uuid.uuid4().hex + uuid.uuid4().hex,
     }
     live = LiveServer(repository, work / "var", extra_env=env)
     out = Report()
