@@ -199,7 +199,10 @@ def build_dataplane() -> DataPlane:
         # Local copies of artifacts kept in S3: dropped when their version is deleted anywhere.
         registry.add_listener(CacheJanitor(settings.MODEL_STORE_DIR, "store").on_snapshot)
     registry.start()
-    statistics = StatisticsRecorder(ports.providers.statistics_store, settings.STATISTICS_FLUSH_SECONDS)
+    machine_statistics = Path(settings.VAR_DIR) / "run" / "statistics"  # this machine's processes' counters
+    statistics = StatisticsRecorder(
+        ports.providers.statistics_store, settings.STATISTICS_FLUSH_SECONDS, machine_statistics
+    )
     statistics.start()
     return DataPlane(
         registry,

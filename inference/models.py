@@ -1,13 +1,14 @@
-"""Inference statistics shared by every server process (Triton's statistics
-extension). Each process adds its counts here in batches (see
-inference/statistics.py); durations are in nanoseconds."""
+"""Inference statistics shared by every machine (Triton's statistics
+extension). Each process adds its counts here in batches, to its machine's
+rows (see inference/statistics.py); durations are in nanoseconds."""
 
 from django.db import models
 
 
 class ModelStatisticsRow(models.Model):
-    """Cumulative counts for one (model, version) since the registry was created."""
+    """Cumulative counts of one machine for one (model, version) since the registry was created."""
 
+    machine = models.CharField(max_length=32, default="")  # "": counted before machines were told apart
     model_name = models.CharField(max_length=128)
     version = models.PositiveIntegerField()
     inference_count = models.BigIntegerField(default=0)
@@ -27,12 +28,15 @@ class ModelStatisticsRow(models.Model):
     compute_output_ns = models.BigIntegerField(default=0)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["model_name", "version"], name="unique_stats_version")]
+        constraints = [
+            models.UniqueConstraint(fields=["machine", "model_name", "version"], name="unique_stats_machine_version")
+        ]
 
 
 class BatchStatisticsRow(models.Model):
-    """Compute counts and times per batch size for one (model, version)."""
+    """Compute counts and times of one machine per batch size for one (model, version)."""
 
+    machine = models.CharField(max_length=32, default="")
     model_name = models.CharField(max_length=128)
     version = models.PositiveIntegerField()
     batch_size = models.PositiveIntegerField()
@@ -45,5 +49,7 @@ class BatchStatisticsRow(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["model_name", "version", "batch_size"], name="unique_batch_stats")
+            models.UniqueConstraint(
+                fields=["machine", "model_name", "version", "batch_size"], name="unique_machine_batch_stats"
+            )
         ]

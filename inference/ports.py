@@ -169,12 +169,12 @@ class Authorizer(Protocol):
 
 
 class StatisticsStore(Protocol):
-    def add(self, versions: dict, batches: dict, last: dict) -> None:
-        """Add per-version and per-batch-size counter deltas (see
+    def add(self, machine: str, versions: dict, batches: dict, last: dict) -> None:
+        """Add a machine's per-version and per-batch-size counter deltas (see
         :mod:`inference.statistics`); raises on failure (deltas are kept)."""
 
-    def read(self, keys: list[tuple[str, int]]) -> tuple[dict, dict, dict]:
-        """Totals of every process for (model, version) keys: (versions, batches, last)."""
+    def read(self, keys: list[tuple[str, int]], exclude_machine: str = "") -> tuple[dict, dict, dict]:
+        """Totals of every machine but ``exclude_machine`` for (model, version) keys: (versions, batches, last)."""
 
 
 class AuditLog(Protocol):

@@ -1,12 +1,17 @@
-"""Triton's statistics extension, counted across every server process.
+"""Triton's statistics extension, counted across every server process at once.
 
-Each process keeps its new counts in memory (:meth:`StatisticsRecorder.record`
-costs a lock and a few additions) and a daemon thread adds them to a shared
-:class:`~inference.ports.StatisticsStore` every ``flush_seconds`` (the
-composition root plugs in the database: :mod:`inference.statistics_db`), so
-the REST workers and the gRPC process all contribute to the same totals. A
-statistics request flushes its own process first; counts of other processes
-appear within one flush interval. Durations are nanoseconds.
+Each process adds its counts to its own table of counters in memory the
+machine's processes share (:mod:`inference.statistics_local`: a lock and a
+few additions per request), before the answer leaves; a statistics read sums
+the tables of every process of the machine, so it includes every inference
+this machine answered before the read began (REST and gRPC processes alike;
+a process that ended is folded into the machine's retired table, never
+counted twice). For other machines, a daemon thread adds each process's new
+counts to a shared :class:`~inference.ports.StatisticsStore` every
+``flush_seconds`` under the machine's id (the composition root plugs in the
+database: :mod:`inference.statistics_db`); a read adds what the other
+machines flushed, so their counts appear within one flush interval.
+Durations are nanoseconds.
 
 Counted as Triton counts them: ``inference_count`` counts inferences (batch
 rows), ``execution_count`` model executions (a dynamic batch is one), and
@@ -16,9 +21,15 @@ rows), ``execution_count`` model executions (a dynamic batch is one), and
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from inference import statistics_local as local
 
 logger = logging.getLogger(__name__)
 
@@ -90,30 +101,40 @@ class ModelStatistics:
 
 
 class StatisticsRecorder:
-    """In-memory deltas per (model, version) and per batch size, flushed to
-    ``store`` (None: kept in this process only)."""
+    """Counts of this process in its :class:`~inference.statistics_local.CounterTable`
+    (in ``directory``, where every server process of the machine keeps one,
+    so that a read sums them all at once; anonymous memory without one),
+    flushed as deltas to ``store`` every ``flush_seconds`` under this
+    machine's id for the other machines' reads (None: no store)."""
 
-    def __init__(self, store=None, flush_seconds: float = 1.0):
+    def __init__(self, store=None, flush_seconds: float = 1.0, directory: Path | None = None, name: str = ""):
+        """``name``: the table's file name in ``directory`` (default: this
+        process's pid and start time; tests name several recorders of one process)."""
         self.store = store
         self.flush_seconds = flush_seconds
+        self.directory = directory
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            self.machine = local.machine_id(directory)
+            self._table = local.CounterTable(directory / name if name else local.table_path(directory))
+        else:
+            self.machine = os.urandom(8).hex()
+            self._table = local.CounterTable(None)
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
-        self._versions: dict[tuple[str, int], VersionCounters] = {}
-        self._batches: dict[tuple[str, int, int], BatchCounters] = {}
-        self._last: dict[tuple[str, int], int] = {}
-        # Without a store, flushed counts accumulate here.
-        self._totals: tuple[dict, dict, dict] = ({}, {}, {})
+        self._flushed: dict[local.Key, np.ndarray] = {}  # this process's counts the store has
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
     def record_failure(self, model: str, version: int, total_ns: int) -> None:
         """Count one failed request."""
-        key = (model, version)
         with self._lock:
-            counters = self._versions.get(key) or self._versions.setdefault(key, VersionCounters())
-            counters.fail_count += 1
-            counters.fail_ns += total_ns
-            self._last[key] = int(time.time() * 1000)
+            table = self._table
+            start = table.slot((model, version, 0))
+            words = table.words
+            words[start + _FAIL_COUNT] += 1
+            words[start + _FAIL_NS] += total_ns
+            words[start + local.LAST] = int(time.time() * 1000)
 
     def record_success(
         self, model: str, version: int, *, rows: int, total_ns: int, queue_ns: int, input_ns: int, infer_ns: int,
@@ -122,51 +143,42 @@ class StatisticsRecorder:
         """Count one successful request of ``rows`` inferences. It ran in an
         execution of ``batch_size`` rows; ``executed`` for the one request
         that counts that execution (and its batch_stats entry)."""
-        key = (model, version)
+        now = int(time.time() * 1000)
         with self._lock:
-            c = self._versions.get(key) or self._versions.setdefault(key, VersionCounters())
-            self._last[key] = int(time.time() * 1000)
-            c.inference_count += rows
-            c.success_count += 1
-            c.success_ns += total_ns
-            c.queue_count += 1
-            c.queue_ns += queue_ns
-            c.compute_input_count += 1
-            c.compute_input_ns += input_ns
-            c.compute_infer_count += 1
-            c.compute_infer_ns += infer_ns
-            c.compute_output_count += 1
-            c.compute_output_ns += output_ns
+            table = self._table
+            start = table.slot((model, version, 0))
+            words = table.words
+            words[start + _INFERENCES] += rows
+            words[start + _SUCCESS_COUNT] += 1
+            words[start + _SUCCESS_NS] += total_ns
+            words[start + _QUEUE_NS] += queue_ns
+            words[start + _INPUT_NS] += input_ns
+            words[start + _INFER_NS] += infer_ns
+            words[start + _OUTPUT_NS] += output_ns
+            words[start + local.LAST] = now
             if executed:
-                c.execution_count += 1
-                bkey = (model, version, batch_size)
-                b = self._batches.get(bkey) or self._batches.setdefault(bkey, BatchCounters())
-                b.compute_input_count += 1
-                b.compute_input_ns += input_ns
-                b.compute_infer_count += 1
-                b.compute_infer_ns += infer_ns
-                b.compute_output_count += 1
-                b.compute_output_ns += output_ns
+                words[start + _EXECUTIONS] += 1
+                batch = table.slot((model, version, batch_size))
+                words[batch + _SUCCESS_COUNT] += 1
+                words[batch + _INPUT_NS] += input_ns
+                words[batch + _INFER_NS] += infer_ns
+                words[batch + _OUTPUT_NS] += output_ns
 
     # -- persistence -----------------------------------------------------
     def flush(self) -> None:
-        """Add the pending deltas to the store (kept for the next flush when it fails)."""
+        """Add what this process counted since the last flush to the store
+        (kept for the next flush when it fails); then retire the tables of
+        the machine's processes that ended."""
         with self._flush_lock:
-            with self._lock:
-                versions, self._versions = self._versions, {}
-                batches, self._batches = self._batches, {}
-                last, self._last = self._last, {}
-            if not versions and not batches:
-                return
-            try:
-                if self.store is None:
-                    _merge(self._totals, versions, batches, last)
-                else:
-                    self.store.add(versions, batches, last)
-            except Exception:
-                with self._lock:  # keep the counts for the next flush
-                    _merge((self._versions, self._batches, self._last), versions, batches, last)
-                raise
+            if self.store is not None:
+                with self._lock:
+                    now = self._table.snapshot()
+                versions, batches, last = _deltas(now, self._flushed)
+                if versions or batches:
+                    self.store.add(self.machine, versions, batches, last)
+                self._flushed = now
+            if self.directory is not None:
+                local.retire_dead(self.directory)
 
     def start(self) -> None:
         if self.flush_seconds > 0 and self._thread is None:
@@ -185,35 +197,86 @@ class StatisticsRecorder:
 
     # -- reading ---------------------------------------------------------
     def read(self, keys: list[tuple[str, int]]) -> list[ModelStatistics]:
-        """Statistics of the given (model, version) pairs, after flushing this process."""
-        self.flush()
-        if self.store is None:
-            versions, batches, last = self._totals
+        """Statistics of the given (model, version) pairs: every inference
+        this machine answered before the call (its processes' tables), plus
+        what other machines have flushed to the store (at most
+        ``flush_seconds`` behind)."""
+        if self.directory is not None:
+            totals = local.machine_totals(self.directory)
         else:
-            versions, batches, last = self.store.read(keys)
+            with self._lock:
+                totals = self._table.snapshot()
+        if self.store is not None:
+            versions, batches, last = self.store.read(keys, exclude_machine=self.machine)
+            _add_remote(totals, versions, batches, last)
         out = []
         for model, version in keys:
-            c = versions.get((model, version)) or VersionCounters()
-            stages = {s: Duration(getattr(c, f"{s}_count"), getattr(c, f"{s}_ns")) for s in STAGES}
-            sizes = sorted(size for (m, v, size) in batches if (m, v) == (model, version))
+            c = totals.get((model, version, 0), _ZERO)
+            stages = {s: Duration(int(c[_STAGE_AT[s][0]]), int(c[_STAGE_AT[s][1]])) for s in STAGES}
+            sizes = sorted(size for (m, v, size) in totals if (m, v) == (model, version) and size > 0)
             batch_stats = [
-                (size, {s: Duration(getattr(b, f"{s}_count"), getattr(b, f"{s}_ns")) for s in BATCH_STAGES})
+                (size, {s: Duration(int(b[_STAGE_AT[s][0]]), int(b[_STAGE_AT[s][1]])) for s in BATCH_STAGES})
                 for size in sizes
-                for b in (batches[(model, version, size)],)
-            ]
-            last_ms = last.get((model, version), 0)
-            out.append(
-                ModelStatistics(model, str(version), last_ms, c.inference_count, c.execution_count, stages, batch_stats)
-            )
+                for b in (totals[(model, version, size)],)
+            ]  # fmt: skip
+            counts = int(c[local.LAST]), int(c[_INFERENCES]), int(c[_EXECUTIONS])
+            out.append(ModelStatistics(model, str(version), *counts, stages, batch_stats))
         return out
 
 
-def _merge(into: tuple[dict, dict, dict], versions: dict, batches: dict, last: dict) -> None:
-    """Add counter deltas to ``into`` = (versions, batches, last)."""
-    into_versions, into_batches, into_last = into
-    for key, counters in versions.items():
-        into_versions.setdefault(key, VersionCounters()).add(counters)
+_I = local.INDEX
+_INFERENCES, _EXECUTIONS = _I["inference_count"], _I["execution_count"]
+_SUCCESS_COUNT, _SUCCESS_NS = _I["success_count"], _I["success_ns"]
+_FAIL_COUNT, _FAIL_NS = _I["fail_count"], _I["fail_ns"]
+_QUEUE_NS, _INPUT_NS, _INFER_NS, _OUTPUT_NS = (
+    _I["queue_ns"], _I["compute_input_ns"], _I["compute_infer_ns"], _I["compute_output_ns"]
+)  # fmt: skip
+#: Where a stage's count and time are in a slot (queue and compute are counted once per success).
+_STAGE_AT = {
+    "success": (_SUCCESS_COUNT, _SUCCESS_NS), "fail": (_FAIL_COUNT, _FAIL_NS), "queue": (_SUCCESS_COUNT, _QUEUE_NS),
+    "compute_input": (_SUCCESS_COUNT, _INPUT_NS), "compute_infer": (_SUCCESS_COUNT, _INFER_NS),
+    "compute_output": (_SUCCESS_COUNT, _OUTPUT_NS),
+}  # fmt: skip
+_ZERO = np.zeros(local.WIDTH, np.int64)
+_VERSION_FIELDS = [f.name for f in fields(VersionCounters)]
+_BATCH_FIELDS = [f.name for f in fields(BatchCounters)]
+
+
+#: Where each field of the store's counters is in a slot (the queue and compute counts are the success count).
+_COUNTER_AT = {**_I, **{f"{stage}_count": _SUCCESS_COUNT for stage in ("queue", *BATCH_STAGES)}}
+#: The fields a slot is rebuilt from, read back from the store.
+_VERSION_SOURCES = ("inference_count", "execution_count", "success_count", "success_ns", "fail_count", "fail_ns",
+                    "queue_ns", "compute_input_ns", "compute_infer_ns", "compute_output_ns")  # fmt: skip
+_BATCH_SOURCES = ("compute_infer_count", "compute_input_ns", "compute_infer_ns", "compute_output_ns")
+
+
+def _deltas(now: dict, flushed: dict) -> tuple[dict, dict, dict]:
+    """Counter deltas since ``flushed`` as the store takes them:
+    ({(model, version): VersionCounters}, {(model, version, size): BatchCounters},
+    {(model, version): last inference ms})."""
+    versions, batches, last = {}, {}, {}
+    for key, counters in now.items():
+        before = flushed.get(key)
+        delta = counters if before is None else counters - before
+        if not delta[: local.LAST].any():
+            continue
+        model, version, size = key
+        if size == 0:
+            versions[(model, version)] = VersionCounters(**{f: int(delta[_COUNTER_AT[f]]) for f in _VERSION_FIELDS})
+            last[(model, version)] = int(counters[local.LAST])
+        else:
+            batches[key] = BatchCounters(**{f: int(delta[_COUNTER_AT[f]]) for f in _BATCH_FIELDS})
+    return versions, batches, last
+
+
+def _add_remote(totals: dict, versions: dict, batches: dict, last: dict) -> None:
+    """Add the store's totals of other machines to this machine's ``totals``."""
+    for (model, version), counters in versions.items():
+        total = totals.setdefault((model, version, 0), np.zeros(local.WIDTH, np.int64))
+        for name in _VERSION_SOURCES:
+            total[_COUNTER_AT[name]] += getattr(counters, name)
+        total[local.LAST] = max(total[local.LAST], last.get((model, version), 0))
     for key, counters in batches.items():
-        into_batches.setdefault(key, BatchCounters()).add(counters)
-    for key, value in last.items():
-        into_last[key] = max(into_last.get(key, 0), value)
+        total = totals.setdefault(key, np.zeros(local.WIDTH, np.int64))
+        for name in _BATCH_SOURCES:
+            total[_COUNTER_AT[name]] += getattr(counters, name)

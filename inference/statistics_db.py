@@ -1,5 +1,7 @@
 """The database as the statistics store (:class:`inference.ports.StatisticsStore`):
-every process adds its deltas to the same rows with ``F()`` increments."""
+every process adds its deltas to its machine's rows with ``F()`` increments;
+a read sums the rows of every machine but the reader's own (which it counts
+exactly from its processes' tables, :mod:`inference.statistics_local`)."""
 
 from __future__ import annotations
 
@@ -12,34 +14,38 @@ from inference.statistics import BatchCounters, VersionCounters
 
 
 class DatabaseStatistics:
-    def add(self, versions: dict, batches: dict, last: dict) -> None:
-        """One transaction: UPDATE ... SET x = x + delta per row (created when missing)."""
+    def add(self, machine: str, versions: dict, batches: dict, last: dict) -> None:
+        """One transaction: UPDATE ... SET x = x + delta per row of ``machine`` (created when missing)."""
         try:
             with transaction.atomic():
                 for (model, version), counters in versions.items():
                     changes = {name: F(name) + value for name, value in counters.as_dict().items() if value}
                     changes["last_inference_ms"] = Greatest(F("last_inference_ms"), last.get((model, version), 0))
-                    _add(ModelStatisticsRow, {"model_name": model, "version": version}, changes)
+                    key = {"machine": machine, "model_name": model, "version": version}
+                    _add(ModelStatisticsRow, key, changes)
                 for (model, version, size), counters in batches.items():
                     changes = {name: F(name) + value for name, value in counters.as_dict().items()}
-                    _add(BatchStatisticsRow, {"model_name": model, "version": version, "batch_size": size}, changes)
+                    key = {"machine": machine, "model_name": model, "version": version, "batch_size": size}
+                    _add(BatchStatisticsRow, key, changes)
         finally:
             close_old_connections()
 
-    def read(self, keys: list[tuple[str, int]]) -> tuple[dict, dict, dict]:
+    def read(self, keys: list[tuple[str, int]], exclude_machine: str = "") -> tuple[dict, dict, dict]:
+        """Totals over every machine but ``exclude_machine``: (versions, batches, last)."""
         names = {m for m, _ in keys}
         versions, batches, last = {}, {}, {}
-        version_fields = list(VersionCounters().as_dict())
-        batch_fields = list(BatchCounters().as_dict())
-        for row in ModelStatisticsRow.objects.filter(model_name__in=names):
+        for row in ModelStatisticsRow.objects.filter(model_name__in=names).exclude(machine=exclude_machine):
             key = (row.model_name, row.version)
-            versions[key] = VersionCounters(**{f: getattr(row, f) for f in version_fields})
-            last[key] = row.last_inference_ms
-        for row in BatchStatisticsRow.objects.filter(model_name__in=names):
-            batches[(row.model_name, row.version, row.batch_size)] = BatchCounters(
-                **{f: getattr(row, f) for f in batch_fields}
-            )
+            versions.setdefault(key, VersionCounters()).add(VersionCounters(**{f: getattr(row, f) for f in _VERSION}))
+            last[key] = max(last.get(key, 0), row.last_inference_ms)
+        for row in BatchStatisticsRow.objects.filter(model_name__in=names).exclude(machine=exclude_machine):
+            key = (row.model_name, row.version, row.batch_size)
+            batches.setdefault(key, BatchCounters()).add(BatchCounters(**{f: getattr(row, f) for f in _BATCH}))
         return versions, batches, last
+
+
+_VERSION = list(VersionCounters().as_dict())
+_BATCH = list(BatchCounters().as_dict())
 
 
 def _add(model_class, key: dict, changes: dict) -> None:

@@ -1,8 +1,13 @@
-"""The statistics recorder on the real databases: several recorders (as
-several processes) add up in the shared rows, counted as Triton counts."""
+"""The statistics recorder: the processes of one machine add up at once
+through their shared tables; machines add up through the real databases'
+rows; counted as Triton counts."""
 
+import os
+
+import numpy as np
 import pytest
 
+from inference import statistics_local as local
 from inference.statistics import StatisticsRecorder
 from inference.statistics_db import DatabaseStatistics
 
@@ -16,14 +21,20 @@ def _ok(recorder, model, version, rows, *, batch_size=None, executed=True, infer
     )  # fmt: skip
 
 
-def test_recorders_add_up_across_processes():
+def test_recorders_add_up_across_machines():
+    """Recorders without a shared directory are machines of their own: each
+    reads its own counts at once and the others' once they flushed."""
     a, b = StatisticsRecorder(DatabaseStatistics(), 0), StatisticsRecorder(DatabaseStatistics(), 0)
     _ok(a, "m", 1, 4)
     a.record_failure("m", 1, 7)
     _ok(b, "m", 1, 1, infer_ns=40, input_ns=5, output_ns=5)
     _ok(b, "m", 2, 1, infer_ns=1)
+    (alone,) = b.read([("m", 1)])
+    assert (alone.inference_count, alone.stages["success"].count) == (1, 1)  # a has not flushed yet
     a.flush()
-    (stats,) = b.read([("m", 1)])  # read() flushes b first
+    b.flush()
+    b.flush()  # nothing new: nothing added twice
+    (stats,) = b.read([("m", 1)])
     assert (stats.inference_count, stats.execution_count) == (5, 2)
     assert (stats.stages["success"].count, stats.stages["success"].ns) == (2, 150)
     assert (stats.stages["fail"].count, stats.stages["fail"].ns) == (1, 7)
@@ -57,3 +68,44 @@ def test_without_a_store_the_counts_stay_in_the_process():
     _ok(recorder, "m", 1, 2)
     (stats,) = recorder.read([("m", 1)])
     assert (stats.inference_count, stats.execution_count) == (2, 1)
+
+
+def test_the_processes_of_a_machine_add_up_at_once_and_never_twice(tmp_path):
+    """Two processes of one machine (one statistics directory): a read by
+    either sees both at once, before any flush; flushed rows of the machine
+    are not counted again; a process that ended is folded into the retired
+    table without changing a read; a third machine sees the flushed counts."""
+    store = DatabaseStatistics()
+    a = StatisticsRecorder(store, 0, tmp_path, name="4194303-1.stats")  # no such process: it "ended"
+    b = StatisticsRecorder(store, 0, tmp_path, name=f"{os.getpid()}-{local._start_ticks(os.getpid())}.stats")
+    _ok(a, "m", 1, 3, batch_size=3)
+    _ok(b, "m", 1, 1)
+    b.record_failure("m", 1, 9)
+    for reader in (a, b):
+        (stats,) = reader.read([("m", 1)])
+        assert (stats.inference_count, stats.execution_count) == (4, 2)
+        assert (stats.stages["success"].count, stats.stages["fail"].count, stats.stages["fail"].ns) == (2, 1, 9)
+        assert {size: s["compute_infer"].count for size, s in stats.batch_stats} == {1: 1, 3: 1}
+    a.flush()  # a's table is a dead process's: folded into retired.stats
+    b.flush()
+    assert not (tmp_path / "4194303-1.stats").exists() and (tmp_path / local.RETIRED).exists()
+    (after,) = b.read([("m", 1)])
+    assert (after.inference_count, after.execution_count, after.stages["fail"].count) == (4, 2, 1)
+    other = StatisticsRecorder(store, 0)  # another machine
+    (remote,) = other.read([("m", 1)])
+    assert (remote.inference_count, remote.execution_count, remote.stages["fail"].ns) == (4, 2, 9)
+
+
+def test_a_table_grows_and_readers_see_every_key(tmp_path):
+    table = local.CounterTable(tmp_path / "7-7.stats", capacity=2)
+    for i in range(40):
+        start = table.slot((f"model-{i}", 1 + i % 3, 0))
+        table.add(start, ((local.INDEX["success_count"], i + 1),))
+    assert table.capacity >= 40
+    totals = local.machine_totals(tmp_path)
+    assert {key[0]: int(c[local.INDEX["success_count"]]) for key, c in totals.items()} == {
+        f"model-{i}": i + 1 for i in range(40)
+    }
+    (tmp_path / "garbage.stats").write_bytes(b"not a table")  # ignored, never a crash
+    assert len(local.machine_totals(tmp_path)) == 40
+    assert np.array_equal(table.snapshot()[("model-5", 3, 0)], totals[("model-5", 3, 0)])
