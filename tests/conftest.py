@@ -7,6 +7,7 @@ import os
 import pytest
 from django.core.files.storage import storages
 
+from tests.support import redis_db
 from tests.support.repository import build_test_repository
 from tests.support.server import serve_live
 
@@ -41,7 +42,10 @@ def test_repository(tmp_path_factory):
 #: MODELHOST_TEST_EXECUTOR=workers runs the live-server tests through pinned
 #: inference workers (real Redis, database TEST_REDIS_DB) instead of in process.
 EXECUTOR = os.environ.get("MODELHOST_TEST_EXECUTOR", "inprocess")
-TEST_REDIS_URL = f"redis://127.0.0.1:6379/{os.environ.get('TEST_REDIS_DB', '9')}"
+if os.environ.get("PYTEST_XDIST_WORKER") and "TEST_REDIS_PORT" not in os.environ:
+    # Tests run in several workers (make test: pytest -n): each gets a Redis of its own.
+    os.environ["TEST_REDIS_PORT"] = str(redis_db.start_private_server())
+TEST_REDIS_URL = redis_db.url("TEST_REDIS_DB", 9)
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,6 @@ settings as over REST."""
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import time
 
@@ -26,6 +25,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.conftest import EXECUTOR
 from tests.support import onnx_models as m
+from tests.support import redis_db
 from tests.support.live import manage, people_with_tokens, request, wait_for
 from tests.support.repository import DYNAMIC_BATCHING
 from tests.support.server import LiveServer
@@ -35,7 +35,7 @@ pytestmark = [
     pytest.mark.skipif(EXECUTOR != "inprocess", reason="runs both executors itself"),
 ]
 
-WORKER_REDIS_URL = f"redis://127.0.0.1:6379/{os.environ.get('TEST_WORKER_REDIS_DB', '10')}"
+WORKER_REDIS_URL = redis_db.url("TEST_WORKER_REDIS_DB", 10)
 
 
 @pytest.fixture(scope="module", params=["inprocess", "workers"])

@@ -13,12 +13,13 @@ import pytest
 import redis
 
 from tests.support import onnx_models as m
+from tests.support import redis_db
 from tests.support.live import bearer, manage, multipart, request, wait_for
 from tests.support.server import ROOT, LiveServer, free_port
 
 pytestmark = pytest.mark.interop
 
-REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13")  # a database of its own
+REDIS_URL = os.environ.get("TEST_REDIS_URL") or redis_db.url("TEST_CELERY_REDIS_DB", 13)  # a database of its own
 
 
 @pytest.fixture(scope="module")

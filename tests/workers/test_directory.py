@@ -5,18 +5,17 @@ KEDA's Redis scaler, and nothing stale once a worker is gone."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import redis
 
 from inference import observability
 from inference.runtime import messages
 from inference.runtime.placement import WorkerDirectory, depth_key, heartbeat_key, pool_depth_key
+from tests.support import redis_db
 
 pytestmark = pytest.mark.workers
 
-REDIS_URL = f"redis://127.0.0.1:6379/{os.environ.get('TEST_REDIS_DB', '8')}"
+REDIS_URL = redis_db.url("TEST_DIRECTORY_REDIS_DB", 7)
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.support import onnx_models as m
+from tests.support import redis_db
 from tests.support.certs import worker_link
 from tests.support.live import bearer, manage, multipart, request, wait_for
 from tests.support.s3 import keys, s3_env
@@ -30,7 +31,7 @@ from tests.support.server import LiveServer
 pytestmark = pytest.mark.workers
 
 PG_ADMIN = os.environ.get("MULTI_MACHINE_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
-REDIS_URL = f"redis://127.0.0.1:6379/{os.environ.get('TEST_REDIS_DB', '8')}"
+REDIS_URL = redis_db.url("TEST_MACHINES_REDIS_DB", 8)
 
 
 @pytest.fixture(scope="module")

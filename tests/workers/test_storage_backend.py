@@ -5,7 +5,6 @@ for MinIO here), and a worker with its own empty disk serving a model."""
 
 from __future__ import annotations
 
-import os
 import shutil
 
 import numpy as np
@@ -16,6 +15,7 @@ from django.core.files.storage import storages
 
 from models_store import storage
 from tests.support import onnx_models as m
+from tests.support import redis_db
 from tests.support.s3 import BUCKET, keys, s3_env
 from tests.support.server import LiveServer
 
@@ -65,7 +65,7 @@ def test_worker_on_another_disk_fetches_from_object_storage(s3_server, tmp_path)
     endpoint, client = s3_server
     repo = tmp_path / "repo"
     m.write_model(repo, "remote", m.affine(4.0, 0.5))
-    url = f"redis://127.0.0.1:6379/{os.environ.get('TEST_WORKER_REDIS_DB', '11')}"
+    url = redis_db.url("TEST_STORAGE_REDIS_DB", 11)
     redis.Redis.from_url(url).flushdb()
     live = LiveServer(
         repo,

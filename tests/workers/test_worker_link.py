@@ -39,14 +39,14 @@ from inference.runtime.execution import RunTarget
 from inference.runtime.placement import Worker, heartbeat_key, queue_for
 from inference.runtime.remote import RemoteExecutor
 from tests.support import onnx_models as m
-from tests.support import peers
+from tests.support import peers, redis_db
 from tests.support.certs import worker_link
 from tests.support.live import wait_for
 from tests.support.server import ROOT, LiveServer, free_port
 
 pytestmark = pytest.mark.workers
 
-REDIS_URL = f"redis://127.0.0.1:6379/{os.environ.get('TEST_LINK_REDIS_DB', '5')}"
+REDIS_URL = redis_db.url("TEST_LINK_REDIS_DB", 5)
 AFFINE = m.affine(2.0, 1.0)  # y = 2x + 1 on the cpu worker
 RELAYED = m.affine(-1.0, 3.0)  # y = 3 - x on the cuda:0 worker, over TLS through the relay
 ROOT_ONLY = pytest.mark.skipif(

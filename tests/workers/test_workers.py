@@ -23,12 +23,13 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.support import onnx_models as m
+from tests.support import redis_db
 from tests.support.live import wait_for
 from tests.support.server import ROOT, LiveServer, free_port
 
 pytestmark = pytest.mark.workers
 
-REDIS_URL = f"redis://127.0.0.1:6379/{os.environ.get('TEST_WORKER_REDIS_DB', '10')}"
+REDIS_URL = redis_db.url("TEST_WORKERS_REDIS_DB", 3)  # and the next one (the kill test)
 
 
 def manage(server: LiveServer, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
