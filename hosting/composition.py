@@ -190,6 +190,7 @@ def build_dataplane() -> DataPlane:
             settings.SESSION_MEMORY_BUDGET_MB * 1024 * 1024,
             on_load=_observe_load,
             on_change=observability.LOADED_SESSIONS.set,
+            drain_seconds=settings.VERSION_DRAIN_SECONDS,
         )
         executor = InProcessExecutor(runner)
     executor.start()
@@ -237,6 +238,7 @@ def build_worker(device: str, providers: list, where: str = "") -> WorkerRuntime
         settings.WORKER_MEMORY_BUDGET_MB * 1024 * 1024,
         on_load=_observe_load,
         on_change=observability.LOADED_SESSIONS.set,
+        drain_seconds=settings.VERSION_DRAIN_SECONDS,
     )
     runtime = WorkerRuntime(device, runner, registry)
     registry.add_listener(runtime.on_snapshot)

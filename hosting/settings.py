@@ -227,6 +227,10 @@ ORT_INTER_OP_THREADS = env.int("ORT_INTER_OP_THREADS", default=1)
 ORT_GRAPH_OPTIMIZATION = env.str("ORT_GRAPH_OPTIMIZATION", default="all")
 #: How often each server process checks the registry's change stamp, in seconds.
 REGISTRY_POLL_SECONDS = env.float("REGISTRY_POLL_SECONDS", default=1.0)
+#: A version that stops serving (a new default, a label moved, a split changed,
+#: deleted, unloaded) keeps running this long for requests routed to it before
+#: every process saw the change (s; at least a few REGISTRY_POLL_SECONDS).
+VERSION_DRAIN_SECONDS = env.float("VERSION_DRAIN_SECONDS", default=5.0)
 #: HTTP server (granian) processes and threads per process.
 HTTP_WORKERS = env.int("HTTP_WORKERS", default=2)
 HTTP_THREADS = env.int("HTTP_THREADS", default=4)

@@ -106,17 +106,25 @@ class WorkerRuntime:
         self.registry = registry
         self.meter = BusyMeter()
         self._targets: dict[tuple, RunTarget] = {}
+        self._draining: dict[tuple, tuple[RunTarget, float]] = {}  # key -> (target, until: time.monotonic())
 
     def on_snapshot(self, snapshot: dict) -> None:
         """Registry listener: the versions this worker may run, with this
-        device's instance count; sessions of the others are dropped."""
+        device's instance count. A version that stops serving keeps running
+        for the runner's ``drain_seconds`` (front ends that have not seen
+        the change yet still route to it: a rollout fails no request);
+        its sessions are dropped after."""
         targets = {}
         for model in snapshot.values():
             instances = instances_on(self.queue, model.instance_group)
             for version in model.versions.values():
                 if version.serving:
                     targets[version.key] = dataclasses.replace(version.target, instances=instances)
-        self._targets = targets
+        now = time.monotonic()
+        until = now + self.runner.drain_seconds
+        draining = {k: v for k, v in self._draining.items() if v[1] > now and k not in targets}
+        draining.update({k: (t, until) for k, t in self._targets.items() if k not in targets})
+        self._targets, self._draining = targets, draining
         self.runner.retain(set(targets))
 
     def target(self, model: str, version: int, sha256: str) -> RunTarget:
@@ -126,6 +134,9 @@ class WorkerRuntime:
         target = self._targets.get(key)
         if target is None and self.registry.catch_up():
             target = self._targets.get(key)
+        if target is None:
+            target, until = self._draining.get(key, (None, 0.0))
+            target = target if until > time.monotonic() else None
         if target is None:
             raise ModelNotReady(
                 f"version {version} of model '{model}' does not serve on the {self.device} worker "

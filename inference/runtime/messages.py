@@ -114,6 +114,7 @@ class Announcement(msgspec.Struct, omit_defaults=True):
     a Unix socket whose peer is this user)."""
 
     device: str
+    beat_ms: int = 0  # when this heartbeat was written (ms since the epoch)
     address: str = ""
     unix: str = ""
     machine: str = ""

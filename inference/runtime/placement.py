@@ -238,6 +238,12 @@ class WorkerDirectory:
         except Exception as exc:
             self.error = f"Redis is unreachable: {exc}"
             return
+        # A worker missing from this read whose last heartbeat has not expired yet (Redis restarted
+        # empty, or lost the key) stays until it would have: its next beat comes within a second.
+        now_ms = time.time() * 1000
+        for worker_id, worker in self._workers.items():
+            if worker_id not in workers and worker.announcement.beat_ms + HEARTBEAT_TTL_MS > now_ms:
+                workers[worker_id] = worker
         by_queue: dict[str, list[Worker]] = {}
         for worker in sorted(workers.values(), key=lambda w: w.id):
             by_queue.setdefault(worker.queue, []).append(worker)

@@ -119,15 +119,23 @@ class ModelRunner:
         cost_factor: float = 2.0,
         on_load: Callable[[RunTarget, float], None] | None = None,
         on_change: Callable[[int], None] | None = None,
+        drain_seconds: float = 0.0,
     ):
+        """``drain_seconds``: how long a version that stopped serving keeps
+        its sessions (:meth:`retain`), so that requests routed to it before
+        the change, by any process, still run on it."""
         self._load = load
         self.budget = budget_bytes
         self.cost_factor = cost_factor
         self._on_load = on_load
         self._on_change = on_change
+        self.drain_seconds = drain_seconds
         self._loaded: dict[tuple, LoadedVersion] = {}
         self._lock = threading.Lock()
         self._loading: dict[tuple, threading.Lock] = {}
+        self._serving: set | None = None  # the keys of the last retain()
+        self._draining: dict[tuple, float] = {}  # key -> when it is unloaded (time.monotonic())
+        self._sweeper: threading.Timer | None = None
 
     # -- running ---------------------------------------------------------
     def run(
@@ -167,6 +175,11 @@ class ModelRunner:
                 old = self._loaded.get(target.key)
                 self._loaded[target.key] = fresh
                 count = len(self._loaded)
+                retiring = self._serving is not None and target.key not in self._serving
+                if retiring:  # loaded for a request routed before it stopped serving: it drains too
+                    self._draining.setdefault(target.key, time.monotonic() + self.drain_seconds)
+            if retiring:
+                self._sweep()
             if old is not None:  # its instance group or batching changed
                 old.close()
             logger.info(
@@ -193,16 +206,44 @@ class ModelRunner:
 
     # -- housekeeping ----------------------------------------------------
     def retain(self, keys: set) -> None:
-        """Unload every version whose key is not in ``keys`` (no longer serving)."""
+        """The versions of ``keys`` serve; every other loaded version is
+        unloaded once it has drained (``drain_seconds`` after it stopped
+        serving; at once without a drain)."""
+        now = time.monotonic()
         with self._lock:
-            gone = [k for k in self._loaded if k not in keys]
-            for key in gone:
-                self._loaded.pop(key).close()
+            self._serving = set(keys)
+            for key in self._loaded:
+                if key in keys:
+                    self._draining.pop(key, None)
+                else:
+                    self._draining.setdefault(key, now + self.drain_seconds)
+        self._sweep()
+
+    def _sweep(self) -> None:
+        """Unload the versions whose drain is over; come back for the next."""
+        now = time.monotonic()
+        with self._lock:
+            due = [k for k, until in self._draining.items() if until <= now]
+            for key in due:
+                del self._draining[key]
+                version = self._loaded.pop(key, None)
                 self._loading.pop(key, None)
-                logger.info("unloaded %s version %s (no longer serving)", key[0], key[1])
+                if version is not None:
+                    version.close()
+                    logger.info("unloaded %s version %s (no longer serving)", key[0], key[1])
             count = len(self._loaded)
-        if gone and self._on_change:
+            later = min(self._draining.values(), default=None)
+            if later is not None and self._sweeper is None:
+                self._sweeper = threading.Timer(max(0.0, later - now) + 0.01, self._swept)
+                self._sweeper.daemon = True
+                self._sweeper.start()
+        if due and self._on_change:
             self._on_change(count)
+
+    def _swept(self) -> None:
+        with self._lock:
+            self._sweeper = None
+        self._sweep()
 
     def loaded(self) -> list[RunTarget]:
         """Targets of the loaded versions, least recently used first."""

@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from pathlib import Path
 
 import redis
@@ -129,9 +130,10 @@ class Command(BaseCommand):
         heartbeat = Heartbeat(
             client, queue, worker_id,
             lambda: Announcement(
-                device, address=advertise if server.address is not None else "", unix=server.unix_path or "",
-                machine=socket.gethostname(), host=hostname, pid=os.getpid(), busy=server.busy,
-                busy_fraction=round(runtime.meter.fraction(), 4), served=server.served, rss_bytes=_rss_bytes(),
+                device, beat_ms=int(time.time() * 1000), address=advertise if server.address is not None else "",
+                unix=server.unix_path or "", machine=socket.gethostname(), host=hostname, pid=os.getpid(),
+                busy=server.busy, busy_fraction=round(runtime.meter.fraction(), 4), served=server.served,
+                rss_bytes=_rss_bytes(),
                 control=not no_control, pool=pool, providers=[str(p) for p in providers],
             ),
         )  # fmt: skip
