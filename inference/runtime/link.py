@@ -19,11 +19,15 @@ workers on their own machine.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import socket
 import ssl
 import struct
+import tempfile
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 
 #: The name in every worker certificate that front ends check.
 DEFAULT_SERVER_NAME = "modelhost-worker"
@@ -119,3 +123,29 @@ def refusal_reason(exc: BaseException) -> str:
             return f"it refused this end's certificate ({reason})"
         return f"TLS failed ({reason})"
     return str(exc) or type(exc).__name__
+
+
+#: sun_path holds 108 bytes; leave room.
+_UNIX_PATH_MAX = 100
+
+
+def unix_socket_path(var_dir: Path, worker_id: str) -> str | None:
+    """Where a worker's Unix socket goes: ``$VAR_DIR/run/worker-<id>.sock``,
+    or, when that path is too long for a socket, a short one in a directory
+    of this user's only (``/tmp/modelhost-<uid>/``, mode 0700, refused if it
+    is anyone else's); None when neither can be had."""
+    preferred = Path(var_dir).resolve() / "run" / f"worker-{worker_id}.sock"
+    preferred.parent.mkdir(parents=True, exist_ok=True)
+    if len(str(preferred)) < _UNIX_PATH_MAX:
+        return str(preferred)
+    directory = Path(tempfile.gettempdir()) / f"modelhost-{os.getuid()}"
+    try:
+        directory.mkdir(mode=0o700, exist_ok=True)
+        owner = directory.lstat()
+        if owner.st_uid != os.getuid() or owner.st_mode & 0o077 or directory.is_symlink():
+            return None
+    except OSError:
+        return None
+    digest = hashlib.sha256(str(preferred).encode()).hexdigest()[:16]
+    short = directory / f"{digest}.sock"
+    return str(short) if len(str(short)) < _UNIX_PATH_MAX else None

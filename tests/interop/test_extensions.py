@@ -323,7 +323,9 @@ def test_statistics_add_up_at_once_whichever_process_answers(model_server):
             rows += batch
             transport = "grpc" if (i + round_) % 2 else "http"
             module = grpcclient if transport == "grpc" else httpclient
-            client = module.InferenceServerClient(model_server.grpc_url if transport == "grpc" else model_server.http_url)
+            client = module.InferenceServerClient(
+                model_server.grpc_url if transport == "grpc" else model_server.http_url
+            )
             inp = module.InferInput("x", [batch, 4], "FP32")
             x = np.full((batch, 4), float(i), dtype=np.float32)
             inp.set_data_from_numpy(x)

@@ -27,7 +27,7 @@ from django.core.management.base import BaseCommand, CommandError
 from hosting import composition
 from hosting.celery import CONTROL_QUEUE, app
 from hosting.deployment import DeploymentError, check_worker_mode
-from inference.runtime.link import LinkConfigError
+from inference.runtime.link import LinkConfigError, unix_socket_path
 from inference.runtime.messages import Announcement
 from inference.runtime.placement import (
     DeviceError,
@@ -105,11 +105,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         worker_id = f"{hostname}-{os.getpid()}"
         runtime = composition.build_worker(device, providers, where=f"{hostname} by the {device} worker {worker_id}")
-        unix_path = None
-        if settings.WORKER_UNIX_SOCKET:
-            path = Path(settings.VAR_DIR).resolve() / "run" / f"worker-{worker_id}.sock"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            unix_path = str(path) if len(str(path)) < 100 else None  # sun_path holds 108 bytes
+        unix_path = unix_socket_path(Path(settings.VAR_DIR), worker_id) if settings.WORKER_UNIX_SOCKET else None
         try:
             server = WorkerServer(
                 runtime.handle, worker_id=worker_id, device=device, max_frame=2 * settings.MAX_REQUEST_BYTES,
