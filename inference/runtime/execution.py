@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnxruntime as ort
@@ -14,6 +15,9 @@ import onnxruntime as ort
 from inference.protocol.errors import DeadlineExceeded
 from inference.runtime.deadlines import watchdog
 from inference.runtime.onnx import OnnxModel
+
+if TYPE_CHECKING:
+    from inference.runtime.sequences import SequencePolicy
 
 now_ns = time.perf_counter_ns
 
@@ -45,6 +49,7 @@ class RunTarget:
     size: int  # bytes, for the memory budget
     instances: int = 1  # sessions (model instances) to run it on
     batching: BatchingPolicy | None = None
+    sequence: SequencePolicy | None = None  # sequence batching (then ``batching`` is unused)
 
     @property
     def key(self) -> tuple[str, int, str]:
