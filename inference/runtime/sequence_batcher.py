@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from inference.protocol.errors import DeadlineExceeded, InferenceError, InvalidInput, ModelNotReady
-from inference.runtime.execution import RunResult, RunTarget, execute, now_ns
+from inference.runtime.execution import RunResult, RunTarget, await_result, execute, now_ns
 from inference.runtime.onnx import OnnxModel
 from inference.runtime.sequences import SequencePolicy, SequenceRequest
 
@@ -156,17 +156,12 @@ class SequenceBatcher:
                 del self._sequences[request.key]
                 sequence.ending = True
             self._cond.notify_all()
-        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if not pending.done.wait(timeout):
-            with self._cond:
-                if not pending.taken:
-                    sequence.queue.remove(pending)
-                    self._settle(sequence)
-                    raise DeadlineExceeded("the request's deadline passed while it was queued in its sequence; not run")
-            pending.done.wait()  # its batch is running: the watchdog bounds it
-        if pending.error is not None:
-            raise pending.error
-        return pending.result
+
+        def withdraw() -> None:
+            sequence.queue.remove(pending)
+            self._settle(sequence)
+
+        return await_result(pending, deadline, self._cond, withdraw, "queued in its sequence")
 
     def close(self) -> None:
         """Stop the threads; queued requests fail with ModelNotReady and every sequence is dropped."""

@@ -320,6 +320,29 @@ def sequence_accumulator(start_control: bool = True, batch="N") -> bytes:
     return _model(nodes, inputs, outputs, initializers=[one] if start_control else ())
 
 
+def sequence_string_accumulator() -> bytes:
+    """Triton's ``simple_string_dyna_sequence`` (its client examples with -d):
+    OUTPUT accumulates INPUT over the sequence (START resets it, through
+    implicit state: INPUT_STATE, OUTPUT_STATE), and the request with END
+    adds the string correlation ID read as a number: OUTPUT = (state + END *
+    int(CORRID)) * READY; INT32 [N, 1], CORRID BYTES [N, 1]."""
+    dims = ["N", 1]
+    names = ("INPUT", "INPUT_STATE", "START", "END", "READY")
+    inputs = [_vi(name, "INT32", dims) for name in names] + [_vi("CORRID", "BYTES", dims)]
+    one = helper.make_tensor("one", TensorProto.INT32, [], [1])
+    nodes = [
+        helper.make_node("Sub", ["one", "START"], ["keep"]),
+        helper.make_node("Mul", ["INPUT_STATE", "keep"], ["kept"]),
+        helper.make_node("Add", ["INPUT", "kept"], ["OUTPUT_STATE"]),
+        _as_int32("CORRID", "corrid"),
+        helper.make_node("Mul", ["END", "corrid"], ["tail"]),
+        helper.make_node("Add", ["OUTPUT_STATE", "tail"], ["total"]),
+        helper.make_node("Mul", ["total", "READY"], ["OUTPUT"]),
+    ]
+    outputs = [_vi("OUTPUT", "INT32", dims), _vi("OUTPUT_STATE", "INT32", dims)]
+    return _model(nodes, inputs, outputs, initializers=[one])
+
+
 def sequence_config(
     name: str, *, strategy: str = "", controls: str = "int32_false_true", kinds=("START", "READY"),
     corrid: str | None = None, idle_us: int = 0, max_batch_size: int = 8, state: str = "", extra: str = "",

@@ -44,9 +44,14 @@ SEQUENCE_MODELS = {
         ),
     ),
     "simple_string_dyna_sequence": (
-        m.sequence_simple(corrid="BYTES"),
+        m.sequence_string_accumulator(),
         m.sequence_config(
-            "simple_string_dyna_sequence", strategy=_DYNA, kinds=_DYNA_KINDS, corrid="STRING", idle_us=10_000_000
+            "simple_string_dyna_sequence",
+            strategy=_DYNA,
+            kinds=_DYNA_KINDS,
+            corrid="STRING",
+            idle_us=10_000_000,
+            state=_STATE % "",
         ),
     ),
     "seq_accumulator": (
