@@ -134,6 +134,15 @@ class SequencePolicy:
         strings). Raises SequenceConfigError with Triton's message, or ours
         for what this server does not support (``iterative_sequence``,
         ``initial_state.data_file``, ``use_growable_memory``)."""
+        try:
+            return cls._from_config(config, max_batch_size, model)
+        except SequenceConfigError:
+            raise
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:  # not the message's JSON form
+            raise SequenceConfigError(f"sequence_batching of {model} is malformed: {exc}") from None
+
+    @classmethod
+    def _from_config(cls, config: dict, max_batch_size: int, model: str) -> SequencePolicy:
         if not isinstance(config, dict):
             raise SequenceConfigError("sequence_batching must be a message")
         if config.get("iterative_sequence"):

@@ -339,3 +339,9 @@ def test_the_echo_is_tritons_normalized_form():
     assert "direct" not in echo and "direct" not in policy_of(SIMPLE).echo()  # not named: not echoed
     with pytest.raises(SequenceConfigError, match="more than once"):
         SequencePolicy.from_config({"state": [echo["state"][0], echo["state"][0]]}, 8, "m")
+
+
+def test_dynamic_and_sequence_batching_are_one_choice():
+    """Triton's scheduling_choice is a oneof: a config cannot have both."""
+    with pytest.raises(ConfigError, match='another member of oneof "scheduling_choice"'):
+        parse_config(f"{SIMPLE}dynamic_batching {{ }}\n")
