@@ -24,6 +24,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.conftest import EXECUTOR
 from tests.support.live import people_with_tokens, request
 
 pytestmark = pytest.mark.interop
@@ -275,3 +276,15 @@ def test_a_sequence_belongs_to_its_callers_team(model_server, transport):
     assert out(5, headers=amy) == 15  # team A's: untouched by B
     assert out(1, headers=ben) == 1001
     assert out(1, headers=ann, end=True) == 16
+
+
+@pytest.mark.skipif(EXECUTOR != "workers", reason="in process each server process keeps its own sequences")
+def test_in_worker_mode_a_sequence_spans_connections_and_transports(model_server):
+    """The sequence's state is the worker's: REST and gRPC front-end
+    processes, each on new connections, continue one sequence."""
+    values = [3, -8, 21, 4, 9]
+    got = []
+    for i, value in enumerate(values):
+        client = client_of(model_server, "http" if i % 2 else "grpc")  # a new connection each time
+        got.append(int(send(client, "seq_accumulator", value, "spanning", start=i == 0, end=i == 4)[0][0][0]))
+    assert got == np.cumsum(values).tolist()
