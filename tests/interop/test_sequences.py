@@ -45,9 +45,14 @@ def send(client, model: str, value: int, sequence_id, start=False, end=False, ou
     inp = module.InferInput("INPUT", [1, 1], "INT32")
     inp.set_data_from_numpy(np.full((1, 1), value, dtype=np.int32))
     result = client.infer(
-        model, [inp], outputs=[module.InferRequestedOutput(o) for o in outputs], sequence_id=sequence_id,
-        sequence_start=start, sequence_end=end, headers=headers,
-    )  # fmt: skip
+        model,
+        [inp],
+        outputs=[module.InferRequestedOutput(o) for o in outputs],
+        sequence_id=sequence_id,
+        sequence_start=start,
+        sequence_end=end,
+        headers=dict(headers) if headers else None,
+    )  # fmt: skip  (a copy: tritonclient.http adds its own headers to the dict)
     return [result.as_numpy(o) for o in outputs]
 
 
@@ -198,13 +203,13 @@ def test_a_model_without_sequence_batching_ignores_sequence_parameters(model_ser
 
 @pytest.mark.parametrize("transport", ["http", "grpc"])
 def test_an_idle_sequence_is_released(model_server, transport):
-    """seq_idle: max_sequence_idle_microseconds 300000; a sequence idle longer
+    """seq_idle: max_sequence_idle_microseconds 200000; a sequence idle longer
     is released, and continuing it gets Triton's START error."""
     client = client_of(model_server, transport)
     sequence_id = 555 if transport == "http" else 556
     assert int(send(client, "seq_idle", 4, sequence_id, start=True)[0][0][0]) == 5
     assert int(send(client, "seq_idle", 4, sequence_id)[0][0][0]) == 4  # within the idle time
-    time.sleep(1.0)
+    time.sleep(0.6)
     _status, message = refused(lambda: send(client, "seq_idle", 4, sequence_id))
     assert "must specify the START flag" in message
     assert int(send(client, "seq_idle", 4, sequence_id, start=True, end=True)[0][0][0]) == 5
@@ -255,17 +260,23 @@ def test_config_metadata_and_extensions(model_server):
     assert "sequence" in extensions and "sequence(string_id)" in extensions
 
 
-@pytest.mark.parametrize("transport", ["http", "grpc"])
-def test_a_sequence_belongs_to_its_callers_team(model_server, transport):
-    """Tokens not required: a sequence started with team A's token cannot be
-    continued by team B's token or by an anonymous caller (theirs is another
-    sequence of the same ID), nor disturbed when B starts its own; a second
-    member of team A continues it. One client (one connection) for all."""
+@pytest.fixture(scope="module")
+def team_tokens(model_server):
+    """Authorization headers of ann and amy (team a...) and ben (team b...)."""
     run = uuid.uuid4().hex[:6]
     tokens = people_with_tokens(
         model_server, **{f"ann{run}": f"a{run}", f"amy{run}": f"a{run}", f"ben{run}": f"b{run}"}
     )
-    ann, amy, ben = ({"authorization": f"Bearer {tokens[n + run]}"} for n in ("ann", "amy", "ben"))
+    return [{"authorization": f"Bearer {tokens[n + run]}"} for n in ("ann", "amy", "ben")]
+
+
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_a_sequence_belongs_to_its_callers_team(model_server, team_tokens, transport):
+    """Tokens not required: a sequence started with team A's token cannot be
+    continued by team B's token or by an anonymous caller (theirs is another
+    sequence of the same ID), nor disturbed when B starts its own; a second
+    member of team A continues it. One client (one connection) for all."""
+    ann, amy, ben = team_tokens
     client = client_of(model_server, transport)
     sid = 8800 if transport == "http" else 8801
     out = lambda value, **kw: int(send(client, "seq_accumulator", value, sid, **kw)[0][0][0])  # noqa: E731

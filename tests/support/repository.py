@@ -69,7 +69,7 @@ SEQUENCE_MODELS = {
             '{ name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] } ]\n',
         ),
     ),
-    "seq_idle": (m.sequence_simple(), m.sequence_config("seq_idle", idle_us=300_000)),
+    "seq_idle": (m.sequence_simple(), m.sequence_config("seq_idle", idle_us=200_000)),
 }
 
 
