@@ -35,12 +35,15 @@ from inference.protocol.types import (
 )
 from inference.ratelimit import Defaults, RateLimiter
 from inference.registry import ModelEntry, ModelRegistry, VersionEntry, parse_version
+from inference.runtime import sequences
 from inference.statistics import ModelStatistics, StatisticsRecorder
 
 #: Extensions this server implements, exactly, as listed in server metadata.
 EXTENSIONS = (
     "binary_tensor_data",
     "classification",
+    "sequence",
+    "sequence(string_id)",
     "model_repository",
     "model_repository(unload_dependents)",
     "model_configuration",
@@ -68,6 +71,7 @@ class _Job:
     names: list
     classify: dict
     computed: int
+    sequence: sequences.SequenceRequest | None = None
 
 
 class Admission:
@@ -76,14 +80,16 @@ class Admission:
     rate limits. :meth:`DataPlane.infer` takes it, so that no adapter runs an
     inference (or decodes a request's tensors) before the caller is admitted.
     Leaving its ``with`` block (``async with`` on an event loop) frees its
-    in-flight slots."""
+    in-flight slots. ``owner``: whose sequences its requests continue
+    (:func:`inference.runtime.sequences.owner_of`)."""
 
-    __slots__ = ("_blocking", "_slots", "model_name")
+    __slots__ = ("_blocking", "_slots", "model_name", "owner")
 
-    def __init__(self, model_name: str, slots: ratelimit.Admission, blocking: bool):
+    def __init__(self, model_name: str, slots: ratelimit.Admission, blocking: bool, owner: str = ""):
         self.model_name = model_name
         self._slots = slots
         self._blocking = blocking  # releasing its slots talks to a shared store
+        self.owner = owner
 
     def __enter__(self) -> Admission:
         return self
@@ -264,7 +270,8 @@ class DataPlane:
         Raises Unauthenticated, PermissionDenied, RateLimited (HTTP 429 with
         Retry-After, gRPC RESOURCE_EXHAUSTED)."""
         self.authorize(token, name)
-        return Admission(name, self.limiter.admit(auth.principal(token, name)), self.limiter.blocking)
+        principal = auth.principal(token, name)
+        return Admission(name, self.limiter.admit(principal), self.limiter.blocking, sequences.owner_of(principal))
 
     async def admit_async(self, token: str | None, name: str) -> Admission:
         """:meth:`admit` from an event loop: inline when it cannot block, in a
@@ -286,7 +293,9 @@ class DataPlane:
         ``max_batch_size``), no unknown inputs, requested outputs known,
         request parameters (``timeout`` in microseconds and ``priority``
         non-negative integers, names starting with ``triton_`` reserved;
-        others are passed on and ignored). Outputs requested with
+        ``sequence_id``/``sequence_start``/``sequence_end`` type-checked, and
+        for a model with sequence batching its place in a sequence; others
+        are passed on and ignored). Outputs requested with
         ``classification: N`` come back as their top N (Triton's
         classification extension). Raises PermissionDenied (an admission
         to another model), InvalidInput, ModelNotFound, ModelNotReady or
@@ -295,21 +304,30 @@ class DataPlane:
         started = _now()
         _check_admission(admission, request)
         tracing.follow()  # the machine's trace and log settings (one memory read)
-        entry = self.registry.route(request.model_name, request.model_version) if version is None else version._entry
+        entry = self._route(admission, request, version)
         try:
-            job = self._prepare(entry, request, started)
+            job = self._prepare(entry, request, started, admission.owner)
             if tracing.ENABLED and tracing.recording():
                 run = self._traced_run(entry, job)
             else:
                 run = self.executor.run(
-                    entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group
-                )
+                    entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group,
+                    sequence=job.sequence,
+                )  # fmt: skip
             return self._respond(entry, request, job, run)
         except InferenceError:
             self.statistics.record_failure(entry.model_name, entry.number, _now() - started)
             raise
 
-    async def _infer_on_loop(self, request: InferenceRequest, entry: VersionEntry) -> InferenceResponse:
+    def _route(self, admission: Admission, request: InferenceRequest, version: ServedVersion | None = None):
+        """The request's version: ``version`` when the adapter resolved it, unless a traffic split
+        drew it for a request of a sequence: the split sends all of a sequence to one version."""
+        draw = sequences.split_draw(request.parameters, admission.owner)
+        if version is not None and (draw is None or not version.routed):
+            return version._entry
+        return self.registry.route(request.model_name, request.model_version, draw)
+
+    async def _infer_on_loop(self, request: InferenceRequest, entry: VersionEntry, owner: str) -> InferenceResponse:
         """:meth:`infer` for an executor that runs on the event loop
         (``run_async``: the worker transport's sockets in the loop's
         selector, no thread per request); the same checks, statistics and
@@ -317,21 +335,24 @@ class DataPlane:
         started = _now()
         tracing.follow()
         try:
-            job = self._prepare(entry, request, started)
+            job = self._prepare(entry, request, started, owner)
             run = await self.executor.run_async(
-                entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group
-            )
+                entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group,
+                sequence=job.sequence,
+            )  # fmt: skip
             return self._respond(entry, request, job, run)
         except InferenceError:
             self.statistics.record_failure(entry.model_name, entry.number, _now() - started)
             raise
 
-    def _prepare(self, entry: VersionEntry, request: InferenceRequest, started: int) -> _Job:
-        """The checked feeds, outputs and deadline of one request (raises InvalidInput)."""
+    def _prepare(self, entry: VersionEntry, request: InferenceRequest, started: int, owner: str = "") -> _Job:
+        """The checked feeds, outputs, deadline and sequence of one request (raises InvalidInput)."""
         deadline = self._deadline(request.parameters, started)
+        ids = sequences.sequence_parameters(request.parameters)  # checked first, as Triton's front ends do
         feeds, rows = self._check_inputs(entry, request)
         names, classify = self._check_outputs(entry, request)
-        return _Job(started, deadline, feeds, rows, names, classify, _now())
+        sequence = sequences.request_for(entry.target.sequence, entry.model_name, ids, rows, owner)
+        return _Job(started, deadline, feeds, rows, names, classify, _now(), sequence)
 
     def _respond(self, entry: VersionEntry, request: InferenceRequest, job: _Job, run) -> InferenceResponse:
         """The response of a finished run (classification applied, payload
@@ -377,7 +398,10 @@ class DataPlane:
         tracing.annotate(version=str(entry.number))
         with tracing.step("run", model=entry.model_name, version=str(entry.number)):
             asked = tracing.epoch_ns()
-            run = self.executor.run(entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group)
+            run = self.executor.run(
+                entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group,
+                sequence=job.sequence,
+            )  # fmt: skip
             if not getattr(self.executor, "remote", False):
                 tracing.record_run(asked, run.queue_ns, run.form_ns, run.infer_ns, run.batch_size)
         return run
@@ -387,10 +411,10 @@ class DataPlane:
         :meth:`admit_async`): inline when that cannot block (in process, no
         batching), else in a thread or, in worker mode, on the loop."""
         _check_admission(admission, request)
-        entry = self.registry.route(request.model_name, request.model_version)
+        entry = self._route(admission, request)
         if self.executor.blocks(entry.target):
             if self._runs_on_loop and not (tracing.ENABLED and tracing.recording()):
-                return await self._infer_on_loop(request, entry)
+                return await self._infer_on_loop(request, entry, admission.owner)
             return await asyncio.to_thread(self.infer, admission, request, _served(entry))
         return self.infer(admission, request, _served(entry))
 
@@ -611,6 +635,8 @@ class DataPlane:
                 "max_queue_delay_microseconds": batching.max_queue_delay_us,
                 "preserve_ordering": batching.preserve_ordering,
             }
+        if model.sequence is not None:
+            config["sequence_batching"] = model.sequence.echo()
         return config
 
     def _config_version(self, model: ModelEntry, version: str | None) -> VersionEntry | None:

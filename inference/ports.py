@@ -46,6 +46,8 @@ class ModelRecord:
     ``dynamic_batching``: Triton's ``dynamic_batching`` message as JSON
     (``preferred_batch_size``, ``max_queue_delay_microseconds``,
     ``preserve_ordering``), or None when the model does not batch.
+    ``sequence_batching``: Triton's ``sequence_batching`` message as JSON
+    (protobuf's ``MessageToDict``), or None when the model keeps no sequences.
     ``team``: the owning team's name ("" for operator-owned models).
     ``traffic``: the traffic split of requests that name no version, version
     label -> weight (integers summing to 100; {}: none).
@@ -61,6 +63,7 @@ class ModelRecord:
     instance_group: tuple = ()
     config: dict = field(default_factory=dict)
     dynamic_batching: dict | None = None
+    sequence_batching: dict | None = None
     team: str = ""
     labels: dict = field(default_factory=dict)  # version label -> version number
     versions: tuple[VersionRecord, ...] = ()

@@ -27,6 +27,7 @@ from inference.protocol.datatypes import BY_NAME, Datatype
 from inference.protocol.errors import ModelNotFound, ModelNotReady
 from inference.protocol.types import MetadataTensor, ModelMetadata
 from inference.runtime.execution import BatchingPolicy, RunTarget
+from inference.runtime.sequences import SequenceConfigError, SequencePolicy
 from inference.version_policy import served_versions, served_with_traffic, traffic_routes
 
 logger = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ class ModelEntry:
     instance_group: tuple = ()
     config: dict = field(default_factory=dict)  # the imported config.pbtxt, as JSON
     batching: BatchingPolicy | None = None
+    sequence: SequencePolicy | None = None  # sequence batching
     team: str = ""
     #: The traffic split: (cumulative weight in [0, 1], version) pairs, the last at 1.0; () without one.
     split: tuple[tuple[float, VersionEntry], ...] = ()
@@ -114,13 +116,16 @@ class ModelEntry:
             previous = cumulative
         return best
 
-    def route(self) -> VersionEntry | None:
+    def route(self, draw: float | None = None) -> VersionEntry | None:
         """The version that answers a request naming none: drawn by the traffic
-        split's weights (one random number, no lock), else the default."""
+        split's weights (one random number, no lock; ``draw`` in [0, 1)
+        instead when given: the same for every request of a sequence), else
+        the default."""
         split = self.split
         if not split:
             return self.versions[self.served[0]] if self.served else None
-        draw = random.random()
+        if draw is None:
+            draw = random.random()
         for cumulative, entry in split:
             if draw < cumulative:
                 return entry
@@ -154,6 +159,21 @@ def batching_policy(record: ModelRecord) -> BatchingPolicy | None:
     )
 
 
+def sequence_policy(record: ModelRecord) -> tuple[SequencePolicy | None, str]:
+    """The model's sequence batching (None without), and why it cannot
+    serve when its configuration is refused ("" otherwise)."""
+    if record.sequence_batching is None:
+        return None, ""
+    try:
+        return SequencePolicy.from_config(record.sequence_batching, record.max_batch_size, record.name), ""
+    except SequenceConfigError as exc:
+        return None, f"sequence_batching: {exc}"
+
+
+def _visible(tensors: tuple[MetadataTensor, ...], hidden: frozenset[str]) -> tuple[MetadataTensor, ...]:
+    return tuple(t for t in tensors if t.name not in hidden) if hidden else tensors
+
+
 def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
     """Snapshot entries from registry records."""
     snapshot: dict[str, ModelEntry] = {}
@@ -164,13 +184,20 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
         served = served_with_traffic(served, routes)
         served_set = set(served)
         batching = batching_policy(model)
+        sequence, refused = sequence_policy(model)
+        # Control and state inputs are the server's, state outputs too unless the config lists them (Triton).
+        hidden_in = sequence.supplied_inputs if sequence else frozenset()
+        listed = {t.get("name") for t in (model.config or {}).get("output") or ()}
+        hidden_out = sequence.state_outputs - listed if sequence else frozenset()
         instances = total_instances(model.instance_group)
         versions = {}
         for row in model.versions:
-            serving = row.number in served_set
+            serving = row.number in served_set and not refused
             reason = row.reason
             if row.state == READY and not model.loaded:
                 reason = "the model is unloaded (repository API); load it to serve"
+            elif row.state == READY and refused:
+                reason = refused
             elif row.state == READY and not serving:
                 reason = f"version {row.number} is not served by the model's version policy ({model.version_policy})"
             versions[row.number] = VersionEntry(
@@ -183,10 +210,12 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
                 artifact=row.artifact,
                 max_batch_size=model.max_batch_size,
                 size=row.size,
-                inputs=_tensors(row.inputs),
-                outputs=_tensors(row.outputs),
+                inputs=_visible(_tensors(row.inputs), hidden_in),
+                outputs=_visible(_tensors(row.outputs), hidden_out),
                 properties=row.properties,
-                target=RunTarget(model.name, row.number, row.sha256, row.artifact, row.size, instances, batching),
+                target=RunTarget(
+                    model.name, row.number, row.sha256, row.artifact, row.size, instances, batching, sequence
+                ),
                 instance_group=tuple(model.instance_group),
                 payload_log=(model.payload_log_rate, model.payload_log_max_bytes),
             )
@@ -209,6 +238,7 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
             instance_group=tuple(model.instance_group),
             config=model.config,
             batching=batching,
+            sequence=sequence,
             team=model.team,
             split=tuple(split),
             traffic=dict(model.traffic),
@@ -412,16 +442,16 @@ class ModelRegistry:
             raise ModelNotFound(f"unknown version label '{label}' of model '{name}' (labels: {known})")
         return str(number)
 
-    def route(self, name: str, version: str | None) -> VersionEntry:
+    def route(self, name: str, version: str | None, draw: float | None = None) -> VersionEntry:
         """The version that runs an inference request: the named one (as
         :meth:`resolve`), or, when none is named, the one the model's traffic
-        split draws (the default version without a split). Raises like
-        :meth:`resolve`."""
+        split draws (``draw``: see :meth:`ModelEntry.route`; the default
+        version without a split). Raises like :meth:`resolve`."""
         if version:
             return self.resolve(name, version)
         seen = self._current()
         model = seen.get(name)
-        entry = model.route() if model is not None else None
+        entry = model.route(draw) if model is not None else None
         if entry is None or not entry.serving:
             return self.resolve(name, version)  # the slow path: catch-up, errors
         return entry

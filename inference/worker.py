@@ -30,6 +30,7 @@ from inference.runtime import frames, messages
 from inference.runtime.execution import RunTarget
 from inference.runtime.placement import instances_on, queue_for
 from inference.runtime.runner import ModelRunner
+from inference.runtime.sequences import SequenceRequest
 
 logger = logging.getLogger(__name__)
 
@@ -167,9 +168,11 @@ class WorkerRuntime:
         deadline = time.monotonic() + (request.deadline - time.time())
         names = request.outputs
         asked = tracing.epoch_ns() if tracing.ENABLED else 0
+        given = request.sequence
+        sequence = SequenceRequest(given.corrid, given.start, given.end, given.owner) if given else None
         self.meter.begin(target.key, target.instances)
         try:
-            result = self.runner.run(target, feeds, names, request.rows, deadline)
+            result = self.runner.run(target, feeds, names, request.rows, deadline, sequence)
         finally:
             self.meter.end(target.key)
         if asked:

@@ -31,6 +31,7 @@ def _record(model) -> ModelRecord:
         instance_group=tuple(model.instance_group),
         config=model.config,
         dynamic_batching=(model.config or {}).get("dynamic_batching"),
+        sequence_batching=(model.config or {}).get("sequence_batching"),
         team=model.team.name if model.team_id else "",
         labels={label.name: label.version.number for label in model.labels.all()},
         traffic=dict(model.traffic or {}),

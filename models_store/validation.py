@@ -33,6 +33,7 @@ from onnx import external_data_helper
 from inference.protocol.datatypes import BY_NAME, BY_ONNX
 from inference.protocol.types import MetadataTensor
 from inference.runtime import onnx as onnx_runtime
+from inference.runtime.sequences import SequencePolicy
 from models_store.config import TritonConfig
 
 logger = logging.getLogger(__name__)
@@ -133,6 +134,42 @@ def _apply_config(
             tensor.name, tensor.datatype, tuple(m if m >= 0 else c for m, c in zip(tensor.shape, dims, strict=True))
         )
     return tuple(merged[t.name] for t in tensors)
+
+
+def check_sequence_tensors(config: TritonConfig, inputs, outputs) -> None:
+    """A sequence model's control inputs and state tensors must be graph
+    tensors of the configured datatype (a state's rank: its dims, plus the
+    batch dimension when the model batches), and control and state inputs
+    are the server's: config.pbtxt may not list them as inputs."""
+    if config.sequence_batching is None:
+        return
+    policy = SequencePolicy.from_config(config.sequence_batching, config.max_batch_size, config.name)
+    graph_in = {t.name: t for t in inputs}
+    graph_out = {t.name: t for t in outputs}
+    listed = {t.name for t in config.inputs}
+    wanted = [(name, c.datatype, None, graph_in, "control input") for name, cs in policy.control_inputs for c in cs]
+    batch = 1 if policy.batched else 0
+    for state in policy.states:
+        rank = len(state.dims) + batch
+        wanted.append((state.input_name, state.datatype, rank, graph_in, "state input"))
+        wanted.append((state.output_name, state.datatype, rank, graph_out, "state output"))
+    for name, datatype, rank, graph, kind in wanted:
+        tensor = graph.get(name)
+        if tensor is None:
+            raise ValidationError(
+                f"sequence_batching {kind} '{name}' is not a tensor of the model ({', '.join(graph) or 'none'})"
+            )
+        if tensor.datatype != datatype:
+            raise ValidationError(f"sequence_batching {kind} '{name}' is {datatype}, the model has {tensor.datatype}")
+        if rank is not None and len(tensor.shape) != rank:
+            raise ValidationError(
+                f"sequence_batching {kind} '{name}' has {rank} dimension(s) with the batch dimension, "
+                f"the model's has shape {list(tensor.shape)}"
+            )
+        if kind != "state output" and name in listed:
+            raise ValidationError(
+                f"config.pbtxt lists '{name}' as an input, but it is a sequence_batching {kind} the server supplies"
+            )
 
 
 def class_labels(model: onnx.ModelProto) -> list[str]:
@@ -252,6 +289,19 @@ def _zero_feed(tensor: MetadataTensor) -> np.ndarray:
     return np.zeros(shape, dtype=BY_NAME[tensor.datatype].numpy)
 
 
+def _warm_up_feeds(inputs, config: TritonConfig | None) -> dict[str, np.ndarray]:
+    """Zeros for every input; a sequence model's control and state inputs as
+    the server supplies them to a one-request sequence (START, END and READY
+    true, correlation ID 1 or "1", the initial state)."""
+    feeds = {t.name: _zero_feed(t) for t in inputs}
+    if config is not None and config.sequence_batching is not None:
+        policy = SequencePolicy.from_config(config.sequence_batching, config.max_batch_size, config.name)
+        corrid = "1" if any(c.datatype == "BYTES" for _, cs in policy.control_inputs for c in cs) else 1
+        feeds.update(policy.controls_for(True, True, True, corrid))
+        feeds.update(policy.initial_states())
+    return feeds
+
+
 def validate_artifact(
     path: Path, config: TritonConfig | None = None, log: list[str] | None = None, providers: list | None = None
 ) -> Signature:
@@ -295,6 +345,7 @@ def validate_artifact(
                         f"max_batch_size is {config.max_batch_size} but '{tensor.name}' has no variable "
                         f"first (batch) dimension: {list(tensor.shape)}"
                     )
+        check_sequence_tensors(config, inputs, outputs)
     log.append(
         "signature: inputs "
         + ", ".join(f"{t.name} {t.datatype} {list(t.shape)}" for t in inputs)
@@ -315,7 +366,7 @@ def validate_artifact(
         names = [t.name for t in outputs]
         try:
             model_runner = onnx_runtime.OnnxModel(session)
-            results = model_runner.run({t.name: _zero_feed(t) for t in inputs}, names)
+            results = model_runner.run(_warm_up_feeds(inputs, config), names)
         except Exception as exc:
             raise ValidationError(f"warm-up inference on zero inputs failed: {exc}") from None
         check_output_shapes(model, names, results)

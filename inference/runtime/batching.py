@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from inference.protocol.errors import DeadlineExceeded, InferenceError, ModelNotReady
-from inference.runtime.execution import RunResult, RunTarget, execute, now_ns
+from inference.runtime.execution import RunResult, RunTarget, await_result, execute, now_ns
 from inference.runtime.onnx import OnnxModel
 
 logger = logging.getLogger(__name__)
@@ -103,19 +103,12 @@ class DynamicBatcher:
             self._seq += 1
             self._queue.append(pending)
             self._cond.notify()
-        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if not pending.done.wait(timeout):
-            with self._cond:
-                if not pending.taken:
-                    self._queue.remove(pending)
-                    self._finish(pending)
-                    raise DeadlineExceeded(
-                        "the request's deadline passed while it was queued for a batch; it was not run"
-                    )
-            pending.done.wait()  # its batch is running: the watchdog bounds it
-        if pending.error is not None:
-            raise pending.error
-        return pending.result
+
+        def withdraw() -> None:
+            self._queue.remove(pending)
+            self._finish(pending)
+
+        return await_result(pending, deadline, self._cond, withdraw, "queued for a batch")
 
     def close(self) -> None:
         """Stop the threads; queued requests fail with ModelNotReady."""

@@ -6,7 +6,9 @@ Shared by :mod:`inference.runtime.runner` and :mod:`inference.runtime.batching`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnxruntime as ort
@@ -14,6 +16,9 @@ import onnxruntime as ort
 from inference.protocol.errors import DeadlineExceeded
 from inference.runtime.deadlines import watchdog
 from inference.runtime.onnx import OnnxModel
+
+if TYPE_CHECKING:
+    from inference.runtime.sequences import SequencePolicy
 
 now_ns = time.perf_counter_ns
 
@@ -45,6 +50,7 @@ class RunTarget:
     size: int  # bytes, for the memory budget
     instances: int = 1  # sessions (model instances) to run it on
     batching: BatchingPolicy | None = None
+    sequence: SequencePolicy | None = None  # sequence batching (then ``batching`` is unused)
 
     @property
     def key(self) -> tuple[str, int, str]:
@@ -90,3 +96,22 @@ def execute(model: OnnxModel, feeds: dict, output_names: list[str], deadline: fl
         return model.run(feeds, output_names, options)
     finally:
         watchdog.done(token)
+
+
+def await_result(pending, deadline: float | None, lock, withdraw: Callable[[], None], where: str) -> RunResult:
+    """Wait for the result of a queued request (``pending``: its ``done``
+    event, ``taken``, ``result`` and ``error``; a batcher's). When its
+    deadline passes before a batch took it, ``withdraw()`` takes it out of
+    its queue (under ``lock``) and DeadlineExceeded says it was not run
+    (``where``: "queued for a batch", ...); once taken, the run's deadline
+    watchdog bounds the wait. Raises the error of a failed run."""
+    timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+    if not pending.done.wait(timeout):
+        with lock:
+            if not pending.taken:
+                withdraw()
+                raise DeadlineExceeded(f"the request's deadline passed while it was {where}; it was not run")
+        pending.done.wait()  # its batch is running: the watchdog bounds it
+    if pending.error is not None:
+        raise pending.error
+    return pending.result

@@ -40,14 +40,16 @@ class InProcessExecutor:
 
     def run(
         self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
-        deadline: float | None = None, placement=(),
+        deadline: float | None = None, placement=(), sequence=None,
     ) -> RunResult:  # fmt: skip
-        """Run on this process's model runner (``placement`` is for workers)."""
-        return self.runner.run(target, feeds, output_names, rows, deadline)
+        """Run on this process's model runner (``placement`` is for workers;
+        ``sequence``: a SequenceRequest for a model with sequence batching)."""
+        return self.runner.run(target, feeds, output_names, rows, deadline, sequence)
 
     def blocks(self, target: RunTarget) -> bool:
-        """A batching model waits for its batch: not on an event loop's thread."""
-        return target.batching is not None
+        """A batching model waits for its batch (a sequence model for its
+        sequence's turn): not on an event loop's thread."""
+        return target.batching is not None or target.sequence is not None
 
     def on_snapshot(self, snapshot: dict) -> None:
         """Keep only sessions of versions that still serve."""

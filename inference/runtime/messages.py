@@ -55,10 +55,22 @@ class ShareMemory(msgspec.Struct, tag="shared"):
     size: Positive
 
 
+class Sequence(msgspec.Struct, array_like=True, frozen=True):
+    """A request's place in a sequence (sequence batching): the correlation
+    ID (an unsigned 64-bit integer or a string), whether it starts and ends
+    the sequence, and whose sequence it is (the caller's team or user)."""
+
+    corrid: NonNegative | str
+    start: bool
+    end: bool
+    owner: str
+
+
 class RunRequest(msgspec.Struct, tag="run", omit_defaults=True):
     """Run model version ``(model, version, sha256)`` on the frame's tensors
     (``rows``: the batch size, dimension 0; ``deadline``: seconds since the
-    epoch; ``shared``: the tensors lie in the connection's shared memory)."""
+    epoch; ``shared``: the tensors lie in the connection's shared memory;
+    ``sequence``: its place in a sequence, for a model with sequence batching)."""
 
     model: str
     version: Positive
@@ -69,6 +81,7 @@ class RunRequest(msgspec.Struct, tag="run", omit_defaults=True):
     tensors: list[TensorInfo] = []
     shared: bool = False
     traceparent: str | None = None
+    sequence: Sequence | None = None
 
 
 class RunAnswer(msgspec.Struct, tag="answer"):

@@ -36,7 +36,10 @@ Faults, each answered once and never retried after the request was sent:
   replaced; a send that fails on a reused connection is retried once on a
   fresh one (the worker never received a whole frame); a worker that
   refuses connections (killed, its heartbeat not yet expired) is passed
-  over for the next one of the device.
+  over for the next one of the device;
+- a request of a sequence (sequence batching) goes only to the worker that
+  holds the sequence (:mod:`inference.runtime.sequence_routes`): when that
+  worker is gone, the request answers UNAVAILABLE naming the lost sequence.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from inference.protocol import errors
 from inference.runtime import frames, link, messages
 from inference.runtime.execution import RunResult, RunTarget
 from inference.runtime.placement import Worker, WorkerDirectory, describe_group
+from inference.runtime.sequence_routes import SequenceRoutes
 
 logger = logging.getLogger(__name__)
 
@@ -227,6 +231,7 @@ class RemoteExecutor:
         self._idle_async: dict[str, list[_Connection]] = {}  # non-blocking sockets (event loops)
         self._unreachable: dict[str, float] = {}  # worker id -> until when it is skipped
         self._lock = threading.Lock()
+        self.routes = SequenceRoutes()  # the worker of each sequence this process sent
 
     def start(self) -> None:
         self.directory.start()
@@ -244,12 +249,13 @@ class RemoteExecutor:
     # -- running: the drivers ------------------------------------------------
     def run(
         self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
-        deadline: float | None = None, placement=(),
+        deadline: float | None = None, placement=(), sequence=None,
     ) -> RunResult:  # fmt: skip
         """Run one request on a worker of a device ``placement`` (the model's
-        instance group) allows, in this thread. Raises ModelNotReady,
+        instance group) allows, in this thread (``sequence``: its place in a
+        sequence, for a model with sequence batching). Raises ModelNotReady,
         DeadlineExceeded and the errors the worker reports (see module doc)."""
-        steps = _Steps(self._steps(target, feeds, output_names, rows, deadline, placement, self._idle))
+        steps = _Steps(self._steps(target, feeds, output_names, rows, deadline, placement, self._idle, sequence))
         while (need := steps.next()) is not _DONE:
             try:
                 steps.gave(self._do(need, blocking=True))
@@ -259,13 +265,13 @@ class RemoteExecutor:
 
     async def run_async(
         self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
-        deadline: float | None = None, placement=(),
+        deadline: float | None = None, placement=(), sequence=None,
     ) -> RunResult:  # fmt: skip
         """:meth:`run` on an event loop (the gRPC front end): the connection's
         socket waits in the loop's selector, so a request costs no thread
         hand-off. The same faults and errors; a call cancelled while it
         waits closes its connection."""
-        steps = _Steps(self._steps(target, feeds, output_names, rows, deadline, placement, self._idle_async))
+        steps = _Steps(self._steps(target, feeds, output_names, rows, deadline, placement, self._idle_async, sequence))
         try:
             while (need := steps.next()) is not _DONE:
                 try:
@@ -298,15 +304,32 @@ class RemoteExecutor:
             self._check_waiting(conn, deadline)
 
     # -- running: the steps ----------------------------------------------------
-    def _steps(self, target, feeds, output_names, rows, deadline, placement, idle: dict):
+    def _steps(self, target, feeds, output_names, rows, deadline, placement, idle: dict, sequence=None):
         """One request, as a generator of what it needs done (see :meth:`_do`);
         returns its RunResult."""
         workers = self._candidates(target, placement, caught_up=False)
         if not workers:
             yield None
-            workers = self._candidates(target, placement, caught_up=True)
-        request, deadline = self._request(target, output_names, rows, deadline)
-        conn, reused = yield from self._connection(target, workers, idle)
+            workers = self._candidates(target, placement, caught_up=sequence is None)
+        request, deadline = self._request(target, output_names, rows, deadline, sequence)
+        if sequence is None:
+            return (yield from self._exchange(self._order(target, workers), request, feeds, deadline, idle))
+        order = self.routes.order(target, sequence, workers)  # the sequence's worker, and no other
+        if not order:
+            self._candidates(target, placement, caught_up=True)  # raises: no live worker
+        try:
+            return (yield from self._exchange(order, request, feeds, deadline, idle))
+        except errors.ModelNotReady as exc:
+            raise self.routes.failed(target, sequence, order[0], exc) from None
+        finally:
+            if sequence.end:
+                self.routes.forget(target, sequence)
+
+    def _exchange(self, order: list[Worker], request: messages.RunRequest, feeds, deadline: float, idle: dict):
+        """Send the request to the first reachable worker of ``order`` and
+        read its answer (steps, see :meth:`_steps`); returns its RunResult."""
+        output_names = request.outputs
+        conn, reused = yield from self._connection(order, idle)
         try:
             try:
                 yield from self._send(conn, request, feeds, deadline)
@@ -326,11 +349,11 @@ class RemoteExecutor:
         self._checkin(conn, idle)
         return _result(answer, body, output_names)
 
-    def _connection(self, target: RunTarget, workers: list[Worker], idle: dict):
-        """A connection to the first reachable worker of :meth:`_order` and
-        whether it was pooled."""
+    def _connection(self, order: list[Worker], idle: dict):
+        """A connection to the first reachable worker of ``order`` (see
+        :meth:`_order`) and whether it was pooled."""
         failure = None
-        for worker in self._order(target, workers):
+        for worker in order:
             conn = self._pooled(worker, idle)
             if conn is not None:
                 return conn, True
@@ -438,7 +461,7 @@ class RemoteExecutor:
             raise errors.ModelNotReady(f"model '{target.model}' cannot run now: {why}")
         return workers
 
-    def _request(self, target: RunTarget, output_names, rows, deadline) -> tuple[messages.RunRequest, float]:
+    def _request(self, target: RunTarget, output_names, rows, deadline, sequence) -> tuple[messages.RunRequest, float]:
         """The request frame's header and its deadline (``time.monotonic()``)."""
         if deadline is None:
             deadline = time.monotonic() + self.default_timeout
@@ -446,6 +469,8 @@ class RemoteExecutor:
             target.model, target.version, target.sha256, list(output_names), rows,
             time.time() + (deadline - time.monotonic()),
         )  # fmt: skip
+        if sequence is not None:
+            request.sequence = messages.Sequence(sequence.corrid, sequence.start, sequence.end, sequence.owner)
         if tracing.ENABLED:
             request.traceparent = tracing.traceparent()  # only for a traced request: the worker's spans join it
         return request, deadline

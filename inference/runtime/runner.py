@@ -10,7 +10,10 @@ unloaded first), and runs each request on an idle instance:
 - without dynamic batching, a request waits for an idle instance (in
   arrival order) and runs alone;
 - with dynamic batching (:mod:`inference.runtime.batching`), requests are
-  queued and the instances run them in batches.
+  queued and the instances run them in batches;
+- with sequence batching (:mod:`inference.runtime.sequence_batcher`), the
+  requests of each sequence run in order on one instance, with the control
+  inputs and implicit state the server supplies.
 
 Deadlines (``time.monotonic()`` seconds) are guarded here, in one place: a
 request whose deadline passes while it waits is not run
@@ -27,10 +30,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from inference.protocol.errors import DeadlineExceeded, InferenceError, ModelNotReady
+from inference.protocol.errors import DeadlineExceeded, InferenceError, InvalidInput, ModelNotReady
 from inference.runtime.batching import DynamicBatcher
 from inference.runtime.execution import RunResult, RunTarget, execute, now_ns
 from inference.runtime.onnx import OnnxModel
+from inference.runtime.sequence_batcher import SequenceBatcher
+from inference.runtime.sequences import SequenceRequest
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +59,8 @@ class LoadedVersion:
         self._idle: list[OnnxModel] = list(instances)
         self._cond = threading.Condition()
         self._waiting = 0
-        self.batcher = DynamicBatcher(target, instances) if target.batching else None
+        self.sequencer = SequenceBatcher(target, instances) if target.sequence else None
+        self.batcher = DynamicBatcher(target, instances) if target.batching and not self.sequencer else None
 
     def _acquire(self, deadline: float | None) -> OnnxModel:
         try:
@@ -84,7 +90,14 @@ class LoadedVersion:
             with self._cond:
                 self._cond.notify()
 
-    def run(self, feeds: dict, output_names: list[str], rows: int, deadline: float | None) -> RunResult:
+    def run(
+        self, feeds: dict, output_names: list[str], rows: int, deadline: float | None,
+        sequence: SequenceRequest | None = None,
+    ) -> RunResult:  # fmt: skip
+        if self.sequencer is not None:
+            if sequence is None:
+                raise InvalidInput(f"{self.target.describe()} uses sequence batching: send a sequence_id")
+            return self.sequencer.submit(feeds, output_names, deadline, sequence)
         if self.batcher is not None:
             return self.batcher.submit(feeds, output_names, rows, deadline)
         queued = now_ns()
@@ -96,9 +109,16 @@ class LoadedVersion:
             self._release(instance)
         return RunResult(outputs, rows, True, started - queued, now_ns() - started)
 
+    @property
+    def sequences(self) -> int:
+        """Sequences it holds (sequence batching; 0 otherwise)."""
+        return self.sequencer.active if self.sequencer is not None else 0
+
     def close(self) -> None:
         if self.batcher is not None:
             self.batcher.close()
+        if self.sequencer is not None:
+            self.sequencer.close()
 
 
 class ModelRunner:
@@ -140,16 +160,18 @@ class ModelRunner:
     # -- running ---------------------------------------------------------
     def run(
         self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
-        deadline: float | None = None,
+        deadline: float | None = None, sequence: SequenceRequest | None = None,
     ) -> RunResult:  # fmt: skip
         """Run one request of ``rows`` batch rows on ``target`` (loading it
-        first if needed). Raises ModelNotReady when it cannot load,
-        DeadlineExceeded, InvalidInput (inputs the model refuses)."""
+        first if needed; ``sequence``: its place in a sequence, for a model
+        with sequence batching). Raises ModelNotReady when it cannot load,
+        DeadlineExceeded, InvalidInput (inputs the model refuses, a sequence
+        not started)."""
         version = self._loaded.get(target.key)
         if version is None or version.target != target:
             version = self._get(target)
         version.last_used = time.monotonic()
-        return version.run(feeds, output_names, rows, deadline)
+        return version.run(feeds, output_names, rows, deadline, sequence)
 
     def _get(self, target: RunTarget) -> LoadedVersion:
         with self._lock:
@@ -185,7 +207,8 @@ class ModelRunner:
             logger.info(
                 "loaded %s/%s (%d instance%s%s) in %.1f ms",
                 target.model, target.version, len(instances), "" if len(instances) == 1 else "s",
-                ", dynamic batching" if target.batching else "", seconds * 1e3,
+                ", sequence batching" if target.sequence else ", dynamic batching" if target.batching else "",
+                seconds * 1e3,
             )  # fmt: skip
             if self._on_load:
                 self._on_load(target, seconds)
@@ -194,12 +217,13 @@ class ModelRunner:
             return fresh
 
     def _evict(self, room: int, keep: tuple) -> None:
-        """Unload least recently used versions until the others use <= ``room`` (lock held)."""
+        """Unload least recently used versions until the others use <= ``room``
+        (lock held); versions holding sequences (whose state would be lost) last."""
         while True:
             others = [v for k, v in self._loaded.items() if k != keep]
             if not others or sum(v.cost for v in others) <= room:
                 return
-            oldest = min(others, key=lambda v: v.last_used)
+            oldest = min(others, key=lambda v: (v.sequences > 0, v.last_used))
             del self._loaded[oldest.target.key]
             oldest.close()
             logger.info("unloaded %s version %s (memory budget)", oldest.target.model, oldest.target.version)

@@ -2,9 +2,10 @@
 
 :func:`parse_config` returns a :class:`TritonConfig` with the fields this
 platform uses (platform, backend, max_batch_size, version policy, inputs and
-outputs with dims, instance groups, default model filename, parameters);
-unknown fields are ignored. Raises :class:`ConfigError` with the parser's
-line and column for malformed text.
+outputs with dims, instance groups, default model filename, parameters,
+sequence batching, checked with Triton's rules); unknown fields are
+ignored. Raises :class:`ConfigError` with the parser's line and column for
+malformed text.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from google.protobuf import json_format, text_format
 
 from inference.grpc.proto import model_config_pb2 as pb
+from inference.runtime.sequences import SequenceConfigError, SequencePolicy
 
 __all__ = ["ConfigError", "TensorConfig", "TritonConfig", "config_from_raw", "parse_config", "pb"]
 
@@ -45,6 +47,7 @@ class TritonConfig:
     instance_group: tuple[dict, ...] = ()
     default_model_filename: str = ""
     parameters: dict = field(default_factory=dict)
+    sequence_batching: dict | None = None  # Triton's message as JSON (MessageToDict); None: no sequences
     raw: dict = field(default_factory=dict)  # the whole parsed message, as JSON
 
 
@@ -83,6 +86,13 @@ def parse_config(text: str) -> TritonConfig:
     latest = message.version_policy.latest.num_versions if choice == "latest" else 1
     if choice == "latest" and latest == 0:
         latest = 1  # Triton: num_versions defaults to 1
+    sequence = None
+    if message.HasField("sequence_batching"):
+        sequence = json_format.MessageToDict(message.sequence_batching, preserving_proto_field_name=True)
+        try:
+            SequencePolicy.from_config(sequence, message.max_batch_size, message.name)
+        except SequenceConfigError as exc:
+            raise ConfigError(f"config.pbtxt: {exc}") from None
     groups = []
     for group in message.instance_group:
         groups.append(
@@ -108,6 +118,7 @@ def parse_config(text: str) -> TritonConfig:
         instance_group=tuple(groups),
         default_model_filename=message.default_model_filename,
         parameters={k: v.string_value for k, v in message.parameters.items()},
+        sequence_batching=sequence,
         raw=json_format.MessageToDict(message, preserving_proto_field_name=True),
     )
 

@@ -58,3 +58,21 @@ def test_routes_and_served_versions():
     routes = traffic_routes({"a": 50, "b": 50, "c": 0}, {"a": 1, "b": 2, "c": 3}, [1, 3])
     assert routes == [("a", 1, 50)]
     assert served_with_traffic([3], routes) == [3, 1]
+
+
+def test_a_split_sends_each_sequence_to_one_version():
+    """Requests of a sequence (sequence batching) draw by a hash of their
+    caller and ID: the same version for all of a sequence, the weights over
+    sequences."""
+    from inference.runtime.sequences import split_draw
+
+    entry = build_snapshot([record({"stable": 70, "canary": 30}, {"stable": 1, "canary": 3})])["m"]
+    versions = {}
+    for corrid in range(1, 2001):  # 0 is no sequence
+        picks = {
+            entry.route(split_draw({"sequence_id": corrid, "sequence_start": i == 0}, "team:a")).number
+            for i in range(3)
+        }
+        assert len(picks) == 1
+        versions[corrid] = picks.pop()
+    assert abs(Counter(versions.values())[3] / 2000 - 0.30) < 0.04

@@ -1,14 +1,17 @@
 """With tokens required, listing models (the repository index, statistics)
 shows only what the caller's token may call, on REST and gRPC; and the
 management API shows a team only its own models, versions and audit logs
-(issue 22, F14), operators every model."""
+(issue 22, F14), operators every model; a team's sequence (sequence
+batching) is the team's (issue 23)."""
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.support import onnx_models as m
@@ -24,7 +27,7 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tokens(server):
-    tokens = people_with_tokens(server, alice="ml", bob="vision", root="superuser")
+    tokens = people_with_tokens(server, alice="ml", bob="vision", root="superuser", carol=("ml", "vision"))
     for user, team, model in (("alice", "ml", "ml-model"), ("bob", "vision", "vision-model")):
         status, answer = upload(server, tokens[user], model, m.affine(1.0, 0.0), team)
         assert status == 201, answer
@@ -103,6 +106,49 @@ def test_the_management_api_shows_a_team_only_its_own_models(server, tokens):
     assert request(server, "POST", "/v2/models/ml-model/infer", body.encode(), bearer(tokens["bob"]))[0] == 403
     status, model = _api(server, tokens["alice"], "ml-model/")
     assert status == 200 and model["description"] != "mine now" and [v["number"] for v in model["versions"]] == [1]
+
+
+STATE = 'state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] } ]'
+
+
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_another_team_cannot_continue_a_teams_sequence(server, tokens, tmp_path, transport):
+    """A sequence belongs to the caller's team: on team ml's stateful model
+    (an accumulator with implicit state), vision's token cannot call it at
+    all (403); an operator's token, which may call it, cannot continue ml's
+    sequence (the operator's is another sequence of the same ID) nor disturb
+    it; carol, in ml and vision, continues it as ml. One connection (one
+    server process) for every caller."""
+    if transport == "http":  # imported for team ml once, on the first run
+        repository = tmp_path / "repo"
+        config = m.sequence_config("ml-sequence", kinds=("START",), state=STATE)
+        m.write_model(repository, "ml-sequence", m.sequence_accumulator(), config=config)
+        manage(server, "import_repository", str(repository), "--team", "ml")
+    module = httpclient if transport == "http" else grpcclient
+    client = module.InferenceServerClient(server.http_url if transport == "http" else server.grpc_url)
+
+    def send(who: str, value: int, start: bool = False) -> int:
+        inp = module.InferInput("INPUT", [1, 1], "INT32")
+        inp.set_data_from_numpy(np.full((1, 1), value, dtype=np.int32))
+        headers = {"authorization": f"Bearer {tokens[who]}"} if who in tokens else {}
+        result = client.infer("ml-sequence", [inp], sequence_id=42, sequence_start=start, headers=headers)
+        return int(result.as_numpy("OUTPUT")[0][0])
+
+    def refused(who: str) -> tuple[str, str]:
+        with pytest.raises(InferenceServerException) as info:
+            send(who, 1)
+        return str(info.value.status()), info.value.message()
+
+    assert send("alice", 10, start=True) == 10
+    status, message = refused("bob")  # another team's token may not call the model at all
+    assert status in ("403", "StatusCode.PERMISSION_DENIED") and "may not call model 'ml-sequence'" in message
+    assert refused("nobody")[0] in ("401", "StatusCode.UNAUTHENTICATED")
+    status, message = refused("root")  # an operator may call it, but ml's sequence is not the operator's
+    assert status in ("400", "StatusCode.INVALID_ARGUMENT") and "must specify the START flag" in message
+    assert send("root", 100, start=True) == 100  # the operator's own sequence 42
+    assert send("carol", 5) == 15  # team ml's sequence, untouched
+    assert send("root", 1) == 101
+    assert send("alice", 1) == 16
 
 
 def test_without_required_tokens_listing_stays_open(tmp_path):

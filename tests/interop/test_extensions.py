@@ -31,6 +31,8 @@ pytestmark = pytest.mark.interop
 EXTENSIONS = [
     "binary_tensor_data",
     "classification",
+    "sequence",
+    "sequence(string_id)",
     "model_repository",
     "model_repository(unload_dependents)",
     "model_configuration",

@@ -250,3 +250,117 @@ def expand_to(shape) -> bytes:
         [_vi("y", "FP32", shape)],
         initializers=[target],
     )
+
+
+# -- stateful models (sequence batching) ----------------------------------------------
+
+
+def _as_int32(name: str, out: str) -> object:
+    return helper.make_node("Cast", [name], [out], to=TensorProto.INT32)
+
+
+def sequence_simple(control: str = "INT32", batch="N", corrid: str | None = None, echo: bool = False) -> bytes:
+    """Triton's ``simple_sequence`` (docs/examples/model_repository): OUTPUT =
+    (INPUT + START) * READY, INT32 [batch, 1], the controls START and READY
+    of datatype ``control`` (INT32, FP32 or BOOL: cast to INT32 inside).
+    With ``corrid`` (UINT64, INT64, UINT32, INT32 or BYTES: numeric text),
+    Triton's ``simple_dyna_sequence``: OUTPUT = (INPUT + START + END *
+    CORRID) * READY, with an END control too; with ``echo`` instead,
+    CORRID_OUT returns the correlation ID the server supplied and OUTPUT is
+    as without ``corrid``. ``batch=None``: no batch dimension
+    (max_batch_size 0), shapes [1]."""
+    dims = ([batch] if batch else []) + [1]
+    nodes = [
+        _as_int32("START", "start"),
+        _as_int32("READY", "ready"),
+        helper.make_node("Add", ["INPUT", "start"], ["s"]),
+    ]
+    inputs = [_vi("INPUT", "INT32", dims), _vi("START", control, dims), _vi("READY", control, dims)]
+    outputs = [_vi("OUTPUT", "INT32", dims)]
+    total = "s"
+    if corrid:
+        inputs += [_vi("END", control, dims), _vi("CORRID", corrid, dims)]
+    if corrid and echo:
+        outputs.append(_vi("CORRID_OUT", corrid, dims))
+        nodes.append(helper.make_node("Identity", ["CORRID"], ["CORRID_OUT"]))
+    elif corrid:
+        nodes += [
+            _as_int32("END", "end"),
+            _as_int32("CORRID", "corrid"),
+            helper.make_node("Mul", ["end", "corrid"], ["tail"]),
+            helper.make_node("Add", ["s", "tail"], ["s2"]),
+        ]
+        total = "s2"
+    nodes.append(helper.make_node("Mul", [total, "ready"], ["OUTPUT"]))
+    return _model(nodes, inputs, outputs)
+
+
+def sequence_accumulator(start_control: bool = True, batch="N") -> bytes:
+    """An accumulator with implicit state (Triton's ``create_onnx_modelfile_wo_initial_state``
+    in spirit): OUTPUT_STATE = INPUT + INPUT_STATE * (1 - START) (with
+    ``start_control``; else INPUT + INPUT_STATE, for a zero initial state),
+    OUTPUT = OUTPUT_STATE; INT32 [batch, 1]."""
+    dims = ([batch] if batch else []) + [1]
+    inputs = [_vi("INPUT", "INT32", dims), _vi("INPUT_STATE", "INT32", dims)]
+    nodes = []
+    state = "INPUT_STATE"
+    if start_control:
+        inputs.append(_vi("START", "INT32", dims))
+        one = helper.make_tensor("one", TensorProto.INT32, [], [1])
+        nodes += [
+            helper.make_node("Sub", ["one", "START"], ["keep"]),
+            helper.make_node("Mul", ["INPUT_STATE", "keep"], ["kept"]),
+        ]
+        state = "kept"
+    nodes += [
+        helper.make_node("Add", ["INPUT", state], ["OUTPUT_STATE"]),
+        helper.make_node("Identity", ["OUTPUT_STATE"], ["OUTPUT"]),
+    ]
+    outputs = [_vi("OUTPUT", "INT32", dims), _vi("OUTPUT_STATE", "INT32", dims)]
+    return _model(nodes, inputs, outputs, initializers=[one] if start_control else ())
+
+
+def sequence_string_accumulator() -> bytes:
+    """Triton's ``simple_string_dyna_sequence`` (its client examples with -d):
+    OUTPUT accumulates INPUT over the sequence (START resets it, through
+    implicit state: INPUT_STATE, OUTPUT_STATE), and the request with END
+    adds the string correlation ID read as a number: OUTPUT = (state + END *
+    int(CORRID)) * READY; INT32 [N, 1], CORRID BYTES [N, 1]."""
+    dims = ["N", 1]
+    names = ("INPUT", "INPUT_STATE", "START", "END", "READY")
+    inputs = [_vi(name, "INT32", dims) for name in names] + [_vi("CORRID", "BYTES", dims)]
+    one = helper.make_tensor("one", TensorProto.INT32, [], [1])
+    nodes = [
+        helper.make_node("Sub", ["one", "START"], ["keep"]),
+        helper.make_node("Mul", ["INPUT_STATE", "keep"], ["kept"]),
+        helper.make_node("Add", ["INPUT", "kept"], ["OUTPUT_STATE"]),
+        _as_int32("CORRID", "corrid"),
+        helper.make_node("Mul", ["END", "corrid"], ["tail"]),
+        helper.make_node("Add", ["OUTPUT_STATE", "tail"], ["total"]),
+        helper.make_node("Mul", ["total", "READY"], ["OUTPUT"]),
+    ]
+    outputs = [_vi("OUTPUT", "INT32", dims), _vi("OUTPUT_STATE", "INT32", dims)]
+    return _model(nodes, inputs, outputs, initializers=[one])
+
+
+def sequence_config(
+    name: str, *, strategy: str = "", controls: str = "int32_false_true", kinds=("START", "READY"),
+    corrid: str | None = None, idle_us: int = 0, max_batch_size: int = 8, state: str = "", extra: str = "",
+) -> str:  # fmt: skip
+    """config.pbtxt of the sequence models above: a control input per name
+    of ``kinds`` (START, READY, END; ``controls``: int32_false_true,
+    fp32_false_true or bool_false_true), CORRID of TYPE_``corrid``, a
+    ``state`` block, a strategy block (``strategy``: e.g. ``oldest {
+    max_candidate_sequences: 4 }``), ``extra`` lines after."""
+    values = {"int32_false_true": "[ 0, 1 ]", "fp32_false_true": "[ 0, 1 ]", "bool_false_true": "[ false, true ]"}
+    items = [
+        f'{{ name: "{k}" control [ {{ kind: CONTROL_SEQUENCE_{k} {controls}: {values[controls]} }} ] }}' for k in kinds
+    ]
+    if corrid:
+        items.append(f'{{ name: "CORRID" control [ {{ kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_{corrid} }} ] }}')
+    idle = f"max_sequence_idle_microseconds: {idle_us}" if idle_us else ""
+    body = f"{idle} {strategy} control_input [ {', '.join(items)} ] {state}"
+    return (
+        f'name: "{name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: {max_batch_size}\n'
+        f"sequence_batching {{ {body} }}\n{extra}"
+    )

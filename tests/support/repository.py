@@ -24,6 +24,55 @@ dynamic_batching {{ max_queue_delay_microseconds: {delay} }}
 """
 
 
+#: Triton's example sequence models (server docs/examples/model_repository), run by the
+#: sequence tests (tests/interop/test_sequences.py); an accumulator with implicit state.
+_DYNA = "oldest { max_candidate_sequences: 1024 max_queue_delay_microseconds: 10000 }"
+_DYNA_KINDS = ("START", "END", "READY")
+_ONE_INT32 = 'input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+_STATE = 'state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] %s } ]'
+SEQUENCE_MODELS = {
+    "simple_sequence": (m.sequence_simple(), m.sequence_config("simple_sequence", extra=_ONE_INT32)),
+    "simple_dyna_sequence": (
+        m.sequence_simple(corrid="UINT64"),
+        m.sequence_config(
+            "simple_dyna_sequence",
+            strategy=_DYNA,
+            kinds=_DYNA_KINDS,
+            corrid="UINT64",
+            idle_us=10_000_000,
+            extra="instance_group [ { count: 2 kind: KIND_CPU } ]\n",
+        ),
+    ),
+    "simple_string_dyna_sequence": (
+        m.sequence_string_accumulator(),
+        m.sequence_config(
+            "simple_string_dyna_sequence",
+            strategy=_DYNA,
+            kinds=_DYNA_KINDS,
+            corrid="STRING",
+            idle_us=10_000_000,
+            state=_STATE % "",
+        ),
+    ),
+    "seq_accumulator": (
+        m.sequence_accumulator(),
+        m.sequence_config("seq_accumulator", kinds=("START",), state=_STATE % ""),
+    ),
+    "seq_accumulator_zero": (
+        m.sequence_accumulator(start_control=False),
+        m.sequence_config(
+            "seq_accumulator_zero",
+            kinds=(),
+            strategy="oldest { max_candidate_sequences: 8 }",
+            state=_STATE % 'initial_state { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zeros" }',
+            extra='output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }, '
+            '{ name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] } ]\n',
+        ),
+    ),
+    "seq_idle": (m.sequence_simple(), m.sequence_config("seq_idle", idle_us=200_000)),
+}
+
+
 def diabetes_regressor() -> bytes:
     """LinearRegression on scikit-learn's bundled diabetes data; output "variable" [N, 1]."""
     import numpy as np
@@ -45,7 +94,8 @@ def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
     """identity_<datatype> for all 13 datatypes, simple (INT32 add/sub),
     affine (y = 2x + 1, max_batch_size 8), versioned (v1: x + 1, v2: x + 2,
     policy all), strings (text + "!"), image ([1,3,224,224] -> channel means),
-    broken (not ONNX), and iris/digits from scikit-learn when ``with_sklearn``."""
+    broken (not ONNX), the stateful models of SEQUENCE_MODELS, and iris/digits
+    from scikit-learn when ``with_sklearn``."""
     for datatype in m.ALL_DATATYPES:
         m.write_model(root, f"identity_{datatype.lower()}", m.identity(datatype))
     m.write_model(root, "simple", m.add_sub("INT32"))
@@ -68,6 +118,8 @@ def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
     m.write_model(root, "batched", m.affine(3.0, -1.0), config=DYNAMIC_BATCHING.format(delay=20000))
     m.write_model(root, "batched_gather", m.gather_table(), config=DYNAMIC_BATCHING.format(delay=20000))
     m.write_model(root, "batched_slow", m.affine(1.0, 0.0), config=DYNAMIC_BATCHING.format(delay=2000000))
+    for name, (payload, config) in SEQUENCE_MODELS.items():
+        m.write_model(root, name, payload, config=config)
     if with_sklearn:
         from models_store.management.commands.build_demo_repository import CONFIG, build_models
 

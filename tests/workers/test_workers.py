@@ -2,7 +2,8 @@
 the tests. Two workers on two queues (cpu, and cuda:0 running on the CPU
 with WORKER_CPU_FALLBACK since this machine has no GPU): placement, no live
 worker, a worker killed mid-request, a restarted worker, stale versions,
-and Redis missing at start-up or going away mid-run."""
+sequences sticking to their worker and lost with it, and Redis missing at
+start-up or going away mid-run."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -30,6 +32,11 @@ from tests.support.server import ROOT, LiveServer, free_port
 pytestmark = pytest.mark.workers
 
 REDIS_URL = redis_db.url("TEST_WORKERS_REDIS_DB", 3)  # and the next one (the kill test)
+#: An accumulator with implicit state (sequence batching), 32 sequence slots per worker.
+SEQUENCES = m.sequence_config(
+    "acc", kinds=("START",), max_batch_size=32, idle_us=60_000_000,
+    state='state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] } ]',
+)  # fmt: skip
 
 
 def manage(server: LiveServer, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -49,6 +56,7 @@ def repository(tmp_path_factory):
     m.write_model(root, "on_gpu1", m.affine(-1.0, 2.0))
     m.write_model(root, "slow", m.slow_loop())
     m.write_model(root, "growing", m.affine(1.0, 1.0), version=1)
+    m.write_model(root, "acc", m.sequence_accumulator(), config=SEQUENCES)  # any device: both workers
     return root
 
 
@@ -280,6 +288,70 @@ def test_new_and_retired_versions_reach_the_workers(server, repository):
     assert wait_for(
         lambda: np.allclose(_affine(http, httpclient, "growing")[1], _affine(http, httpclient, "growing")[0] + 1)
     )
+
+
+def _accumulate(client, value: int, sequence_id, start: bool = False):
+    """("ok", OUTPUT) of one request of an ``acc`` sequence, or (status, message)."""
+    module = httpclient if isinstance(client, httpclient.InferenceServerClient) else grpcclient
+    inp = module.InferInput("INPUT", [1, 1], "INT32")
+    inp.set_data_from_numpy(np.full((1, 1), value, dtype=np.int32))
+    try:
+        result = client.infer("acc", [inp], sequence_id=sequence_id, sequence_start=start)
+    except InferenceServerException as exc:
+        return (str(exc.status()), exc.message())
+    return ("ok", int(result.as_numpy("OUTPUT")[0][0]))
+
+
+def test_a_sequence_sticks_to_its_worker_and_a_lost_one_is_named(server):
+    """Sequences of a model both workers serve, interleaved over REST (the
+    front end waits in a thread) and gRPC (on its event loop): each sticks
+    to the worker holding its state (round robin would send every other
+    request to the other worker: "START flag" errors). The cuda:0 worker
+    killed: its sequences' next requests answer 503 naming the lost
+    sequence, also once its heartbeat expired, never a fresh state on the
+    cpu worker; the others go on intact; a new START serves again."""
+    clients = {
+        "http": httpclient.InferenceServerClient(server.http_url),
+        "grpc": grpcclient.InferenceServerClient(server.grpc_url),
+    }
+    ids = {"http": list(range(1, 17)), "grpc": [f"g-{i}" for i in range(12)]}
+    rng = np.random.default_rng(5)
+    sums = {}
+    for step in range(3):
+        for transport, sequence_ids in ids.items():
+            for sid in sequence_ids:
+                value = int(rng.integers(-100, 100))
+                sums[sid] = (0 if step == 0 else sums[sid]) + value
+                assert _accumulate(clients[transport], value, sid, start=step == 0) == ("ok", sums[sid]), sid
+    killed = server.worker_processes["cuda:0"]
+    worker_id = f"{socket.gethostname()}-{killed.pid}"
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    lost, kept = [], []
+    for transport, sequence_ids in ids.items():
+        for sid in sequence_ids:
+            status, answer = _accumulate(clients[transport], 1, sid)
+            if status == "ok":
+                sums[sid] += 1
+                assert answer == sums[sid], sid  # the cpu worker's sequences go on, state intact
+                kept.append(sid)
+                continue
+            assert status in ("503", "StatusCode.UNAVAILABLE"), (sid, status, answer)
+            quoted = f'"{sid}"' if isinstance(sid, str) else str(sid)
+            assert f"sequence {quoted} of model 'acc' was lost: the infer.cuda0 worker {worker_id} " in answer
+            assert "start the sequence again (sequence_start)" in answer
+            lost.append((transport, sid))
+    assert kept and {t for t, _ in lost} == {"http", "grpc"}, (lost, kept)
+    assert wait_for(lambda: _metric(server, "modelhost_workers", queue="infer.cuda0") is None, timeout=10)
+    time.sleep(0.6)  # every front-end process refreshed its directory
+    for transport, sid in lost:  # its heartbeat is gone too: still the lost error
+        status, answer = _accumulate(clients[transport], 1, sid)
+        assert status != "ok" and "was lost" in answer and "heartbeat is gone" in answer, (sid, answer)
+    transport, sid = lost[0]
+    assert _accumulate(clients[transport], 9, sid, start=True) == ("ok", 9)  # a new START: the cpu worker
+    assert _accumulate(clients[transport], 1, sid) == ("ok", 10)
+    server.start_worker("cuda:0")
+    server.wait_for_workers(("cuda:0",))
 
 
 def test_redis_unreachable_at_start_up(repository, tmp_path):
