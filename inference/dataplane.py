@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from inference import auth, classification, ratelimit, tracing
 from inference.ports import providers
+from inference.protocol import triton_texts
 from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady, PermissionDenied
 from inference.protocol.types import (
@@ -640,7 +641,7 @@ class DataPlane:
             if version:
                 number = parse_version(version)
                 if number not in model.versions:
-                    raise ModelNotFound(f"unknown version {version} of model '{name}'")
+                    raise triton_texts.unknown_version(name, number, list(model.versions))
                 keys = [(name, number)]
             else:
                 keys = [(name, n) for n in sorted(model.served)]

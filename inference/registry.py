@@ -23,8 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from inference.ports import ModelRecord, RegistrySource
+from inference.protocol import triton_texts
 from inference.protocol.datatypes import BY_NAME, Datatype
-from inference.protocol.errors import ModelNotFound, ModelNotReady
+from inference.protocol.errors import ModelNotFound
 from inference.protocol.types import MetadataTensor, ModelMetadata
 from inference.runtime.execution import BatchingPolicy, RunTarget
 from inference.version_policy import served_versions, served_with_traffic, traffic_routes
@@ -375,7 +376,7 @@ class ModelRegistry:
         if entry is None:
             if self.catch_up(seen):
                 return self.model(name)
-            raise ModelNotFound(f"unknown model '{name}'")
+            raise triton_texts.unknown_model(name)
         return entry
 
     def version(self, name: str, version: str | None) -> VersionEntry:
@@ -389,14 +390,14 @@ class ModelRegistry:
             if entry is None:
                 if self.catch_up(seen):
                     return self.version(name, version)
-                raise ModelNotReady(f"model '{name}' has no version that is ready to serve{_why(model)}")
+                raise triton_texts.no_available_versions(name, _why(model))
             return entry
         number = parse_version(version)
         entry = model.versions.get(number)
         if entry is None:
             if self.catch_up(seen):
                 return self.version(name, version)
-            raise ModelNotFound(f"unknown version {version} of model '{name}'")
+            raise triton_texts.unknown_version(name, number, list(model.versions))
         return entry
 
     def label(self, name: str, label: str) -> str:
@@ -434,8 +435,7 @@ class ModelRegistry:
         if not entry.serving:
             if self.catch_up(seen):
                 return self.resolve(name, version)
-            detail = f": {entry.reason}" if entry.reason else ""
-            raise ModelNotReady(f"version {entry.number} of model '{name}' is not ready ({entry.state}){detail}")
+            raise triton_texts.version_not_ready(name, entry.number, entry.state, entry.reason)
         return entry
 
     def metadata(self, name: str, version: str | None) -> ModelMetadata:
@@ -467,8 +467,9 @@ def _why(model: ModelEntry) -> str:
 
 
 def parse_version(version: str) -> int:
-    """A version string as a positive integer; raises ModelNotFound otherwise
-    (no version can have such a name)."""
-    if not version.isdigit() or int(version) < 1:
-        raise ModelNotFound(f"unknown model version '{version}': versions are positive integers")
+    """A version string as a whole number (0 names no version: looking it up
+    fails as for any unknown number); raises ModelNotFound otherwise, in
+    Triton's words (no version can have such a name)."""
+    if not version.isascii() or not version.isdigit() or len(version) > 18:  # Triton: std::stol's range
+        raise triton_texts.bad_version_string(version)
     return int(version)

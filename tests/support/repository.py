@@ -63,6 +63,8 @@ def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
     # Used only by the statistics / metrics tests, so their counts are exact.
     m.write_model(root, "stats_probe", m.affine(1.0, 0.0), config=BATCHED_CONFIG.replace('"affine"', '"stats_probe"'))
     m.write_model(root, "repo_probe", m.identity("FP32"))
+    # perf_analyzer --streaming only (tests/interop/test_grpc_stream.py), so that its server counts are exact.
+    m.write_model(root, "stream_probe", m.affine(2.0, 1.0), config=BATCHED_CONFIG.replace('"affine"', '"stream_probe"'))
     m.write_model(root, "audited", m.identity("FP32"))  # repository load/unload audit
     # Dynamic batching: y = 3x - 1 batched within 20 ms; a gather table over [N, K] (any K); a 2 s window.
     m.write_model(root, "batched", m.affine(3.0, -1.0), config=DYNAMIC_BATCHING.format(delay=20000))
