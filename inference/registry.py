@@ -68,6 +68,8 @@ class VersionEntry:
     output_types: dict[str, str] = field(default_factory=dict)
     output_names: list[str] = field(default_factory=list)
     payload_log: tuple[float, int] = (0.0, 0)  # the model's (share logged, tensor bytes cap)
+    output_labels: dict = field(default_factory=dict)  # the model's: output name -> class labels
+    optional_inputs: frozenset = frozenset()  # inputs a request may leave out (config.pbtxt ``optional``)
 
     def __post_init__(self) -> None:
         self.input_specs = {t.name: InputSpec(t.name, BY_NAME[t.datatype], t.shape) for t in self.inputs}
@@ -166,6 +168,7 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
         served_set = set(served)
         batching = batching_policy(model)
         instances = total_instances(model.instance_group)
+        optional = frozenset(t["name"] for t in (model.config or {}).get("input", ()) if t.get("optional"))
         versions = {}
         for row in model.versions:
             serving = row.number in served_set
@@ -190,6 +193,8 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
                 target=RunTarget(model.name, row.number, row.sha256, row.artifact, row.size, instances, batching),
                 instance_group=tuple(model.instance_group),
                 payload_log=(model.payload_log_rate, model.payload_log_max_bytes),
+                output_labels=model.output_labels,
+                optional_inputs=optional,
             )
         total = sum(weight for _label, _number, weight in routes)
         split, cumulative = [], 0
@@ -358,11 +363,12 @@ class ModelRegistry:
         self.model(name)
         self.source.set_loaded(name, loaded, actor)
 
-    def set_policy(self, name: str, policy: str, latest: int = 1, specific: list[int] | None = None, actor=None):
-        """Change a model's version policy in every process; raises
-        ModelNotFound, InvalidInput (a policy the registry refuses)."""
+    def set_config(self, name: str, config: str, actor=None) -> None:
+        """Replace a model's Triton configuration (JSON text) in every
+        process; raises ModelNotFound, InvalidInput (a configuration the
+        registry refuses)."""
         self.model(name)
-        self.source.set_policy(name, policy, latest, list(specific or ()), actor)
+        self.source.set_config(name, config, actor)
 
     # -- lookups ---------------------------------------------------------
     @property
