@@ -74,7 +74,12 @@ async def answers(infer_one, requests, context, abort):
     ModelInferRequest), in order: an async generator of
     ModelStreamInferResponse. ``infer_one(request, context, streamed=True)``
     returns (answer, None) or (None, error); ``abort(context, error)`` ends
-    the call with the error's status (``triton_grpc_error`` mode)."""
+    the call with the error's status (``triton_grpc_error`` mode).
+
+    A reader task reads ahead up to WINDOW requests. A request that is alone
+    in the window runs here, inline (the usual case: one request in flight
+    per stream); several that are waiting run together as tasks, answered in
+    order."""
     window: asyncio.Queue = asyncio.Queue(maxsize=WINDOW)
     broken: list[BaseException] = []
 
@@ -85,7 +90,7 @@ async def answers(infer_one, requests, context, abort):
     async def read():
         try:
             async for request in requests:
-                await window.put(asyncio.ensure_future(answer(request)))
+                await window.put(request)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the stream broke: answer what was read, then fail the call
@@ -94,19 +99,36 @@ async def answers(infer_one, requests, context, abort):
 
     reader = asyncio.ensure_future(read())
     stop_on_error = _grpc_error_mode(context)
+    running: list[asyncio.Future] = []
     try:
-        while (task := await window.get()) is not _END:
-            result, error = await task
-            if error is not None and stop_on_error:
-                await abort(context, error)
-            yield result
+        ended = False
+        while not ended:
+            request = await window.get()
+            if request is _END:
+                break
+            if window.empty():
+                outcomes = [await answer(request)]
+            else:
+                batch = [request]
+                while not window.empty() and not ended:
+                    item = window.get_nowait()
+                    if item is _END:
+                        ended = True
+                    else:
+                        batch.append(item)
+                running = [asyncio.ensure_future(answer(r)) for r in batch]
+                outcomes = running
+            for outcome in outcomes:
+                result, error = (await outcome) if isinstance(outcome, asyncio.Future) else outcome
+                if error is not None and stop_on_error:
+                    await abort(context, error)
+                yield result
+            running = []
         if broken:
             raise broken[0]
     finally:
         reader.cancel()
-        while not window.empty():
-            task = window.get_nowait()
-            if task is not _END:
-                task.cancel()
+        for task in running:
+            task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await reader

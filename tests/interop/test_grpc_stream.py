@@ -11,6 +11,7 @@ import asyncio
 import queue
 import re
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -230,3 +231,27 @@ def test_perf_analyzer_streams(model_server):
     server_count = int(re.search(r"Inference count: (\d+)", done.stdout).group(1))
     execution_count = int(re.search(r"Execution count: (\d+)", done.stdout).group(1))
     assert server_count == 2 * execution_count > 0
+
+
+def test_a_client_that_goes_away_mid_stream_leaves_the_server_serving(model_server):
+    """A stream cancelled while its requests run (three of about 1 s each):
+    the server stays ready and answers the next stream at once; nothing
+    unexpected is logged."""
+    slow = [grpcclient.InferInput("x", [1, 256], "FP32"), grpcclient.InferInput("n", [], "INT64")]
+    slow[0].set_data_from_numpy(np.full((1, 256), 0.5, dtype=np.float32))
+    slow[1].set_data_from_numpy(np.array(50_000, dtype=np.int64))
+    client = grpcclient.InferenceServerClient(model_server.grpc_url)
+    client.start_stream(callback=lambda result, error: None)
+    for i in range(3):
+        client.async_stream_infer("slow", slow, request_id=str(i))
+    time.sleep(0.2)
+    client.stop_stream(cancel_requests=True)
+    client.close()
+    stream = Stream(model_server.grpc_url)
+    try:
+        stream.send("affine", _affine(np.ones((1, 4), np.float32)), "next")
+        ((result, error),) = stream.take(1, timeout=10)
+    finally:
+        stream.close()
+    assert error is None and result.get_response().id == "next"
+    assert "unexpected error" not in model_server.log()
