@@ -512,8 +512,8 @@ class DataPlane:
         """Load ``name`` in every server process (its policy's READY versions
         serve again) before returning. Parameters: ``config`` (a JSON string:
         the model's whole Triton configuration, replacing its own as Triton's
-        load does; models_store/reconfigure.py). Needs a token of the model's
-        team or an operator's (audited as its user). Raises Unauthenticated,
+        load does; the registry source checks and applies it). Needs a token
+        of the model's team or an operator's (audited as its user). Raises Unauthenticated,
         PermissionDenied; ModelNotFound, InvalidInput with Triton's "failed to
         load '<name>', " before the reason."""
         self.registry.models  # noqa: B018  (follows the change beacon: token scopes are a registry listener)

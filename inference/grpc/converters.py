@@ -149,6 +149,9 @@ def infer_request_from_proto(message: pb.ModelInferRequest, max_bytes: int) -> t
     raw = list(message.raw_input_contents)  # upb copies a bytes field on each access: once
     total = 0
     if raw:
+        for tensor in message.inputs:  # first, as Triton checks it (infer_handler.cc, InferGRPCToInput)
+            if tensor.HasField("contents"):
+                raise triton_texts.contents_with_raw(tensor.name, message.model_name)
         if len(raw) != len(message.inputs):
             raise InvalidInput(
                 f"raw_input_contents has {len(raw)} entries but the request has {len(message.inputs)} inputs"
@@ -164,8 +167,6 @@ def infer_request_from_proto(message: pb.ModelInferRequest, max_bytes: int) -> t
             raise InvalidInput(f"{where}: unknown datatype {tensor.datatype!r}")
         shape = check_shape(list(tensor.shape[: MAX_DIMS + 1]), where, max_bytes, datatype.itemsize)
         if raw:
-            if tensor.HasField("contents"):
-                raise triton_texts.contents_with_raw(tensor.name, message.model_name)
             data = binary.tensor_from_buffer(where, datatype, shape, memoryview(raw[index]))
         else:
             data = _typed(where, datatype, shape, tensor.contents)

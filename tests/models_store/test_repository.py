@@ -135,6 +135,7 @@ def test_an_unsupported_field_is_refused_by_name_never_dropped(repo, capsys):
     call_command("import_repository", str(repo))
     output = capsys.readouterr().out
     assert "failed    later: config.pbtxt: not supported by this server: 'optimization'" in output, output
+    assert output.splitlines()[-1] == "2 version directories, 0 failed; 2 model config(s) refused"  # both models
     assert RegisteredModel.objects.get(name="later").max_batch_size == 8  # unchanged
     assert ModelVersion.objects.get(model__name="later").state == "READY"
 
@@ -205,6 +206,7 @@ def test_skips_and_command_output(repo, capsys):
     assert "skipped   bad name!: not a valid model name" in out
     assert "skipped   empty_model: no numbered version directories" in out
     assert "skipped   nofile/1: no model.onnx in the directory" in out
+    assert out.splitlines()[-1] == "2 version directories, 0 failed"
     assert ModelVersion.objects.count() == 1
 
 
