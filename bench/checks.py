@@ -80,6 +80,16 @@ def check_rest(
     return f"output {_shapes(got)} matches onnxruntime"
 
 
+def _grpc_inputs(grpcclient, model: BenchModel, inputs: dict[str, np.ndarray]) -> list:
+    """tritonclient.grpc InferInputs of the sample inputs, in the model's order."""
+    tensors = []
+    for spec in model.inputs:
+        tensor = grpcclient.InferInput(spec.name, list(inputs[spec.name].shape), spec.datatype)
+        tensor.set_data_from_numpy(np.ascontiguousarray(inputs[spec.name], dtype=spec.dtype))
+        tensors.append(tensor)
+    return tensors
+
+
 def check_grpc(
     target: Target,
     transport: Grpc,
@@ -97,12 +107,7 @@ def check_grpc(
     what = f"{target.name}/{model.name}/{transport.name}"
     client = grpcclient.InferenceServerClient(target.grpc_address)
     try:
-        tensors = []
-        for spec in model.inputs:
-            tensor = grpcclient.InferInput(spec.name, list(spec.shape), spec.datatype)
-            tensor.set_data_from_numpy(np.ascontiguousarray(inputs[spec.name], dtype=spec.dtype))
-            tensors.append(tensor)
-        result = client.infer(model.name, tensors, client_timeout=60)
+        result = client.infer(model.name, _grpc_inputs(grpcclient, model, inputs), client_timeout=60)
         got = {name: value for name in model.output_names if (value := result.as_numpy(name)) is not None}
     except InferenceServerException as exc:
         raise CheckFailed(f"{what}: tritonclient.grpc: {exc}") from None
@@ -163,12 +168,7 @@ def check_grpc_stream(
     try:
         client.start_stream(callback=lambda result, error: answers.put((result, error)))
         for i in range(requests):
-            tensors = []
-            for spec in model.inputs:
-                tensor = grpcclient.InferInput(spec.name, list(inputs[spec.name].shape), spec.datatype)
-                tensor.set_data_from_numpy(np.ascontiguousarray(inputs[spec.name], dtype=spec.dtype))
-                tensors.append(tensor)
-            client.async_stream_infer(model.name, tensors, request_id=str(i))
+            client.async_stream_infer(model.name, _grpc_inputs(grpcclient, model, inputs), request_id=str(i))
         for i in range(requests):
             try:
                 result, error = answers.get(timeout=60)

@@ -7,7 +7,6 @@ computed with numpy."""
 
 from __future__ import annotations
 
-import asyncio
 import queue
 import re
 import subprocess
@@ -22,7 +21,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from tests.interop.test_extensions import PERF_ANALYZER
-from tests.support.live import wait_for
+from tests.support.live import run_coroutine, wait_for
 
 pytestmark = pytest.mark.interop
 
@@ -209,7 +208,7 @@ def test_the_aio_client_streams(model_server):
 
             return [answer async for answer in client.stream_infer(requests())]
 
-    answers = asyncio.run(run())
+    answers = run_coroutine(run())
     assert [result.get_response().id for result, error in answers] == ["0", "1", "2", "3", "4"]
     for i, (result, error) in enumerate(answers):
         assert error is None

@@ -4,8 +4,6 @@ message starts with Triton's words, then ours."""
 
 from __future__ import annotations
 
-import asyncio
-
 import grpc
 import numpy as np
 import pytest
@@ -14,6 +12,8 @@ import tritonclient.http.aio as aiohttpclient
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
+
+from tests.support.live import run_coroutine
 
 pytestmark = pytest.mark.interop
 
@@ -40,7 +40,7 @@ def test_http_infer_clients_wrong_model_name(model_server):
             await client.infer("wrong_model_name", _simple_inputs(aiohttpclient))
 
     with pytest.raises(InferenceServerException) as info:
-        asyncio.run(aio())
+        run_coroutine(aio())
     assert info.value.message().startswith("Request for unknown model")
 
 
