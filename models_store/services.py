@@ -17,7 +17,7 @@ from kombu.exceptions import OperationalError
 
 from inference.version_policy import served_versions
 from models_store import audit, storage
-from models_store.config import ConfigError, TritonConfig, parse_config_json
+from models_store.config import ConfigError, TritonConfig, parse_config_json, same_config
 from models_store.config.signatures import check_against_versions
 from models_store.models import (
     ModelVersion,
@@ -78,7 +78,7 @@ def model_upsert(
     model, created = RegisteredModel.objects.select_for_update().get_or_create(name=name, defaults={"team": team})
     changed = created
     labels = output_labels or {}
-    if config is not None and (created or config.raw != model.config or labels != model.output_labels):
+    if config is not None and (created or not same_config(config.raw, model.config) or labels != model.output_labels):
         set_config_fields(model, config, labels)
         changed = True
     if team is not None and model.team_id is None:

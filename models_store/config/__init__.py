@@ -36,6 +36,7 @@ __all__ = [
     "parse_config",
     "parse_config_json",
     "pb",
+    "same_config",
     "triton_json",
     "unsupported",
 ]
@@ -309,6 +310,18 @@ def parse_config_json(text: str, source: str = "config") -> TritonConfig:
     except json_format.ParseError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     return _checked(message, source)
+
+
+def same_config(a: dict, b: dict) -> bool:
+    """Whether two configs kept as JSON say the same (whatever their JSON
+    form: with or without defaults, 64-bit integers as strings or numbers)."""
+    if a == b:
+        return True
+    try:
+        parsed = [json_format.ParseDict(doc or {}, pb.ModelConfig(), ignore_unknown_fields=True) for doc in (a, b)]
+    except json_format.ParseError:
+        return False
+    return parsed[0] == parsed[1]
 
 
 def config_from_raw(raw: dict) -> TritonConfig | None:

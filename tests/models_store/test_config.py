@@ -2,7 +2,7 @@
 
 import pytest
 
-from models_store.config import ConfigError, parse_config, parse_config_json
+from models_store.config import ConfigError, parse_config, parse_config_json, same_config
 
 
 def test_full_config():
@@ -148,3 +148,20 @@ def test_json_form_as_a_load_sends_it():
 def test_malformed_config(text):
     with pytest.raises(ConfigError, match=r"config\.pbtxt"):
         parse_config(text)
+
+
+def test_a_config_kept_in_the_older_json_form_is_the_same_config():
+    """Configs stored before every field was kept (no defaults, 64-bit
+    integers as strings) compare equal to today's form of the same text:
+    an import does not re-apply them (which would undo a policy changed in
+    the web UI)."""
+    text = (
+        'max_batch_size: 8\ninput [ { name: "x" dims: [ 4 ] } ]\ndynamic_batching { max_queue_delay_microseconds: 100 }'
+    )
+    older = {
+        "max_batch_size": 8,
+        "input": [{"name": "x", "dims": ["4"]}],
+        "dynamic_batching": {"max_queue_delay_microseconds": "100"},
+    }
+    assert same_config(parse_config(text).raw, older)
+    assert not same_config(parse_config(text.replace("100", "200")).raw, older)
