@@ -12,6 +12,9 @@ are the model's sample inputs (any number, any datatype).
   output. The size of the framed answer is returned: the h2load loader
   counts answers without that many message bytes as errors (h2load itself
   cannot see grpc-status).
+* gRPC streaming: ``tritonclient.grpc``'s ``start_stream`` sends the sample
+  inputs three times on one stream; every answer must carry its id and the
+  output.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import numpy as np
 
 from bench.models import BenchModel
 from bench.targets import Target
-from bench.workloads import Grpc, Transport, grpc_frame, grpc_unframe
+from bench.workloads import Grpc, GrpcStream, Transport, grpc_frame, grpc_unframe
 
 
 class CheckFailed(RuntimeError):
@@ -77,6 +80,16 @@ def check_rest(
     return f"output {_shapes(got)} matches onnxruntime"
 
 
+def _grpc_inputs(grpcclient, model: BenchModel, inputs: dict[str, np.ndarray]) -> list:
+    """tritonclient.grpc InferInputs of the sample inputs, in the model's order."""
+    tensors = []
+    for spec in model.inputs:
+        tensor = grpcclient.InferInput(spec.name, list(inputs[spec.name].shape), spec.datatype)
+        tensor.set_data_from_numpy(np.ascontiguousarray(inputs[spec.name], dtype=spec.dtype))
+        tensors.append(tensor)
+    return tensors
+
+
 def check_grpc(
     target: Target,
     transport: Grpc,
@@ -94,12 +107,7 @@ def check_grpc(
     what = f"{target.name}/{model.name}/{transport.name}"
     client = grpcclient.InferenceServerClient(target.grpc_address)
     try:
-        tensors = []
-        for spec in model.inputs:
-            tensor = grpcclient.InferInput(spec.name, list(spec.shape), spec.datatype)
-            tensor.set_data_from_numpy(np.ascontiguousarray(inputs[spec.name], dtype=spec.dtype))
-            tensors.append(tensor)
-        result = client.infer(model.name, tensors, client_timeout=60)
+        result = client.infer(model.name, _grpc_inputs(grpcclient, model, inputs), client_timeout=60)
         got = {name: value for name in model.output_names if (value := result.as_numpy(name)) is not None}
     except InferenceServerException as exc:
         raise CheckFailed(f"{what}: tritonclient.grpc: {exc}") from None
@@ -139,3 +147,40 @@ def check_grpc(
         f"output {_shapes(got)} matches onnxruntime, answer {framed} B",
         framed,
     )
+
+
+def check_grpc_stream(
+    target: Target,
+    transport: GrpcStream,
+    model: BenchModel,
+    inputs: dict[str, np.ndarray],
+    expected: dict[str, np.ndarray],
+    requests: int = 3,
+) -> str:
+    """``requests`` inferences on one ModelStreamInfer stream (tritonclient.grpc)."""
+    import queue
+
+    import tritonclient.grpc as grpcclient
+
+    what = f"{target.name}/{model.name}/{transport.name}"
+    answers: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(target.grpc_address)
+    try:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        for i in range(requests):
+            client.async_stream_infer(model.name, _grpc_inputs(grpcclient, model, inputs), request_id=str(i))
+        for i in range(requests):
+            try:
+                result, error = answers.get(timeout=60)
+            except queue.Empty:
+                raise CheckFailed(f"{what}: no answer on the stream in 60 s") from None
+            if error is not None:
+                raise CheckFailed(f"{what}: {error}")
+            if result.get_response().id != str(i):
+                raise CheckFailed(f"{what}: answer {i} has id {result.get_response().id!r}")
+            got = {name: value for name in model.output_names if (value := result.as_numpy(name)) is not None}
+            _compare(what, got, expected)
+    finally:
+        client.stop_stream()
+        client.close()
+    return f"{requests} requests on one stream (tritonclient.grpc): output {_shapes(got)} matches onnxruntime"

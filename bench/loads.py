@@ -283,4 +283,10 @@ class H2LoadLoader(Loader):
 
 def make_loaders(work_dir: Path) -> dict[str, Loader]:
     """The loaders by name (a Transport's ``loader`` attribute picks one)."""
-    return {"wrk": WrkLoader(work_dir / "wrk"), "h2load": H2LoadLoader(work_dir / "h2load")}
+    from bench.perf_analyzer import PerfAnalyzerLoader  # it imports this module
+
+    return {
+        "wrk": WrkLoader(work_dir / "wrk"),
+        "h2load": H2LoadLoader(work_dir / "h2load"),
+        "perf_analyzer": PerfAnalyzerLoader(work_dir / "perf_analyzer"),
+    }

@@ -311,6 +311,10 @@ def goals(cells: list[Cell], ours: str = "serve") -> list[Goal]:
             [ratio("triton", m, t, c, 1.0) for m in fast for t in ("rest-binary", "grpc") for c in CONCURRENCIES],
         ),
         judge(
+            "gRPC streaming ≥ 1.0x Triton's req/s at concurrency 1 and 8 on tiny and cnn",
+            [ratio("triton", m, "grpc-stream", c, 1.0) for m in fast for c in CONCURRENCIES],
+        ),
+        judge(
             "REST JSON ≥ 3x MLServer's req/s on tiny and cnn (concurrency 1 and 8)",
             [ratio("mlserver", m, "rest-json", c, 3.0) for m in fast for c in CONCURRENCIES],
         ),

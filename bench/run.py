@@ -30,11 +30,11 @@ if str(ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 
 from bench import models as bench_models  # noqa: E402
-from bench.checks import CheckFailed, check_grpc, check_rest  # noqa: E402
+from bench.checks import CheckFailed, check_grpc, check_grpc_stream, check_rest  # noqa: E402
 from bench.loads import Loader, LoadResult, make_loaders  # noqa: E402
 from bench.report import Cell, print_goals, print_table, write_results  # noqa: E402
 from bench.targets import BASELINE_REDIS_URL, TLS_REDIS_URL, ServeTarget, Target, WorkerServeTarget, ort_env  # noqa: E402
-from bench.workloads import TRANSPORTS, Grpc, Request, Workload, workloads  # noqa: E402
+from bench.workloads import TRANSPORTS, Grpc, GrpcStream, Request, Workload, workloads  # noqa: E402
 
 WORK = ROOT / "bench" / "work"
 RESULTS = ROOT / "bench" / "RESULTS.md"
@@ -301,7 +301,9 @@ class Bench:
         for _, w in sorted(checks.items()):
             what = f"{target.name}/{w.model.name}/{w.transport.name}"
             inputs, expected = self.inputs[w.model.name], self.expected[w.model.name]
-            if isinstance(w.transport, Grpc):
+            if isinstance(w.transport, GrpcStream):
+                text = check_grpc_stream(target, w.transport, w.model, inputs, expected)
+            elif isinstance(w.transport, Grpc):
                 text, size = check_grpc(target, w.transport, w.model, inputs, expected)
                 self.response_bytes[(target.name, w.model.name)] = size
             else:
@@ -501,6 +503,10 @@ def main(argv: list[str]) -> int:
         "ModelInferRequest to /inference.GRPCInferenceService/ModelInfer (content-type: application/grpc, "
         "te: trailers), one stream per connection; concurrency 1: h2load -c1 -m1 -t1, 8: -c8 -m1 -t2; latency "
         "percentiles from its --log-file; answers without the expected message bytes counted as errors",
+        "gRPC streaming": "Triton's perf_analyzer (tritonclient 2.41.0 wheel) --streaming -i grpc: N clients, each "
+        "keeping one ModelStreamInfer stream with one request in flight; --concurrency-range N:N, 3 time windows "
+        "of a third of the cell's seconds (-s 999: no stability required), --input-data zero with the sample "
+        "inputs' shapes; its client-side throughput and latency percentiles; a failed request fails the cell",
         "per cell": f"{args.warmup} s warm-up (discarded) + {args.duration} s measured"
         + (f"; MiniLM cells: {args.warmup} s warm-up + {args.minilm_duration} s measured" if has_minilm else ""),
         "rounds": f"{args.rounds} (interleaved, servers taking turns on each cell; medians reported)"

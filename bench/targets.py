@@ -89,7 +89,7 @@ class Target:
 
     def url_for(self, transport: str) -> str:
         """The loader's base URL for a transport (gRPC: h2c on the gRPC port)."""
-        return f"http://{self.grpc_address}" if transport == "grpc" else self.base_url
+        return f"http://{self.grpc_address}" if transport.startswith("grpc") else self.base_url
 
     def start(self) -> None:
         raise NotImplementedError
@@ -197,7 +197,7 @@ class ServeTarget(ProcessTarget):
     HTTP_THREADS from settings) are passed as ``--workers``/``--threads``.
     """
 
-    transports = ("rest-json", "rest-binary", "grpc")
+    transports = ("rest-json", "rest-binary", "grpc", "grpc-stream")
     ours = True
 
     def __init__(

@@ -7,9 +7,11 @@ outputs for the correctness check. The load generator sends the same
 prebuilt body over and over. Adding a transport means a new Transport
 subclass with its own ``loader`` name and a loader in loads.py.
 
-Transports: ``rest-json`` and ``rest-binary`` (HTTP/1.1, wrk) and ``grpc``
+Transports: ``rest-json`` and ``rest-binary`` (HTTP/1.1, wrk), ``grpc``
 (HTTP/2, h2load: one gRPC-framed ``ModelInferRequest`` built with
-tritonclient's own protobuf module, the inputs in ``raw_input_contents``).
+tritonclient's own protobuf module, the inputs in ``raw_input_contents``)
+and ``grpc-stream`` (gRPC ``ModelStreamInfer``, driven by Triton's
+perf_analyzer ``--streaming``: bench/perf_analyzer.py).
 """
 
 from __future__ import annotations
@@ -228,7 +230,30 @@ class Grpc(Transport):
         return self.decode_message(model, grpc_unframe(body))
 
 
-TRANSPORTS: dict[str, Transport] = {t.name: t for t in (RestJson(), RestBinary(), Grpc())}
+#: Arguments of a perf_analyzer "request" (bench/perf_analyzer.py), carried as its headers.
+PA_MODEL, PA_SHAPE = "x-model", "x-shape-"
+
+
+class GrpcStream(Transport):
+    """gRPC ``ModelStreamInfer`` (Triton's bidirectional streaming): each
+    client keeps a stream open and sends its requests on it, one in flight
+    at a time. perf_analyzer sends zero-filled inputs of the sample inputs'
+    shapes (the "request" carries the model name and the shapes; the
+    correctness check sends the sample inputs on a stream itself)."""
+
+    name = "grpc-stream"
+    loader = "perf_analyzer"
+
+    def build_request(self, model: BenchModel, inputs: dict[str, np.ndarray]) -> Request:
+        headers = {PA_MODEL: model.name}
+        headers.update({f"{PA_SHAPE}{spec.name}": ",".join(map(str, x.shape)) for spec, x in _ordered(model, inputs)})
+        return Request(f"/{model.name}", b"", headers)
+
+    def decode_message(self, model: BenchModel, message: bytes) -> dict[str, np.ndarray]:
+        return Grpc().decode_message(model, message)
+
+
+TRANSPORTS: dict[str, Transport] = {t.name: t for t in (RestJson(), RestBinary(), Grpc(), GrpcStream())}
 
 
 @dataclass(frozen=True)

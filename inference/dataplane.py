@@ -15,15 +15,14 @@ model configuration, statistics, parameters.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import threading
 import time
 from dataclasses import dataclass, field
 
-from inference import auth, classification, ratelimit, tracing
+from inference import auth, classification, model_config, ratelimit, tracing
 from inference.ports import providers
-from inference.protocol.datatypes import BY_NAME
+from inference.protocol import triton_texts
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady, PermissionDenied
 from inference.protocol.types import (
     InferenceRequest,
@@ -363,7 +362,7 @@ class DataPlane:
         for name, array in zip(job.names, run.outputs):
             count = job.classify.get(name)
             if count:
-                labels = entry.properties.get("labels") or []
+                labels = entry.output_labels.get(name) or entry.properties.get("labels") or []
                 array = classification.classify(array, count, entry.max_batch_size > 0, labels)
                 outputs.append(ResponseOutput(name, "BYTES", array.shape, array))
             else:
@@ -480,8 +479,9 @@ class DataPlane:
                 batch = shape[0]
             feeds[tensor.name] = tensor.data
         if len(feeds) != len(specs):
-            missing = [name for name in specs if name not in feeds]
-            raise InvalidInput(f"model '{entry.model_name}' needs input(s) {', '.join(missing)}, not given")
+            missing = [name for name in specs if name not in feeds and name not in entry.optional_inputs]
+            if missing:
+                raise InvalidInput(f"model '{entry.model_name}' needs input(s) {', '.join(missing)}, not given")
         return feeds, (batch if batch is not None else 1)
 
     @staticmethod
@@ -534,23 +534,27 @@ class DataPlane:
 
     def load(self, name: str, parameters: dict | None = None, token: str | None = None) -> None:
         """Load ``name`` in every server process (its policy's READY versions
-        serve again) before returning. Parameters: ``config`` (a JSON model
-        configuration; its ``version_policy`` is applied). Needs a token of
-        the model's team or an operator's (audited as its user). Raises
-        Unauthenticated, PermissionDenied, ModelNotFound, InvalidInput."""
-        caller = self._control(token, name)
-        policy = None
-        for key, value in (parameters or {}).items():
-            if key == "config":
-                policy = _policy_from_config(value)
-            elif key.startswith("file:"):
-                raise InvalidInput(
-                    "load with file: parameters is not supported; upload new versions through the model store"
-                )
-            else:
-                raise InvalidInput(f"unrecognized load parameter '{key}'")
-        if policy is not None:
-            self.registry.set_policy(name, *policy, actor=caller.actor)
+        serve again) before returning. Parameters: ``config`` (a JSON string:
+        the model's whole Triton configuration, replacing its own as Triton's
+        load does; the registry source checks and applies it). Needs a token
+        of the model's team or an operator's (audited as its user). Raises Unauthenticated,
+        PermissionDenied; ModelNotFound, InvalidInput with Triton's "failed to
+        load '<name>', " before the reason."""
+        self.registry.models  # noqa: B018  (follows the change beacon: token scopes are a registry listener)
+        caller = auth.authorize_control(token, name)
+        try:
+            self.registry.model(name)
+            for key, value in (parameters or {}).items():
+                if key == "config":
+                    if not isinstance(value, str):
+                        raise InvalidInput("Config parameter 'config' must have string type for its value")
+                    self.registry.set_config(name, value, actor=caller.actor)
+                elif key.startswith("file:"):
+                    raise InvalidInput("file: parameters are not supported; upload new versions to the model store")
+                else:
+                    raise InvalidInput(f"Unrecognized load parameter '{key}'")
+        except (ModelNotFound, InvalidInput) as exc:
+            raise type(exc)(triton_texts.load_failed(name, exc.message)) from None
         self.registry.set_loaded(name, True, caller.actor)
 
     def unload(self, name: str, parameters: dict | None = None, token: str | None = None) -> None:
@@ -576,74 +580,18 @@ class DataPlane:
 
     # -- model configuration extension -----------------------------------
     def model_config(self, name: str, version: str | None = None) -> dict:
-        """Triton's model configuration of a model as JSON-ready data (snake
-        case, ``data_type`` as ``TYPE_*``, dims without the batch dimension
-        when ``max_batch_size > 0``). The signature is the given version's,
-        else the default version's, else the newest version's. Raises
-        ModelNotFound."""
+        """Triton's model configuration of a model as JSON-ready data, as
+        Triton returns it (inference/model_config.py). The signature is the
+        given version's, else the default version's, else the newest
+        version's. Raises ModelNotFound."""
         model = self.registry.model(name)
-        entry = self._config_version(model, version)
-        kind, latest, specific = model.policy
-        if kind == "all":
-            policy: dict = {"all": {}}
-        elif kind == "specific":
-            policy = {"specific": {"versions": list(specific)}}
-        else:
-            policy = {"latest": {"num_versions": latest}}
-        batched = model.max_batch_size > 0
-
-        def tensors(items, output: bool) -> list[dict]:
-            out = []
-            for t in items:
-                item = {
-                    "name": t.name,
-                    "data_type": BY_NAME[t.datatype].triton,
-                    "dims": list(t.shape[1:] if batched else t.shape),
-                    "is_shape_tensor": False,
-                }
-                if output:
-                    item["label_filename"] = ""
-                else:
-                    item.update(format="FORMAT_NONE", allow_ragged_batch=False, optional=False)
-                out.append(item)
-            return out
-
-        groups = [
-            {"name": g.get("name") or f"{name}_{i}", "kind": g.get("kind", "KIND_CPU"), "count": g.get("count", 1),
-             "gpus": list(g.get("gpus", []))}
-            for i, g in enumerate(model.instance_group or ({"kind": "KIND_CPU", "count": 1},))
-        ]  # fmt: skip
-        config = {
-            "name": name,
-            "platform": model.platform,
-            "backend": "onnxruntime",
-            "runtime": "",
-            "version_policy": policy,
-            "max_batch_size": model.max_batch_size,
-            "input": tensors(entry.inputs, False) if entry else [],
-            "output": tensors(entry.outputs, True) if entry else [],
-            "instance_group": groups,
-            "default_model_filename": "model.onnx",
-            "parameters": {},
-            "model_transaction_policy": {"decoupled": False},
-            "response_cache": {"enable": False},
-        }
-        if model.batching is not None:
-            batching = model.batching
-            config["dynamic_batching"] = {
-                "preferred_batch_size": list(batching.preferred_batch_sizes),
-                "max_queue_delay_microseconds": batching.max_queue_delay_us,
-                "preserve_ordering": batching.preserve_ordering,
-            }
-        if model.sequence is not None:
-            config["sequence_batching"] = model.sequence.echo()
-        return config
+        return model_config.render(model, self._config_version(model, version))
 
     def _config_version(self, model: ModelEntry, version: str | None) -> VersionEntry | None:
         if version:
             number = parse_version(version)
             if number not in model.versions:
-                raise ModelNotFound(f"unknown version {version} of model '{model.name}'")
+                raise triton_texts.unknown_version(model.name, number, list(model.versions))
             return model.versions[number]
         if model.default is not None:
             return model.default
@@ -666,7 +614,7 @@ class DataPlane:
             if version:
                 number = parse_version(version)
                 if number not in model.versions:
-                    raise ModelNotFound(f"unknown version {version} of model '{name}'")
+                    raise triton_texts.unknown_version(name, number, list(model.versions))
                 keys = [(name, number)]
             else:
                 keys = [(name, n) for n in sorted(model.served)]
@@ -722,29 +670,6 @@ def _check_admission(admission: Admission, request: InferenceRequest) -> None:
 def _audit(caller, action: str, model_name: str, **detail) -> None:
     if providers.audit_log is not None:
         providers.audit_log.record(caller.actor, action, model_name, **detail)
-
-
-def _policy_from_config(text) -> tuple | None:
-    if not isinstance(text, str):
-        raise InvalidInput("parameter 'config' must be a JSON string")
-    try:
-        config = json.loads(text)
-    except ValueError as exc:
-        raise InvalidInput(f"parameter 'config' is not valid JSON: {exc}") from None
-    policy = config.get("version_policy") if isinstance(config, dict) else None
-    if policy is None:
-        return None
-    if not isinstance(policy, dict) or len(policy) != 1:
-        raise InvalidInput("config.version_policy must hold one of latest, all, specific")
-    kind, body = next(iter(policy.items()))
-    body = body or {}
-    if kind == "latest":
-        return ("latest", int(body.get("num_versions", 1)), [])
-    if kind == "all":
-        return ("all", 1, [])
-    if kind == "specific":
-        return ("specific", 1, [int(v) for v in body.get("versions", [])])
-    raise InvalidInput(f"unknown version policy {kind!r}")
 
 
 _dataplane: DataPlane | None = None

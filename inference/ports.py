@@ -70,6 +70,7 @@ class ModelRecord:
     traffic: dict = field(default_factory=dict)  # version label -> weight
     payload_log_rate: float = 0.0  # share of inferences whose request and response are logged
     payload_log_max_bytes: int = 65536  # tensor bytes a logged pair may hold
+    output_labels: dict = field(default_factory=dict)  # output name -> class labels (config label files)
 
 
 class RegistrySource(Protocol):
@@ -91,9 +92,11 @@ class RegistrySource(Protocol):
         """Load or unload a model in every process (audited as ``actor``).
         Raises ModelNotFound."""
 
-    def set_policy(self, name: str, policy: str, latest: int, specific: list[int], actor: Any = None) -> None:
-        """Change a model's version policy (audited). Raises ModelNotFound,
-        InvalidInput for a policy the registry refuses."""
+    def set_config(self, name: str, config: str, actor: Any = None) -> None:
+        """Replace a model's Triton configuration by ``config`` (its JSON
+        form, as a repository load gives it; audited). Raises ModelNotFound,
+        InvalidInput (with the reason) for a configuration the registry
+        refuses."""
 
 
 class ArtifactSource(Protocol):

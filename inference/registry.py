@@ -23,8 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from inference.ports import ModelRecord, RegistrySource
+from inference.protocol import triton_texts
 from inference.protocol.datatypes import BY_NAME, Datatype
-from inference.protocol.errors import ModelNotFound, ModelNotReady
+from inference.protocol.errors import ModelNotFound
 from inference.protocol.types import MetadataTensor, ModelMetadata
 from inference.runtime.execution import BatchingPolicy, RunTarget
 from inference.runtime.sequences import SequenceConfigError, SequencePolicy
@@ -68,6 +69,8 @@ class VersionEntry:
     output_types: dict[str, str] = field(default_factory=dict)
     output_names: list[str] = field(default_factory=list)
     payload_log: tuple[float, int] = (0.0, 0)  # the model's (share logged, tensor bytes cap)
+    output_labels: dict = field(default_factory=dict)  # the model's: output name -> class labels
+    optional_inputs: frozenset = frozenset()  # inputs a request may leave out (config.pbtxt ``optional``)
 
     def __post_init__(self) -> None:
         self.input_specs = {t.name: InputSpec(t.name, BY_NAME[t.datatype], t.shape) for t in self.inputs}
@@ -190,6 +193,7 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
         listed = {t.get("name") for t in (model.config or {}).get("output") or ()}
         hidden_out = sequence.state_outputs - listed if sequence else frozenset()
         instances = total_instances(model.instance_group)
+        optional = frozenset(t["name"] for t in (model.config or {}).get("input", ()) if t.get("optional"))
         versions = {}
         for row in model.versions:
             serving = row.number in served_set and not refused
@@ -218,6 +222,8 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
                 ),
                 instance_group=tuple(model.instance_group),
                 payload_log=(model.payload_log_rate, model.payload_log_max_bytes),
+                output_labels=model.output_labels,
+                optional_inputs=optional,
             )
         total = sum(weight for _label, _number, weight in routes)
         split, cumulative = [], 0
@@ -387,11 +393,12 @@ class ModelRegistry:
         self.model(name)
         self.source.set_loaded(name, loaded, actor)
 
-    def set_policy(self, name: str, policy: str, latest: int = 1, specific: list[int] | None = None, actor=None):
-        """Change a model's version policy in every process; raises
-        ModelNotFound, InvalidInput (a policy the registry refuses)."""
+    def set_config(self, name: str, config: str, actor=None) -> None:
+        """Replace a model's Triton configuration (JSON text) in every
+        process; raises ModelNotFound, InvalidInput (a configuration the
+        registry refuses)."""
         self.model(name)
-        self.source.set_policy(name, policy, latest, list(specific or ()), actor)
+        self.source.set_config(name, config, actor)
 
     # -- lookups ---------------------------------------------------------
     @property
@@ -405,7 +412,7 @@ class ModelRegistry:
         if entry is None:
             if self.catch_up(seen):
                 return self.model(name)
-            raise ModelNotFound(f"unknown model '{name}'")
+            raise triton_texts.unknown_model(name)
         return entry
 
     def version(self, name: str, version: str | None) -> VersionEntry:
@@ -419,14 +426,14 @@ class ModelRegistry:
             if entry is None:
                 if self.catch_up(seen):
                     return self.version(name, version)
-                raise ModelNotReady(f"model '{name}' has no version that is ready to serve{_why(model)}")
+                raise triton_texts.no_available_versions(name, _why(model))
             return entry
         number = parse_version(version)
         entry = model.versions.get(number)
         if entry is None:
             if self.catch_up(seen):
                 return self.version(name, version)
-            raise ModelNotFound(f"unknown version {version} of model '{name}'")
+            raise triton_texts.unknown_version(name, number, list(model.versions))
         return entry
 
     def label(self, name: str, label: str) -> str:
@@ -464,8 +471,7 @@ class ModelRegistry:
         if not entry.serving:
             if self.catch_up(seen):
                 return self.resolve(name, version)
-            detail = f": {entry.reason}" if entry.reason else ""
-            raise ModelNotReady(f"version {entry.number} of model '{name}' is not ready ({entry.state}){detail}")
+            raise triton_texts.version_not_ready(name, entry.number, entry.state, entry.reason)
         return entry
 
     def metadata(self, name: str, version: str | None) -> ModelMetadata:
@@ -497,8 +503,9 @@ def _why(model: ModelEntry) -> str:
 
 
 def parse_version(version: str) -> int:
-    """A version string as a positive integer; raises ModelNotFound otherwise
-    (no version can have such a name)."""
-    if not version.isdigit() or int(version) < 1:
-        raise ModelNotFound(f"unknown model version '{version}': versions are positive integers")
+    """A version string as a whole number (0 names no version: looking it up
+    fails as for any unknown number); raises ModelNotFound otherwise, in
+    Triton's words (no version can have such a name)."""
+    if not version.isascii() or not version.isdigit() or len(version) > 18:  # Triton: std::stol's range
+        raise triton_texts.bad_version_string(version)
     return int(version)

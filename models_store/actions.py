@@ -21,6 +21,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from models_store import accounts, selectors, services
+from models_store.config import ConfigError, TritonConfig, parse_config
 from models_store.models import ApiToken, ModelVersion, RegisteredModel
 from models_store.permissions import AccessDenied, can_see_model, require_change_model, require_team
 from models_store.services import Conflict, DuplicateVersion, RegistryError
@@ -99,11 +100,21 @@ def check_upload(user, token: ApiToken | None, model_name: str) -> None:
 
 
 def upload(
-    user, token: ApiToken | None, model_name: str, staged: StagedFile, team_name: str = "", description: str = ""
+    user,
+    token: ApiToken | None,
+    model_name: str,
+    staged: StagedFile,
+    team_name: str = "",
+    description: str = "",
+    config: str = "",
 ) -> ModelVersion:
     """Upload ``staged`` as the next version of ``model_name``; a new model
     needs ``team_name`` (a team the user belongs to): without it, or with a
-    team that does not exist, NotFound."""
+    team that does not exist, NotFound. ``config``: a config.pbtxt for the
+    model (replacing its configuration; the new version is validated with
+    it); RegistryError (400) naming what it cannot take, before anything is
+    stored."""
+    parsed = parse_upload_config(config)
     model = selectors.model_get(model_name)
     team = None
     if model is not None:
@@ -117,7 +128,24 @@ def upload(
         if team is None:
             raise NotFound(f"unknown team '{team_name}'")
         require_team(user, team, token)
-    return services.version_upload(model_name, staged, user, team=team, description=description)
+    return services.version_upload(model_name, staged, user, team=team, description=description, config=parsed)
+
+
+def parse_upload_config(text: str) -> TritonConfig | None:
+    """An upload's config.pbtxt text, parsed and checked (None when empty);
+    RegistryError naming a malformed or unsupported field."""
+    if not text.strip():
+        return None
+    try:
+        config = parse_config(text, source="config.pbtxt")
+    except ConfigError as exc:
+        raise RegistryError(str(exc)) from None
+    if any(t.label_filename for t in config.outputs):
+        raise RegistryError(
+            "config.pbtxt: label_filename needs its label file in the model's directory: import the model's "
+            "repository directory (manage.py import_repository) to use label files"
+        )
+    return config
 
 
 def update_model(

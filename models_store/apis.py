@@ -333,7 +333,9 @@ class VersionListView(ManagementView):
     def post(self, request, name: str):
         """Upload an ONNX file as the next version of model ``name``. When
         the model does not exist yet the upload creates it for ``team``
-        (required then; without it the answer is 404). Validation (ONNX
+        (required then; without it the answer is 404). With ``config`` (a
+        Triton config.pbtxt) it replaces the model's configuration, and a
+        field this server does not support is refused (400). Validation (ONNX
         checker, ONNX Runtime session, signature, warm-up inference) runs as
         a task: in the embedded mode before this answers (201 READY or 422
         FAILED), with a worker afterwards (202; poll the version)."""
@@ -347,7 +349,8 @@ class VersionListView(ManagementView):
         fields.is_valid(raise_exception=True)
         team = fields.validated_data.get("team", "")
         description = fields.validated_data.get("description", "")
-        version = actions.upload(request.user, self.token, name, staged, team, description)
+        config = fields.validated_data.get("config", "")
+        version = actions.upload(request.user, self.token, name, staged, team, description, config)
         version.refresh_from_db()
         body = VersionSerializer(version).data
         headers = {"Location": f"/api/models/{name}/versions/{version.number}/"}

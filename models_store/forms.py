@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import forms
 from django.core.validators import RegexValidator
 
+from models_store.config import MAX_CONFIG_CHARS
 from models_store.models import MODEL_NAME_RE, VersionPolicy, label_validator
 
 
@@ -84,8 +85,12 @@ class LabelForm(forms.Form):
         self.fields["version"].widget.choices = [(n, f"version {n}") for n in ready_versions]
 
 
+CONFIG_PLACEHOLDER = 'max_batch_size: 8\ninput [ { name: "x" format: FORMAT_NCHW } ]'
+
+
 class UploadForm(forms.Form):
-    """A model file, and for a new model its name, team and description."""
+    """A model file (and its model's config.pbtxt, optional), and for a new
+    model its name, team and description."""
 
     name = forms.CharField(
         max_length=128,
@@ -94,6 +99,14 @@ class UploadForm(forms.Form):
     )
     team = forms.ChoiceField(choices=(), help_text="the team that owns the new model")
     description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+    config = forms.CharField(
+        label="Triton config.pbtxt (optional)",
+        widget=forms.Textarea(attrs={"rows": 4, "class": "code", "placeholder": CONFIG_PLACEHOLDER}),
+        required=False,
+        strip=False,
+        max_length=MAX_CONFIG_CHARS,
+        help_text="replaces the model's configuration; a field this server does not support is refused by name",
+    )
     file = forms.FileField(help_text="an ONNX model (.onnx)")
 
     def __init__(self, *args, teams: list[str] = (), existing_model: str | None = None, **kwargs):

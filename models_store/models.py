@@ -107,6 +107,9 @@ class RegisteredModel(models.Model):
     specific_versions = models.JSONField(default=list, blank=True)
     instance_group = models.JSONField(default=list, blank=True)
     config = models.JSONField(default=dict, blank=True)
+    #: Class labels of outputs, read from the files config.pbtxt names in an
+    #: output's ``label_filename`` (one label per line): output name -> labels.
+    output_labels = models.JSONField(default=dict, blank=True)
     #: False after a repository "unload": nothing serves until "load"; no version is deleted.
     loaded = models.BooleanField(default=True)
     #: Traffic split of requests that name no version: version label -> weight

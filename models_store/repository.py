@@ -21,11 +21,8 @@ from django.conf import settings
 from models_store import selectors, services, storage, validation
 from models_store.accounts import team_get_or_create
 from models_store.config import ConfigError, TritonConfig, parse_config
-from models_store.models import PLATFORM_ONNX, ModelVersion, model_name_validator
+from models_store.models import ModelVersion, model_name_validator
 from models_store.validating import tensor_json
-
-SUPPORTED_BACKENDS = ("", "onnxruntime")
-SUPPORTED_PLATFORMS = ("", PLATFORM_ONNX)
 
 
 @dataclass(frozen=True)
@@ -43,21 +40,42 @@ class ImportResult:
         return f"{self.outcome:9} {where}{version}{message}"
 
 
-def _read_config(model_dir: Path) -> tuple[TritonConfig | None, str]:
-    """(config, error): the parsed config.pbtxt, or the reason it is unusable."""
+#: Largest label file read (Triton's label_filename).
+MAX_LABEL_FILE_BYTES = 16 << 20
+
+
+def _read_labels(model_dir: Path, output: str, filename: str) -> list[str]:
+    """The labels of an output's ``label_filename``: one per line of a file
+    in the model's directory. Raises ConfigError otherwise."""
+    where = f"config.pbtxt: output '{output}' label_filename {filename!r}"
+    parts = Path(filename).parts
+    if not filename or Path(filename).is_absolute() or ".." in parts:
+        raise ConfigError(f"{where} must name a file inside the model's directory")
+    path = model_dir / filename
+    if any((model_dir / Path(*parts[:i])).is_symlink() for i in range(1, len(parts) + 1)) or not path.is_file():
+        raise ConfigError(f"{where} is not a file in the model's directory")
+    if path.stat().st_size > MAX_LABEL_FILE_BYTES:
+        raise ConfigError(f"{where} is larger than {MAX_LABEL_FILE_BYTES} bytes")
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where} is not UTF-8 text") from None
+
+
+def _read_config(model_dir: Path) -> tuple[TritonConfig | None, dict, str]:
+    """(config, output labels, error): the parsed config.pbtxt and the labels
+    of its outputs' label files, or the reason it is unusable."""
     path = model_dir / "config.pbtxt"
     if not path.is_file():
-        return None, ""
+        return None, {}, ""
     try:
         config = parse_config(path.read_text(encoding="utf-8"))
+        labels = {t.name: _read_labels(model_dir, t.name, t.label_filename) for t in config.outputs if t.label_filename}
     except (ConfigError, UnicodeDecodeError) as exc:
-        return None, str(exc)
-    if config.platform not in SUPPORTED_PLATFORMS or config.backend not in SUPPORTED_BACKENDS:
-        what = config.platform or config.backend
-        return None, f"config.pbtxt asks for {what!r}; this server runs ONNX models (platform {PLATFORM_ONNX})"
+        return None, {}, str(exc)
     if config.name and config.name != model_dir.name:
-        return None, f"config.pbtxt names the model {config.name!r} but its directory is {model_dir.name!r}"
-    return config, ""
+        return None, {}, f"config.pbtxt names the model {config.name!r} but its directory is {model_dir.name!r}"
+    return config, labels, ""
 
 
 def _version_dirs(model_dir: Path) -> list[Path]:
@@ -134,10 +152,12 @@ def import_repository(root: Path, team: str | None = None) -> list[ImportResult]
         except Exception:
             results.append(ImportResult(model_dir.name, "", "skipped", message="not a valid model name"))
             continue
-        config, config_error = _read_config(model_dir)
-        model = services.model_upsert(model_dir.name, config, owner)
+        config, labels, config_error = _read_config(model_dir)
+        model = services.model_upsert(model_dir.name, config, owner, labels)
         filename = (config.default_model_filename if config else "") or storage.MODEL_FILENAME
         versions = _version_dirs(model_dir)
+        if config_error:  # also when every version is unchanged: the config is not applied
+            results.append(ImportResult(model.name, "", "failed", message=config_error))
         if not versions:
             results.append(ImportResult(model.name, "", "skipped", message="no numbered version directories"))
         for version_dir in versions:

@@ -15,6 +15,7 @@ from rest_framework import serializers
 
 from models_store import selectors
 from models_store.actions import MAX_VERSION_NUMBER
+from models_store.config import MAX_CONFIG_CHARS
 from models_store.models import (
     AuditEvent,
     ModelVersion,
@@ -255,6 +256,21 @@ class ModelUpdateSerializer(serializers.Serializer):
     )
 
 
+@extend_schema_field(
+    {
+        "type": "string",
+        "format": "triton-config",
+        "maxLength": MAX_CONFIG_CHARS,
+        "description": "A Triton config.pbtxt (protobuf text format) for the model: it replaces the model's "
+        "configuration and the new version is validated with it. Malformed text, or a field this server does "
+        "not support, is refused (400, naming it). Empty: the model's configuration stays.",
+    }
+)
+class ConfigTextField(TextField):
+    """A config.pbtxt: its schema's format (``triton-config``) says that not
+    every string is one (the server parses it)."""
+
+
 class UploadSerializer(serializers.Serializer):
     """Multipart body of an upload. When the model does not exist yet, the
     upload creates it for ``team`` (required then: without it the answer is
@@ -273,6 +289,7 @@ class UploadSerializer(serializers.Serializer):
         "(one of your teams; an operator may name any team). Empty: not given.",
     )
     description = TextField(required=False, allow_blank=True, help_text="Description of a new model.")
+    config = ConfigTextField(required=False, allow_blank=True, trim_whitespace=False, max_length=MAX_CONFIG_CHARS)
 
 
 class LabelSerializer(serializers.Serializer):

@@ -17,7 +17,8 @@ from kombu.exceptions import OperationalError
 
 from inference.version_policy import served_versions
 from models_store import audit, storage
-from models_store.config import TritonConfig
+from models_store.config import ConfigError, TritonConfig, parse_config_json, same_config
+from models_store.config.signatures import check_against_versions
 from models_store.models import (
     ModelVersion,
     RegisteredModel,
@@ -64,23 +65,21 @@ def _validate_whole(validator, value: str) -> None:
 
 # -- models -------------------------------------------------------------------
 @transaction.atomic
-def model_upsert(name: str, config: TritonConfig | None = None, team: Team | None = None) -> RegisteredModel:
+def model_upsert(
+    name: str, config: TritonConfig | None = None, team: Team | None = None, output_labels: dict | None = None
+) -> RegisteredModel:
     """Create the model ``name`` if needed (the repository import).
 
-    A Triton config is applied when the model is created or when it differs
-    from the one applied last, so that a version policy changed in the UI
-    survives restarts until config.pbtxt itself changes. ``team`` is given
-    to a model that has none.
+    A Triton config (and the labels of its outputs' label files) is applied
+    when the model is created or when it differs from the one applied last,
+    so that a version policy changed in the UI survives restarts until
+    config.pbtxt itself changes. ``team`` is given to a model that has none.
     """
     model, created = RegisteredModel.objects.select_for_update().get_or_create(name=name, defaults={"team": team})
     changed = created
-    if config is not None and (created or config.raw != model.config):
-        model.max_batch_size = config.max_batch_size
-        model.version_policy = config.policy
-        model.latest_versions = config.latest_versions
-        model.specific_versions = list(config.specific_versions)
-        model.instance_group = list(config.instance_group)
-        model.config = config.raw
+    labels = output_labels or {}
+    if config is not None and (created or not same_config(config.raw, model.config) or labels != model.output_labels):
+        set_config_fields(model, config, labels)
         changed = True
     if team is not None and model.team_id is None:
         model.team = team
@@ -89,6 +88,54 @@ def model_upsert(name: str, config: TritonConfig | None = None, team: Team | Non
         model.save()
         bump_stamp()
     return model
+
+
+def set_config_fields(model: RegisteredModel, config: TritonConfig, output_labels: dict) -> None:
+    """Set the model's Triton configuration and output labels (not saved)."""
+    model.max_batch_size = config.max_batch_size
+    model.version_policy = config.policy
+    model.latest_versions = config.latest_versions
+    model.specific_versions = list(config.specific_versions)
+    model.instance_group = list(config.instance_group)
+    model.config = config.raw
+    model.output_labels = output_labels
+
+
+@transaction.atomic
+def model_set_config(
+    model: RegisteredModel, config: TritonConfig, actor=None, source: str = "repository load", validating=False
+) -> RegisteredModel:
+    """Replace ``model``'s configuration by ``config``, as Triton's load with
+    a config does ("used for loading the model instead of the one in the
+    model directory"): what it leaves out takes its default (version policy
+    latest 1, no dynamic batching, one instance, no parameters, no output
+    labels); inputs and outputs are completed from the versions'
+    signatures. Audited as ``model.config`` (with ``source``). Raises
+    ConfigError when the config names another model or does not fit the
+    validated versions (:func:`check_against_versions`; ``validating``: a
+    new version will be validated with it), or its version policy would
+    serve nothing."""
+    locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+    if config.name and config.name != locked.name:
+        raise ConfigError(f"the config names the model {config.name!r}, not {locked.name!r}")
+    validated = locked.versions.filter(state__in=(State.READY, State.UNAVAILABLE)).order_by("number")
+    check_against_versions(locked, config, validated, validating)
+    try:
+        check_version_policy(locked, config.policy, config.latest_versions, sorted(set(config.specific_versions)))
+    except RegistryError as exc:
+        raise ConfigError(str(exc)) from None
+    kept = {t.name for t in config.outputs if t.label_filename}
+    set_config_fields(locked, config, {k: v for k, v in (locked.output_labels or {}).items() if k in kept})
+    locked.save()
+    audit.record(actor, "model.config", locked, source=source, config=config.raw)
+    bump_stamp()
+    return locked
+
+
+def model_load_config(model: RegisteredModel, text: str, actor=None) -> RegisteredModel:
+    """:func:`model_set_config` with Triton's JSON form of a configuration,
+    as a repository load's ``config`` parameter carries it. Raises ConfigError."""
+    return model_set_config(model, parse_config_json(text, source="config"), actor)
 
 
 def _model_create(name: str, team: Team, actor, description: str = "") -> RegisteredModel:
@@ -256,7 +303,13 @@ def version_create(
 
 
 def version_upload(
-    model_name: str, staged: StagedFile, actor, *, team: Team | None = None, description: str = ""
+    model_name: str,
+    staged: StagedFile,
+    actor,
+    *,
+    team: Team | None = None,
+    description: str = "",
+    config: TritonConfig | None = None,
 ) -> ModelVersion:
     """Register an uploaded file as the next version of ``model_name``.
 
@@ -269,9 +322,12 @@ def version_upload(
     validation is scheduled when that commits. If the row cannot be written
     the moved artifact is removed again, so an error leaves neither a version
     nor a file (a crash in between leaves an orphan that ``cleanup_store``
-    removes).
+    removes). ``config`` (a config.pbtxt given with the upload) replaces the
+    model's configuration in that transaction (:func:`model_set_config`), so
+    the new version is validated with it.
 
-    Raises UploadRefused, DuplicateVersion or RegistryError.
+    Raises UploadRefused, DuplicateVersion or RegistryError (also for a
+    config the model cannot take).
     """
     preflight(staged)
     model = RegisteredModel.objects.filter(name=model_name).first()
@@ -309,7 +365,12 @@ def version_upload(
                 action="version.upload",
                 log=[] if _validates_here() else queued_log(validate_version.app.conf.task_default_queue),
             )
+            if config is not None:
+                model_set_config(model, config, actor, source="upload", validating=True)
             transaction.on_commit(lambda: _schedule_validation(version.pk), robust=True)
+    except ConfigError as exc:
+        _remove_if_unreferenced(stored.relpath)
+        raise RegistryError(str(exc)) from None
     except BaseException:
         _remove_if_unreferenced(stored.relpath)
         raise

@@ -14,6 +14,7 @@ from django.db import close_old_connections
 from inference.ports import ModelRecord, VersionRecord
 from inference.protocol.errors import InvalidInput, ModelNotFound
 from models_store import audit, selectors, services, storage
+from models_store.config import ConfigError
 from models_store.stamp import registry_changed
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ def _record(model) -> ModelRecord:
         traffic=dict(model.traffic or {}),
         payload_log_rate=model.payload_log_rate,
         payload_log_max_bytes=model.payload_log_max_bytes,
+        output_labels=dict(model.output_labels or {}),
         versions=tuple(
             VersionRecord(
                 number=v.number,
@@ -91,11 +93,11 @@ class StoreRegistrySource:
     def set_loaded(self, name: str, loaded: bool, actor=None) -> None:
         services.model_set_loaded(self._model(name), loaded, actor)
 
-    def set_policy(self, name: str, policy: str, latest: int, specific: list[int], actor=None) -> None:
+    def set_config(self, name: str, config: str, actor=None) -> None:
         try:
-            services.model_set_policy(self._model(name), policy, latest, specific, actor=actor)
-        except services.RegistryError as exc:
-            raise InvalidInput(str(exc)) from None
+            services.model_load_config(self._model(name), config, actor=actor)
+        except ConfigError as exc:
+            raise InvalidInput(f"invalid config override: {exc}") from None
 
 
 class StoreArtifacts:

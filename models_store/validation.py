@@ -172,6 +172,32 @@ def check_sequence_tensors(config: TritonConfig, inputs, outputs) -> None:
             )
 
 
+def _optional_inputs(session, inputs: tuple[MetadataTensor, ...], config: TritonConfig) -> tuple[MetadataTensor, ...]:
+    """The inputs config.pbtxt marks ``optional`` that the graph lets a
+    caller leave out: ONNX initializers a feed may override (ONNX Runtime's
+    overridable initializers), which the session's inputs do not list.
+    Raises ValidationError for an optional input the graph requires."""
+    if not any(conf.optional for conf in config.inputs):
+        return ()
+    required = {t.name for t in inputs}
+    try:
+        defaults = {t.name: t for t in onnx_runtime.describe_tensors(session.get_overridable_initializers(), "input")}
+    except TypeError as exc:
+        raise ValidationError(str(exc)) from None
+    found = []
+    for conf in config.inputs:
+        if not conf.optional:
+            continue
+        if conf.name in required:
+            raise ValidationError(
+                f"config.pbtxt marks input '{conf.name}' optional, but the model requires it: only an input "
+                "with a default value (an ONNX initializer) can be left out"
+            )
+        if conf.name in defaults:
+            found.append(defaults[conf.name])
+    return tuple(found)
+
+
 def class_labels(model: onnx.ModelProto) -> list[str]:
     """Class labels of a classifier, in output column order.
 
@@ -336,6 +362,7 @@ def validate_artifact(
     except TypeError as exc:
         raise ValidationError(str(exc)) from None
     if config is not None:
+        inputs = inputs + _optional_inputs(session, inputs, config)
         inputs = _apply_config(inputs, config.inputs, config.max_batch_size, "input")
         outputs = _apply_config(outputs, config.outputs, config.max_batch_size, "output")
         if config.max_batch_size > 0:

@@ -340,7 +340,13 @@ def _upload(request, name: str | None, handler) -> HttpResponse:
             return _upload_failed(request, model, form, _form_errors(form), 400)
         data = form.cleaned_data
         version = actions.upload(
-            request.user, None, name or data["name"], staged, data.get("team", ""), data.get("description", "")
+            request.user,
+            None,
+            name or data["name"],
+            staged,
+            data.get("team", ""),
+            data.get("description", ""),
+            data.get("config", ""),
         )
     except ACTION_ERRORS as exc:
         return _upload_failed(request, model, form or UploadForm(**form_kwargs), str(exc), _status(exc))

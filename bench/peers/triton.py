@@ -72,7 +72,7 @@ parameters: {{ key: "onnx_path" value: {{ string_value: "{onnx_path}" }} }}
 
 
 class TritonTarget(PeerTarget):
-    transports = ("rest-json", "rest-binary", "grpc")
+    transports = ("rest-json", "rest-binary", "grpc", "grpc-stream")
     log_name = "tritonserver.log"
 
     def __init__(self, onnx_repository: Path, work_dir: Path, models: list[BenchModel], instances: int = 2):

@@ -24,6 +24,7 @@ from inference import tracing
 from inference.codecs import binary
 from inference.codecs.tensor import MAX_DIMS, check_shape
 from inference.grpc.proto import oip_pb2 as pb
+from inference.protocol import triton_texts
 from inference.protocol.datatypes import BY_NAME, Datatype
 from inference.protocol.errors import InvalidInput, RequestTooLarge
 from inference.protocol.types import (
@@ -148,6 +149,9 @@ def infer_request_from_proto(message: pb.ModelInferRequest, max_bytes: int) -> t
     raw = list(message.raw_input_contents)  # upb copies a bytes field on each access: once
     total = 0
     if raw:
+        for tensor in message.inputs:  # first, as Triton checks it (infer_handler.cc, InferGRPCToInput)
+            if tensor.HasField("contents"):
+                raise triton_texts.contents_with_raw(tensor.name, message.model_name)
         if len(raw) != len(message.inputs):
             raise InvalidInput(
                 f"raw_input_contents has {len(raw)} entries but the request has {len(message.inputs)} inputs"
@@ -163,8 +167,6 @@ def infer_request_from_proto(message: pb.ModelInferRequest, max_bytes: int) -> t
             raise InvalidInput(f"{where}: unknown datatype {tensor.datatype!r}")
         shape = check_shape(list(tensor.shape[: MAX_DIMS + 1]), where, max_bytes, datatype.itemsize)
         if raw:
-            if tensor.HasField("contents"):
-                raise InvalidInput(f"{where}: has typed contents while raw_input_contents is used; use one form")
             data = binary.tensor_from_buffer(where, datatype, shape, memoryview(raw[index]))
         else:
             data = _typed(where, datatype, shape, tensor.contents)
@@ -183,11 +185,15 @@ def infer_request_from_proto(message: pb.ModelInferRequest, max_bytes: int) -> t
     return request, total
 
 
-def infer_response_to_proto(response: InferenceResponse) -> pb.ModelInferResponse:
-    """Encode outputs in ``raw_output_contents`` (one copy into the message)."""
-    message = pb.ModelInferResponse(
-        model_name=response.model_name, model_version=response.model_version, id=response.id or ""
-    )
+def infer_response_to_proto(response: InferenceResponse, message=None) -> pb.ModelInferResponse:
+    """Encode outputs in ``raw_output_contents`` (one copy into the message);
+    into ``message`` when given (an empty ModelInferResponse, e.g. a stream
+    answer's ``infer_response``), else into a new one. Returns the message."""
+    if message is None:
+        message = pb.ModelInferResponse()
+    message.model_name = response.model_name
+    message.model_version = response.model_version
+    message.id = response.id or ""
     raw = []
     for output in response.outputs:
         tensor = message.outputs.add(name=output.name, datatype=output.datatype, shape=output.shape)

@@ -25,7 +25,7 @@ import grpc
 
 from inference import observability, tracing
 from inference.auth import bearer_token
-from inference.grpc import converters
+from inference.grpc import converters, streaming
 from inference.grpc.proto import oip_pb2 as pb
 from inference.grpc.proto import oip_pb2_grpc
 from inference.protocol.errors import InferenceError, RateLimited, Unsupported
@@ -106,20 +106,38 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request, context):
         """Inference, observed in metrics and the request log, and traced
         (when tracing is on) under the client's ``traceparent`` metadata."""
+        response, error = await self.infer_one(request, context)
+        if error is not None:
+            await abort(context, error)
+        return response
+
+    async def ModelStreamInfer(self, request_iterator, context):
+        """Triton's bidirectional stream: each request is answered, in order,
+        by a ModelStreamInferResponse (its response, or its error, after
+        which the stream goes on); see :mod:`inference.grpc.streaming`."""
+        async for answer in streaming.answers(self.infer_one, request_iterator, context, abort):
+            yield answer
+
+    async def infer_one(self, request, context, streamed: bool = False) -> tuple:
+        """One inference request of a call (unary, or one message of a stream
+        when ``streamed``): (its ModelInferResponse, or with ``streamed`` its
+        ModelStreamInferResponse, and None) or (None, its InferenceError);
+        admitted with the call's token, observed in metrics and the request
+        log, traced."""
         if tracing.ENABLED:
             metadata = dict(context.invocation_metadata())
             span = tracing.inference_span(
                 "grpc", request.model_name, metadata.get("traceparent"), metadata.get("tracestate")
             )
             with span:
-                return await self._model_infer(request, context)
-        return await self._model_infer(request, context)
+                return await self._infer_observed(request, _bearer(context), streamed)
+        return await self._infer_observed(request, _bearer(context), streamed)
 
-    async def _model_infer(self, request, context):
+    async def _infer_observed(self, request, token, streamed: bool):
         started = time.perf_counter()
-        outcome, version, response, received = "internal", "", None, 0
+        outcome, version, response, received, error, answer = "internal", "", None, 0, None, None
         try:
-            admission = await self.dataplane.admit_async(_bearer(context), request.model_name)
+            admission = await self.dataplane.admit_async(token, request.model_name)
             async with admission:  # the caller is admitted: its tensors may now be decoded
                 with tracing.step("decode"):
                     if converters.decodes_inline(request):
@@ -130,17 +148,14 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
                         )
                 result = await self.dataplane.infer_async(admission, infer_request)
             with tracing.step("encode"):
-                response = converters.infer_response_to_proto(result)
+                answer = streaming.new_answer() if streamed else None
+                response = converters.infer_response_to_proto(result, None if answer is None else answer.infer_response)
             outcome, version = "success", response.model_version
-            return response
         except InferenceError as exc:
-            outcome = exc.code.lower()
-            await abort(context, exc)
-        except grpc.aio.AbortError:
-            raise
+            outcome, error = exc.code.lower(), exc
         except Exception:
             logger.exception("unexpected error in ModelInfer")
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server log")
+            error = InferenceError("internal error; see the server log")
         finally:
             observability.observe(
                 "grpc",
@@ -153,6 +168,9 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
                 outcome,
                 request.id,
             )
+        if error is not None:
+            return None, error
+        return (answer if streamed else response), None
 
     # -- extensions ----------------------------------------------------------
     @rpc

@@ -74,26 +74,29 @@ def _dims(shape) -> tuple[int, ...]:
     return tuple(d if isinstance(d, int) and d >= 0 else -1 for d in shape)
 
 
+def describe_tensors(args, kind: str) -> tuple[MetadataTensor, ...]:
+    """ONNX Runtime's NodeArgs (``session.get_inputs()`` ...) as protocol
+    metadata (-1 for symbolic dims). Raises TypeError for a tensor whose type
+    the protocol cannot carry (sequences, maps, optional types, bfloat16, ...)."""
+    out = []
+    for arg in args:
+        datatype = BY_ORT.get(arg.type)
+        if datatype is None:
+            raise TypeError(
+                f"{kind} '{arg.name}' has type {arg.type}, which the inference protocol cannot carry "
+                "(for scikit-learn classifiers export with zipmap=False)"
+            )
+        out.append(MetadataTensor(arg.name, datatype.name, _dims(arg.shape)))
+    return tuple(out)
+
+
 def signature(session) -> tuple[tuple[MetadataTensor, ...], tuple[MetadataTensor, ...]]:
     """Inputs and outputs of a session as protocol metadata (-1 for symbolic dims).
 
     Raises TypeError for a tensor whose type the protocol cannot carry
     (sequences, maps, optional types, bfloat16, ...).
     """
-
-    def describe(args, kind):
-        out = []
-        for arg in args:
-            datatype = BY_ORT.get(arg.type)
-            if datatype is None:
-                raise TypeError(
-                    f"{kind} '{arg.name}' has type {arg.type}, which the inference protocol cannot carry "
-                    "(for scikit-learn classifiers export with zipmap=False)"
-                )
-            out.append(MetadataTensor(arg.name, datatype.name, _dims(arg.shape)))
-        return tuple(out)
-
-    return describe(session.get_inputs(), "input"), describe(session.get_outputs(), "output")
+    return describe_tensors(session.get_inputs(), "input"), describe_tensors(session.get_outputs(), "output")
 
 
 class OnnxModel:
@@ -107,6 +110,8 @@ class OnnxModel:
     def __init__(self, session):
         self.session = session
         inputs, _ = signature(session)
+        defaults = [a for a in session.get_overridable_initializers() if a.type in BY_ORT]
+        inputs += describe_tensors(defaults, "input")  # what a request may give for an optional input
         self.string_inputs = frozenset(t.name for t in inputs if t.datatype == "BYTES")
 
     def run(self, feeds: dict[str, np.ndarray], output_names: list[str], run_options=None) -> list[np.ndarray]:
@@ -116,7 +121,8 @@ class OnnxModel:
         if self.string_inputs:
             feeds = dict(feeds)
             for name in self.string_inputs:
-                feeds[name] = _to_text(name, feeds[name])
+                if name in feeds:  # an optional input may be left out
+                    feeds[name] = _to_text(name, feeds[name])
         try:
             return self.session.run(output_names, feeds, run_options)
         except (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ort.capi.onnxruntime_pybind11_state.Fail) as exc:

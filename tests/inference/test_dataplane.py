@@ -149,9 +149,9 @@ def test_versions_not_found_not_ready(dataplane):
     with pytest.raises(ModelNotReady, match="not served by the model's version policy"):
         _infer(dataplane, request)
     request.model_version = "3"
-    with pytest.raises(ModelNotFound, match="unknown version 3"):
+    with pytest.raises(ModelNotFound, match=r"Request for unknown model: '.*' version 3 is not found"):
         _infer(dataplane, request)
-    with pytest.raises(ModelNotFound, match="unknown model 'nope'"):
+    with pytest.raises(ModelNotFound, match="Request for unknown model: 'nope' is not found"):
         dataplane.model_metadata("nope")
     with pytest.raises(ModelNotReady, match="FAILED"):
         dataplane.model_metadata("broken")

@@ -40,9 +40,12 @@ def test_config_endpoint_and_model_metadata_show_dynamic_batching(model_server):
     config = http.get_model_config("batched")
     assert config["max_batch_size"] == 8
     assert config["dynamic_batching"] == {
-        "preferred_batch_size": [],
+        "preferred_batch_size": [8],  # Triton's normalization of an empty list: max_batch_size
         "max_queue_delay_microseconds": 20000,
         "preserve_ordering": False,
+        "priority_levels": 0,
+        "default_priority_level": 0,
+        "priority_queue_policy": {},
     }
     assert "dynamic_batching" not in http.get_model_config("simple")  # off unless the config asks, as in Triton
     grpc_config = grpcclient.InferenceServerClient(model_server.grpc_url).get_model_config("batched").config

@@ -212,11 +212,26 @@ def test_model_config(http, grpc_client):
             "format": "FORMAT_NONE",
             "allow_ragged_batch": False,
             "optional": False,
+            "is_non_linear_format_io": False,
         }
     ]
     assert [(o["name"], o["data_type"], o["dims"]) for o in config["output"]] == [("y", "TYPE_FP32", [4])]
     assert config["version_policy"] == {"latest": {"num_versions": 1}}
-    assert config["instance_group"] == [{"name": "affine_0", "kind": "KIND_CPU", "count": 1, "gpus": []}]
+    assert config["instance_group"] == [
+        {
+            "name": "affine_0",
+            "kind": "KIND_CPU",
+            "count": 1,
+            "gpus": [],
+            "secondary_devices": [],
+            "profile": [],
+            "passive": False,
+            "host_policy": "",
+        }
+    ]
+    assert config["model_warmup"] == [
+        {"name": "w", "batch_size": 1, "inputs": {}, "count": 0}
+    ]  # as config.pbtxt has it
     simple = http.get_model_config("simple", "1")
     assert simple["max_batch_size"] == 0 and simple["input"][0]["dims"] == [-1, 16]
     assert simple["input"][1]["data_type"] == "TYPE_INT32"

@@ -109,8 +109,8 @@ def test_versions_and_output_subset(client):
 @pytest.mark.parametrize(
     "model,version,code,needle",
     [
-        ("nope", "", "StatusCode.NOT_FOUND", "unknown model 'nope'"),
-        ("simple", "9", "StatusCode.NOT_FOUND", "unknown version 9"),
+        ("nope", "", "StatusCode.NOT_FOUND", "Request for unknown model: 'nope' is not found"),
+        ("simple", "9", "StatusCode.NOT_FOUND", "Request for unknown model: 'simple' version 9 is not found"),
         ("broken", "", "StatusCode.UNAVAILABLE", "FAILED"),
         ("versioned", "1", None, None),
     ],
@@ -245,7 +245,7 @@ BAD = [
     (
         "raw and typed",
         lambda r: r.inputs[0].contents.int_contents.extend([1] * 16),
-        "input 'INPUT0': has typed contents while raw_input_contents is used",
+        "contents field must not be specified when using raw_input_contents for 'INPUT0' for model 'simple'",
     ),
     ("unknown datatype", lambda r: setattr(r.inputs[0], "datatype", "FLOAT"), "unknown datatype 'FLOAT'"),
     ("negative dim", lambda r: r.inputs[0].shape.__setitem__(0, -1), "non-negative"),

@@ -152,6 +152,30 @@ def test_grpc_attack_with_a_token_is_invalid_argument_with_bounded_memory(server
     assert growth.mib < MEMORY_BOUND_MIB
 
 
+def test_a_stream_without_a_token_is_refused_request_by_request_before_decoding(server, stub, token):
+    """F1 over ModelStreamInfer: a token-less stream of 16 attack requests
+    and one well-formed request. Each is answered with the missing token's
+    error at once, nothing is decoded (the gRPC process does not grow), and
+    the stream answers them all; with a token the same stream's attack is
+    refused by the bytes present and the well-formed request runs."""
+    x = pb.ModelInferRequest(model_name="affine", id="fine")
+    x.inputs.add(name="x", datatype="FP32", shape=[1, 4]).contents.fp32_contents.extend([0, 1, 2, 3])
+    attack = [_f1() for _ in range(16)]
+    with RssGrowth(_processes(server, "rungrpc")) as growth:
+        started = time.monotonic()
+        answers = list(stub.ModelStreamInfer(iter([*attack, x]), timeout=60))
+        seconds = time.monotonic() - started
+    assert len(answers) == 17 and seconds < FAST, (len(answers), seconds)
+    assert all(a.error_message.startswith("inference requires an API token") for a in answers), answers[0].error_message
+    print(f"a token-less stream of 16 F1 requests: the gRPC process grew {growth.mib:.1f} MiB in {seconds:.3f} s")
+    assert growth.mib < MEMORY_BOUND_MIB
+    metadata = [("authorization", f"Bearer {token}")]
+    refused, fine = stub.ModelStreamInfer(iter([_f1(), x]), metadata=metadata, timeout=60)
+    assert "4 bytes of BYTES data cannot hold the 67108864 elements" in refused.error_message
+    assert fine.error_message == "" and fine.infer_response.id == "fine"
+    np.testing.assert_array_equal(np.frombuffer(fine.infer_response.raw_output_contents[0], np.float32), [1, 3, 5, 7])
+
+
 class Attackers:
     """Threads that send a request over and over until stopped (each on a
     channel of its own), counting the refusals with the expected status."""

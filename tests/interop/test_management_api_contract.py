@@ -186,10 +186,12 @@ def test_generated_client_example_from_the_readme(server, tokens, tmp_path):
     assert model["versions"][0]["uploaded_by"] == "alice"
 
 
-def _judged(team: str, *, code: str = "ST201", negative: tuple[str, ...] = ("BODY",)) -> bool:
+def _judged(
+    team: str, *, code: str = "ST201", negative: tuple[str, ...] = ("BODY",), answer: tuple[int, dict] = (201, {})
+) -> bool:
     """Whether the hooks keep a failure ``code`` of an upload whose multipart
     body sent ``team`` (and a file), ``negative`` naming what was generated
-    schema-violating."""
+    schema-violating, answered ``answer`` (status, body)."""
     from drf_spectacular.generators import SchemaGenerator
 
     from tests.support import schemathesis_hooks
@@ -204,7 +206,11 @@ def _judged(team: str, *, code: str = "ST201", negative: tuple[str, ...] = ("BOD
             components={ParameterLocation[name]: SimpleNamespace(mode=GenerationMode.NEGATIVE) for name in negative}
         ),
     )
-    response = SimpleNamespace(request=SimpleNamespace(headers={"Content-Type": content_type}, body=body))
+    response = SimpleNamespace(
+        request=SimpleNamespace(headers={"Content-Type": content_type}, body=body),
+        status_code=answer[0],
+        content=json.dumps(answer[1]).encode(),
+    )
     return schemathesis_hooks.keep_failure(None, SimpleNamespace(code=code), case, response)
 
 
@@ -214,4 +220,7 @@ def test_the_hooks_drop_only_false_reports_of_multipart_bodies():
     # Really schema-violating as sent, other failures, other violating parts: kept.
     assert _judged("no spaces in team names") is True
     assert _judged("12", code="ST202") is True
+    # A schema-valid upload refused for its config: the schema cannot say which strings are config.pbtxt.
+    assert _judged("12", code="ST202", answer=(400, {"error": "config.pbtxt: 1:1: ModelConfig has no field"})) is False
+    assert _judged("12", code="ST202", answer=(400, {"error": "the file is empty"})) is True
     assert _judged("12", negative=("BODY", "PATH")) is True

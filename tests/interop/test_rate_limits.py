@@ -34,6 +34,7 @@ pytestmark = [
 RATE = 5  # requests per second per team (and the burst)
 RUN = uuid.uuid4().hex[:6]  # team names of this run: Redis keys of earlier runs do not count
 FLOOD, CALM, SLOW, GUSH = f"flood{RUN}", f"calm{RUN}", f"slow{RUN}", f"gush{RUN}"
+STREAM = f"stream{RUN}"
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,9 @@ def server(tmp_path_factory):
 def tokens(server):
     """One member of each team, with an API token (the test's models are operator-owned:
     a call is charged to the caller's only team)."""
-    return people_with_tokens(server, flooder=FLOOD, steady=CALM, sloth=SLOW, gusher=GUSH, limits_ops="superuser")
+    return people_with_tokens(
+        server, flooder=FLOOD, steady=CALM, sloth=SLOW, gusher=GUSH, streamer=STREAM, limits_ops="superuser"
+    )
 
 
 BODY = json.dumps(
@@ -155,6 +158,43 @@ def test_over_the_rate_on_grpc_is_resource_exhausted_with_retry_after(server, to
             break
     channel.close()
     assert trailing is not None and int(trailing["retry-after"]) >= 1
+
+
+def test_a_stream_is_admitted_request_by_request(server, tokens):
+    """One gRPC ModelStreamInfer call flooding at 10x its team's rate: each
+    request is admitted on its own, so about the burst plus the rate runs;
+    the others are answered with the rate limit's error (and when to retry),
+    and the stream goes on to answer every request."""
+    from tritonclient.grpc import service_pb2 as pb
+    from tritonclient.grpc import service_pb2_grpc
+
+    message = pb.ModelInferRequest(model_name="plus_one")
+    message.inputs.add(name="x", datatype="FP32", shape=[1, 4]).contents.fp32_contents.extend([1, 2, 3, 4])
+    sent = []
+
+    def requests():
+        start = time.monotonic()
+        while time.monotonic() - start < 1.5:
+            sent.append(time.monotonic())
+            yield message
+            time.sleep(0.01)
+
+    channel = grpc.insecure_channel(server.grpc_url)
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    try:
+        answers = list(stub.ModelStreamInfer(requests(), metadata=[("authorization", f"Bearer {tokens['streamer']}")]))
+    finally:
+        channel.close()
+    elapsed = sent[-1] - sent[0]
+    assert len(answers) == len(sent) >= 10 * RATE * elapsed
+    admitted = [a for a in answers if not a.error_message]
+    refused = [a.error_message for a in answers if a.error_message]
+    assert RATE <= len(admitted) <= RATE + RATE * elapsed + 1, (len(admitted), len(answers))
+    assert all(
+        np.frombuffer(a.infer_response.raw_output_contents[0], np.float32).tolist() == [2, 3, 4, 5] for a in admitted
+    )
+    assert all(f"team {STREAM} may send {RATE} requests per second" in e and "(retry after" in e for e in refused)
+    assert throttled(server, STREAM, "team_rate") == len(refused)
 
 
 def test_a_teams_own_limits_set_by_an_operator_are_audited(server, tokens):

@@ -85,9 +85,12 @@ def test_an_upload_is_callable_at_once_and_so_is_its_next_version(server, tokens
 def test_unknown_models_are_still_not_found(server, tokens):
     x = np.ones((1, 4), dtype=np.float32)
     status, answer = _rest(server, tokens["root"], "never-uploaded", x)
-    assert (status, answer) == (404, {"error": "unknown model 'never-uploaded'"})
+    assert (status, answer) == (404, {"error": "Request for unknown model: 'never-uploaded' is not found"})
     status, answer = _rest(server, tokens["alice"], "never-uploaded", x)
     assert status == 403 and "may not call model 'never-uploaded'" in answer["error"]
     status, answer = _rest(server, tokens["root"], "legacy", x, version="7")
-    assert (status, answer) == (404, {"error": "unknown version 7 of model 'legacy'"})
+    assert (status, answer) == (
+        404,
+        {"error": "Request for unknown model: 'legacy' version 7 is not found (versions of the model: 1)"},
+    )
     assert request(server, "GET", "/v2/health/ready")[0] == 200

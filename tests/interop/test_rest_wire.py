@@ -305,14 +305,19 @@ def test_bad_requests_get_4xx_with_error(wire, name, body, headers, status, need
 @pytest.mark.parametrize(
     "method,path,status,needle",
     [
-        ("GET", "/v2/models/no_such_model", 404, "unknown model 'no_such_model'"),
-        ("POST", "/v2/models/no_such_model/infer", 404, "unknown model"),
-        ("GET", "/v2/models/simple/versions/7", 404, "unknown version 7"),
-        ("POST", "/v2/models/simple/versions/7/infer", 404, "unknown version 7"),
-        ("GET", "/v2/models/simple/versions/latest", 404, "positive integers"),
+        ("GET", "/v2/models/no_such_model", 404, "Request for unknown model: 'no_such_model' is not found"),
+        ("POST", "/v2/models/no_such_model/infer", 404, "Request for unknown model: 'no_such_model'"),
+        ("GET", "/v2/models/simple/versions/7", 404, "Request for unknown model: 'simple' version 7 is not found"),
+        ("POST", "/v2/models/simple/versions/7/infer", 404, "'simple' version 7 is not found"),
+        (
+            "GET",
+            "/v2/models/simple/versions/latest",
+            404,
+            "failed to get model version from specified version string 'latest'",
+        ),
         ("GET", "/v2/models/broken/ready", 503, "FAILED"),
         ("POST", "/v2/models/broken/infer", 503, "not a readable ONNX model"),
-        ("GET", "/v2/models/broken", 503, "no version that is ready"),
+        ("GET", "/v2/models/broken", 503, "Request for unknown model: 'broken' has no available versions"),
         ("GET", "/v2/models/simple/infer", 405, "GET"),
         ("GET", "/v2/nothing/here", 404, "not found"),
         # .../infer paths that are not the inference route (the protocol handler routes it directly)

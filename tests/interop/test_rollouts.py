@@ -198,6 +198,44 @@ def test_requests_naming_a_version_or_label_are_never_split(model_server, alice,
         grpc.close()
 
 
+def test_each_request_of_a_stream_is_split_on_its_own(model_server, alice, canaried):
+    """A 50/50 split over one gRPC stream of 200 unversioned requests: each
+    request is drawn on its own (both versions answer, about half each),
+    every answer names the version that computed it; requests of the stream
+    naming a version are not split."""
+    import queue
+
+    status, _ = _json(
+        model_server, alice, "PUT", f"/api/models/{MODEL}/traffic/", {"weights": {"stable": 50, "canary": 50}}
+    )
+    assert status == 200
+    rng = np.random.default_rng(5)
+    xs = [rng.uniform(-5, 5, size=(1, 4)).astype(np.float32) for _ in range(220)]
+    answers: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(model_server.grpc_url)
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        for i, x in enumerate(xs):
+            inp = grpcclient.InferInput("x", [1, 4], "FP32")
+            inp.set_data_from_numpy(x)
+            client.async_stream_infer(MODEL, [inp], model_version="1" if i >= 200 else "", request_id=str(i))
+        results = [answers.get(timeout=30) for _ in xs]
+    finally:
+        client.stop_stream()
+        client.close()
+    counts = {1: 0, 2: 0}
+    for i, (result, error) in enumerate(results):
+        assert error is None, error
+        response = result.get_response()
+        version = int(response.model_version)
+        assert response.id == str(i) and version == _version_of(xs[i], result.as_numpy("y"))
+        if i >= 200:
+            assert version == 1
+        else:
+            counts[version] += 1
+    assert 70 <= counts[2] <= 130, counts  # 50% of 200, within 4 standard deviations
+
+
 def _all_go_to(server, version: int, count: int = 60) -> bool:
     client = KeepAlive(server)
     x = np.ones((1, 4), dtype=np.float32)

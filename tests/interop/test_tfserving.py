@@ -307,7 +307,7 @@ BAD = [
     ("malformed json", "half_plus_two", b'{"instances": [1.0,', 400, "JSON Parse error"),
     ("empty body", "half_plus_two", b"", 400, "JSON Parse error"),
     ("not an object", "half_plus_two", [1, 2], 400, "JSON object"),
-    ("unknown model", "nope", {"instances": [1.0]}, 404, "unknown model 'nope'"),
+    ("unknown model", "nope", {"instances": [1.0]}, 404, "Request for unknown model: 'nope' is not found"),
     ("model not ready", "broken", {"instances": [1.0]}, 503, "FAILED"),
     ("classify without examples", "pair_classifier:classify", {"instances": []}, 400, "'examples' is expected"),
     (

@@ -153,6 +153,37 @@ def test_upload_edge_cases(alice_api, settings):
     assert not RegisteredModel.objects.exists() and _staging_entries() == []
 
 
+def test_an_upload_with_a_config_applies_it_and_refuses_what_is_unsupported(alice_api):
+    """``config`` (a config.pbtxt) replaces the model's configuration and the
+    version is validated with it; a field this server does not support is
+    refused by name before anything is stored, never dropped."""
+    config = (
+        'max_batch_size: 8\ninput [ { name: "x" data_type: TYPE_FP32 format: FORMAT_NHWC dims: [ 4 ] } ]\n'
+        "dynamic_batching { max_queue_delay_microseconds: 100 }"
+    )
+    refused = alice_api.upload("conf", m.affine(1, 1), team="ml", config=config.replace("[ 4 ]", "[ 2, 2 ]"))
+    assert "model input NHWC/NCHW require 3 dims" in _error(refused, 400)  # Triton's words
+    for bad, needle in (
+        ("response_cache { enable: true }", "not supported by this server: 'response_cache.enable'"),
+        ('optimization { execution_accelerators { cpu_execution_accelerator: [ { name: "openvino" } ] } }',
+         "not supported by this server: 'optimization'"),
+        ("max_batch_size: {", "config.pbtxt: 1:17"),
+        ('output [ { name: "y" label_filename: "labels.txt" } ]', "label_filename needs its label file"),
+        ('name: "other"', "the config names the model 'other', not 'conf'"),
+    ):  # fmt: skip
+        assert needle in _error(alice_api.upload("conf", m.affine(1, 1), team="ml", config=bad), 400), bad
+    assert not RegisteredModel.objects.exists() and _staging_entries() == []
+
+    response = alice_api.upload("conf", m.affine(1, 1), team="ml", config=config.replace("NHWC", "NONE"))
+    assert response.status_code == 201, response.content
+    model = RegisteredModel.objects.get(name="conf")
+    assert model.max_batch_size == 8 and model.config["dynamic_batching"]["max_queue_delay_microseconds"] == 100
+    assert AuditEvent.objects.filter(model_name="conf", action="model.config").get().detail["source"] == "upload"
+    wrong = alice_api.upload("conf", m.affine(2, 1), config='input [ { name: "x" dims: [ 5 ] } ]')
+    assert "input 'x' of version 1 has dims [-1, 4], not [5]" in _error(wrong, 400)
+    assert ModelVersion.objects.filter(model__name="conf").count() == 1  # the refused upload left nothing
+
+
 def test_duplicate_upload_is_409(alice_api):
     payload = m.affine(1, 1)
     assert alice_api.upload("m", payload, team="ml").status_code == 201

@@ -107,7 +107,7 @@ def test_config_is_applied_and_checked(repo):
     model = RegisteredModel.objects.get(name="batched")
     assert (model.max_batch_size, model.version_policy) == (8, "all")
     assert model.instance_group == [{"name": "", "kind": "KIND_CPU", "count": 2, "gpus": []}]
-    assert model.config["max_batch_size"] == 8
+    assert model.config["max_batch_size"] == 8 and model.config["input"][0]["dims"] == [4]
     reasons = {v.model.name: (v.state, v.reason) for v in ModelVersion.objects.select_related("model")}
     assert reasons["batched"] == ("READY", "")
     assert reasons["wrong_dims"][0] == "FAILED" and "[-1, 5]" in reasons["wrong_dims"][1]
@@ -116,6 +116,46 @@ def test_config_is_applied_and_checked(repo):
     assert "tensorflow_savedmodel" in reasons["tf"][1]
     assert "batch" in reasons["fixed_batch"][1]
     assert reasons["unparsable"][0] == "FAILED" and "config.pbtxt" in reasons["unparsable"][1]
+
+
+def test_an_unsupported_field_is_refused_by_name_never_dropped(repo, capsys):
+    """A config.pbtxt field this server does not support fails the import of
+    the model, naming the field: its versions are FAILED with that reason,
+    and a model imported before keeps its config (the import reports it
+    even when every version is unchanged)."""
+    m.write_model(repo, "accelerated", m.affine(2, 1), config="max_batch_size: 8\nresponse_cache { enable: true }")
+    m.write_model(repo, "later", m.affine(2, 1), config="max_batch_size: 8")
+    results = _by_key(import_repository(repo))
+    message = "config.pbtxt: not supported by this server: 'response_cache.enable': the response cache is not supported"
+    assert (results[("accelerated", "")].outcome, results[("accelerated", "")].message) == ("failed", message)
+    assert results[("accelerated", "1")].outcome == "failed"
+    assert ModelVersion.objects.get(model__name="accelerated").reason == message
+    assert results[("later", "1")].outcome == "created"
+    (repo / "later" / "config.pbtxt").write_text("max_batch_size: 4\noptimization { priority: PRIORITY_MAX }")
+    call_command("import_repository", str(repo))
+    output = capsys.readouterr().out
+    assert "failed    later: config.pbtxt: not supported by this server: 'optimization'" in output, output
+    assert output.splitlines()[-1] == "2 version directories, 0 failed; 2 model config(s) refused"  # both models
+    assert RegisteredModel.objects.get(name="later").max_batch_size == 8  # unchanged
+    assert ModelVersion.objects.get(model__name="later").state == "READY"
+
+
+def test_label_files_are_read_and_checked(repo):
+    config = 'max_batch_size: 8\noutput [ { name: "y" label_filename: "%s" } ]'
+    m.write_model(repo, "labelled", m.affine(2, 1), config=config % "labels.txt")
+    (repo / "labelled" / "labels.txt").write_text("zero\none\ntwo\nthree\n")
+    m.write_model(repo, "unlabelled", m.affine(2, 1), config=config % "missing.txt")
+    m.write_model(repo, "escaping", m.affine(2, 1), config=config % "../labelled/labels.txt")
+    results = _by_key(import_repository(repo))
+    assert RegisteredModel.objects.get(name="labelled").output_labels == {"y": ["zero", "one", "two", "three"]}
+    assert results[("labelled", "1")].outcome == "created"
+    assert "output 'y' label_filename 'missing.txt' is not a file in the model's directory" in (
+        results[("unlabelled", "")].message
+    )
+    assert "must name a file inside the model's directory" in results[("escaping", "")].message
+    (repo / "labelled" / "labels.txt").write_text("a\nb\nc\nd\n")  # a changed label file is applied again
+    import_repository(repo)
+    assert RegisteredModel.objects.get(name="labelled").output_labels == {"y": ["a", "b", "c", "d"]}
 
 
 def _model_with_external_data(directory: Path, location: str) -> Path:
@@ -166,6 +206,7 @@ def test_skips_and_command_output(repo, capsys):
     assert "skipped   bad name!: not a valid model name" in out
     assert "skipped   empty_model: no numbered version directories" in out
     assert "skipped   nofile/1: no model.onnx in the directory" in out
+    assert out.splitlines()[-1] == "2 version directories, 0 failed"
     assert ModelVersion.objects.count() == 1
 
 

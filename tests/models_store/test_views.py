@@ -136,6 +136,24 @@ def test_upload_limits_and_failures(alice, settings):
     assert missing_name.status_code == 400 and "name: This field is required." in _text(missing_name)
 
 
+def test_an_upload_with_a_config(alice):
+    """The form's config.pbtxt: applied to the model; a field this server
+    does not support is shown by name and nothing is stored."""
+    form = _text(alice.get("/upload/"))
+    assert 'name="config"' in form and "Triton config.pbtxt (optional)" in form
+    fields = {"name": "cfg", "team": "ml", "description": "", "file": _file(m.affine(1, 1))}
+    refused = _post(alice, "/upload/", {**fields, "config": "max_batch_size: 4\nresponse_cache { enable: true }"})
+    assert refused.status_code == 400
+    assert "not supported by this server: &#x27;response_cache.enable&#x27;" in _text(refused)
+    assert not RegisteredModel.objects.exists()
+    fields["file"] = _file(m.affine(1, 1))
+    done = _post(alice, "/upload/", {**fields, "config": "max_batch_size: 4\ndynamic_batching { }"})
+    assert done.status_code == 302, _text(done)
+    model = RegisteredModel.objects.get(name="cfg")
+    assert model.max_batch_size == 4 and "dynamic_batching" in model.config
+    assert 'name="config"' in _text(alice.get("/models/cfg/upload/"))  # also for a new version
+
+
 def test_uploads_to_other_teams_are_refused():
     person("alice", "ml")
     person("bob", "vision")

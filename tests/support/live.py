@@ -3,6 +3,7 @@ and HTTP requests with multipart bodies."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import subprocess
@@ -124,3 +125,12 @@ def people_with_tokens(server: LiveServer, **teams) -> dict[str, str]:
     }
     output = manage(server, "shell", "-c", _PEOPLE_SCRIPT, env={"MODELHOST_TEST_PEOPLE": json.dumps(wanted)})
     return json.loads(output.strip().splitlines()[-1])
+
+
+def run_coroutine(coroutine):
+    """Run ``coroutine`` to its end on an event loop of its own, in a thread
+    (the browser tests leave an event loop running in the test thread)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()

@@ -364,3 +364,34 @@ def sequence_config(
         f'name: "{name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: {max_batch_size}\n'
         f"sequence_batching {{ {body} }}\n{extra}"
     )
+
+
+def channel_classifier(classes: int = 4, channels: int = 3) -> bytes:
+    """An image classifier in NCHW layout: FP32 image [N, C, H, W] -> scores
+    [N, classes] = (mean of each channel) @ W, W[c, k] = c + k + 1."""
+    weight = np.array([[c + k + 1 for k in range(classes)] for c in range(channels)], dtype=np.float32)
+    return _model(
+        [
+            helper.make_node("ReduceMean", ["image"], ["means"], axes=[2, 3], keepdims=0),
+            helper.make_node("MatMul", ["means", "W"], ["scores"]),
+        ],
+        [_vi("image", "FP32", ("N", channels, "H", "W"))],
+        [_vi("scores", "FP32", ("N", classes))],
+        initializers=[numpy_helper.from_array(weight, "W")],
+    )
+
+
+def scaled_by_default(default: float = 2.0) -> bytes:
+    """FP32 y = x * scale, x [-1, 4]; ``scale`` [1] is an input with a
+    default value (an initializer listed as a graph input: ONNX Runtime's
+    overridable initializer), so a request may leave it out."""
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "scale"], ["y"])],
+        "g",
+        [_vi("x", "FP32", ("N", 4)), _vi("scale", "FP32", (1,))],
+        [_vi("y", "FP32", ("N", 4))],
+        initializer=[helper.make_tensor("scale", TensorProto.FLOAT, [1], [default])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="tests")
+    model.ir_version = 8
+    return model.SerializeToString()

@@ -73,6 +73,44 @@ SEQUENCE_MODELS = {
 }
 
 
+#: Every config.pbtxt field this server supports, each with a value other than
+#: its default (tests/interop/test_model_config.py): an image classifier as
+#: Triton's image_client expects one (one FORMAT_NCHW input of 3 dims, one
+#: FP32 output with a label file).
+CLASSIFIER_CONFIG = """name: "classifier_nchw"
+platform: "onnxruntime_onnx"
+backend: "onnxruntime"
+max_batch_size: 4
+version_policy: { specific: { versions: [ 1 ] } }
+input [ { name: "image" data_type: TYPE_FP32 format: FORMAT_NCHW dims: [ 3, 8, 8 ] } ]
+output [ { name: "scores" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "classes.txt" } ]
+instance_group [ { name: "pair" kind: KIND_CPU count: 2 } ]
+dynamic_batching { preferred_batch_size: [ 2, 4 ] max_queue_delay_microseconds: 500 preserve_ordering: true }
+default_model_filename: "model.onnx"
+parameters { key: "note" value: { string_value: "made in a test" } }
+model_warmup [ {
+  name: "zeros" batch_size: 2 count: 1
+  inputs { key: "image" value: { data_type: TYPE_FP32 dims: [ 3, 8, 8 ] zero_data: true } }
+} ]
+model_transaction_policy { decoupled: false }
+response_cache { enable: false }
+"""
+CLASSIFIER_LABELS = ["cat", "dog", "bird", "fish"]
+
+#: An input a request may leave out (its default: the model's initializer).
+OPTIONAL_CONFIG = """input [ { name: "x" data_type: TYPE_FP32 dims: [ -1, 4 ] }, { name: "scale" optional: true } ]
+"""
+
+
+#: Changed by repository loads with a config (tests/interop/test_model_config.py).
+RECONFIGURED_CONFIG = """max_batch_size: 8
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 100 }
+instance_group [ { kind: KIND_CPU count: 2 } ]
+parameters { key: "p" value: { string_value: "v" } }
+"""
+
+
 def diabetes_regressor() -> bytes:
     """LinearRegression on scikit-learn's bundled diabetes data; output "variable" [N, 1]."""
     import numpy as np
@@ -113,6 +151,8 @@ def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
     # Used only by the statistics / metrics tests, so their counts are exact.
     m.write_model(root, "stats_probe", m.affine(1.0, 0.0), config=BATCHED_CONFIG.replace('"affine"', '"stats_probe"'))
     m.write_model(root, "repo_probe", m.identity("FP32"))
+    # perf_analyzer --streaming only (tests/interop/test_grpc_stream.py), so that its server counts are exact.
+    m.write_model(root, "stream_probe", m.affine(2.0, 1.0), config=BATCHED_CONFIG.replace('"affine"', '"stream_probe"'))
     m.write_model(root, "audited", m.identity("FP32"))  # repository load/unload audit
     # Dynamic batching: y = 3x - 1 batched within 20 ms; a gather table over [N, K] (any K); a 2 s window.
     m.write_model(root, "batched", m.affine(3.0, -1.0), config=DYNAMIC_BATCHING.format(delay=20000))
@@ -120,6 +160,11 @@ def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
     m.write_model(root, "batched_slow", m.affine(1.0, 0.0), config=DYNAMIC_BATCHING.format(delay=2000000))
     for name, (payload, config) in SEQUENCE_MODELS.items():
         m.write_model(root, name, payload, config=config)
+    # The whole model configuration (tests/interop/test_model_config.py).
+    m.write_model(root, "classifier_nchw", m.channel_classifier(), config=CLASSIFIER_CONFIG)
+    (root / "classifier_nchw" / "classes.txt").write_text("\n".join(CLASSIFIER_LABELS) + "\n")
+    m.write_model(root, "optional_scale", m.scaled_by_default(2.0), config=OPTIONAL_CONFIG)
+    m.write_model(root, "reconfigured", m.affine(1.0, 0.5), config=RECONFIGURED_CONFIG)
     if with_sklearn:
         from models_store.management.commands.build_demo_repository import CONFIG, build_models
 

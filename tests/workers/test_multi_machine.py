@@ -154,7 +154,10 @@ def test_upload_validate_serve_delete_without_a_shared_disk(machines, s3_server)
     assert not any(k.startswith("far/") for k in keys(s3))
     assert wait_for(lambda: not (cache / sha).exists(), timeout=10), list(cache.iterdir())
     assert wait_for(lambda: not (server.front_dir / "store" / "far" / sha).exists(), timeout=10)
-    with pytest.raises(InferenceServerException, match=r"has no version that is ready to serve \(it has no versions\)"):
+    with pytest.raises(
+        InferenceServerException,
+        match=r"has no available versions: no version is ready to serve \(it has no versions\)",
+    ):
         httpclient.InferenceServerClient(server.http_url).infer("far", [inp])
     # cleanup_store on the worker's machine: nothing left behind anywhere.
     out = manage(server, "cleanup_store", "--min-age", "0", env=server.worker_env)

@@ -64,6 +64,11 @@ class GRPCInferenceServiceStub:
                 request_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.ModelInferRequest.SerializeToString,
                 response_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.ModelInferResponse.FromString,
                 _registered_method=True)
+        self.ModelStreamInfer = channel.stream_stream(
+                '/inference.GRPCInferenceService/ModelStreamInfer',
+                request_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.ModelInferRequest.SerializeToString,
+                response_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.ModelStreamInferResponse.FromString,
+                _registered_method=True)
         self.ModelConfig = channel.unary_unary(
                 '/inference.GRPCInferenceService/ModelConfig',
                 request_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.ModelConfigRequest.SerializeToString,
@@ -141,6 +146,15 @@ class GRPCInferenceServiceServicer:
 
     def ModelInfer(self, request, context):
         """Perform inference using a specific model.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ModelStreamInfer(self, request_iterator, context):
+        """Perform inferences over a bidirectional stream (Triton's): each request
+        is answered by one ModelStreamInferResponse carrying its response or the
+        error of that request; the stream goes on after an error.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -224,6 +238,11 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     servicer.ModelInfer,
                     request_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.ModelInferRequest.FromString,
                     response_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.ModelInferResponse.SerializeToString,
+            ),
+            'ModelStreamInfer': grpc.stream_stream_rpc_method_handler(
+                    servicer.ModelStreamInfer,
+                    request_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.ModelInferRequest.FromString,
+                    response_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.ModelStreamInferResponse.SerializeToString,
             ),
             'ModelConfig': grpc.unary_unary_rpc_method_handler(
                     servicer.ModelConfig,
@@ -423,6 +442,33 @@ class GRPCInferenceService:
             '/inference.GRPCInferenceService/ModelInfer',
             inference_dot_grpc_dot_proto_dot_oip__pb2.ModelInferRequest.SerializeToString,
             inference_dot_grpc_dot_proto_dot_oip__pb2.ModelInferResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelStreamInfer(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/inference.GRPCInferenceService/ModelStreamInfer',
+            inference_dot_grpc_dot_proto_dot_oip__pb2.ModelInferRequest.SerializeToString,
+            inference_dot_grpc_dot_proto_dot_oip__pb2.ModelStreamInferResponse.FromString,
             options,
             channel_credentials,
             insecure,

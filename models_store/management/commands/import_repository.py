@@ -28,5 +28,8 @@ class Command(BaseCommand):
         for result in results:
             style = self.style.ERROR if result.outcome == "failed" else self.style.SUCCESS
             self.stdout.write(style(str(result)))
-        failed = sum(r.outcome == "failed" for r in results)
-        self.stdout.write(f"{len(results)} version directories, {failed} failed")
+        versions = [r for r in results if r.directory]
+        failed = sum(r.outcome == "failed" for r in versions)
+        configs = sum(r.outcome == "failed" for r in results if not r.directory)
+        refused = f"; {configs} model config(s) refused" if configs else ""
+        self.stdout.write(f"{len(versions)} version directories, {failed} failed{refused}")
