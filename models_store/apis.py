@@ -42,7 +42,8 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from models_store import actions, permissions, selectors, uploads
 from models_store.authentication import BearerTokenAuthentication
 from models_store.models import ApiToken, ModelVersion
-from models_store.openapi import LinkedResponse, ManagementAutoSchema, OpenApiLink, errors
+from models_store.openapi import LinkedResponse, ManagementAutoSchema, OpenApiLink, errors, paginated
+from models_store.pagination import DEFAULT_LIMIT, MAX_LIMIT, ListPage
 from models_store.serializers import (
     AuditEventSerializer,
     LabelSerializer,
@@ -205,29 +206,61 @@ class ManagementView(APIView):
             raise actions.NotFound(f"unknown model '{name}'")
         return model
 
+    def page(self, items, serializer_class) -> Response:
+        """One page of ``items`` (a query or a list) as :class:`ListPage` answers it."""
+        paginator = ListPage()
+        page = paginator.paginate_queryset(items, self.request, view=self)
+        return paginator.get_paginated_response(serializer_class(page, many=True).data)
+
     def model_body(self, name: str) -> dict:
         """The model as :class:`ModelDetailSerializer` answers it, if the caller may see it."""
         return ModelDetailSerializer(self.detail(name)).data
 
 
+PAGE_PARAMETERS = [
+    OpenApiParameter(
+        "limit", {"type": "integer", "minimum": 1},
+        description=f"Items per page (default {DEFAULT_LIMIT}; more than {MAX_LIMIT}: {MAX_LIMIT}).",
+    ),
+    OpenApiParameter("offset", {"type": "integer", "minimum": 0}, description="Items to skip (default 0)."),
+]  # fmt: skip
+
+
 class ModelListView(ManagementView):
     @extend_schema(
         operation_id=LIST_MODELS,
+        parameters=[
+            *PAGE_PARAMETERS,
+            OpenApiParameter("name", str, description="Only models whose name contains this (any case)."),
+            OpenApiParameter("team", str, description="Only this team's models ('-': the operators' models)."),
+            OpenApiParameter(
+                "state", str, enum=ModelVersion.State.values, description="Only models with a version in this state."
+            ),
+            OpenApiParameter(
+                "order", str, enum=list(selectors.MODEL_ORDERINGS), description="Sort key (default: name)"
+            ),
+        ],
         responses={
             200: LinkedResponse(
-                ModelSerializer(many=True),
-                description="Every model, by name.",
-                links=_model_links("$response.body#/0/name"),
+                paginated(ModelSerializer),
+                description="A page of models, by name.",
+                links=_model_links("$response.body#/results/0/name"),
             ),
-            **errors(401),
+            **errors(400, 401),
         },
     )
     def get(self, request):
-        """Every model with its team, version policy, served versions, labels
-        and versions (with INFERENCE_REQUIRE_TOKEN, only the models of the
-        caller's teams; every model for operators)."""
+        """A page of the models (``limit``/``offset``; ``count`` is the total)
+        with their team, version policy, served versions, labels and versions,
+        filtered by ``name``, ``team`` and ``state`` and sorted by ``order``
+        (with INFERENCE_REQUIRE_TOKEN, only the models of the caller's teams;
+        every model for operators)."""
+        try:
+            where = selectors.ModelFilter.from_params(request.query_params)
+        except ValueError as exc:
+            raise ParseError(str(exc)) from None
         teams = permissions.visible_team_ids(request.user, self.token)
-        return Response(ModelSerializer(selectors.model_overview(teams), many=True).data)
+        return self.page(selectors.model_listing(teams, where), ModelSerializer)
 
 
 class ModelDetailView(ManagementView):
@@ -297,14 +330,15 @@ class VersionListView(ManagementView):
 
     @extend_schema(
         operation_id=LIST_VERSIONS,
+        parameters=PAGE_PARAMETERS,
         responses={
-            200: OpenApiResponse(VersionSerializer(many=True), description="The versions, highest first."),
-            **errors(401, 404),
+            200: OpenApiResponse(paginated(VersionSerializer), description="A page of the versions, highest first."),
+            **errors(400, 401, 404),
         },
     )
     def get(self, request, name: str):
-        """The versions of a model, highest first."""
-        return Response(VersionSerializer(self.detail(name).versions.all(), many=True).data)
+        """A page of the versions of a model, highest first (``limit``/``offset``; ``count`` is the total)."""
+        return self.page(self.detail(name).versions.all(), VersionSerializer)
 
     @extend_schema(
         operation_id=UPLOAD_VERSION,
@@ -460,10 +494,15 @@ class LabelView(ManagementView):
 
 
 class AuditView(ManagementView):
-    @extend_schema(operation_id=AUDIT_LOG, responses={200: AuditEventSerializer(many=True), **errors(401, 404)})
+    @extend_schema(
+        operation_id=AUDIT_LOG,
+        parameters=PAGE_PARAMETERS,
+        responses={200: paginated(AuditEventSerializer), **errors(400, 401, 404)},
+    )
     def get(self, request, name: str):
-        """The newest changes of a model (who, what, when), newest first."""
-        return Response(AuditEventSerializer(selectors.audit_for_model(self.visible(name)), many=True).data)
+        """A page of the changes of a model (who, what, when), newest first
+        (``limit``/``offset``; ``count`` is the total)."""
+        return self.page(selectors.audit_for_model(self.visible(name)), AuditEventSerializer)
 
 
 def _traffic_links() -> tuple[OpenApiLink, ...]:

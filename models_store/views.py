@@ -14,6 +14,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -32,6 +33,8 @@ ACTION_ERRORS = (
     actions.UploadRefused,
 )
 GRPC_PORT = 8001  # the default of `serve --grpc-port`, shown in the gRPC snippet
+AUDIT_ON_PAGE = 100  # the newest audit events a model page shows
+MODELS_PER_PAGE = 50  # rows of the models list
 
 
 def _status(exc: Exception) -> int:
@@ -94,12 +97,46 @@ def _snippets(request, model: RegisteredModel, version: ModelVersion | None) -> 
 # -- the model list -------------------------------------------------------------
 @login_required
 def model_list(request):
+    """The models list: :data:`MODELS_PER_PAGE` rows a page, filtered by name,
+    team and version state and sorted (query parameters as the management
+    API's ``GET /api/models/``: ``name``, ``team``, ``state``, ``order``,
+    and ``page``); an unknown ``order`` or ``state`` answers 400."""
+    try:
+        where = selectors.ModelFilter.from_params(request.GET)
+    except ValueError as exc:
+        return render(request, "models_store/model_list.html", {"error": str(exc), "where": None}, status=400)
+    teams = permissions.visible_team_ids(request.user)
+    page = Paginator(selectors.model_listing(teams, where), MODELS_PER_PAGE).get_page(request.GET.get("page"))
     rows = []
-    for model in selectors.model_overview(permissions.visible_team_ids(request.user)):
+    for model in page:
         versions = _versions_with_labels(model)
         served = selectors.served_numbers(model)
         rows.append({"model": model, "versions": versions, "served": served, "size": sum(v.size for v in versions)})
-    return render(request, "models_store/model_list.html", {"rows": rows})
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "rows": rows,
+        "page": page,
+        "where": where,
+        "query": query.urlencode(),
+        "team_names": selectors.team_names(teams),
+        "states": ModelVersion.State.values,
+        "sorts": _sort_links(request.GET, where.order),
+    }
+    return render(request, "models_store/model_list.html", context)
+
+
+def _sort_links(params, order: str) -> dict[str, dict]:
+    """Per sortable column (name, team, updated): the query string that sorts
+    by it (descending when it is the ascending order now) and its arrow."""
+    links = {}
+    for key in ("name", "team", "updated"):
+        query = params.copy()
+        query.pop("page", None)
+        query["order"] = f"-{key}" if order == key else key
+        arrow = {key: "▲", f"-{key}": "▼"}.get(order, "")
+        links[key] = {"query": query.urlencode(), "arrow": arrow}
+    return links
 
 
 # -- the model page -------------------------------------------------------------
@@ -135,7 +172,7 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
         "instance_group": describe_group(model.instance_group),
         "dynamic_batching": describe_batching(model),
         "label_form": label_form or LabelForm(ready_versions=ready),
-        "audit": selectors.audit_for_model(model),
+        "audit": selectors.audit_for_model(model)[:AUDIT_ON_PAGE],
         "traffic": _traffic_rows(model),
         "snippets": _snippets(request, model, shown),
         "error": error,

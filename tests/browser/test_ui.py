@@ -251,7 +251,7 @@ def test_api_tokens_are_shown_once(page, ui_server, shots):
     expect(page.locator("#tokens")).to_contain_text(token[:10])
     shots.take(page, "tokens", doc=True)
     status, models = request(ui_server, "GET", "/api/models/", headers=bearer(token))
-    assert status == 200 and "digits" in [model["name"] for model in models]
+    assert status == 200 and "digits" in [model["name"] for model in models["results"]]
     page.reload()  # a GET after post/redirect/get: no second token, and the token is not shown again
     expect(page.locator("#token-value")).to_have_count(0)
     expect(page.locator('tr[data-token="nightly-eval"]')).to_have_count(1)
