@@ -271,7 +271,7 @@ def test_rollback_and_promote_are_audited(model_server, alice, canaried):
         ("traffic.rollback", "rollout_alice", 1),
         ("traffic.set", "rollout_alice", None),
     ]
-    assert events["results"][0]["detail"]["stable_before"] == 1 and events[0]["detail"]["stable"] == 2
+    assert events["results"][0]["detail"]["stable_before"] == 1 and events["results"][0]["detail"]["stable"] == 2
     assert events["results"][2]["detail"]["traffic"] == {"canary": 20, "stable": 80}
 
 
