@@ -389,7 +389,9 @@ def test_a_split_never_dangles_after_a_version_or_label_delete(model_server, ali
         ("traffic.rollback", "rollout_alice"),
     ]
     assert events["results"][1]["detail"]["before"] == {"canary": 0, "stable": 100}
-    assert events["results"][1]["detail"]["traffic"] == {"stable": 100} and events["results"][1]["detail"]["dropped"] == ["canary"]
+    assert events["results"][1]["detail"]["traffic"] == {"stable": 100} and events["results"][1]["detail"][
+        "dropped"
+    ] == ["canary"]
 
     # The label re-created on a new version (y = 5x) gets no request: every one goes to stable (y = x).
     number = _upload_ready(model_server, alice, model, 5.0)
