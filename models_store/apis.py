@@ -101,7 +101,10 @@ def api_exception_handler(exc, context) -> Response:
     413); anything unexpected is logged and answered 500."""
     code = actions.http_status(exc)
     if code is not None:
-        return Response({"error": str(exc)}, status=code)
+        body = {"error": str(exc)}
+        if getattr(exc, "differences", None):  # the signature guard's
+            body["differences"] = exc.differences
+        return Response(body, status=code)
     if isinstance(exc, SuspiciousOperation):  # Django's limits on a form body (fields, files, size)
         return Response({"error": str(exc)}, status=413 if isinstance(exc, RequestDataTooBig) else 400)
     response = drf_exception_handler(exc, context)
@@ -305,9 +308,10 @@ class ModelDetailView(ManagementView):
         groups = data.pop("instance_group", None)
         groups = [dict(g) for g in groups] if groups is not None else None
         logging_ = {key: data.pop(key) for key in ("payload_log_rate", "payload_log_max_bytes") if key in data}
+        force = data.pop("force", False)
         actions.update_model(
             request.user, self.token, name, description=description, policy=data, instance_group=groups,
-            payload_logging=logging_,
+            payload_logging=logging_, force=force,
         )  # fmt: skip
         return Response(self.model_body(name))
 
@@ -471,14 +475,24 @@ class LabelView(ManagementView):
                     ),
                 ),
             ),
-            **errors(400, 401, 403, 404, 409, 415, e409="the model has no such version, or the version is not READY"),
+            **errors(
+                400,
+                401,
+                403,
+                404,
+                409,
+                415,
+                e409="the model has no such version, or the version is not READY, "
+                "or its signature would break the label's callers (see differences; force to do it anyway)",
+            ),
         },
     )
     def put(self, request, name: str, label: str):
         """Point version label ``label`` at a READY version."""
         serializer = LabelSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        actions.set_label(request.user, self.token, name, label, serializer.validated_data["version"])
+        data = serializer.validated_data
+        actions.set_label(request.user, self.token, name, label, data["version"], force=data["force"])
         return Response(self.model_body(name))
 
     @extend_schema(
@@ -526,7 +540,8 @@ class TrafficView(ManagementView):
             **errors(
                 400, 401, 403, 404, 409, 415,
                 e409="the weights do not add up to 100, or name a version label the model does not have "
-                "or one on a version that is not READY",
+                "or one on a version that is not READY, or the default route would serve a version whose "
+                "signature breaks its callers (see differences; force to do it anyway)",
             ),
         },
     )  # fmt: skip
@@ -539,7 +554,8 @@ class TrafficView(ManagementView):
         Audited (``traffic.set``)."""
         serializer = TrafficSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        actions.set_traffic(request.user, self.token, name, dict(serializer.validated_data["weights"]))
+        data = serializer.validated_data
+        actions.set_traffic(request.user, self.token, name, dict(data["weights"]), force=data["force"])
         return Response(self.model_body(name))
 
 
@@ -547,16 +563,28 @@ class TrafficPromoteView(ManagementView):
     @extend_schema(
         operation_id=PROMOTE_CANARY,
         request=None,
+        parameters=[
+            OpenApiParameter(
+                "force", bool, description="Promote even though the callers of 'stable' would break."
+            )
+        ],
         responses={
             200: LinkedResponse(ModelDetailSerializer, description="The canary promoted.", links=_traffic_links()),
-            **errors(401, 403, 404, 409, e409="the model has no version label 'canary' on a READY version"),
+            **errors(
+                400, 401, 403, 404, 409,
+                e409="the model has no version label 'canary' on a READY version, or its signature would break "
+                "the callers of 'stable' (see differences; ?force=true to do it anyway)",
+            ),
         },
-    )
+    )  # fmt: skip
     def post(self, request, name: str):
         """Promote the canary: label ``stable`` moves to the version of label
         ``canary`` and every unversioned request goes to it (split ``stable``
         100, ``canary`` 0). Audited (``traffic.promote``)."""
-        actions.promote_canary(request.user, self.token, name)
+        force = request.query_params.get("force", "false").lower()
+        if force not in ("true", "false"):
+            raise ParseError("force is true or false")
+        actions.promote_canary(request.user, self.token, name, force=force == "true")
         return Response(self.model_body(name))
 
 

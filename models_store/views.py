@@ -22,7 +22,7 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_POST
 
 from inference.runtime.placement import describe_group
-from models_store import accounts, actions, permissions, selectors, snippets, uploads
+from models_store import accounts, actions, permissions, selectors, signature_guard, snippets, uploads
 from models_store.forms import LabelForm, ModelSettingsForm, TokenForm, UploadForm
 from models_store.models import ModelVersion, RegisteredModel
 
@@ -200,6 +200,7 @@ def model_settings(request, name: str):
             policy=form.policy(),
             instance_group=form.instance_group(),
             payload_logging=form.payload_logging(),
+            force=form.cleaned_data["force"],
         )
     except ACTION_ERRORS as exc:
         return _model_page(request, name, status=_status(exc), settings_form=form, error=str(exc))
@@ -216,7 +217,8 @@ def label_set(request, name: str):
     if not form.is_valid():
         return _model_page(request, name, status=400, label_form=form, error=_form_errors(form))
     try:
-        actions.set_label(request.user, None, name, form.cleaned_data["label"], form.cleaned_data["version"])
+        data = form.cleaned_data
+        actions.set_label(request.user, None, name, data["label"], data["version"], force=data["force"])
     except ACTION_ERRORS as exc:
         return _model_page(request, name, status=_status(exc), label_form=form, error=str(exc))
     messages.success(request, f"Label {form.cleaned_data['label']} -> version {form.cleaned_data['version']}.")
@@ -261,7 +263,7 @@ def traffic_set(request, name: str):
     if not any(weights.values()):
         weights = {}
     try:
-        actions.set_traffic(request.user, None, name, weights)
+        actions.set_traffic(request.user, None, name, weights, force=request.POST.get("force") == "on")
     except ACTION_ERRORS as exc:
         return _model_page(request, name, status=_status(exc), error=str(exc))
     described = ", ".join(f"{label} {weight}%" for label, weight in sorted(weights.items())) or "none"
@@ -273,11 +275,13 @@ def traffic_set(request, name: str):
 @require_POST
 def traffic_action(request, name: str, action: str):
     """Promote the canary, or roll it back (one click each)."""
-    calls = {"promote": actions.promote_canary, "rollback": actions.rollback_canary}
-    if action not in calls:
+    if action not in ("promote", "rollback"):
         raise Http404(f"unknown traffic action '{action}'")
     try:
-        calls[action](request.user, None, name)
+        if action == "promote":
+            actions.promote_canary(request.user, None, name, force=request.POST.get("force") == "on")
+        else:
+            actions.rollback_canary(request.user, None, name)
     except ACTION_ERRORS as exc:
         return _model_page(request, name, status=_status(exc), error=str(exc))
     stable = selectors.label_numbers(selectors.model_detail(name)).get("stable")
@@ -301,6 +305,7 @@ def _version_page(request, name: str, number: int, *, status: int = 200, error: 
         "example_request": snippets.example_request_text(version.inputs) if version.inputs else "",
         "infer_url": f"/v2/models/{model.name}/versions/{number}/infer",
         "pending": version.state in (ModelVersion.State.UPLOADED, ModelVersion.State.VALIDATING),
+        "compared": signature_guard.against_default_route(model, version) if version.inputs else None,
         "error": error,
     }
     return render(request, "models_store/version_detail.html", context, status=status)

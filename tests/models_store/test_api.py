@@ -66,7 +66,7 @@ def _error(response, status: int) -> str:
     assert response["Content-Type"] == "application/json"
     body = response.json()
     assert isinstance(body["error"], str) and body["error"]
-    assert set(body) <= ({"error", "version"} if status == 422 else {"error", "fields"}), body
+    assert set(body) <= ({"error", "version"} if status == 422 else {"error", "fields", "differences"}), body
     return body["error"]
 
 
@@ -345,7 +345,7 @@ def test_the_schema_declares_what_the_api_does(alice_api):
     schema = alice_api.client.get("/api/schema/?format=json").json()
     components = schema["components"]["schemas"]
     assert components["Error"]["required"] == ["error"]
-    assert set(components["Error"]["properties"]) == {"error", "fields"}
+    assert set(components["Error"]["properties"]) == {"error", "fields", "differences"}
     # Every 4xx of every operation is the one error shape (the 422 of an upload adds the version).
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
