@@ -69,6 +69,32 @@ def _all_tensors(graph: onnx.GraphProto):
                 yield from _all_tensors(sub)
 
 
+#: Initializers larger than this lose their contents in the copy of the model
+#: that validation keeps (:func:`without_weights`).
+_WEIGHT_BYTES = 64 * 1024
+
+
+def without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` whose large initializers (and tensor attributes)
+    keep their name, type and dims but not their contents: what the
+    signature, shape inference (no data propagation), labels and properties
+    read, at the size of the graph rather than of the weights. The copy is
+    parsed anew, so that dropping ``model`` returns the weights' memory
+    (protobuf keeps a message's memory until the whole message goes)."""
+    for tensor in _all_tensors(model.graph):
+        # From dims and type: ByteSize() or reading raw_data would copy the contents.
+        if tensor.data_location != onnx.TensorProto.EXTERNAL and (
+            math.prod(tensor.dims) * _element_bytes(tensor.data_type) > _WEIGHT_BYTES
+        ):
+            name, data_type, dims = tensor.name, tensor.data_type, list(tensor.dims)
+            tensor.Clear()
+            tensor.name, tensor.data_type = name, data_type
+            tensor.dims.extend(dims)
+    copy = onnx.ModelProto()
+    copy.ParseFromString(model.SerializeToString())
+    return copy
+
+
 def external_data_files(model: onnx.ModelProto, model_dir: Path) -> list[Path]:
     """The files a model's external-data tensors reference, all inside ``model_dir``.
 
@@ -347,6 +373,7 @@ def validate_artifact(
     except Exception as exc:  # onnx raises DecodeError, ValueError, OSError...
         raise ValidationError(f"not a readable ONNX model: {exc}") from None
     external_data_files(model, path.parent)
+    model = without_weights(model)  # memory: the checker and the session read the file themselves
     try:
         onnx.checker.check_model(str(path))
     except Exception as exc:
