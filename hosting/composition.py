@@ -18,7 +18,7 @@ from django.conf import settings
 
 import hosting
 from hosting import deployment
-from inference import observability, ports, tracing
+from inference import observability, outage, ports, tracing
 from inference.changes import beacon_at
 from inference.dataplane import DataPlane
 from inference.payload_log import PayloadLogger, sink_for
@@ -77,15 +77,26 @@ def install() -> None:
         audit_log=StoreAuditLog(),
     )
     if executor_mode() == IN_PROCESS:
-        # Validation in this process (embedded mode) uses the providers it serves with.
+        # The embedded server validates uploads itself (also with REDIS_URL, e.g. for shared
+        # rate limits: no worker takes its tasks), with the providers it serves with.
         providers = onnx_runtime.provider_list(settings.ORT_EXECUTION_PROVIDERS, settings.ORT_DEVICE_ID)
-        validating.configure(validating.Validator(providers=tuple(providers)))
+        validating.configure(validating.Validator(providers=tuple(providers)), validates_here=lambda: True)
+    else:
+        validating.configure(validates_here=no_validating_worker)
     if settings.REDIS_URL:
         validating.configure(queue_note=validation_queue_note)
+    outage.REFUSALS.interval = settings.REFUSAL_LOG_SECONDS
     if executor_mode() == WORKERS:
         raise_open_files_limit()
     tracing.install_settings(Path(settings.VAR_DIR) / "run")
     install_tracing()
+
+
+def no_validating_worker() -> bool:
+    """Worker mode: True while no inference worker takes validation tasks
+    (from their heartbeats), so that this process validates uploads itself;
+    raises RedisError when Redis cannot tell."""
+    return not any(w.announcement.control for w in read_workers(redis_client(timeout=2.0)).values())
 
 
 def validation_queue_note() -> str:

@@ -247,8 +247,14 @@ def local_artifact(relpath: str) -> Path:
 
 
 def _age_seconds(path: Path, now: float) -> float:
+    """Seconds since ``path`` (or, for a directory, a file directly in it:
+    an upload or download still being written) was last modified."""
     try:
-        return now - path.lstat().st_mtime
+        newest = path.lstat().st_mtime
+        if path.is_dir() and not path.is_symlink():
+            for child in path.iterdir():
+                newest = max(newest, child.lstat().st_mtime)
+        return now - newest
     except FileNotFoundError:
         return 0.0
 
