@@ -11,6 +11,7 @@ gRPC processes) or worker runtime (``runworker``) from settings.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import redis
@@ -80,7 +81,7 @@ def install() -> None:
         # The embedded server validates uploads itself (also with REDIS_URL, e.g. for shared
         # rate limits: no worker takes its tasks), with the providers it serves with.
         providers = onnx_runtime.provider_list(settings.ORT_EXECUTION_PROVIDERS, settings.ORT_DEVICE_ID)
-        validating.configure(validating.Validator(providers=tuple(providers)), validates_here=lambda: True)
+        validating.configure(validating.Validator(providers=tuple(providers)), validates_here=no_celery_worker)
     else:
         validating.configure(validates_here=no_validating_worker)
     if settings.REDIS_URL:
@@ -90,6 +91,23 @@ def install() -> None:
         raise_open_files_limit()
     tracing.install_settings(Path(settings.VAR_DIR) / "run")
     install_tracing()
+
+
+_celery_seen: list = [0.0, False]  # (time.monotonic() of the last ping, whether a worker answered)
+
+
+def no_celery_worker(cache_seconds: float = 10.0) -> bool:
+    """Process mode: True unless REDIS_URL is set and a Celery worker
+    (``celery -A hosting worker``) answers a ping (kept ``cache_seconds``):
+    the server validates uploads itself rather than queue them for nobody."""
+    if not settings.REDIS_URL:
+        return True
+    from hosting.celery import app
+
+    now = time.monotonic()
+    if now - _celery_seen[0] > cache_seconds:
+        _celery_seen[:] = [now, bool(app.control.ping(timeout=1.0, limit=1))]
+    return not _celery_seen[1]
 
 
 def no_validating_worker() -> bool:

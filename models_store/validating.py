@@ -85,14 +85,21 @@ def configure(
         _validates_here = validates_here
 
 
+_broker_watch = DependencyWatch("the broker (Redis), asked who takes validation tasks,", logger)
+
+
 def validates_here() -> bool:
     """True when this process validates uploads itself (see :func:`configure`;
     default: when Celery runs tasks eagerly, i.e. without REDIS_URL)."""
     if _validates_here is not None:
+        watch = _broker_watch
         try:
-            return _validates_here()
-        except Exception:  # who takes tasks cannot be told: the broker is down, so validate here
+            here = _validates_here()
+        except Exception as exc:  # who takes tasks cannot be told: the broker is down, so validate here
+            watch.failed(exc, "uploads are validated in this process")
             return True
+        watch.ok()
+        return here
     from celery import current_app
 
     return bool(current_app.conf.task_always_eager)
