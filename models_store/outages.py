@@ -11,6 +11,7 @@ one is retried, never FAILED; a request that meets one is answered 503 with
 from __future__ import annotations
 
 import errno
+from contextlib import contextmanager
 
 from django.db import InterfaceError
 from django.db import OperationalError as DatabaseError
@@ -93,3 +94,19 @@ def http_answer(exc: BaseException) -> tuple[int, str, dict] | None:
         f"nothing was changed, try again in {RETRY_AFTER_SECONDS} s"
     )
     return 503, message, {"Retry-After": str(RETRY_AFTER_SECONDS)}
+
+
+@contextmanager
+def as_unavailable():
+    """Raise a dependency's outage met in the block as the inference
+    protocol's :class:`~inference.protocol.errors.DependencyUnavailable`
+    (REST 503 with ``Retry-After``, gRPC UNAVAILABLE), not as INTERNAL."""
+    from inference.protocol.errors import DependencyUnavailable
+
+    try:
+        yield
+    except Exception as exc:
+        answer = http_answer(exc)
+        if answer is None:
+            raise
+        raise DependencyUnavailable(answer[1], RETRY_AFTER_SECONDS) from exc

@@ -350,7 +350,11 @@ def version_upload(
         except DjangoValidationError as exc:
             raise RegistryError(exc.messages[0]) from None
     here = validating.validates_here()
-    stored = storage.commit_staged(model_name, staged.directory, staged.sha256, staged.size)
+    try:
+        stored = storage.commit_staged(model_name, staged.directory, staged.sha256, staged.size)
+    except BaseException:  # e.g. the storage backend is away: no local copy stays behind either
+        _remove_if_unreferenced(f"{model_name}/{staged.sha256}/{storage.MODEL_FILENAME}")
+        raise
     try:
         with transaction.atomic():
             if model is None:

@@ -7,13 +7,12 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from django.db import close_old_connections
 
 from inference.ports import ModelRecord, VersionRecord
-from inference.protocol.errors import DependencyUnavailable, InvalidInput, ModelNotFound
+from inference.protocol.errors import InvalidInput, ModelNotFound
 from models_store import audit, outages, selectors, services, storage
 from models_store.config import ConfigError
 from models_store.stamp import registry_changed
@@ -92,27 +91,15 @@ class StoreRegistrySource:
         return model
 
     def set_loaded(self, name: str, loaded: bool, actor=None) -> None:
-        with _dependencies_as_unavailable():
+        with outages.as_unavailable():
             services.model_set_loaded(self._model(name), loaded, actor)
 
     def set_config(self, name: str, config: str, actor=None) -> None:
-        with _dependencies_as_unavailable():
+        with outages.as_unavailable():
             try:
                 services.model_load_config(self._model(name), config, actor=actor)
             except ConfigError as exc:
                 raise InvalidInput(f"invalid config override: {exc}") from None
-
-
-@contextmanager
-def _dependencies_as_unavailable():
-    """A dependency's outage as the protocol's UNAVAILABLE (503 with Retry-After), not INTERNAL."""
-    try:
-        yield
-    except Exception as exc:
-        answer = outages.http_answer(exc)
-        if answer is None:
-            raise
-        raise DependencyUnavailable(answer[1], outages.RETRY_AFTER_SECONDS) from exc
 
 
 class StoreArtifacts:

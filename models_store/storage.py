@@ -133,8 +133,10 @@ def commit_staged(model_name: str, staging_dir: Path, sha256: str, size: int) ->
 
 
 def remove_artifact(relpath: str) -> None:
-    _unpublish(relpath)
+    """Remove an artifact here and from the storage backend (the local copy
+    first: when the backend is away, only its object is left for the cleanup)."""
     _remove_local(relpath)
+    _unpublish(relpath)
 
 
 def _unpublish(relpath: str) -> None:
@@ -150,6 +152,10 @@ def _remove_local(relpath: str) -> None:
     directory = artifact_path(relpath).parent
     if directory.is_dir() and directory.parent.parent == store_root():
         shutil.rmtree(directory, ignore_errors=True)
+        try:
+            directory.parent.rmdir()  # the model's directory, when that was its last artifact
+        except OSError:
+            pass
 
 
 def _backend():

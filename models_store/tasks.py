@@ -25,6 +25,7 @@ from models_store import outages, validating
     ignore_result=True,  # the state is in the registry
     acks_late=True,
     reject_on_worker_lost=True,
+    max_retries=None,  # retried for as long as the outage lasts
 )
 def validate_version(self, version_id: int, resume: bool = False) -> str | None:
     """Validate an uploaded version (see validating.version_validate); returns
@@ -37,5 +38,5 @@ def validate_version(self, version_id: int, resume: bool = False) -> str | None:
             raise
         delay = validating.retry_delay(self.request.retries)
         validating.note_interrupted(version_id, exc, delay)
-        raise self.retry(args=(version_id,), kwargs={"resume": True}, countdown=delay, max_retries=None) from None
+        raise self.retry(args=(version_id,), kwargs={"resume": True}, countdown=delay) from None
     return version.state if version is not None else None
