@@ -128,7 +128,7 @@ def validation_queue_note() -> str:
         return f"Redis is unreachable ({exc}); it waits there until a worker takes it"
     takers = sorted(w.id for w in workers.values() if w.announcement.control)
     if not takers:
-        return "no inference worker is running; validation starts when one does (manage.py runworker)"
+        return "no inference worker takes validation tasks now; the reaper re-queues it (VALIDATION_DEADLINE_SECONDS)"
     return f"{len(takers)} inference worker(s) take validation tasks ({', '.join(takers[:5])})"
 
 
