@@ -66,6 +66,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Sign-in throttling (django-axes): answers a locked-out sign-in with the lockout page.
     "axes.middleware.AxesMiddleware",
+    # A dependency down (database, S3, broker) answers the web UI 503 with Retry-After, not 500.
+    "models_store.middleware.DependencyOutageMiddleware",
 ]
 
 ROOT_URLCONF = "hosting.urls"
