@@ -124,3 +124,31 @@ def test_uploads_are_validated_in_process_while_the_broker_is_down(tmp_path):
         assert "uploads are validated in this process" in live.log()
     finally:
         assert live.stop() == 0, live.log()
+
+
+def test_the_server_validates_itself_when_no_worker_takes_validation_tasks(tmp_path):
+    """Process mode with REDIS_URL set (e.g. only to share rate limits) and no
+    Celery worker: the server validates uploads itself (201 READY, 422
+    FAILED) instead of queueing them for nobody (they stayed UPLOADED)."""
+    url = redis_db.url("TEST_CELERY_IDLE_REDIS_DB", 14)  # a database no Celery worker consumes
+    try:
+        redis.Redis.from_url(url).flushdb()
+    except redis.ConnectionError:
+        pytest.skip(f"no Redis at {url}")
+    (tmp_path / "repository").mkdir()
+    live = LiveServer(tmp_path / "repository", tmp_path / "live", extra_env={"REDIS_URL": url}, workers=1)
+    live.start()
+    try:
+        manage(live, "create_user", "alice", "--team", "ml")
+        live.token = manage(live, "create_token", "alice", "ci").strip()
+        for model, payload, expected in (("good", m.affine(2.0, 1.0), 201), ("bad", m.failing_model(), 422)):
+            body, kind = multipart({"team": "ml"}, payload)
+            headers = {**bearer(live.token), "Content-Type": kind}
+            status, answer = request(live, "POST", f"/api/models/{model}/versions/", body, headers)
+            assert status == expected, answer
+        assert _version(live, "good", 1)["state"] == "READY"
+        assert _version(live, "bad", 1)["state"] == "FAILED"
+        assert redis.Redis.from_url(url).llen("modelhost.control") == 0  # nothing was queued
+    finally:
+        stopped = live.stop()
+    assert stopped == 0, live.log()
