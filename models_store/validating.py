@@ -178,6 +178,7 @@ def version_validate(version_id: int, resume: bool = False) -> ModelVersion | No
         path = validator.artifact(version.artifact, version.sha256)
         signature = validation.validate_artifact(path, config, log, providers=list(validator.providers))
     except validation.ValidationError as exc:
+        _note_through()  # the dependencies answered: the model itself fails
         return _version_validated(version_id, State.FAILED, reason=str(exc), log=[*log, f"failed: {exc}"])
     except Exception as exc:  # never leave a version VALIDATING
         cause = outages.transient_cause(exc)
