@@ -231,6 +231,7 @@ class WorkerDirectory:
         self._published: set[str] = set()
         self._workers: dict[str, Worker] = {}
         self._seen_once = False
+        self._grace_until_ms = 0.0  # after an outage of Redis: known workers stay until then
         self._by_queue: dict[str, tuple[Worker, ...]] = {}
         self.error: str = ""
         self._round_robin: dict[tuple, itertools.count] = {}
@@ -248,12 +249,17 @@ class WorkerDirectory:
             self.error = f"Redis is unreachable: {exc}"
             self.redis_watch.failed(exc, f"requests go to the {len(self._workers)} worker(s) known before")
             return
+        now_ms = time.time() * 1000
+        if self.redis_watch.down:  # back from an outage: no worker could beat meanwhile
+            self._grace_until_ms = now_ms + HEARTBEAT_TTL_MS
         self.redis_watch.ok()
         # A worker missing from this read whose last heartbeat has not expired yet (Redis restarted
         # empty, or lost the key) stays until it would have: its next beat comes within a second.
-        now_ms = time.time() * 1000
+        # After an outage of Redis, every known worker stays one heartbeat expiry for its next beat.
         for worker_id, worker in self._workers.items():
-            if worker_id not in workers and worker.announcement.beat_ms + HEARTBEAT_TTL_MS > now_ms:
+            if worker_id not in workers and (
+                worker.announcement.beat_ms + HEARTBEAT_TTL_MS > now_ms or now_ms < self._grace_until_ms
+            ):
                 workers[worker_id] = worker
         by_queue: dict[str, list[Worker]] = {}
         for worker in sorted(workers.values(), key=lambda w: w.id):
