@@ -178,6 +178,28 @@ def _observe_load(target, seconds: float) -> None:
     observability.LOAD_TIME.labels(target.model, str(target.version)).observe(seconds)
 
 
+def _observe_eviction(target) -> None:
+    observability.EVICTIONS.labels(target.model, str(target.version)).inc()
+
+
+def _observe_wait(target, seconds: float, transient: bool) -> None:
+    observability.LOAD_WAIT.labels("transient" if transient else "resident").observe(seconds)
+
+
+def _runner(loader, budget_mb: int, processes: int = 1) -> ModelRunner:
+    """A model runner with the metrics callbacks; ``processes`` share the budget equally."""
+    return ModelRunner(
+        loader,
+        budget_mb * 1024 * 1024 // max(1, processes),
+        on_load=_observe_load,
+        on_change=observability.LOADED_SESSIONS.set,
+        drain_seconds=settings.VERSION_DRAIN_SECONDS,
+        on_evict=_observe_eviction,
+        on_charge=observability.CHARGED_BYTES.set,
+        on_wait=_observe_wait,
+    )
+
+
 def redis_client(timeout: float = 10.0):
     return redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=3, socket_timeout=timeout)
 
@@ -214,12 +236,10 @@ def build_dataplane() -> DataPlane:
         )
     else:
         providers = onnx_runtime.provider_list(settings.ORT_EXECUTION_PROVIDERS, settings.ORT_DEVICE_ID)
-        runner = ModelRunner(
+        runner = _runner(
             session_loader(ports.providers.artifact_source, _session_options(), providers),
-            settings.SESSION_MEMORY_BUDGET_MB * 1024 * 1024,
-            on_load=_observe_load,
-            on_change=observability.LOADED_SESSIONS.set,
-            drain_seconds=settings.VERSION_DRAIN_SECONDS,
+            settings.SESSION_MEMORY_BUDGET_MB,
+            settings.SERVING_PROCESSES,
         )
         executor = InProcessExecutor(runner)
     executor.start()
@@ -262,12 +282,9 @@ def build_worker(device: str, providers: list, where: str = "") -> WorkerRuntime
         validating.Validator(where or f"the {device} worker", tuple(providers), settings.WORKER_CACHE_DIR)
     )
     registry = _registry()
-    runner = ModelRunner(
+    runner = _runner(
         session_loader(StoreArtifacts(settings.WORKER_CACHE_DIR), _session_options(), providers),
-        settings.WORKER_MEMORY_BUDGET_MB * 1024 * 1024,
-        on_load=_observe_load,
-        on_change=observability.LOADED_SESSIONS.set,
-        drain_seconds=settings.VERSION_DRAIN_SECONDS,
+        settings.WORKER_MEMORY_BUDGET_MB,
     )
     runtime = WorkerRuntime(device, runner, registry)
     registry.add_listener(runtime.on_snapshot)

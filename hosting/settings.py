@@ -295,10 +295,13 @@ REFUSAL_LOG_SECONDS = env.float("REFUSAL_LOG_SECONDS", default=10.0)
 #: inprocess (default: ONNX Runtime in each server process) or workers (pinned
 #: workers started with `manage.py runworker --device ...`, needs REDIS_URL).
 INFERENCE_EXECUTOR = env.str("INFERENCE_EXECUTOR", default="inprocess")
-#: Memory a worker's loaded sessions may use (estimated: 2 x artifact size x instances), MiB.
+#: Memory a worker's loaded sessions may use (each charged what its load took), MiB.
 WORKER_MEMORY_BUDGET_MB = env.int("WORKER_MEMORY_BUDGET_MB", default=4096)
-#: The same budget for the sessions of each server process in process mode (0: none), MiB.
+#: The same budget for the sessions of the machine's server processes in process mode (0: none), MiB:
+#: each of the SERVING_PROCESSES gets an equal share.
 SESSION_MEMORY_BUDGET_MB = env.int("SESSION_MEMORY_BUDGET_MB", default=0)
+#: How many processes serve inference in process on this machine (`serve` sets it: HTTP + gRPC processes).
+SERVING_PROCESSES = env.int("SERVING_PROCESSES", default=1)
 #: Where a worker accepts front-end connections from other machines over
 #: mutual TLS (host:port; port 0: any free port; needs the WORKER_TLS_* files).
 #: Empty: no TCP listener, only the worker's Unix socket (front ends on its machine).

@@ -11,6 +11,12 @@ REST workers and the gRPC process add up):
   TF Serving: bodies; gRPC: raw tensor contents of requests decoded)
 - ``modelhost_model_load_duration_seconds{model, version}`` (histogram)
 - ``modelhost_loaded_sessions`` (gauge, summed over live processes)
+- ``modelhost_model_evictions_total{model, version}`` (versions unloaded for
+  the memory budget), ``modelhost_session_memory_charged_bytes`` (gauge,
+  summed over live processes: what the loaded versions took, see
+  inference/runtime/residency.py), ``modelhost_model_load_wait_seconds{kind}``
+  (histogram: how long requests waited for a load; ``kind`` ``resident`` or
+  ``transient``, a version run outside the budget)
 - ``modelhost_worker_queue_depth{queue}`` (gauge, worker mode: requests the
   device's workers hold, running or waiting for a model instance, as their
   heartbeats report)
@@ -64,6 +70,16 @@ LOAD_TIME = Histogram(
     "modelhost_model_load_duration_seconds",
     "Time to create an ONNX Runtime session",
     ["model", "version"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+EVICTIONS = Counter("modelhost_model_evictions", "Versions unloaded for the memory budget", ["model", "version"])
+CHARGED_BYTES = Gauge(
+    "modelhost_session_memory_charged_bytes", "Memory charged for loaded versions", multiprocess_mode="livesum"
+)
+LOAD_WAIT = Histogram(
+    "modelhost_model_load_wait_seconds",
+    "Time requests waited for their model version to load",
+    ["kind"],
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
 LOADED_SESSIONS = Gauge("modelhost_loaded_sessions", "ONNX Runtime sessions loaded", multiprocess_mode="livesum")

@@ -157,12 +157,13 @@ def update_model(
     policy: dict | None = None,
     instance_group: list[dict] | None = None,
     payload_logging: dict | None = None,
+    force: bool = False,
 ):
     """Change the description, the version policy (``policy``: keys
     ``version_policy``, ``latest_versions``, ``specific_versions``), the
     instance group (where worker mode runs the model) and/or payload logging
     (``payload_logging``: keys ``payload_log_rate``, ``payload_log_max_bytes``):
-    all of them or, when one is refused, none."""
+    all of them or, when one is refused, none. ``force``: past the signature guard."""
     model = _changeable_model(user, token, name)
     with transaction.atomic():
         if payload_logging:
@@ -179,15 +180,16 @@ def update_model(
                 policy.get("latest_versions", model.latest_versions),
                 policy.get("specific_versions", model.specific_versions),
                 actor=user,
+                force=force,
             )
         if description is not None and description != model.description:
             model = services.model_update(model, user, description=description)
     return model
 
 
-def set_label(user, token, name: str, label: str, number: int):
+def set_label(user, token, name: str, label: str, number: int, force: bool = False):
     model = _changeable_model(user, token, name)
-    return services.label_set(model, label, number, actor=user)
+    return services.label_set(model, label, number, actor=user, force=force)
 
 
 def delete_label(user, token, name: str, label: str) -> None:
@@ -196,14 +198,14 @@ def delete_label(user, token, name: str, label: str) -> None:
         raise NotFound(f"model '{name}' has no version label '{label}'")
 
 
-def set_traffic(user, token, name: str, weights: dict[str, int]) -> RegisteredModel:
+def set_traffic(user, token, name: str, weights: dict[str, int], force: bool = False) -> RegisteredModel:
     model = _changeable_model(user, token, name)
-    return services.traffic_set(model, weights, actor=user)
+    return services.traffic_set(model, weights, actor=user, force=force)
 
 
-def promote_canary(user, token, name: str) -> RegisteredModel:
+def promote_canary(user, token, name: str, force: bool = False) -> RegisteredModel:
     model = _changeable_model(user, token, name)
-    return services.traffic_promote(model, actor=user)
+    return services.traffic_promote(model, actor=user, force=force)
 
 
 def rollback_canary(user, token, name: str) -> RegisteredModel:

@@ -44,7 +44,8 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from models_store import actions, outages, permissions, selectors, uploads
 from models_store.authentication import BearerTokenAuthentication
 from models_store.models import ApiToken, ModelVersion
-from models_store.openapi import LinkedResponse, ManagementAutoSchema, OpenApiLink, errors
+from models_store.openapi import LinkedResponse, ManagementAutoSchema, OpenApiLink, errors, paginated
+from models_store.pagination import DEFAULT_LIMIT, MAX_LIMIT, ListPage
 from models_store.serializers import (
     AuditEventSerializer,
     LabelSerializer,
@@ -104,7 +105,10 @@ def api_exception_handler(exc, context) -> Response:
     logged and answered 500."""
     code = actions.http_status(exc)
     if code is not None:
-        return Response({"error": str(exc)}, status=code)
+        body = {"error": str(exc)}
+        if getattr(exc, "differences", None):  # the signature guard's
+            body["differences"] = exc.differences
+        return Response(body, status=code)
     if isinstance(exc, SuspiciousOperation):  # Django's limits on a form body (fields, files, size)
         return Response({"error": str(exc)}, status=413 if isinstance(exc, RequestDataTooBig) else 400)
     response = drf_exception_handler(exc, context)
@@ -214,29 +218,61 @@ class ManagementView(APIView):
             raise actions.NotFound(f"unknown model '{name}'")
         return model
 
+    def page(self, items, serializer_class) -> Response:
+        """One page of ``items`` (a query or a list) as :class:`ListPage` answers it."""
+        paginator = ListPage()
+        page = paginator.paginate_queryset(items, self.request, view=self)
+        return paginator.get_paginated_response(serializer_class(page, many=True).data)
+
     def model_body(self, name: str) -> dict:
         """The model as :class:`ModelDetailSerializer` answers it, if the caller may see it."""
         return ModelDetailSerializer(self.detail(name)).data
 
 
+PAGE_PARAMETERS = [
+    OpenApiParameter(
+        "limit", {"type": "integer", "minimum": 1},
+        description=f"Items per page (default {DEFAULT_LIMIT}; more than {MAX_LIMIT}: {MAX_LIMIT}).",
+    ),
+    OpenApiParameter("offset", {"type": "integer", "minimum": 0}, description="Items to skip (default 0)."),
+]  # fmt: skip
+
+
 class ModelListView(ManagementView):
     @extend_schema(
         operation_id=LIST_MODELS,
+        parameters=[
+            *PAGE_PARAMETERS,
+            OpenApiParameter("name", str, description="Only models whose name contains this (any case)."),
+            OpenApiParameter("team", str, description="Only this team's models ('-': the operators' models)."),
+            OpenApiParameter(
+                "state", str, enum=ModelVersion.State.values, description="Only models with a version in this state."
+            ),
+            OpenApiParameter(
+                "order", str, enum=list(selectors.MODEL_ORDERINGS), description="Sort key (default: name)"
+            ),
+        ],
         responses={
             200: LinkedResponse(
-                ModelSerializer(many=True),
-                description="Every model, by name.",
-                links=_model_links("$response.body#/0/name"),
+                paginated(ModelSerializer),
+                description="A page of models, by name.",
+                links=_model_links("$response.body#/results/0/name"),
             ),
-            **errors(401),
+            **errors(400, 401),
         },
     )
     def get(self, request):
-        """Every model with its team, version policy, served versions, labels
-        and versions (with INFERENCE_REQUIRE_TOKEN, only the models of the
-        caller's teams; every model for operators)."""
+        """A page of the models (``limit``/``offset``; ``count`` is the total)
+        with their team, version policy, served versions, labels and versions,
+        filtered by ``name``, ``team`` and ``state`` and sorted by ``order``
+        (with INFERENCE_REQUIRE_TOKEN, only the models of the caller's teams;
+        every model for operators)."""
+        try:
+            where = selectors.ModelFilter.from_params(request.query_params)
+        except ValueError as exc:
+            raise ParseError(str(exc)) from None
         teams = permissions.visible_team_ids(request.user, self.token)
-        return Response(ModelSerializer(selectors.model_overview(teams), many=True).data)
+        return self.page(selectors.model_listing(teams, where), ModelSerializer)
 
 
 class ModelDetailView(ManagementView):
@@ -281,9 +317,10 @@ class ModelDetailView(ManagementView):
         groups = data.pop("instance_group", None)
         groups = [dict(g) for g in groups] if groups is not None else None
         logging_ = {key: data.pop(key) for key in ("payload_log_rate", "payload_log_max_bytes") if key in data}
+        force = data.pop("force", False)
         actions.update_model(
             request.user, self.token, name, description=description, policy=data, instance_group=groups,
-            payload_logging=logging_,
+            payload_logging=logging_, force=force,
         )  # fmt: skip
         return Response(self.model_body(name))
 
@@ -306,14 +343,15 @@ class VersionListView(ManagementView):
 
     @extend_schema(
         operation_id=LIST_VERSIONS,
+        parameters=PAGE_PARAMETERS,
         responses={
-            200: OpenApiResponse(VersionSerializer(many=True), description="The versions, highest first."),
-            **errors(401, 404),
+            200: OpenApiResponse(paginated(VersionSerializer), description="A page of the versions, highest first."),
+            **errors(400, 401, 404),
         },
     )
     def get(self, request, name: str):
-        """The versions of a model, highest first."""
-        return Response(VersionSerializer(self.detail(name).versions.all(), many=True).data)
+        """A page of the versions of a model, highest first (``limit``/``offset``; ``count`` is the total)."""
+        return self.page(self.detail(name).versions.all(), VersionSerializer)
 
     @extend_schema(
         operation_id=UPLOAD_VERSION,
@@ -448,14 +486,24 @@ class LabelView(ManagementView):
                     ),
                 ),
             ),
-            **errors(400, 401, 403, 404, 409, 415, e409="the model has no such version, or the version is not READY"),
+            **errors(
+                400,
+                401,
+                403,
+                404,
+                409,
+                415,
+                e409="the model has no such version, or the version is not READY, "
+                "or its signature would break the label's callers (see differences; force to do it anyway)",
+            ),
         },
     )
     def put(self, request, name: str, label: str):
         """Point version label ``label`` at a READY version."""
         serializer = LabelSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        actions.set_label(request.user, self.token, name, label, serializer.validated_data["version"])
+        data = serializer.validated_data
+        actions.set_label(request.user, self.token, name, label, data["version"], force=data["force"])
         return Response(self.model_body(name))
 
     @extend_schema(
@@ -471,10 +519,15 @@ class LabelView(ManagementView):
 
 
 class AuditView(ManagementView):
-    @extend_schema(operation_id=AUDIT_LOG, responses={200: AuditEventSerializer(many=True), **errors(401, 404)})
+    @extend_schema(
+        operation_id=AUDIT_LOG,
+        parameters=PAGE_PARAMETERS,
+        responses={200: paginated(AuditEventSerializer), **errors(400, 401, 404)},
+    )
     def get(self, request, name: str):
-        """The newest changes of a model (who, what, when), newest first."""
-        return Response(AuditEventSerializer(selectors.audit_for_model(self.visible(name)), many=True).data)
+        """A page of the changes of a model (who, what, when), newest first
+        (``limit``/``offset``; ``count`` is the total)."""
+        return self.page(selectors.audit_for_model(self.visible(name)), AuditEventSerializer)
 
 
 def _traffic_links() -> tuple[OpenApiLink, ...]:
@@ -498,7 +551,8 @@ class TrafficView(ManagementView):
             **errors(
                 400, 401, 403, 404, 409, 415,
                 e409="the weights do not add up to 100, or name a version label the model does not have "
-                "or one on a version that is not READY",
+                "or one on a version that is not READY, or the default route would serve a version whose "
+                "signature breaks its callers (see differences; force to do it anyway)",
             ),
         },
     )  # fmt: skip
@@ -511,7 +565,8 @@ class TrafficView(ManagementView):
         Audited (``traffic.set``)."""
         serializer = TrafficSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        actions.set_traffic(request.user, self.token, name, dict(serializer.validated_data["weights"]))
+        data = serializer.validated_data
+        actions.set_traffic(request.user, self.token, name, dict(data["weights"]), force=data["force"])
         return Response(self.model_body(name))
 
 
@@ -519,16 +574,28 @@ class TrafficPromoteView(ManagementView):
     @extend_schema(
         operation_id=PROMOTE_CANARY,
         request=None,
+        parameters=[
+            OpenApiParameter(
+                "force", bool, description="Promote even though the callers of 'stable' would break."
+            )
+        ],
         responses={
             200: LinkedResponse(ModelDetailSerializer, description="The canary promoted.", links=_traffic_links()),
-            **errors(401, 403, 404, 409, e409="the model has no version label 'canary' on a READY version"),
+            **errors(
+                400, 401, 403, 404, 409,
+                e409="the model has no version label 'canary' on a READY version, or its signature would break "
+                "the callers of 'stable' (see differences; ?force=true to do it anyway)",
+            ),
         },
-    )
+    )  # fmt: skip
     def post(self, request, name: str):
         """Promote the canary: label ``stable`` moves to the version of label
         ``canary`` and every unversioned request goes to it (split ``stable``
         100, ``canary`` 0). Audited (``traffic.promote``)."""
-        actions.promote_canary(request.user, self.token, name)
+        force = request.query_params.get("force", "false").lower()
+        if force not in ("true", "false"):
+            raise ParseError("force is true or false")
+        actions.promote_canary(request.user, self.token, name, force=force == "true")
         return Response(self.model_body(name))
 
 

@@ -47,6 +47,10 @@ class ModelSettingsForm(forms.Form):
         min_value=0, initial=65536, required=False, label="Payload log size cap",
         help_text="bytes of tensors a logged pair holds (beyond: shapes only)",
     )  # fmt: skip
+    force = forms.BooleanField(
+        required=False, label="Even if it breaks callers",
+        help_text="go ahead although the version that would serve changes the signature callers use (audited)",
+    )  # fmt: skip
 
     def clean_specific_versions(self) -> list[int]:
         return parse_version_numbers(self.cleaned_data["specific_versions"])
@@ -79,6 +83,10 @@ class LabelForm(forms.Form):
     # A select of the READY versions; any number is accepted here, so that the
     # registry answers a missing or not READY version with its own message.
     version = forms.IntegerField(min_value=1, widget=forms.Select())
+    force = forms.BooleanField(
+        required=False, label="Even if it breaks callers",
+        help_text="go ahead although the version that would serve changes the signature callers use (audited)",
+    )  # fmt: skip
 
     def __init__(self, *args, ready_versions: list[int] = (), **kwargs):
         super().__init__(*args, **kwargs)

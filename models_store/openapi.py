@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from rest_framework import serializers
 from uritemplate import variables
 
 from models_store.actions import MAX_VERSION_NUMBER
@@ -131,3 +132,23 @@ def errors(*codes: int, **meanings: str) -> dict[int, OpenApiResponse]:
         code: OpenApiResponse(ErrorSerializer, description=meanings.get(f"e{code}", ERROR_MEANINGS[code]))
         for code in codes
     }
+
+
+_PAGES: dict[str, type[serializers.Serializer]] = {}
+
+
+def paginated(item: type[serializers.Serializer]) -> type[serializers.Serializer]:
+    """The schema of a page of ``item`` as :class:`models_store.pagination.ListPage`
+    answers it: ``count`` (the total), ``next`` and ``previous`` (URLs or null), ``results``."""
+    base = item.__name__.removesuffix("Serializer")
+    name = f"Paginated{base}ListSerializer"
+    if name not in _PAGES:
+        fields = {
+            "count": serializers.IntegerField(help_text="How many items the whole list has."),
+            "next": serializers.URLField(allow_null=True, help_text="The next page, or null on the last."),
+            "previous": serializers.URLField(allow_null=True, help_text="The previous page, or null on the first."),
+            "results": item(many=True),
+            "__doc__": f"A page of {base} items.",
+        }
+        _PAGES[name] = type(name, (serializers.Serializer,), fields)
+    return _PAGES[name]

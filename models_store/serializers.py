@@ -53,6 +53,15 @@ class Number(serializers.FloatField):
         return super().to_internal_value(data)
 
 
+class Boolean(serializers.BooleanField):
+    """A BooleanField that takes JSON ``true`` and ``false`` only (not 0, 1 or strings)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
 class TextField(serializers.CharField):
     """A CharField for strings only (DRF would take a number as its text)
     whose refusal of NUL characters (PostgreSQL cannot store them) is a
@@ -242,6 +251,11 @@ class ModelUpdateSerializer(serializers.Serializer):
         child=Integer(min_value=1, max_value=MAX_VERSION), required=False, allow_empty=False, min_length=1
     )
     instance_group = InstanceGroupListField(required=False)
+    force = Boolean(
+        required=False,
+        default=False,
+        help_text="Do it even though a route would serve a version whose signature breaks its callers (audited).",
+    )
     payload_log_rate = Number(
         min_value=0,
         max_value=1,
@@ -296,6 +310,11 @@ class LabelSerializer(serializers.Serializer):
     """The version a version label points at (must be READY, else 409)."""
 
     version = Integer(min_value=1, max_value=MAX_VERSION)
+    force = Boolean(
+        required=False,
+        default=False,
+        help_text="Do it even though a route would serve a version whose signature breaks its callers (audited).",
+    )
 
 
 class TrafficSerializer(serializers.Serializer):
@@ -309,6 +328,11 @@ class TrafficSerializer(serializers.Serializer):
         allow_empty=True,
         help_text='Version label -> weight in percent, e.g. {"stable": 90, "canary": 10}; {} clears the split.',
     )
+    force = Boolean(
+        required=False,
+        default=False,
+        help_text="Do it even though a route would serve a version whose signature breaks its callers (audited).",
+    )
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -321,6 +345,11 @@ class ErrorSerializer(serializers.Serializer):
         child=serializers.ListField(child=serializers.CharField()),
         required=False,
         help_text="Validation errors only: messages by field.",
+    )
+    differences = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="A 409 of the signature guard only: each way the change would break a route's callers.",
     )
 
 

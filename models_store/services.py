@@ -16,7 +16,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from inference.version_policy import served_versions
-from models_store import audit, storage, validating
+from models_store import audit, signature_guard, storage, validating
 from models_store.config import ConfigError, TritonConfig, parse_config_json, same_config
 from models_store.config.signatures import check_against_versions
 from models_store.models import (
@@ -53,6 +53,44 @@ class Conflict(RegistryError):
 
 class DuplicateVersion(Conflict):
     """The model already has a version with these bytes (HTTP 409)."""
+
+
+class SignatureConflict(Conflict):
+    """A change that would make a route serve a version whose signature
+    breaks the route's callers (HTTP 409; :mod:`models_store.signature_guard`):
+    ``differences`` lists them, one sentence each."""
+
+    def __init__(self, what: str, differences: list[str]):
+        self.differences = differences
+        super().__init__(
+            f"{what} would break its callers: {'; '.join(differences)}. "
+            'To do it anyway, send "force": true (audited as forced).'
+        )
+
+
+def _ready_versions(model: RegisteredModel) -> dict[int, ModelVersion]:
+    return {v.number: v for v in model.versions.filter(state=State.READY)}
+
+
+def _guard(model: RegisteredModel, what: str, route: str, before, after, force: bool) -> dict:
+    """Raise SignatureConflict unless the versions ``after`` keep the
+    signature of ``before`` for ``route``'s callers, or ``force``; the audit
+    detail to add ({"forced": True, "differences": [...]} when forced past them)."""
+    differences = signature_guard.check(model, route, before, after)
+    if not differences:
+        return {}
+    if not force:
+        raise SignatureConflict(what, differences)
+    return {"forced": True, "differences": differences}
+
+
+def _default_route_guard(model, what: str, force: bool, *, traffic=None, policy=None) -> dict:
+    """:func:`_guard` for the default route, before and after a change of the split or the policy."""
+    ready = _ready_versions(model)
+    labels = {label.name: label.version.number for label in model.labels.select_related("version")}
+    before = signature_guard.default_route(model, ready, labels)
+    after = signature_guard.default_route(model, ready, labels, traffic=traffic, policy=policy)
+    return _guard(model, what, "the default route", [ready[n] for n in before], [ready[n] for n in after], force)
 
 
 def _validate_whole(validator, value: str) -> None:
@@ -226,21 +264,24 @@ def check_version_policy(model: RegisteredModel, policy: str, latest: int, speci
 
 @transaction.atomic
 def model_set_policy(
-    model: RegisteredModel, policy: str, latest: int = 1, specific: list[int] = (), actor=None
+    model: RegisteredModel, policy: str, latest: int = 1, specific: list[int] = (), actor=None, force: bool = False
 ) -> RegisteredModel:
     """Set the version policy (``latest`` N, ``all``, ``specific`` numbers).
 
     Raises RegistryError for a malformed policy, Conflict for one that
-    serves nothing (see :func:`check_version_policy`).
+    serves nothing (see :func:`check_version_policy`), SignatureConflict
+    when the default route would serve a version that breaks its callers
+    (unless ``force``).
     """
     model = RegisteredModel.objects.select_for_update().get(pk=model.pk)
     specific = sorted({int(n) for n in specific})
     check_version_policy(model, policy, latest, specific)
+    forced = _default_route_guard(model, "this version policy", force, policy=(policy, latest, specific))
     model.version_policy = policy
     model.latest_versions = latest if policy == VersionPolicy.LATEST else model.latest_versions
     model.specific_versions = specific if policy == VersionPolicy.SPECIFIC else []
     model.save(update_fields=["version_policy", "latest_versions", "specific_versions", "updated_at"])
-    audit.record(actor, "model.policy", model, policy=policy, latest=latest, specific=specific)
+    audit.record(actor, "model.policy", model, policy=policy, latest=latest, specific=specific, **forced)
     bump_stamp()
     return model
 
@@ -466,11 +507,12 @@ def _version_remove(version: ModelVersion, actor, labels: list[str]) -> None:
 
 # -- version labels -----------------------------------------------------------
 @transaction.atomic
-def label_set(model: RegisteredModel, name: str, number: int, actor=None) -> VersionLabel:
+def label_set(model: RegisteredModel, name: str, number: int, actor=None, force: bool = False) -> VersionLabel:
     """Point label ``name`` at version ``number``; the version must be READY.
 
     Raises RegistryError for a malformed name, Conflict for a missing
-    version or one that is not READY.
+    version or one that is not READY, SignatureConflict when the label
+    moves to a version whose signature breaks its callers (unless ``force``).
     """
     try:
         _validate_whole(label_validator, name)
@@ -484,8 +526,13 @@ def label_set(model: RegisteredModel, name: str, number: int, actor=None) -> Ver
         raise Conflict(
             f"label '{name}' may only point at a READY version; version {number} of '{model.name}' is {version.state}"
         )
+    current = VersionLabel.objects.filter(model=model, name=name).select_related("version").first()
+    forced = {}
+    if current is not None:
+        what = f"moving label '{name}' from version {current.version.number} to {number}"
+        forced = _guard(model, what, f"label '{name}'", [current.version], [version], force)
     label, _ = VersionLabel.objects.update_or_create(model=model, name=name, defaults={"version": version})
-    audit.record(actor, "label.set", model, number, label=name)
+    audit.record(actor, "label.set", model, number, label=name, **forced)
     bump_stamp()
     return label
 
@@ -646,21 +693,24 @@ def _release_from_split(locked: RegisteredModel, labels, actor, what: str = "") 
 
 
 @transaction.atomic
-def traffic_set(model: RegisteredModel, weights: dict[str, int], actor=None) -> RegisteredModel:
+def traffic_set(model: RegisteredModel, weights: dict[str, int], actor=None, force: bool = False) -> RegisteredModel:
     """Split the requests that name no version between version labels by
     weight (e.g. ``{"stable": 90, "canary": 10}``; ``{}`` clears the split).
     The versions the split sends requests to serve, whatever the version
     policy says. Raises RegistryError (a weight out of range), Conflict
     (weights not summing to 100, an unknown label, a label on a version
-    that is not READY)."""
+    that is not READY), SignatureConflict when the default route would
+    serve a version whose signature breaks its callers (unless ``force``)."""
     locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
     traffic = _check_traffic(locked, dict(weights))
+    forced = _default_route_guard(locked, "this traffic split", force, traffic=traffic)
     before = locked.traffic or {}
     locked.traffic = traffic
     locked.save(update_fields=["traffic", "updated_at"])
     audit.record(
-        actor, "traffic.set", locked, traffic=traffic, before=before, versions=_traffic_versions(locked, traffic)
-    )
+        actor, "traffic.set", locked, traffic=traffic, before=before, versions=_traffic_versions(locked, traffic),
+        **forced,
+    )  # fmt: skip
     bump_stamp()
     return locked
 
@@ -676,15 +726,20 @@ def _ready_label(model: RegisteredModel, labels: dict, name: str, purpose: str):
 
 
 @transaction.atomic
-def traffic_promote(model: RegisteredModel, actor=None) -> RegisteredModel:
+def traffic_promote(model: RegisteredModel, actor=None, force: bool = False) -> RegisteredModel:
     """Promote the canary: label ``stable`` moves to the version of label
     ``canary``, and the split sends every request to it (``stable`` 100,
     ``canary`` 0). Raises Conflict without a ``canary`` label on a READY
-    version."""
+    version, SignatureConflict when ``stable``'s callers would break
+    (unless ``force``)."""
     locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
     labels = _label_versions(locked)
     canary = _ready_label(locked, labels, CANARY, "to promote")
     stable = labels.get(STABLE)
+    forced = {}
+    if stable is not None:
+        what = f"promoting: moving label '{STABLE}' from version {stable.number} to {canary.number}"
+        forced = _guard(locked, what, f"label '{STABLE}'", [stable], [canary], force)
     before = locked.traffic or {}
     VersionLabel.objects.update_or_create(model=locked, name=STABLE, defaults={"version": canary})
     locked.traffic = {CANARY: 0, STABLE: 100}
@@ -692,6 +747,7 @@ def traffic_promote(model: RegisteredModel, actor=None) -> RegisteredModel:
     audit.record(
         actor, "traffic.promote", locked, canary.number,
         stable_before=stable.number if stable else None, stable=canary.number, before=before, traffic=locked.traffic,
+        **forced,
     )  # fmt: skip
     bump_stamp()
     return locked

@@ -14,6 +14,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -21,7 +22,7 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_POST
 
 from inference.runtime.placement import describe_group
-from models_store import accounts, actions, outages, permissions, selectors, snippets, uploads
+from models_store import accounts, actions, outages, permissions, selectors, signature_guard, snippets, uploads
 from models_store.forms import LabelForm, ModelSettingsForm, TokenForm, UploadForm
 from models_store.models import ModelVersion, RegisteredModel
 
@@ -32,6 +33,8 @@ ACTION_ERRORS = (
     actions.UploadRefused,
 )
 GRPC_PORT = 8001  # the default of `serve --grpc-port`, shown in the gRPC snippet
+AUDIT_ON_PAGE = 100  # the newest audit events a model page shows
+MODELS_PER_PAGE = 50  # rows of the models list
 
 
 def _status(exc: Exception) -> int:
@@ -94,12 +97,46 @@ def _snippets(request, model: RegisteredModel, version: ModelVersion | None) -> 
 # -- the model list -------------------------------------------------------------
 @login_required
 def model_list(request):
+    """The models list: :data:`MODELS_PER_PAGE` rows a page, filtered by name,
+    team and version state and sorted (query parameters as the management
+    API's ``GET /api/models/``: ``name``, ``team``, ``state``, ``order``,
+    and ``page``); an unknown ``order`` or ``state`` answers 400."""
+    try:
+        where = selectors.ModelFilter.from_params(request.GET)
+    except ValueError as exc:
+        return render(request, "models_store/model_list.html", {"error": str(exc), "where": None}, status=400)
+    teams = permissions.visible_team_ids(request.user)
+    page = Paginator(selectors.model_listing(teams, where), MODELS_PER_PAGE).get_page(request.GET.get("page"))
     rows = []
-    for model in selectors.model_overview(permissions.visible_team_ids(request.user)):
+    for model in page:
         versions = _versions_with_labels(model)
         served = selectors.served_numbers(model)
         rows.append({"model": model, "versions": versions, "served": served, "size": sum(v.size for v in versions)})
-    return render(request, "models_store/model_list.html", {"rows": rows})
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "rows": rows,
+        "page": page,
+        "where": where,
+        "query": query.urlencode(),
+        "team_names": selectors.team_names(teams),
+        "states": ModelVersion.State.values,
+        "sorts": _sort_links(request.GET, where.order),
+    }
+    return render(request, "models_store/model_list.html", context)
+
+
+def _sort_links(params, order: str) -> dict[str, dict]:
+    """Per sortable column (name, team, updated): the query string that sorts
+    by it (descending when it is the ascending order now) and its arrow."""
+    links = {}
+    for key in ("name", "team", "updated"):
+        query = params.copy()
+        query.pop("page", None)
+        query["order"] = f"-{key}" if order == key else key
+        arrow = {key: "▲", f"-{key}": "▼"}.get(order, "")
+        links[key] = {"query": query.urlencode(), "arrow": arrow}
+    return links
 
 
 # -- the model page -------------------------------------------------------------
@@ -135,7 +172,7 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
         "instance_group": describe_group(model.instance_group),
         "dynamic_batching": describe_batching(model),
         "label_form": label_form or LabelForm(ready_versions=ready),
-        "audit": selectors.audit_for_model(model),
+        "audit": selectors.audit_for_model(model)[:AUDIT_ON_PAGE],
         "traffic": _traffic_rows(model),
         "snippets": _snippets(request, model, shown),
         "error": error,
@@ -163,6 +200,7 @@ def model_settings(request, name: str):
             policy=form.policy(),
             instance_group=form.instance_group(),
             payload_logging=form.payload_logging(),
+            force=form.cleaned_data["force"],
         )
     except ACTION_ERRORS as exc:
         return _model_page(request, name, status=_status(exc), settings_form=form, error=str(exc))
@@ -179,7 +217,8 @@ def label_set(request, name: str):
     if not form.is_valid():
         return _model_page(request, name, status=400, label_form=form, error=_form_errors(form))
     try:
-        actions.set_label(request.user, None, name, form.cleaned_data["label"], form.cleaned_data["version"])
+        data = form.cleaned_data
+        actions.set_label(request.user, None, name, data["label"], data["version"], force=data["force"])
     except ACTION_ERRORS as exc:
         return _model_page(request, name, status=_status(exc), label_form=form, error=str(exc))
     messages.success(request, f"Label {form.cleaned_data['label']} -> version {form.cleaned_data['version']}.")
@@ -224,7 +263,7 @@ def traffic_set(request, name: str):
     if not any(weights.values()):
         weights = {}
     try:
-        actions.set_traffic(request.user, None, name, weights)
+        actions.set_traffic(request.user, None, name, weights, force=request.POST.get("force") == "on")
     except ACTION_ERRORS as exc:
         return _model_page(request, name, status=_status(exc), error=str(exc))
     described = ", ".join(f"{label} {weight}%" for label, weight in sorted(weights.items())) or "none"
@@ -236,11 +275,13 @@ def traffic_set(request, name: str):
 @require_POST
 def traffic_action(request, name: str, action: str):
     """Promote the canary, or roll it back (one click each)."""
-    calls = {"promote": actions.promote_canary, "rollback": actions.rollback_canary}
-    if action not in calls:
+    if action not in ("promote", "rollback"):
         raise Http404(f"unknown traffic action '{action}'")
     try:
-        calls[action](request.user, None, name)
+        if action == "promote":
+            actions.promote_canary(request.user, None, name, force=request.POST.get("force") == "on")
+        else:
+            actions.rollback_canary(request.user, None, name)
     except ACTION_ERRORS as exc:
         return _model_page(request, name, status=_status(exc), error=str(exc))
     stable = selectors.label_numbers(selectors.model_detail(name)).get("stable")
@@ -264,6 +305,7 @@ def _version_page(request, name: str, number: int, *, status: int = 200, error: 
         "example_request": snippets.example_request_text(version.inputs) if version.inputs else "",
         "infer_url": f"/v2/models/{model.name}/versions/{number}/infer",
         "pending": version.state in (ModelVersion.State.UPLOADED, ModelVersion.State.VALIDATING),
+        "compared": signature_guard.against_default_route(model, version) if version.inputs else None,
         "error": error,
     }
     return render(request, "models_store/version_detail.html", context, status=status)

@@ -4,8 +4,10 @@ One :class:`ModelRunner` per process serves the in-process executor (every
 REST and gRPC process) and the inference workers alike. For each model
 version it is asked to run, it loads ``instances`` ONNX Runtime sessions (the
 instance group's ``count``: Triton's model instances) from an injected
-loader, keeps them under a memory budget (least recently used versions are
-unloaded first), and runs each request on an idle instance:
+loader, keeps them under a memory budget (:mod:`inference.runtime.residency`:
+each version charged the memory its load took; least recently used versions
+are unloaded first, and a version asked for less often than those it would
+unload runs transiently instead), and runs each request on an idle instance:
 
 - without dynamic batching, a request waits for an idle instance (in
   arrival order) and runs alone;
@@ -34,6 +36,7 @@ from inference.protocol.errors import DeadlineExceeded, InferenceError, InvalidI
 from inference.runtime.batching import DynamicBatcher
 from inference.runtime.execution import RunResult, RunTarget, execute, now_ns
 from inference.runtime.onnx import OnnxModel
+from inference.runtime.residency import Admission, Costs, rss_bytes
 from inference.runtime.sequence_batcher import SequenceBatcher
 from inference.runtime.sequences import SequenceRequest
 
@@ -121,15 +124,31 @@ class LoadedVersion:
             self.sequencer.close()
 
 
+class Transient:
+    """A version loaded outside the budget for the requests at hand (``users``)."""
+
+    __slots__ = ("users", "version")
+
+    def __init__(self, version: LoadedVersion):
+        self.version = version
+        self.users = 1
+
+
 class ModelRunner:
     """Loads model versions on demand and runs requests on them (module doc).
 
     ``load(target)`` returns one new :class:`OnnxModel` (a session) for the
     target; it is called ``target.instances`` times. ``budget_bytes``
-    (0: none) bounds the estimated memory of loaded versions,
-    ``cost_factor`` x artifact size x instances each; the version being
-    loaded always fits. ``on_change(loaded)`` is told the number of loaded
-    versions and each load's duration (metrics).
+    (0: none) bounds the memory of the admitted versions, each charged what
+    its load took (:class:`~inference.runtime.residency.Costs`; at least
+    ``cost_factor`` x artifact size x instances until loads were measured);
+    one version more may be loaded transiently at a time
+    (:class:`~inference.runtime.residency.Admission`). A version larger than
+    the whole budget is admitted alone. Callbacks (metrics):
+    ``on_load(target, seconds)`` per load, ``on_change(loaded)`` with the
+    number of loaded versions, ``on_evict(target)`` per version unloaded for
+    the budget, ``on_charge(bytes)`` with the bytes charged in all, and
+    ``on_wait(target, seconds, transient)`` per request that waited for a load.
     """
 
     def __init__(
@@ -140,22 +159,37 @@ class ModelRunner:
         on_load: Callable[[RunTarget, float], None] | None = None,
         on_change: Callable[[int], None] | None = None,
         drain_seconds: float = 0.0,
+        on_evict: Callable[[RunTarget], None] | None = None,
+        on_charge: Callable[[int], None] | None = None,
+        on_wait: Callable[[RunTarget, float, bool], None] | None = None,
+        memory: Callable[[], int] = rss_bytes,
     ):
         """``drain_seconds``: how long a version that stopped serving keeps
         its sessions (:meth:`retain`), so that requests routed to it before
-        the change, by any process, still run on it."""
+        the change, by any process, still run on it. ``memory()``: the
+        process's memory in bytes, read before and after each load."""
         self._load = load
         self.budget = budget_bytes
         self.cost_factor = cost_factor
+        self.costs = Costs(cost_factor)
+        self.admission = Admission()
         self._on_load = on_load
         self._on_change = on_change
+        self._on_evict = on_evict
+        self._on_charge = on_charge
+        self._on_wait = on_wait
+        self._memory = memory
         self.drain_seconds = drain_seconds
         self._loaded: dict[tuple, LoadedVersion] = {}
+        self._transient: dict[tuple, Transient] = {}
+        self._transient_slot = threading.Lock()  # one transient version at a time
+        self._measure = threading.Lock()  # loads one at a time, so that RSS growth is theirs
         self._lock = threading.Lock()
         self._loading: dict[tuple, threading.Lock] = {}
         self._serving: set | None = None  # the keys of the last retain()
         self._draining: dict[tuple, float] = {}  # key -> when it is unloaded (time.monotonic())
         self._sweeper: threading.Timer | None = None
+        self.counts = {"loads": 0, "transient_loads": 0, "evictions": 0, "hits": 0, "misses": 0}
 
     # -- running ---------------------------------------------------------
     def run(
@@ -167,19 +201,80 @@ class ModelRunner:
         with sequence batching). Raises ModelNotReady when it cannot load,
         DeadlineExceeded, InvalidInput (inputs the model refuses, a sequence
         not started)."""
+        if self.budget:
+            self.admission.touch(target.key)
         version = self._loaded.get(target.key)
-        if version is None or version.target != target:
-            version = self._get(target)
+        if version is not None and version.target == target:
+            if self.budget:
+                self.counts["hits"] += 1
+            version.last_used = time.monotonic()
+            return version.run(feeds, output_names, rows, deadline, sequence)
+        started = time.perf_counter()
+        version, transient = self._get(target)
+        if self.budget:
+            self.counts["misses"] += 1
+        if self._on_wait:
+            self._on_wait(target, time.perf_counter() - started, transient)
         version.last_used = time.monotonic()
-        return version.run(feeds, output_names, rows, deadline, sequence)
+        try:
+            return version.run(feeds, output_names, rows, deadline, sequence)
+        finally:
+            if transient:
+                self._leave_transient(target.key)
 
-    def _get(self, target: RunTarget) -> LoadedVersion:
+    def _get(self, target: RunTarget) -> tuple[LoadedVersion, bool]:
+        """The target's loaded version, loading it if needed; true when it is transient."""
         with self._lock:
             lock = self._loading.setdefault(target.key, threading.Lock())
         with lock:
             version = self._loaded.get(target.key)
             if version is not None and version.target == target:
-                return version
+                return version, False
+            with self._lock:
+                shared = self._transient.get(target.key)
+                if shared is not None and shared.version.target == target:
+                    shared.users += 1
+                    return shared.version, True
+                admitted = self._admit(target)
+            if not admitted:
+                return self._load_transient(target), True
+            return self._install(target, self._load_version(target)), False
+
+    def _admit(self, target: RunTarget) -> bool:
+        """Whether ``target`` may stay loaded; if so, make room for it (lock held)."""
+        if not self.budget:
+            return True
+        cost = self.costs.estimate(target.key, target.size, max(1, target.instances))
+        others = sorted(
+            (v for k, v in self._loaded.items() if k != target.key), key=lambda v: (v.sequences > 0, v.last_used)
+        )
+        room = self.budget - cost
+        used = sum(v.cost for v in others)
+        victims = []
+        for version in others:
+            if used <= room:
+                break
+            victims.append(version)
+            used -= version.cost
+        if victims and not target.sequence and used <= room:
+            if not self.admission.admits(target.key, [v.target.key for v in victims]):
+                return False
+        self._unload(victims)
+        return True
+
+    def _unload(self, victims: list[LoadedVersion]) -> None:
+        for version in victims:
+            del self._loaded[version.target.key]
+            version.close()
+            self.counts["evictions"] += 1
+            logger.info("unloaded %s version %s (memory budget)", version.target.model, version.target.version)
+            if self._on_evict:
+                self._on_evict(version.target)
+
+    def _load_version(self, target: RunTarget) -> LoadedVersion:
+        """``target.instances`` new sessions, charged what they took. Raises ModelNotReady."""
+        with self._measure:
+            before = self._memory()
             started = time.perf_counter()
             try:
                 instances = [self._load(target) for _ in range(max(1, target.instances))]
@@ -189,44 +284,73 @@ class ModelRunner:
                 logger.exception("loading %s failed", target.describe())
                 raise ModelNotReady(f"{target.describe()} failed to load: {exc}") from None
             seconds = time.perf_counter() - started
-            cost = int(target.size * self.cost_factor * len(instances))
-            fresh = LoadedVersion(target, instances, cost)
-            with self._lock:
-                if self.budget:
-                    self._evict(self.budget - cost, keep=target.key)
-                old = self._loaded.get(target.key)
-                self._loaded[target.key] = fresh
-                count = len(self._loaded)
-                retiring = self._serving is not None and target.key not in self._serving
-                if retiring:  # loaded for a request routed before it stopped serving: it drains too
-                    self._draining.setdefault(target.key, time.monotonic() + self.drain_seconds)
-            if retiring:
-                self._sweep()
-            if old is not None:  # its instance group or batching changed
-                old.close()
-            logger.info(
-                "loaded %s/%s (%d instance%s%s) in %.1f ms",
-                target.model, target.version, len(instances), "" if len(instances) == 1 else "s",
-                ", sequence batching" if target.sequence else ", dynamic batching" if target.batching else "",
-                seconds * 1e3,
-            )  # fmt: skip
-            if self._on_load:
-                self._on_load(target, seconds)
-            if self._on_change:
-                self._on_change(count)
-            return fresh
+            grown = max(0, self._memory() - before) if before else 0
+        cost = self.costs.charge(target.key, target.size, len(instances), grown)
+        logger.info(
+            "loaded %s/%s (%d instance%s%s) in %.1f ms%s",
+            target.model, target.version, len(instances), "" if len(instances) == 1 else "s",
+            ", sequence batching" if target.sequence else ", dynamic batching" if target.batching else "",
+            seconds * 1e3, f", charged {cost / 2**20:.1f} MiB" if self.budget else "",
+        )  # fmt: skip
+        self.counts["loads"] += 1
+        if self._on_load:
+            self._on_load(target, seconds)
+        return LoadedVersion(target, instances, cost)
 
-    def _evict(self, room: int, keep: tuple) -> None:
-        """Unload least recently used versions until the others use <= ``room``
-        (lock held); versions holding sequences (whose state would be lost) last."""
-        while True:
-            others = [v for k, v in self._loaded.items() if k != keep]
-            if not others or sum(v.cost for v in others) <= room:
+    def _install(self, target: RunTarget, fresh: LoadedVersion) -> LoadedVersion:
+        with self._lock:
+            if self.budget:  # what it took may be more than it was charged before the load
+                others = [v for k, v in self._loaded.items() if k != target.key]
+                over = sum(v.cost for v in others) + fresh.cost - self.budget
+                victims = []
+                for version in sorted(others, key=lambda v: (v.sequences > 0, v.last_used)):
+                    if over <= 0:
+                        break
+                    victims.append(version)
+                    over -= version.cost
+                self._unload(victims)
+            old = self._loaded.get(target.key)
+            self._loaded[target.key] = fresh
+            count = len(self._loaded)
+            charged = sum(v.cost for v in self._loaded.values())
+            retiring = self._serving is not None and target.key not in self._serving
+            if retiring:  # loaded for a request routed before it stopped serving: it drains too
+                self._draining.setdefault(target.key, time.monotonic() + self.drain_seconds)
+        if retiring:
+            self._sweep()
+        if old is not None:  # its instance group or batching changed
+            old.close()
+        if self._on_change:
+            self._on_change(count)
+        if self._on_charge:
+            self._on_charge(charged)
+        return fresh
+
+    def _load_transient(self, target: RunTarget) -> LoadedVersion:
+        """Load ``target`` outside the budget (one at a time) for the requests at hand."""
+        self._transient_slot.acquire()
+        try:
+            version = self._load_version(target)
+        except BaseException:
+            self._transient_slot.release()
+            raise
+        self.counts["transient_loads"] += 1
+        with self._lock:
+            self._transient[target.key] = Transient(version)
+        return version
+
+    def _leave_transient(self, key: tuple) -> None:
+        with self._lock:
+            shared = self._transient.get(key)
+            if shared is None:
                 return
-            oldest = min(others, key=lambda v: (v.sequences > 0, v.last_used))
-            del self._loaded[oldest.target.key]
-            oldest.close()
-            logger.info("unloaded %s version %s (memory budget)", oldest.target.model, oldest.target.version)
+            shared.users -= 1
+            if shared.users:
+                return
+            del self._transient[key]
+        shared.version.close()
+        self._transient_slot.release()
+        logger.debug("unloaded %s version %s (ran transiently: the budget keeps others)", key[0], key[1])
 
     # -- housekeeping ----------------------------------------------------
     def retain(self, keys: set) -> None:
@@ -276,7 +400,7 @@ class ModelRunner:
 
     @property
     def used(self) -> int:
-        """Estimated bytes of the loaded versions."""
+        """Bytes charged for the loaded versions (outside the transient one)."""
         with self._lock:
             return sum(v.cost for v in self._loaded.values())
 

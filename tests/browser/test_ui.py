@@ -251,7 +251,7 @@ def test_api_tokens_are_shown_once(page, ui_server, shots):
     expect(page.locator("#tokens")).to_contain_text(token[:10])
     shots.take(page, "tokens", doc=True)
     status, models = request(ui_server, "GET", "/api/models/", headers=bearer(token))
-    assert status == 200 and "digits" in [model["name"] for model in models]
+    assert status == 200 and "digits" in [model["name"] for model in models["results"]]
     page.reload()  # a GET after post/redirect/get: no second token, and the token is not shown again
     expect(page.locator("#token-value")).to_have_count(0)
     expect(page.locator('tr[data-token="nightly-eval"]')).to_have_count(1)
@@ -265,3 +265,24 @@ def test_api_docs(page, shots):
     expect(page.locator(".swagger-ui .info")).to_contain_text("modelhost management API")
     expect(page.locator(".swagger-ui")).to_contain_text("/api/models/{name}/versions/")
     shots.take(page, "api-docs")
+
+
+def test_the_models_list_filters_and_sorts(page, ui_server):
+    """The models list's filter form and sortable headers, as a person uses them."""
+    for name in ("filter-a", "filter-b"):
+        _api_upload(ui_server, name, m.affine(1.0, 0.0))
+    page.goto("/models/")
+    page.fill("#model-filter input[name=name]", "filter-")
+    page.click("#model-filter button[type=submit]")
+    rows = page.locator("#model-list tbody tr[data-model]")
+    expect(rows).to_have_count(2)
+    assert [rows.nth(i).get_attribute("data-model") for i in range(2)] == ["filter-a", "filter-b"]
+    expect(page.locator("#model-count")).to_have_text("2 models")
+    page.click('a.sort[data-sort="name"]')  # ascending now: the header sorts descending, keeping the filter
+    expect(rows.first).to_have_attribute("data-model", "filter-b")
+    assert "name=filter-" in page.url and "order=-name" in page.url
+    page.select_option("#model-filter select[name=team]", "-")  # operator-owned: digits only, not ours
+    page.fill("#model-filter input[name=name]", "")
+    page.click("#model-filter button[type=submit]")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_have_attribute("data-model", "digits")

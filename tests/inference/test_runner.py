@@ -75,18 +75,106 @@ def _timed(call) -> float:
     return time.perf_counter() - started
 
 
-def test_memory_budget_unloads_the_least_recently_used():
-    loader = Loader(a=AFFINE, b=AFFINE, c=AFFINE)
-    runner = ModelRunner(loader, budget_bytes=1000, cost_factor=2.0)
-    x = {"x": np.zeros((1, 4), dtype=np.float32)}
-    runner.run(target("a", size=200), x, ["y"])  # cost 400
-    runner.run(target("b", size=200), x, ["y"])  # 800 in use
-    runner.run(target("a", size=200), x, ["y"])  # a is the most recent now
-    runner.run(target("c", size=200), x, ["y"])  # 1200 > 1000: b goes
-    assert [t.artifact for t in runner.loaded()] == ["a", "c"] and runner.used == 800
-    runner.retain({target("c", size=200).key})
+class Memory:
+    """A process's memory as the runner reads it: each load of artifact ``a``
+    (through :meth:`load`) grows it by ``grows[a]`` bytes, what a session
+    takes, so that charges are exact."""
+
+    def __init__(self, loader: Loader, **grows: int):
+        self.value = 1_000_000
+        self.grows = grows
+        self.inner = loader
+
+    def load(self, target_: RunTarget) -> OnnxModel:
+        self.value += self.grows.get(target_.artifact, 0)
+        return self.inner(target_)
+
+    def __call__(self) -> int:
+        return self.value
+
+
+def _budgeted(budget: int, **grows: int) -> tuple[ModelRunner, Loader, Memory]:
+    loader = Loader(**{name: AFFINE for name in grows})
+    memory = Memory(loader, **grows)
+    return ModelRunner(memory.load, budget_bytes=budget, cost_factor=2.0, memory=memory), loader, memory
+
+
+X = {"x": np.zeros((1, 4), dtype=np.float32)}
+
+
+def test_memory_budget_charges_what_a_load_took_and_unloads_the_least_recently_used():
+    runner, loader, _ = _budgeted(1000, a=400, b=400, c=400)
+    runner.run(target("a", size=50), X, ["y"])  # file 50 B, estimate 100 B: charged the 400 it took
+    runner.run(target("b", size=50), X, ["y"])  # 800 in use
+    runner.run(target("a", size=50), X, ["y"])  # a is the most recent now
+    runner.run(target("c", size=50), X, ["y"])  # 1200 > 1000, and c is asked for as often as b: b stays
+    assert loader.loads == ["a", "b", "c"] and runner.used == 800 and runner.counts["transient_loads"] == 1
+    assert sorted(t.artifact for t in runner.loaded()) == ["a", "b"]  # c ran transiently: not asked for more than b
+    runner.run(target("c", size=50), X, ["y"])  # asked for twice now, b once: c replaces b
+    assert sorted(t.artifact for t in runner.loaded()) == ["a", "c"] and runner.used == 800
+    assert runner.counts["evictions"] == 1
+    runner.retain({target("c", size=50).key})
     assert [t.artifact for t in runner.loaded()] == ["c"]
-    assert loader.loads == ["a", "b", "c"]
+
+
+def test_a_load_that_reuses_freed_memory_is_charged_what_others_took():
+    """Memory freed by an unloaded version is reused by the next load, so RSS
+    grows by less than it takes: the charge is the measured ratio x size."""
+    runner, _, _ = _budgeted(10_000, a=1000, b=0)
+    runner.run(target("a", size=100), X, ["y"])  # took 10 x its file size
+    runner.run(target("b", size=200), X, ["y"])  # grew nothing (reused)
+    assert runner.used == 1000 + 2000
+
+
+def test_cyclic_access_over_twice_the_budget_keeps_half_loaded():
+    """8 versions of 100 B, a budget of 4: least-recently-used alone would
+    reload for every request; admission keeps a resident half."""
+    names = [f"m{i}" for i in range(8)]
+    runner, loader, _ = _budgeted(400, **dict.fromkeys(names, 100))
+    for _ in range(10):
+        for name in names:
+            np.testing.assert_allclose(runner.run(target(name), X, ["y"]).outputs[0], np.ones((1, 4)))
+    hits, misses = runner.counts["hits"], runner.counts["misses"]
+    assert hits + misses == 80 and hits / 80 >= 0.4, runner.counts
+    assert runner.used <= 400 and len(runner.loaded()) == 4
+    assert len(loader.loads) == misses and runner.counts["transient_loads"] >= 30
+
+
+def test_a_version_asked_for_often_displaces_one_asked_for_rarely():
+    runner, _, _ = _budgeted(200, hot=100, cold=100, other=100)
+    for name in ("cold", "other"):
+        runner.run(target(name), X, ["y"])
+    for _ in range(3):
+        runner.run(target("hot"), X, ["y"])  # transient at first, then more often than the least recent
+    assert "hot" in [t.artifact for t in runner.loaded()] and runner.used <= 200
+    assert runner.counts["evictions"] >= 1
+
+
+def test_at_most_one_version_runs_outside_the_budget_at_a_time():
+    names = [f"m{i}" for i in range(6)]
+    runner, _, memory = _budgeted(200, **dict.fromkeys(names, 100))
+    seen = []  # (transient versions, bytes charged) whenever a load starts
+    grow = memory.load
+
+    def load(target_):
+        seen.append((len(runner._transient), runner.used))
+        return grow(target_)
+
+    runner._load = load
+    for name in names[:2]:
+        runner.run(target(name), X, ["y"])
+    threads = [
+        threading.Thread(target=lambda n=name: [runner.run(target(n), X, ["y"]) for _ in range(5)]) for name in names
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert runner.counts["transient_loads"] >= 1
+    assert max(t for t, _ in seen) <= 1 and max(used for _, used in seen) <= 200, seen
+    assert runner.used <= 200 and not runner._transient  # every transient version unloaded after use
+    assert runner._transient_slot.acquire(blocking=False)  # and its slot free again
+    runner._transient_slot.release()
 
 
 def test_a_version_that_cannot_load_is_not_ready():

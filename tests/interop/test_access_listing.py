@@ -79,11 +79,11 @@ def test_the_management_api_shows_a_team_only_its_own_models(server, tokens):
     from the list and answers 404 on every route, exactly as a model that
     does not exist; operators see every model."""
     status, listing = _api(server, tokens["bob"], "")
-    assert status == 200 and [m["name"] for m in listing] == ["vision-model"]
+    assert status == 200 and [m["name"] for m in listing["results"]] == ["vision-model"]
     status, listing = _api(server, tokens["alice"], "")
-    assert status == 200 and [m["name"] for m in listing] == ["ml-model"]
+    assert status == 200 and [m["name"] for m in listing["results"]] == ["ml-model"]
     status, listing = _api(server, tokens["root"], "")
-    assert status == 200 and [m["name"] for m in listing] == ["legacy", "ml-model", "vision-model"]
+    assert status == 200 and [m["name"] for m in listing["results"]] == ["legacy", "ml-model", "vision-model"]
 
     for path in ("ml-model/", "ml-model/versions/", "ml-model/versions/1/", "ml-model/audit/"):
         status, answer = _api(server, tokens["bob"], path)
@@ -91,10 +91,10 @@ def test_the_management_api_shows_a_team_only_its_own_models(server, tokens):
         status, missing = _api(server, tokens["bob"], path.replace("ml-model", "no-such-model"))
         assert (status, missing) == (404, {"error": "unknown model 'no-such-model'"}), path
         assert _api(server, tokens["alice"], path)[0] == 200 and _api(server, tokens["root"], path)[0] == 200, path
-    status, events = _api(server, tokens["alice"], "ml-model/audit/")
+    events = _api(server, tokens["alice"], "ml-model/audit/")[1]["results"]
     assert "version.upload" in [e["action"] for e in events] and {e["model_name"] for e in events} == {"ml-model"}
     status, events = _api(server, tokens["root"], "vision-model/audit/")
-    assert status == 200 and "version.upload" in [e["action"] for e in events]
+    assert status == 200 and "version.upload" in [e["action"] for e in events["results"]]
     assert _api(server, tokens["alice"], "legacy/")[0] == 404  # operator-owned: the operators'
     # A change is answered like a read: 404, not a 403 naming the owner.
     body = json.dumps({"description": "mine now"}).encode()

@@ -178,7 +178,10 @@ def test_repository_control_is_audited_with_its_actor(http, ops, model_server):
     http.load_model("audited", headers=ops)
     status, events = request(model_server, "GET", "/api/models/audited/audit/", headers=ops)
     assert status == 200
-    assert [(e["action"], e["actor_name"]) for e in events[:2]] == [("model.load", "ops"), ("model.unload", "ops")]
+    assert [(e["action"], e["actor_name"]) for e in events["results"][:2]] == [
+        ("model.load", "ops"),
+        ("model.unload", "ops"),
+    ]
 
 
 def test_repository_bad_parameters(wire, ops):

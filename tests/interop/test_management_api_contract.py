@@ -138,7 +138,8 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
     assert operations_answered(tmp_path / "anonymous.har", schema, range(401, 402)) == every_operation
 
     # The registry after the runs: both models still listed, the operator-owned one without a team.
-    status, models = request(server, "GET", "/api/models/", headers=bearer(tokens["root"]))
+    status, page = request(server, "GET", "/api/models/", headers=bearer(tokens["root"]))
+    models = page["results"]
     assert status == 200 and {"affine", "legacy"} <= {model["name"] for model in models}
     assert next(model for model in models if model["name"] == "legacy")["team"] is None
 

@@ -253,7 +253,7 @@ def test_load_with_a_config_replaces_the_configuration_as_triton_does(http, grpc
 
     status, events = request(model_server, "GET", "/api/models/reconfigured/audit/", headers=ops)
     assert status == 200, events
-    event = next(e for e in events if e["action"] == "model.config")
+    event = next(e for e in events["results"] if e["action"] == "model.config")
     assert event["actor_name"] == "config_ops" and event["detail"]["config"]["max_batch_size"] == 16
 
     original = {

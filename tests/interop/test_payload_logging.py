@@ -70,6 +70,7 @@ def test_sampled_pairs_land_in_the_file_sink(server, alice):
     status, model = _patch(server, alice, {"payload_log_rate": 0.5, "payload_log_max_bytes": 64})
     assert status == 200 and (model["payload_log_rate"], model["payload_log_max_bytes"]) == (0.5, 64)
     status, events = request(server, "GET", "/api/models/logged/audit/", headers=bearer(alice))
+    events = events["results"]
     assert (events[0]["action"], events[0]["actor_name"]) == ("model.payload_logging", "payload_alice")
     assert events[0]["detail"] == {"rate": 0.5, "max_bytes": 64}
 

@@ -265,14 +265,14 @@ def test_rollback_and_promote_are_audited(model_server, alice, canaried):
 
     status, events = request(model_server, "GET", f"/api/models/{MODEL}/audit/", headers=bearer(alice))
     assert status == 200
-    recent = [(e["action"], e["actor_name"], e["version_number"]) for e in events[:3]]
+    recent = [(e["action"], e["actor_name"], e["version_number"]) for e in events["results"][:3]]
     assert recent == [
         ("traffic.promote", "rollout_alice", 2),
         ("traffic.rollback", "rollout_alice", 1),
         ("traffic.set", "rollout_alice", None),
     ]
-    assert events[0]["detail"]["stable_before"] == 1 and events[0]["detail"]["stable"] == 2
-    assert events[2]["detail"]["traffic"] == {"canary": 20, "stable": 80}
+    assert events["results"][0]["detail"]["stable_before"] == 1 and events["results"][0]["detail"]["stable"] == 2
+    assert events["results"][2]["detail"]["traffic"] == {"canary": 20, "stable": 80}
 
 
 def test_traffic_changes_need_a_token_of_the_models_team(model_server, alice, canaried):
@@ -383,13 +383,15 @@ def test_a_split_never_dangles_after_a_version_or_label_delete(model_server, ali
     status, after = request(model_server, "GET", f"/api/models/{model}/", headers=bearer(alice))
     assert after["traffic"] == {"stable": 100} and after["labels"] == {"stable": 1}
     status, events = request(model_server, "GET", f"/api/models/{model}/audit/", headers=bearer(alice))
-    assert [(e["action"], e["actor_name"]) for e in events[:3]] == [
+    assert [(e["action"], e["actor_name"]) for e in events["results"][:3]] == [
         ("version.delete", "rollout_alice"),
         ("traffic.set", "rollout_alice"),
         ("traffic.rollback", "rollout_alice"),
     ]
-    assert events[1]["detail"]["before"] == {"canary": 0, "stable": 100}
-    assert events[1]["detail"]["traffic"] == {"stable": 100} and events[1]["detail"]["dropped"] == ["canary"]
+    assert events["results"][1]["detail"]["before"] == {"canary": 0, "stable": 100}
+    assert events["results"][1]["detail"]["traffic"] == {"stable": 100} and events["results"][1]["detail"][
+        "dropped"
+    ] == ["canary"]
 
     # The label re-created on a new version (y = 5x) gets no request: every one goes to stable (y = x).
     number = _upload_ready(model_server, alice, model, 5.0)

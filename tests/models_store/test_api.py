@@ -66,7 +66,7 @@ def _error(response, status: int) -> str:
     assert response["Content-Type"] == "application/json"
     body = response.json()
     assert isinstance(body["error"], str) and body["error"]
-    assert set(body) <= ({"error", "version"} if status == 422 else {"error", "fields"}), body
+    assert set(body) <= ({"error", "version"} if status == 422 else {"error", "fields", "differences"}), body
     return body["error"]
 
 
@@ -108,7 +108,7 @@ def test_upload_creates_a_ready_version(alice_api):
     assert body["log"][0].startswith("validated on ") and body["log"][1] == "ONNX checker passed"
     detail = alice_api.get("/api/models/affine/").json()
     assert (detail["team"], detail["description"], detail["served_versions"]) == ("ml", "y = 2x + 1", [1])
-    listing = alice_api.get("/api/models/").json()
+    listing = alice_api.get("/api/models/").json()["results"]
     assert [(m_["name"], [v["number"] for v in m_["versions"]]) for m_ in listing] == [("affine", [1])]
     assert _staging_entries() == []
 
@@ -221,11 +221,14 @@ def test_with_tokens_required_a_team_sees_only_its_own_models(alice_api, bob_api
     alice_api.upload("iris", m.affine(1, 1), team="ml")
     services.model_upsert("legacy")
     root = Api(accounts.token_create(person("root", superuser=True), "ops")[1])
-    assert {m["name"] for m in bob_api.get("/api/models/").json()} == {"iris", "legacy"}  # off: everyone sees all
+    assert {m["name"] for m in bob_api.get("/api/models/").json()["results"]} == {
+        "iris",
+        "legacy",
+    }  # off: everyone sees all
     settings.INFERENCE_REQUIRE_TOKEN = True
-    assert [m["name"] for m in alice_api.get("/api/models/").json()] == ["iris"]
-    assert bob_api.get("/api/models/").json() == []
-    assert [m["name"] for m in root.get("/api/models/").json()] == ["iris", "legacy"]
+    assert [m["name"] for m in alice_api.get("/api/models/").json()["results"]] == ["iris"]
+    assert bob_api.get("/api/models/").json()["results"] == []
+    assert [m["name"] for m in root.get("/api/models/").json()["results"]] == ["iris", "legacy"]
     for path in ("", "versions/", "versions/1/", "audit/"):
         assert _error(bob_api.get(f"/api/models/iris/{path}"), 404) == "unknown model 'iris'", path
         assert _error(bob_api.get(f"/api/models/nope/{path}"), 404) == "unknown model 'nope'", path
@@ -245,7 +248,10 @@ def test_with_tokens_required_a_team_sees_only_its_own_models(alice_api, bob_api
     refused = bob_api.upload("iris", m.affine(2, 2), team="vision")
     assert _error(refused, 409) == "the model name 'iris' is taken (by a model of another team); choose another name"
     assert ModelVersion.objects.count() == 1 and _staging_entries() == []
-    assert {e["action"] for e in alice_api.get("/api/models/iris/audit/").json()} >= {"model.create", "version.upload"}
+    assert {e["action"] for e in alice_api.get("/api/models/iris/audit/").json()["results"]} >= {
+        "model.create",
+        "version.upload",
+    }
 
 
 def test_a_models_audit_log_is_its_own_not_that_of_an_earlier_model_of_that_name(alice_api, bob_api):
@@ -253,7 +259,7 @@ def test_a_models_audit_log_is_its_own_not_that_of_an_earlier_model_of_that_name
     alice_api.json("delete", "/api/models/shared-name/versions/1/")
     services.model_delete(RegisteredModel.objects.get(name="shared-name"))
     assert bob_api.upload("shared-name", m.affine(2, 2), team="vision").status_code == 201
-    events = bob_api.get("/api/models/shared-name/audit/").json()
+    events = bob_api.get("/api/models/shared-name/audit/").json()["results"]
     assert "alice" not in {e["actor_name"] for e in events} and "version.delete" not in [e["action"] for e in events]
     assert [e["action"] for e in events][-1] == "model.create" and events[-1]["actor_name"] == "bob"
     assert AuditEvent.objects.filter(model_name="shared-name", actor_name="alice").count() >= 2  # kept, in the admin
@@ -298,7 +304,7 @@ def test_policy_labels_retire_delete_and_audit(alice_api):
     assert "has no version 2" in _error(alice_api.get("/api/models/p/versions/2/"), 404)
     assert "unknown model 'q'" in _error(alice_api.get("/api/models/q/"), 404)
 
-    audit = alice_api.get("/api/models/p/audit/").json()
+    audit = alice_api.get("/api/models/p/audit/").json()["results"]
     assert [e["action"] for e in audit][:8] == [
         "version.delete", "version.restore", "version.retire", "label.delete", "label.set", "model.update",
         "model.policy", "version.ready",
@@ -339,7 +345,7 @@ def test_the_schema_declares_what_the_api_does(alice_api):
     schema = alice_api.client.get("/api/schema/?format=json").json()
     components = schema["components"]["schemas"]
     assert components["Error"]["required"] == ["error"]
-    assert set(components["Error"]["properties"]) == {"error", "fields"}
+    assert set(components["Error"]["properties"]) == {"error", "fields", "differences"}
     # Every 4xx of every operation is the one error shape (the 422 of an upload adds the version).
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
@@ -391,7 +397,7 @@ def test_the_schema_declares_what_the_api_does(alice_api):
 
 def test_an_imported_model_has_no_team(alice_api, tmp_path):
     services.model_upsert("legacy")
-    listing = alice_api.get("/api/models/").json()
+    listing = alice_api.get("/api/models/").json()["results"]
     assert [(model["name"], model["team"]) for model in listing] == [("legacy", None)]
     assert alice_api.get("/api/models/legacy/").json()["team"] is None
     assert "operator-owned" in _error(alice_api.json("patch", "/api/models/legacy/", {"description": "x"}), 403)

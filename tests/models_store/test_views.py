@@ -425,14 +425,14 @@ def test_with_tokens_required_the_web_ui_shows_a_team_only_its_models(alice, set
     bob, root = Client(), Client()
     assert bob.login(username="bob", password=PASSWORD) and root.login(username="root", password=PASSWORD)
     assert 'data-model="iris"' in _text(bob.get("/models/")) and bob.get("/models/iris/").status_code == 200
-    assert [m["name"] for m in bob.get("/api/models/").json()] == ["iris"]
+    assert [m["name"] for m in bob.get("/api/models/").json()["results"]] == ["iris"]
     settings.INFERENCE_REQUIRE_TOKEN = True
     assert 'data-model="iris"' not in _text(bob.get("/models/"))
     for path in ("/models/iris/", "/models/iris/versions/1/", "/models/iris/upload/"):
         assert bob.get(path).status_code == 404, path
         assert alice.get(path).status_code == 200 and root.get(path).status_code == 200, path
-    assert bob.get("/api/models/").json() == [] and bob.get("/api/models/iris/audit/").status_code == 404
-    assert [m["name"] for m in root.get("/api/models/").json()] == ["iris"]
+    assert bob.get("/api/models/").json()["results"] == [] and bob.get("/api/models/iris/audit/").status_code == 404
+    assert [m["name"] for m in root.get("/api/models/").json()["results"]] == ["iris"]
     assert 'data-model="iris"' in _text(alice.get("/models/")) and 'data-model="iris"' in _text(root.get("/models/"))
     assert _post(bob, "/models/iris/versions/1/delete", {}).status_code == 404
     taken = _post(bob, "/upload/", {"name": "iris", "team": "vision", "file": _file(m.affine(2, 2))})

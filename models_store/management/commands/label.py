@@ -13,8 +13,11 @@ class Command(BaseCommand):
         parser.add_argument("label")
         parser.add_argument("version", type=int, nargs="?")
         parser.add_argument("--delete", action="store_true")
+        parser.add_argument(
+            "--force", action="store_true", help="move it even though its callers' signature breaks (audited)"
+        )
 
-    def handle(self, *args, model, label, version, delete, **options):
+    def handle(self, *args, model, label, version, delete, force, **options):
         registered = selectors.model_get(model)
         if registered is None:
             raise CommandError(f"unknown model '{model}'")
@@ -30,7 +33,7 @@ class Command(BaseCommand):
         if version is None:
             raise CommandError("give the VERSION the label points at, or --delete")
         try:
-            services.label_set(registered, label, version)
+            services.label_set(registered, label, version, force=force)
         except services.RegistryError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"{model}@{label} -> version {version}")

@@ -1,0 +1,83 @@
+"""The Grafana dashboard in deploy/grafana/: every metric its queries name is
+one the server's ``/metrics`` exports (live, after traffic, in process and in
+worker mode), so that no panel stays empty because of a renamed metric."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from prometheus_client import REGISTRY
+
+from tests.conftest import EXECUTOR
+from tests.support.live import wait_for
+from tests.support.server import ROOT
+
+pytestmark = pytest.mark.interop
+
+DASHBOARD = ROOT / "deploy" / "grafana" / "modelhost-dashboard.json"
+
+#: Metrics with no sample until something happens that this test does not
+#: cause; for them the test asks that the server declares them (with the
+#: same sample name), and says why they may be absent.
+CONDITIONAL = {
+    "modelhost_throttled_requests_total": "a rate limit refused a request",
+    "modelhost_model_evictions_total": "the memory budget unloaded a version",
+    "modelhost_model_load_wait_seconds_bucket": "a request waited for a load (the server loads at start-up)",
+}
+WORKER_ONLY = {  # exported by worker mode's front ends only
+    "modelhost_worker_queue_depth",
+    "modelhost_worker_pool_depth",
+    "modelhost_worker_busy_fraction",
+    "modelhost_workers",
+}
+
+
+def dashboard_metrics() -> set[str]:
+    """The metric names in the dashboard's queries (not label values or functions)."""
+    board = json.loads(DASHBOARD.read_text())
+    exprs = [target["expr"] for panel in board["panels"] for target in panel["targets"]]
+    exprs += [variable["definition"] for variable in board["templating"]["list"] if "definition" in variable]
+    assert len(exprs) >= 12
+    names = set()
+    for expr in exprs:
+        names.update(re.findall(r"\b(modelhost_[a-z_]+)\b", re.sub(r'"[^"]*"', '""', expr)))
+    return names
+
+
+def exported(text: str) -> set[str]:
+    """The sample names of a Prometheus exposition."""
+    return {m.group(1) for m in re.finditer(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]", text, re.M)}
+
+
+def declared() -> set[str]:
+    """Sample names the server's metric definitions register (importing them here)."""
+    import inference.observability  # noqa: F401 - registers the metrics in REGISTRY
+
+    return set(REGISTRY._names_to_collectors)
+
+
+def test_every_metric_the_dashboard_queries_is_exported(model_server):
+    with httpclient.InferenceServerClient(model_server.http_url) as client:
+        inp = httpclient.InferInput("x", [1, 4], "FP32")
+        inp.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+        client.infer("stats_probe", [inp])
+    import urllib.request
+
+    def scrape() -> str:
+        return urllib.request.urlopen(f"http://{model_server.http_url}/metrics", timeout=10).read().decode()
+
+    names = dashboard_metrics()
+    must = names - set(CONDITIONAL) - (WORKER_ONLY if EXECUTOR == "inprocess" else set())
+    assert {"modelhost_inference_requests_total", "modelhost_inference_request_duration_seconds_bucket"} <= must
+    if EXECUTOR == "workers":
+        assert WORKER_ONLY <= must
+        wait_for(lambda: must <= exported(scrape()), timeout=10)  # the worker's first heartbeat
+    missing = must - exported(scrape())
+    assert not missing, f"the dashboard queries metrics /metrics does not export: {sorted(missing)}"
+    undeclared = (names & set(CONDITIONAL)) - declared()
+    assert not undeclared, f"the dashboard queries metrics the server does not define: {sorted(undeclared)}"
+    assert set(CONDITIONAL) <= names  # a stale entry here would hide nothing, but say so
