@@ -11,6 +11,7 @@ gRPC processes) or worker runtime (``runworker``) from settings.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import redis
@@ -18,7 +19,7 @@ from django.conf import settings
 
 import hosting
 from hosting import deployment
-from inference import observability, ports, tracing
+from inference import observability, outage, ports, tracing
 from inference.changes import beacon_at
 from inference.dataplane import DataPlane
 from inference.payload_log import PayloadLogger, sink_for
@@ -77,15 +78,43 @@ def install() -> None:
         audit_log=StoreAuditLog(),
     )
     if executor_mode() == IN_PROCESS:
-        # Validation in this process (embedded mode) uses the providers it serves with.
+        # The embedded server validates uploads itself (also with REDIS_URL, e.g. for shared
+        # rate limits: no worker takes its tasks), with the providers it serves with.
         providers = onnx_runtime.provider_list(settings.ORT_EXECUTION_PROVIDERS, settings.ORT_DEVICE_ID)
-        validating.configure(validating.Validator(providers=tuple(providers)))
+        validating.configure(validating.Validator(providers=tuple(providers)), validates_here=no_celery_worker)
+    else:
+        validating.configure(validates_here=no_validating_worker)
     if settings.REDIS_URL:
         validating.configure(queue_note=validation_queue_note)
+    outage.REFUSALS.interval = settings.REFUSAL_LOG_SECONDS
     if executor_mode() == WORKERS:
         raise_open_files_limit()
     tracing.install_settings(Path(settings.VAR_DIR) / "run")
     install_tracing()
+
+
+_celery_seen: list = [0.0, False]  # (time.monotonic() of the last ping, whether a worker answered)
+
+
+def no_celery_worker(cache_seconds: float = 10.0) -> bool:
+    """Process mode: True unless REDIS_URL is set and a Celery worker
+    (``celery -A hosting worker``) answers a ping (kept ``cache_seconds``):
+    the server validates uploads itself rather than queue them for nobody."""
+    if not settings.REDIS_URL:
+        return True
+    from hosting.celery import app
+
+    now = time.monotonic()
+    if now - _celery_seen[0] > cache_seconds:
+        _celery_seen[:] = [now, bool(app.control.ping(timeout=1.0, limit=1))]
+    return not _celery_seen[1]
+
+
+def no_validating_worker() -> bool:
+    """Worker mode: True while no inference worker takes validation tasks
+    (from their heartbeats), so that this process validates uploads itself;
+    raises RedisError when Redis cannot tell."""
+    return not any(w.announcement.control for w in read_workers(redis_client(timeout=2.0)).values())
 
 
 def validation_queue_note() -> str:
@@ -99,7 +128,7 @@ def validation_queue_note() -> str:
         return f"Redis is unreachable ({exc}); it waits there until a worker takes it"
     takers = sorted(w.id for w in workers.values() if w.announcement.control)
     if not takers:
-        return "no inference worker is running; validation starts when one does (manage.py runworker)"
+        return "no inference worker takes validation tasks now; the reaper re-queues it (VALIDATION_DEADLINE_SECONDS)"
     return f"{len(takers)} inference worker(s) take validation tasks ({', '.join(takers[:5])})"
 
 

@@ -66,6 +66,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Sign-in throttling (django-axes): answers a locked-out sign-in with the lockout page.
     "axes.middleware.AxesMiddleware",
+    # A dependency down (database, S3, broker) answers the web UI 503 with Retry-After, not 500.
+    "models_store.middleware.DependencyOutageMiddleware",
 ]
 
 ROOT_URLCONF = "hosting.urls"
@@ -272,6 +274,22 @@ CELERY_WORKER_DISABLE_RATE_LIMITS = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # LOGGING below applies; Celery's per-task lines are quieted there
 CELERY_TASK_PUBLISH_RETRY = False
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 3, "socket_timeout": 10}
+
+# --- Outages: validation retries, the reaper, the scheduled cleanup -------------
+#: A validation interrupted by a dependency (database, S3, broker, disk space)
+#: is retried after this many seconds, doubling up to the maximum (never FAILED for it).
+VALIDATION_RETRY_SECONDS = env.float("VALIDATION_RETRY_SECONDS", default=2.0)
+VALIDATION_RETRY_MAX_SECONDS = env.float("VALIDATION_RETRY_MAX_SECONDS", default=60.0)
+#: A version left UPLOADED or VALIDATING longer than this is queued for validation again (s).
+VALIDATION_DEADLINE_SECONDS = env.float("VALIDATION_DEADLINE_SECONDS", default=600.0)
+#: What an interrupted upload left (staging files, artifacts and S3 objects without
+#: a version row) is removed once older than this (s) ...
+ORPHAN_MIN_AGE_SECONDS = env.float("ORPHAN_MIN_AGE_SECONDS", default=600.0)
+#: ... by the upkeep timer of `serve` and of validating workers, every this many
+#: seconds (the reaper runs on it too; 0: no timer, then run `manage.py cleanup_store`).
+MAINTENANCE_SECONDS = env.float("MAINTENANCE_SECONDS", default=60.0)
+#: Refused inference requests (5xx, 429) are summed up in one log line per this many seconds.
+REFUSAL_LOG_SECONDS = env.float("REFUSAL_LOG_SECONDS", default=10.0)
 
 # --- Execution mode and workers ---------------------------------------------
 #: inprocess (default: ONNX Runtime in each server process) or workers (pinned

@@ -52,6 +52,8 @@ from django.conf import settings
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 
+from inference.outage import REFUSALS
+
 request_logger = logging.getLogger("inference.request")
 
 _BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -120,6 +122,10 @@ def _bytes(protocol: str):
     return pair
 
 
+#: Outcomes summed up in the log while they happen (the server's or its dependencies' trouble, rate limits).
+REFUSED = frozenset({"unavailable", "deadline_exceeded", "rate_limited", "internal", "resource_exhausted"})
+
+
 def observe(
     protocol: str,
     model: str,
@@ -131,8 +137,11 @@ def observe(
     status: int | str = "",
     request_id: str | None = None,
 ) -> None:
-    """Record one inference request (metrics, and the log line when enabled)."""
+    """Record one inference request (metrics, the log line when enabled, and
+    a refused one in the summary of refusals, :data:`outage.REFUSALS`)."""
     counter, histogram = _series(model, version, protocol, outcome)
+    if outcome in REFUSED:
+        REFUSALS.record(outcome.upper(), model)
     counter.inc()
     histogram.observe(seconds)
     counted_in, counted_out = _bytes(protocol)

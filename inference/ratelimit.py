@@ -39,6 +39,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 
 from inference import observability
+from inference.outage import DependencyWatch
 from inference.ports import Principal, Quota
 from inference.protocol.errors import RateLimited
 
@@ -218,7 +219,7 @@ class RateLimiter:
     def __init__(self, defaults: Defaults, store=None):
         self.defaults = defaults
         self.store = store or MemoryStore()
-        self._warned = float("-inf")
+        self.store_watch = DependencyWatch("the rate limits' store (Redis)", logger)
 
     @property
     def blocking(self) -> bool:
@@ -255,12 +256,10 @@ class RateLimiter:
         lease = uuid.uuid4().hex
         try:
             refused, wait, kind = self.store.acquire(buckets, lease)
-        except Exception:  # the shared store is away: serve rather than refuse everyone
-            now = time.monotonic()
-            if now - self._warned > 10:
-                self._warned = now
-                logger.exception("the rate limiter's store failed; admitting requests unchecked meanwhile")
+        except Exception as exc:  # the shared store is away: serve rather than refuse everyone
+            self.store_watch.failed(exc, "admitting requests unchecked meanwhile")
             return NOTHING
+        self.store_watch.ok()
         if refused is None:
             slots = tuple(b.key for b in buckets if b.quota.in_flight > 0)
             return Admission(self.store, slots, lease) if slots else NOTHING

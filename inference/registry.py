@@ -22,6 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from inference.outage import REFUSALS, DependencyWatch
 from inference.ports import ModelRecord, RegistrySource
 from inference.protocol import triton_texts
 from inference.protocol.datatypes import BY_NAME, Datatype
@@ -279,6 +280,8 @@ class ModelRegistry:
         self._follow_lock = threading.Lock()
         self._follower: ThreadPoolExecutor | None = None
         self.loaded = False
+        #: One line when the registry's database goes away, one when it is back (not one per poll).
+        self.database = DependencyWatch("the model registry's database", logger)
 
     # -- change tracking -------------------------------------------------
     def add_listener(self, callback) -> None:
@@ -328,10 +331,18 @@ class ModelRegistry:
     def _refresh_quietly(self) -> None:
         try:
             self.refresh()
-        except Exception:  # the database is away: answer from the snapshot; the poller retries
-            logger.exception("registry refresh failed; answering from the current snapshot")
+        except Exception as exc:  # the database is away: answer from the snapshot; the poller retries
+            self.database.failed(exc, self._outage_note())
+        else:
+            self.database.ok()
         finally:
             self.source.done()
+
+    def _outage_note(self) -> str:
+        every = f"; retrying every {self._poll_seconds:g} s" if self._poll_seconds > 0 else ""
+        if not self.loaded:
+            return f"no model is served until it answers{every}"
+        return f"serving the {len(self._models)} model(s) of the last snapshot{every}"
 
     def _off_loop(self, call) -> None:
         """``call()`` here, or in a helper thread (waiting for it) on an event
@@ -363,10 +374,10 @@ class ModelRegistry:
         self.source.subscribe(self._on_local_change)
         try:
             self.refresh(force=True)
-        except Exception:
+        except Exception as exc:
             if self._poll_seconds <= 0:
                 raise
-            logger.exception("loading the model registry failed; retrying every %s s", self._poll_seconds)
+            self.database.failed(exc, self._outage_note())
         if self._poll_seconds > 0 and self._thread is None:
             self._thread = threading.Thread(target=self._poll, name="registry-poll", daemon=True)
             self._thread.start()
@@ -378,12 +389,13 @@ class ModelRegistry:
     def _on_local_change(self) -> None:
         try:
             self.refresh()
-        except Exception:  # the poller will retry
-            logger.exception("registry refresh after a local change failed")
+        except Exception as exc:  # the poller will retry
+            self.database.failed(exc, self._outage_note())
 
     def _poll(self) -> None:
         while not self._stop.wait(self._poll_seconds):
             self._refresh_quietly()
+            REFUSALS.tick()
 
     # -- repository control ---------------------------------------------
     def set_loaded(self, name: str, loaded: bool, actor=None) -> None:

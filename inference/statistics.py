@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from inference import statistics_local as local
+from inference.outage import DependencyWatch
 
 logger = logging.getLogger(__name__)
 
@@ -189,11 +190,14 @@ class StatisticsRecorder:
         self._stop.set()
 
     def _run(self) -> None:
+        watch = DependencyWatch("the statistics' database", logger)
         while not self._stop.wait(self.flush_seconds):
             try:
                 self.flush()
-            except Exception:
-                logger.exception("flushing inference statistics failed; will retry")
+            except Exception as exc:
+                watch.failed(exc, f"counters are kept and flushed when it is back (every {self.flush_seconds:g} s)")
+            else:
+                watch.ok()
 
     # -- reading ---------------------------------------------------------
     def read(self, keys: list[tuple[str, int]]) -> list[ModelStatistics]:

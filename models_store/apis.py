@@ -13,7 +13,9 @@ team; with INFERENCE_REQUIRE_TOKEN also a model the caller may not see);
 version policy that would serve nothing, a label on a version that is not
 READY, retiring a labelled version, deleting what a traffic split uses,
 ...); 413 (above MAX_UPLOAD_BYTES); 415; 422 (the upload failed validation:
-the error and the FAILED version, which is kept).
+the error and the FAILED version, which is kept); 503 with ``Retry-After``
+(the database, the storage backend or the broker is down: nothing was
+changed, try again); 507 (no space left on the server for an upload).
 
 What a caller sees: every model while INFERENCE_REQUIRE_TOKEN is off (as
 the web UI shows every signed-in user); with it on, only the models of the
@@ -39,7 +41,7 @@ from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from models_store import actions, permissions, selectors, uploads
+from models_store import actions, outages, permissions, selectors, uploads
 from models_store.authentication import BearerTokenAuthentication
 from models_store.models import ApiToken, ModelVersion
 from models_store.openapi import LinkedResponse, ManagementAutoSchema, OpenApiLink, errors, paginated
@@ -98,7 +100,9 @@ def api_exception_handler(exc, context) -> Response:
     """Every error as ``{"error": ...}`` (validation errors with ``fields``):
     action errors with their status, DRF's own (401, 403, 404, 405, 415,
     parse errors), Django's refusals of a form body beyond its limits (400,
-    413); anything unexpected is logged and answered 500."""
+    413); a dependency that is down 503 with ``Retry-After``, a full disk
+    507 (:func:`models_store.outages.http_answer`); anything unexpected is
+    logged and answered 500."""
     code = actions.http_status(exc)
     if code is not None:
         body = {"error": str(exc)}
@@ -109,6 +113,11 @@ def api_exception_handler(exc, context) -> Response:
         return Response({"error": str(exc)}, status=413 if isinstance(exc, RequestDataTooBig) else 400)
     response = drf_exception_handler(exc, context)
     if response is None:
+        outage = outages.http_answer(exc)
+        if outage is not None:  # a dependency is down, or the disk is full: not the request's fault
+            status, message, headers = outage
+            logger.warning("management API answered %s: %s: %s", status, type(exc).__name__, exc)
+            return Response({"error": message}, status=status, headers=headers)
         logger.exception("unexpected error in the management API", exc_info=exc)
         return Response({"error": f"internal error ({type(exc).__name__}); see the server log"}, status=500)
     if isinstance(exc, ValidationError):
@@ -381,6 +390,8 @@ class VersionListView(ManagementView):
         try:
             data = request.data
         except OSError as exc:
+            if outages.no_space(exc):
+                raise  # 507, not the client's fault
             raise ParseError(f"the upload was interrupted: {exc}") from None
         staged = self.upload_handler.result()
         fields = UploadSerializer(data=data)

@@ -16,7 +16,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from inference.version_policy import served_versions
-from models_store import audit, signature_guard, storage
+from models_store import audit, signature_guard, storage, validating
 from models_store.config import ConfigError, TritonConfig, parse_config_json, same_config
 from models_store.config.signatures import check_against_versions
 from models_store.models import (
@@ -390,7 +390,12 @@ def version_upload(
             _validate_whole(model_name_validator, model_name)
         except DjangoValidationError as exc:
             raise RegistryError(exc.messages[0]) from None
-    stored = storage.commit_staged(model_name, staged.directory, staged.sha256, staged.size)
+    here = validating.validates_here()
+    try:
+        stored = storage.commit_staged(model_name, staged.directory, staged.sha256, staged.size)
+    except BaseException:  # e.g. the storage backend is away: no local copy stays behind either
+        _remove_if_unreferenced(f"{model_name}/{staged.sha256}/{storage.MODEL_FILENAME}")
+        raise
     try:
         with transaction.atomic():
             if model is None:
@@ -404,11 +409,11 @@ def version_upload(
                 source=f"upload: {staged.name}",
                 uploaded_by=actor,
                 action="version.upload",
-                log=[] if _validates_here() else queued_log(validate_version.app.conf.task_default_queue),
+                log=[] if here else queued_log(validate_version.app.conf.task_default_queue),
             )
             if config is not None:
                 model_set_config(model, config, actor, source="upload", validating=True)
-            transaction.on_commit(lambda: _schedule_validation(version.pk), robust=True)
+            transaction.on_commit(lambda: schedule_validation(version.pk, here), robust=True)
     except ConfigError as exc:
         _remove_if_unreferenced(stored.relpath)
         raise RegistryError(str(exc)) from None
@@ -418,26 +423,32 @@ def version_upload(
     return version
 
 
-def _validates_here() -> bool:
-    """True in the embedded mode: the validation task runs in this process."""
-    return bool(validate_version.app.conf.task_always_eager)
-
-
-def _schedule_validation(version_id: int) -> None:
-    """Queue the validation task (embedded mode: run it now). When the broker
+def schedule_validation(version_id: int, here: bool | None = None) -> None:
+    """Validate the version in this process (``here``, default
+    :func:`validating.validates_here`: the embedded server, or no worker
+    takes validation tasks) or queue the validation task. When the broker
     cannot take it (Redis down or unreachable), validate in this process
-    instead: the upload answers later, but its version never stays UPLOADED
-    with nobody to validate it."""
-    try:
-        validate_version.delay(version_id)
-    except (OperationalError, ConnectionError) as exc:
-        logger.warning("could not queue the validation of version id %s (%s); validating it here", version_id, exc)
-        version_validate(version_id)
+    instead: the version never stays UPLOADED with nobody to validate it."""
+    if here is None:
+        here = validating.validates_here()
+    if not here:
+        try:
+            validate_version.delay(version_id)
+            return
+        except (OperationalError, ConnectionError) as exc:
+            logger.warning("could not queue the validation of version id %s (%s); validating it here", version_id, exc)
+    validating.validate_here(version_id)
 
 
 def _remove_if_unreferenced(relpath: str) -> None:
-    if not ModelVersion.objects.filter(artifact=relpath).exists():
-        storage.remove_artifact(relpath)
+    """Remove an artifact whose version row was not written; when that fails
+    too (the database or the storage backend is away), the scheduled
+    cleanup removes it (ORPHAN_MIN_AGE_SECONDS, :mod:`models_store.maintenance`)."""
+    try:
+        if not ModelVersion.objects.filter(artifact=relpath).exists():
+            storage.remove_artifact(relpath)
+    except Exception as exc:
+        logger.warning("left %s for the scheduled cleanup: %s: %s", relpath, type(exc).__name__, exc)
 
 
 @transaction.atomic

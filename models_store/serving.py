@@ -13,7 +13,7 @@ from django.db import close_old_connections
 
 from inference.ports import ModelRecord, VersionRecord
 from inference.protocol.errors import InvalidInput, ModelNotFound
-from models_store import audit, selectors, services, storage
+from models_store import audit, outages, selectors, services, storage
 from models_store.config import ConfigError
 from models_store.stamp import registry_changed
 
@@ -91,13 +91,15 @@ class StoreRegistrySource:
         return model
 
     def set_loaded(self, name: str, loaded: bool, actor=None) -> None:
-        services.model_set_loaded(self._model(name), loaded, actor)
+        with outages.as_unavailable():
+            services.model_set_loaded(self._model(name), loaded, actor)
 
     def set_config(self, name: str, config: str, actor=None) -> None:
-        try:
-            services.model_load_config(self._model(name), config, actor=actor)
-        except ConfigError as exc:
-            raise InvalidInput(f"invalid config override: {exc}") from None
+        with outages.as_unavailable():
+            try:
+                services.model_load_config(self._model(name), config, actor=actor)
+            except ConfigError as exc:
+                raise InvalidInput(f"invalid config override: {exc}") from None
 
 
 class StoreArtifacts:

@@ -133,8 +133,10 @@ def commit_staged(model_name: str, staging_dir: Path, sha256: str, size: int) ->
 
 
 def remove_artifact(relpath: str) -> None:
-    _unpublish(relpath)
+    """Remove an artifact here and from the storage backend (the local copy
+    first: when the backend is away, only its object is left for the cleanup)."""
     _remove_local(relpath)
+    _unpublish(relpath)
 
 
 def _unpublish(relpath: str) -> None:
@@ -150,6 +152,10 @@ def _remove_local(relpath: str) -> None:
     directory = artifact_path(relpath).parent
     if directory.is_dir() and directory.parent.parent == store_root():
         shutil.rmtree(directory, ignore_errors=True)
+        try:
+            directory.parent.rmdir()  # the model's directory, when that was its last artifact
+        except OSError:
+            pass
 
 
 def _backend():
@@ -247,8 +253,14 @@ def local_artifact(relpath: str) -> Path:
 
 
 def _age_seconds(path: Path, now: float) -> float:
+    """Seconds since ``path`` (or, for a directory, a file directly in it:
+    an upload or download still being written) was last modified."""
     try:
-        return now - path.lstat().st_mtime
+        newest = path.lstat().st_mtime
+        if path.is_dir() and not path.is_symlink():
+            for child in path.iterdir():
+                newest = max(newest, child.lstat().st_mtime)
+        return now - newest
     except FileNotFoundError:
         return 0.0
 

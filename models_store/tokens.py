@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
+from inference.outage import DependencyWatch
 from inference.ports import ANONYMOUS, Caller, Principal
-from inference.protocol.errors import PermissionDenied, Unauthenticated
-from models_store import selectors
+from inference.protocol.errors import DependencyUnavailable, PermissionDenied, Unauthenticated
+from models_store import outages, selectors
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +138,7 @@ class TokenCache:
         self._ttl = ttl
         self._scopes: Scopes | None = None
         self._lock = threading.Lock()
+        self.database = DependencyWatch("the database (API token scopes)", logger)
 
     def refresh(self) -> Scopes:
         with self._lock:
@@ -147,9 +149,11 @@ class TokenCache:
         """Registry listener: reload now, in the thread that noticed the change."""
         try:
             self.refresh()
-        except Exception:
-            logger.exception("reloading API token scopes failed; retrying on the next request")
+        except Exception as exc:
+            self.database.failed(exc, "token scopes are reloaded on the next request")
             self._scopes = None
+        else:
+            self.database.ok()
 
     def get(self) -> Scopes:
         """The current scopes, reloaded first when older than the TTL."""
@@ -168,8 +172,10 @@ class TokenCache:
         if time.monotonic() - scopes.loaded_at >= seconds and self._lock.acquire(blocking=False):
             try:
                 self._scopes = scopes = self._loader()
-            except Exception:
-                logger.exception("reloading API token scopes failed; keeping the previous ones")
+            except Exception as exc:
+                self.database.failed(exc, "answering from the token scopes loaded before")
+            else:
+                self.database.ok()
             finally:
                 self._lock.release()
         return scopes
@@ -181,8 +187,8 @@ class TokenCache:
         scopes = self._scopes or self.refresh()
         try:
             moved = self._stamp_reader() != scopes.stamp
-        except Exception:
-            logger.exception("reading the registry stamp failed; answering from the current token scopes")
+        except Exception as exc:
+            self.database.failed(exc, "answering from the token scopes loaded before")
             return scopes
         if not moved:
             return scopes
@@ -262,12 +268,19 @@ class StoreAuthorizer:
         if not scope.all_models:
             if model_name not in scopes.model_teams:
                 scopes = self.cache.catch_up()
+                if model_name not in scopes.model_teams and self.cache.database.down:
+                    raise DependencyUnavailable(
+                        f"the database is unavailable: cannot tell whether {scope.label} may change model "
+                        f"'{model_name}'; try again in {outages.RETRY_AFTER_SECONDS} s",
+                        outages.RETRY_AFTER_SECONDS,
+                    )
             team = scopes.model_teams.get(model_name)
             if model_name not in scopes.model_teams or not scope.allows(team):
                 raise PermissionDenied(
                     f"{scope.label} may not load or unload model '{model_name}'; it may change {scopes.describe(scope)}"
                 )
-        return Caller(scope.label, selectors.user_get(scope.user_id))
+        with outages.as_unavailable():
+            return Caller(scope.label, selectors.user_get(scope.user_id))
 
     def visible_models(self, token: str | None):
         """With tokens required, the models of the token's teams (all for an

@@ -130,7 +130,10 @@ class StagingUploadHandler(FileUploadHandler):
 
     def _drop(self) -> None:
         if hasattr(self, "file"):
-            self.file.close()
+            try:
+                self.file.close()
+            except OSError:  # its buffer cannot be written (a full disk): the file is dropped anyway
+                pass
         if self.staging_dir is not None:
             shutil.rmtree(self.staging_dir, ignore_errors=True)
         self.staged = None

@@ -16,13 +16,18 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
-from django.db import transaction
+from django.conf import settings
+from django.db import close_old_connections, transaction
+from django.utils import timezone
 
-from models_store import audit, storage, validation
+from inference.outage import DependencyWatch
+from models_store import audit, outages, storage, validation
 from models_store.config import config_from_raw
 from models_store.models import ModelVersion
 from models_store.stamp import bump_stamp
@@ -57,17 +62,47 @@ class Validator:
 
 _validator = Validator()
 _queue_note: Callable[[], str] = lambda: "a Celery worker takes it"  # noqa: E731
+_validates_here: Callable[[], bool] | None = None
 
 
-def configure(validator: Validator | None = None, queue_note: Callable[[], str] | None = None) -> None:
-    """Set where this process validates, and how the upload answer describes
+def configure(
+    validator: Validator | None = None,
+    queue_note: Callable[[], str] | None = None,
+    validates_here: Callable[[], bool] | None = None,
+) -> None:
+    """Set where this process validates, how the upload answer describes
     who will take a queued validation (``queue_note()``: e.g. "2 inference
-    workers take validation tasks", or that none is running)."""
-    global _validator, _queue_note
+    workers take validation tasks", or that none is running), and whether
+    this process validates uploads itself instead of queueing a task
+    (``validates_here()``: the embedded server, with or without Redis, and
+    a front end while no worker takes validation tasks)."""
+    global _validator, _queue_note, _validates_here
     if validator is not None:
         _validator = validator
     if queue_note is not None:
         _queue_note = queue_note
+    if validates_here is not None:
+        _validates_here = validates_here
+
+
+_broker_watch = DependencyWatch("the broker (Redis), asked who takes validation tasks,", logger)
+
+
+def validates_here() -> bool:
+    """True when this process validates uploads itself (see :func:`configure`;
+    default: when Celery runs tasks eagerly, i.e. without REDIS_URL)."""
+    if _validates_here is not None:
+        watch = _broker_watch
+        try:
+            here = _validates_here()
+        except Exception as exc:  # who takes tasks cannot be told: the broker is down, so validate here
+            watch.failed(exc, "uploads are validated in this process")
+            return True
+        watch.ok()
+        return here
+    from celery import current_app
+
+    return bool(current_app.conf.task_always_eager)
 
 
 def current_validator() -> Validator:
@@ -83,14 +118,56 @@ def queued_log(queue: str) -> list[str]:
     return [f"queued for validation on queue {queue}: {note}"]
 
 
-def version_validate(version_id: int) -> ModelVersion | None:
-    """Validate an UPLOADED version: VALIDATING, then READY with its
+class ValidationInterrupted(Exception):
+    """A dependency (database, storage backend, disk space) failed during a
+    validation: it is retried, and the version is never FAILED for it. The
+    version is UPLOADED again when the database could be told (else it stays
+    VALIDATING: the retry, or the reaper, resumes it)."""
+
+
+#: One line when a dependency fails validations, one when validations get through again.
+_watches: dict[str, DependencyWatch] = {}
+
+
+def _watch(name: str) -> DependencyWatch:
+    watch = _watches.get(name)
+    if watch is None:
+        watch = _watches[name] = DependencyWatch(f"{name} (validation)", logger)
+    return watch
+
+
+def retry_delay(attempt: int) -> float:
+    """Seconds before retry ``attempt`` (0: the first) of an interrupted
+    validation: VALIDATION_RETRY_SECONDS doubling up to VALIDATION_RETRY_MAX_SECONDS."""
+    return min(settings.VALIDATION_RETRY_MAX_SECONDS, settings.VALIDATION_RETRY_SECONDS * 2**attempt)
+
+
+def note_interrupted(version_id: int, exc: BaseException, delay: float) -> None:
+    """Log (once per outage, see :class:`DependencyWatch`) that validations
+    meet a dependency's failure, and the retry at DEBUG."""
+    cause = outages.transient_cause(exc) or exc
+    _watch(outages.dependency_name(cause)).failed(cause, "validations are retried with back-off, never FAILED for it")
+    logger.debug("validation of version id %s interrupted (%s); retry in %.1f s", version_id, cause, delay)
+
+
+def _note_through() -> None:
+    for watch in list(_watches.values()):
+        watch.ok()
+
+
+def version_validate(version_id: int, resume: bool = False) -> ModelVersion | None:
+    """Validate an UPLOADED version (with ``resume``, also one left
+    VALIDATING by an interrupted attempt): VALIDATING, then READY with its
     signature and validation log, or FAILED with the reason (and the log of
     the steps that passed). Returns the version (None when it was deleted);
     a version in another state is left alone, so running it twice is harmless.
+
+    Raises ValidationInterrupted (or the database's OperationalError) when a
+    dependency fails: retry later (:func:`validate_here`, the Celery task's
+    retries, the reaper :func:`reap_stale`); the version is never FAILED for it.
     """
     version = ModelVersion.objects.select_related("model").filter(pk=version_id).first()
-    if version is None or version.state != State.UPLOADED:
+    if version is None or not (version.state == State.UPLOADED or (resume and version.state == State.VALIDATING)):
         return version
     validator = _validator
     where = validator.describe()
@@ -101,12 +178,18 @@ def version_validate(version_id: int) -> ModelVersion | None:
         path = validator.artifact(version.artifact, version.sha256)
         signature = validation.validate_artifact(path, config, log, providers=list(validator.providers))
     except validation.ValidationError as exc:
+        _note_through()  # the dependencies answered: the model itself fails
         return _version_validated(version_id, State.FAILED, reason=str(exc), log=[*log, f"failed: {exc}"])
     except Exception as exc:  # never leave a version VALIDATING
+        cause = outages.transient_cause(exc)
+        if cause is not None:
+            _put_back(version_id, f"interrupted on {where}: {outages.dependency_name(cause)} failed "
+                      f"({type(cause).__name__}); validation is retried")  # fmt: skip
+            raise ValidationInterrupted(f"{type(cause).__name__}: {cause}") from exc
         logger.exception("validation of version %s crashed", version_id)
         reason = f"internal error during validation ({type(exc).__name__}); see the server log"
         return _version_validated(version_id, State.FAILED, reason=reason, log=[*log, f"failed: {reason}"])
-    return _version_validated(
+    validated = _version_validated(
         version_id,
         State.READY,
         log=log,
@@ -114,6 +197,73 @@ def version_validate(version_id: int) -> ModelVersion | None:
         outputs=[tensor_json(t) for t in signature.outputs],
         properties=signature.properties,
     )
+    _note_through()
+    return validated
+
+
+def _put_back(version_id: int, line: str) -> None:
+    """UPLOADED again after an interrupted validation, with ``line`` in its
+    log; when the database itself is away the version stays VALIDATING."""
+    try:
+        with transaction.atomic():
+            version = ModelVersion.objects.select_for_update().filter(pk=version_id, state=State.VALIDATING).first()
+            if version is not None:
+                version_set_state(version, State.UPLOADED, log=[*version.log, line])
+    except Exception as exc:  # the database is away too: the retry resumes the VALIDATING version
+        logger.debug("could not put version id %s back to UPLOADED: %s", version_id, exc)
+
+
+def validate_here(version_id: int, attempt: int = 0) -> ModelVersion | None:
+    """Validate in this process (the embedded server, a front end without
+    validating workers); when a dependency fails, retry in this process
+    after :func:`retry_delay` (a timer thread), until the version is READY
+    or FAILED (the reaper takes over if the process ends meanwhile)."""
+    try:
+        return version_validate(version_id, resume=attempt > 0)
+    except Exception as exc:
+        if not (isinstance(exc, ValidationInterrupted) or outages.transient(exc)):
+            raise
+        delay = retry_delay(attempt)
+        note_interrupted(version_id, exc, delay)
+        timer = threading.Timer(delay, _validate_later, (version_id, attempt + 1))
+        timer.daemon = True
+        timer.start()
+        return None
+
+
+def _validate_later(version_id: int, attempt: int) -> None:
+    try:
+        validate_here(version_id, attempt)
+    except Exception:
+        logger.exception("validation of version id %s crashed", version_id)
+    finally:
+        close_old_connections()
+
+
+def reap_stale(deadline_seconds: float) -> list[int]:
+    """Versions left UPLOADED or VALIDATING longer than ``deadline_seconds``
+    (a worker killed mid-validation, a task lost with the broker, a process
+    that ended before its retry): each is UPLOADED again, with a line in its
+    log, and its id returned for the caller to queue (or validate). A
+    version is taken by one reaper only (a conditional update)."""
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=deadline_seconds)
+    stale = ModelVersion.objects.filter(state__in=(State.UPLOADED, State.VALIDATING), updated_at__lt=cutoff)
+    taken = []
+    for pk, state, log in stale.values_list("pk", "state", "log"):
+        line = f"re-queued: {state} for more than {deadline_seconds:g} s (VALIDATION_DEADLINE_SECONDS)"
+        with transaction.atomic():
+            changed = ModelVersion.objects.filter(pk=pk, state=state, updated_at__lt=cutoff).update(
+                state=State.UPLOADED, updated_at=now, log=[*log, line]
+            )
+            if changed:
+                bump_stamp()
+                taken.append(pk)
+    if taken:
+        logger.warning(
+            "re-queued the validation of %d version(s) left UPLOADED or VALIDATING: ids %s", len(taken), taken
+        )
+    return taken
 
 
 def tensor_json(tensor) -> dict:

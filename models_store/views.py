@@ -22,7 +22,7 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_POST
 
 from inference.runtime.placement import describe_group
-from models_store import accounts, actions, permissions, selectors, signature_guard, snippets, uploads
+from models_store import accounts, actions, outages, permissions, selectors, signature_guard, snippets, uploads
 from models_store.forms import LabelForm, ModelSettingsForm, TokenForm, UploadForm
 from models_store.models import ModelVersion, RegisteredModel
 
@@ -376,6 +376,8 @@ def _upload(request, name: str | None, handler) -> HttpResponse:
         try:
             form = UploadForm(request.POST, request.FILES, **form_kwargs)
         except OSError as exc:
+            if outages.no_space(exc):
+                raise  # 507 below, not the client's fault
             raise actions.UploadRefused(f"the upload was interrupted: {exc}") from None
         staged = handler.result()
         if not form.is_valid():
@@ -392,6 +394,15 @@ def _upload(request, name: str | None, handler) -> HttpResponse:
         )
     except ACTION_ERRORS as exc:
         return _upload_failed(request, model, form or UploadForm(**form_kwargs), str(exc), _status(exc))
+    except Exception as exc:
+        outage = outages.http_answer(exc)  # a dependency down (503), a full disk (507)
+        if outage is None:
+            raise
+        status, message, headers = outage
+        response = _upload_failed(request, model, form or UploadForm(**form_kwargs), message, status)
+        for key, value in headers.items():
+            response[key] = value
+        return response
     url = reverse("version-detail", kwargs={"name": version.model.name, "number": version.number})
     if _wants_json(request):
         return JsonResponse({"redirect": url, "model": version.model.name, "version": version.number}, status=201)

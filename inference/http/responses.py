@@ -16,7 +16,7 @@ from rest_framework.exceptions import APIException
 
 from inference.codecs.message import dumps
 from inference.http.compression import UnsupportedEncoding
-from inference.protocol.errors import InferenceError, RateLimited
+from inference.protocol.errors import DependencyUnavailable, InferenceError, RateLimited
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def exception_handler(exc: Exception, context) -> HttpResponse:
         return response
     if isinstance(exc, InferenceError):
         response = error_response(exc.http_status, exc.message)
-        if isinstance(exc, RateLimited):
+        if isinstance(exc, (RateLimited, DependencyUnavailable)):
             response["Retry-After"] = exc.retry_after_header
         return response
     if isinstance(exc, APIException):

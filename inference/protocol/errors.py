@@ -54,6 +54,20 @@ class ModelNotReady(InferenceError):
     grpc_status = "UNAVAILABLE"
 
 
+class DependencyUnavailable(ModelNotReady):
+    """A dependency of the server (its database, storage backend, broker) is
+    down: try again later (HTTP 503 with ``Retry-After``, gRPC UNAVAILABLE).
+    ``retry_after``: seconds."""
+
+    def __init__(self, message: str, retry_after: float = 5.0):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    @property
+    def retry_after_header(self) -> str:
+        return str(max(1, math.ceil(self.retry_after)))
+
+
 class RequestTooLarge(InferenceError):
     """The request body or a tensor exceeds the configured limit (HTTP 413;
     over gRPC the client's mistake, INVALID_ARGUMENT, since the transport's

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from inference import observability
 from inference.observability import QUEUE_DEPTH
+from inference.outage import DependencyWatch
 from inference.runtime import messages
 from inference.runtime import onnx as onnx_runtime
 
@@ -179,6 +180,7 @@ class Heartbeat:
         self.key = heartbeat_key(queue, worker_id)
         self.announcement = announcement
         self._stop = threading.Event()
+        self.redis_watch = DependencyWatch("Redis (this worker's heartbeat)", logger)
 
     def beat(self) -> None:
         self.redis.set(self.key, messages.encode_json(self.announcement()), px=HEARTBEAT_TTL_MS)
@@ -198,8 +200,13 @@ class Heartbeat:
         while not self._stop.wait(HEARTBEAT_SECONDS):
             try:
                 self.beat()
-            except Exception:
-                logger.warning("heartbeat to Redis failed; retrying")
+            except Exception as exc:
+                self.redis_watch.failed(
+                    exc,
+                    f"front ends drop this worker once its heartbeat expires; retrying every {HEARTBEAT_SECONDS:g} s",
+                )
+            else:
+                self.redis_watch.ok()
 
 
 #: The least time between two reads of the heartbeats for requests that found no worker
@@ -223,6 +230,8 @@ class WorkerDirectory:
         self._pool_depths: dict[str, int] = {}
         self._published: set[str] = set()
         self._workers: dict[str, Worker] = {}
+        self._seen_once = False
+        self._grace_until_ms = 0.0  # after an outage of Redis: known workers stay until then
         self._by_queue: dict[str, tuple[Worker, ...]] = {}
         self.error: str = ""
         self._round_robin: dict[tuple, itertools.count] = {}
@@ -230,6 +239,7 @@ class WorkerDirectory:
         self._refreshed = float("-inf")  # time.monotonic() of the last read from Redis
         self._catch_up = threading.Lock()
         self._caught_up = float("-inf")  # time.monotonic() of the last read for a miss
+        self.redis_watch = DependencyWatch("Redis (the workers' heartbeats)", logger)
 
     def refresh(self) -> None:
         self._refreshed = time.monotonic()
@@ -237,16 +247,26 @@ class WorkerDirectory:
             workers = read_workers(self.redis)
         except Exception as exc:
             self.error = f"Redis is unreachable: {exc}"
+            self.redis_watch.failed(exc, f"requests go to the {len(self._workers)} worker(s) known before")
             return
+        now_ms = time.time() * 1000
+        if self.redis_watch.down:  # back from an outage: no worker could beat meanwhile
+            self._grace_until_ms = now_ms + HEARTBEAT_TTL_MS
+        self.redis_watch.ok()
         # A worker missing from this read whose last heartbeat has not expired yet (Redis restarted
         # empty, or lost the key) stays until it would have: its next beat comes within a second.
-        now_ms = time.time() * 1000
+        # After an outage of Redis, every known worker stays one heartbeat expiry for its next beat.
         for worker_id, worker in self._workers.items():
-            if worker_id not in workers and worker.announcement.beat_ms + HEARTBEAT_TTL_MS > now_ms:
+            if worker_id not in workers and (
+                worker.announcement.beat_ms + HEARTBEAT_TTL_MS > now_ms or now_ms < self._grace_until_ms
+            ):
                 workers[worker_id] = worker
         by_queue: dict[str, list[Worker]] = {}
         for worker in sorted(workers.values(), key=lambda w: w.id):
             by_queue.setdefault(worker.queue, []).append(worker)
+        if self._seen_once:
+            _log_changes(self._workers, workers)
+        self._seen_once = True
         self._workers = workers
         self._by_queue = {q: tuple(ws) for q, ws in by_queue.items()}
         self.error = ""
@@ -341,6 +361,23 @@ class WorkerDirectory:
         if counter is None:
             counter = self._round_robin[key] = itertools.count()
         return workers[next(counter) % len(workers)]
+
+
+def describe_worker(worker: Worker) -> str:
+    """``<id> (<device>, <address or unix socket>)`` for the log."""
+    a = worker.announcement
+    where = a.address or a.unix or "no address"
+    return f"{worker.id} ({a.device}, {where})"
+
+
+def _log_changes(before: dict[str, Worker], after: dict[str, Worker]) -> None:
+    """One line per worker that joined or left between two reads of the heartbeats."""
+    for worker_id in sorted(after.keys() - before.keys()):
+        logger.info("worker %s joined", describe_worker(after[worker_id]))
+    for worker_id in sorted(before.keys() - after.keys()):
+        logger.warning(
+            "worker %s left: its heartbeat ended (stopped, killed or hung)", describe_worker(before[worker_id])
+        )
 
 
 def instances_on(queue: str, instance_group) -> int:

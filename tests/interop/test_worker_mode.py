@@ -47,13 +47,19 @@ def worker_server(redis_url, tmp_path_factory):
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    manage(live, "create_user", "alice", "--team", "ml")
-    live.token = manage(live, "create_token", "alice", "ci").strip()
-    yield live
-    worker.send_signal(signal.SIGTERM)
-    worker.wait(30)
-    log.close()
-    assert live.stop() == 0, live.log()
+    try:
+        manage(live, "create_user", "alice", "--team", "ml")
+        live.token = manage(live, "create_token", "alice", "ci").strip()
+        # The server queues validations once a Celery worker answers its ping (else it validates them itself).
+        worker_log = live.var_dir / "worker.log"
+        assert wait_for(lambda: " ready." in worker_log.read_text(), timeout=60), worker_log.read_text()
+        yield live
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(30)
+        log.close()
+        stopped = live.stop()
+    assert stopped == 0, live.log()
 
 
 def _version(server, model, number):
@@ -115,6 +121,34 @@ def test_uploads_are_validated_in_process_while_the_broker_is_down(tmp_path):
             live, "POST", "/v2/models/good/infer", json.dumps(body).encode(), {"Content-Type": "application/json"}
         )
         assert (status, answer["outputs"][0]["data"]) == (200, [3.0, 5.0, 7.0, 9.0])
-        assert "could not queue the validation of version id" in live.log()
+        assert "uploads are validated in this process" in live.log()
     finally:
         assert live.stop() == 0, live.log()
+
+
+def test_the_server_validates_itself_when_no_worker_takes_validation_tasks(tmp_path):
+    """Process mode with REDIS_URL set (e.g. only to share rate limits) and no
+    Celery worker: the server validates uploads itself (201 READY, 422
+    FAILED) instead of queueing them for nobody (they stayed UPLOADED)."""
+    url = redis_db.url("TEST_CELERY_IDLE_REDIS_DB", 14)  # a database no Celery worker consumes
+    try:
+        redis.Redis.from_url(url).flushdb()
+    except redis.ConnectionError:
+        pytest.skip(f"no Redis at {url}")
+    (tmp_path / "repository").mkdir()
+    live = LiveServer(tmp_path / "repository", tmp_path / "live", extra_env={"REDIS_URL": url}, workers=1)
+    live.start()
+    try:
+        manage(live, "create_user", "alice", "--team", "ml")
+        live.token = manage(live, "create_token", "alice", "ci").strip()
+        for model, payload, expected in (("good", m.affine(2.0, 1.0), 201), ("bad", m.failing_model(), 422)):
+            body, kind = multipart({"team": "ml"}, payload)
+            headers = {**bearer(live.token), "Content-Type": kind}
+            status, answer = request(live, "POST", f"/api/models/{model}/versions/", body, headers)
+            assert status == expected, answer
+        assert _version(live, "good", 1)["state"] == "READY"
+        assert _version(live, "bad", 1)["state"] == "FAILED"
+        assert redis.Redis.from_url(url).llen("modelhost.control") == 0  # nothing was queued
+    finally:
+        stopped = live.stop()
+    assert stopped == 0, live.log()

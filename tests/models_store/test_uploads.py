@@ -158,6 +158,9 @@ def test_find_orphans_respects_age(settings):
     staged = stage(b"x")
     old = time.time() - 7200
     os.utime(staged.directory, (old, old))
+    # An old directory whose file is still being written is an upload in progress, not an orphan.
+    assert storage.find_orphans(set(), min_age_seconds=3600) == []
+    os.utime(staged.path, (old, old))
     young = stage(b"y")
     found = storage.find_orphans(set(), min_age_seconds=3600)
     assert found == [staged.directory] and young.directory.exists()

@@ -128,3 +128,52 @@ def test_cleanup_store_on_a_machine_without_the_artifacts(s3_settings, settings,
     client.delete_object(Bucket=BUCKET, Key=kept.artifact)
     call_command("cleanup_store", "--min-age", "0")
     assert f"missing artifact of a version: {kept.artifact}" in capsys.readouterr().out
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_validation_the_storage_backend_interrupts_is_retried_in_process(settings, s3_server, tmp_path, monkeypatch):
+    """The server validating itself (embedded mode, no validating worker):
+    S3 gone while it fetches the artifact -> the version is UPLOADED again
+    with the reason in its log, never FAILED, and a retry in the process
+    after VALIDATION_RETRY_SECONDS makes it READY once S3 is back."""
+    from models_store import services, validating
+    from models_store.models import ModelVersion, RegisteredModel
+    from tests.support.live import wait_for
+    from tests.support.outages import Switch
+    from tests.support.store import person
+
+    endpoint, _ = s3_server
+    host, port = endpoint.removeprefix("http://").split(":")
+    switch = Switch((host, int(port)))
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # our back-off, not boto3's
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "models": {
+            "BACKEND": "storages.backends.s3.S3Storage",
+            "OPTIONS": {"bucket_name": BUCKET, "endpoint_url": switch.url, "access_key": "k", "secret_key": "s",
+                        "region_name": "us-east-1", "file_overwrite": True, "default_acl": None},
+        },
+    }  # fmt: skip
+    storages._storages.clear()
+    settings.VALIDATION_RETRY_SECONDS, settings.VALIDATION_RETRY_MAX_SECONDS = 0.3, 0.5
+    try:
+        source = tmp_path / "model.onnx"
+        source.write_bytes(m.affine(3.0, 1.0))
+        stored = storage.store_files("retried", source)
+        settings.MODEL_STORE_DIR = tmp_path / "a-machine-without-the-file"
+        model = RegisteredModel.objects.create(name="retried", team=person("alice", "ml").teams.first())
+        version = services.version_create(
+            model, artifact=stored.relpath, sha256=stored.sha256, size=stored.size, state="UPLOADED", action="test"
+        )
+        switch.off()
+        assert validating.validate_here(version.pk) is None  # interrupted: a retry is scheduled
+        version.refresh_from_db()
+        assert version.state == ModelVersion.State.UPLOADED, version.log
+        assert version.log[-1].endswith("the storage backend failed (EndpointConnectionError); validation is retried")
+        switch.on()
+        assert wait_for(lambda: ModelVersion.objects.get(pk=version.pk).state == "READY", timeout=15)
+        version.refresh_from_db()
+        assert version.inputs == [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]
+    finally:
+        switch.off()
+        storages._storages.clear()

@@ -448,6 +448,13 @@ def test_redis_going_away_mid_run(repository, tmp_path, private_redis):
         time.sleep(2)
         x, y = _affine(http, httpclient, "anywhere")
         np.testing.assert_allclose(y, x + 5)
+        # The logs: per process one line when Redis went away and one when it came back; no traceback.
+        front, worker = live.log(), live.worker_log_path("cpu").read_text()
+        went = front.count("Redis (the workers' heartbeats) is unreachable: ConnectionError")
+        assert 1 <= went <= 4 and front.count("Redis (the workers' heartbeats) recovered after") == went, front
+        assert "Traceback" not in front and " left: its heartbeat ended" not in front, front
+        assert worker.count("Redis (this worker's heartbeat) is unreachable") == 1, worker
+        assert worker.count("Redis (this worker's heartbeat) recovered after") == 1, worker
     finally:
         assert live.stop() == 0
 

@@ -38,6 +38,7 @@ from inference.runtime.placement import (
     queue_for,
 )
 from inference.runtime.worker_server import Limits, WorkerServer
+from models_store import maintenance
 
 
 def _rss_bytes() -> int:
@@ -144,6 +145,7 @@ class Command(BaseCommand):
                     signal.signal(sig, lambda *_: stopped.set())
                 stopped.wait()
             else:
+                maintenance.start(settings.WORKER_CACHE_DIR)  # the reaper and the cleanup, on a timer (daemon)
                 app.worker_main(
                     [
                         "worker", "--queues", CONTROL_QUEUE, "--pool", "threads", "--concurrency", "1",

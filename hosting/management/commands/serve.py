@@ -23,6 +23,7 @@ from django.db import connections
 from hosting.composition import IN_PROCESS, WORKERS, executor_mode
 from hosting.deployment import DeploymentError, check_worker_mode
 from hosting.supervisor import Child, Supervisor
+from models_store import maintenance
 from models_store.repository import import_repository
 
 
@@ -143,5 +144,10 @@ class Command(BaseCommand):
             if ready_file is not None and pid == children[-1].process.pid:
                 ready_file.unlink(missing_ok=True)  # not ready until gRPC listens again
 
-        if Supervisor(children, on_exit=on_exit).run() != 0:
+        upkeep = maintenance.start()  # the reaper and the cleanup of interrupted uploads, on a timer
+        try:
+            failed = Supervisor(children, on_exit=on_exit).run() != 0
+        finally:
+            upkeep.stop()
+        if failed:
             raise CommandError("a server process kept failing; see the log above")

@@ -9,7 +9,9 @@ machine), cached artifacts no version uses. In the storage backend (S3, when
 older than ``--min-age`` seconds so that uploads in progress are left alone.
 Says what it removed; ``--dry-run`` only lists. Versions whose artifact the
 storage backend lacks are reported. Run it on any machine: it needs only the
-database and the storage backend (no shared disk).
+database and the storage backend (no shared disk). The same sweep runs on
+a timer of every server and validating worker (ORPHAN_MIN_AGE_SECONDS,
+:mod:`models_store.maintenance`); this command is for a one-off sweep.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from models_store import storage
+from models_store.maintenance import sweep
 from models_store.models import ModelVersion
 
 
@@ -31,27 +34,12 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, dry_run: bool, min_age: float, **options):
-        rows = list(ModelVersion.objects.values_list("artifact", "sha256"))
-        referenced = {artifact for artifact, _ in rows}
         verb = "would remove" if dry_run else "removed"
         removed = 0
-        root = storage.store_root()
-        for path in storage.find_orphans(referenced, min_age):
-            if not dry_run:
-                storage.remove_path(path)
-            self.stdout.write(f"{verb} {path.relative_to(root)}")
+        for line in sweep(min_age, settings.WORKER_CACHE_DIR, dry_run):
+            self.stdout.write(f"{verb} {line}")
             removed += 1
-        for prefix in storage.find_remote_orphans(referenced, min_age):
-            if not dry_run:
-                storage.remove_remote(prefix)
-            self.stdout.write(f"{verb} {prefix}/ from the storage backend")
-            removed += 1
-        cache = settings.WORKER_CACHE_DIR
-        for path in storage.find_cache_orphans(cache, {sha for _, sha in rows}, min_age):
-            if not dry_run:
-                storage.remove_cached(path)
-            self.stdout.write(f"{verb} {path} from the worker cache")
-            removed += 1
+        referenced = set(ModelVersion.objects.values_list("artifact", flat=True))
         missing = storage.missing_artifacts(referenced)
         for relpath in missing:
             self.stdout.write(self.style.WARNING(f"missing artifact of a version: {relpath}"))

@@ -1,0 +1,109 @@
+"""Scheduled upkeep of the model store, on a timer of the server (``serve``)
+and of every inference worker that takes validation tasks (``runworker``):
+
+- the reaper: versions left UPLOADED or VALIDATING for more than
+  VALIDATION_DEADLINE_SECONDS are queued for validation again (validated
+  in this process where :func:`validating.validates_here`);
+- the cleanup: what an upload that failed half-way left behind (staging
+  files, local artifact copies and storage-backend objects no version row
+  references, a worker's cached artifacts no version uses), older than
+  ORPHAN_MIN_AGE_SECONDS (the same sweep as ``manage.py cleanup_store``).
+
+Every MAINTENANCE_SECONDS; several processes doing it at once is harmless
+(a version is re-queued by one reaper only; removing an orphan twice is a
+no-op). A dependency that is down skips the round (one log line, see
+:class:`~inference.outage.DependencyWatch`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from django.conf import settings
+from django.db import close_old_connections
+
+from inference.outage import DependencyWatch
+from models_store import outages, storage, validating
+from models_store.models import ModelVersion
+
+logger = logging.getLogger(__name__)
+
+
+def sweep(min_age: float, cache_dir: Path | None, dry_run: bool = False) -> Iterator[str]:
+    """Remove (``dry_run``: only name) the orphans older than ``min_age``
+    seconds: on this machine's MODEL_STORE_DIR, in the storage backend,
+    and in the worker cache ``cache_dir`` when it exists here. Yields one
+    line per orphan ("<path>", "<prefix>/ from the storage backend", "<path>
+    from the worker cache")."""
+    rows = list(ModelVersion.objects.values_list("artifact", "sha256"))
+    referenced = {artifact for artifact, _ in rows}
+    root = storage.store_root()
+    for path in storage.find_orphans(referenced, min_age):
+        if not dry_run:
+            storage.remove_path(path)
+        yield str(path.relative_to(root))
+    for prefix in storage.find_remote_orphans(referenced, min_age):
+        if not dry_run:
+            storage.remove_remote(prefix)
+        yield f"{prefix}/ from the storage backend"
+    if cache_dir is not None:
+        for path in storage.find_cache_orphans(cache_dir, {sha for _, sha in rows}, min_age):
+            if not dry_run:
+                storage.remove_cached(path)
+            yield f"{path} from the worker cache"
+
+
+def run_once(cache_dir: Path | None = None) -> tuple[list[int], list[str]]:
+    """One round: the reaper, then the cleanup. Returns the re-queued
+    version ids and the removed orphans. Raises what a dependency raises."""
+    from models_store.services import schedule_validation
+
+    requeued = validating.reap_stale(settings.VALIDATION_DEADLINE_SECONDS)
+    for version_id in requeued:
+        schedule_validation(version_id)
+    removed = list(sweep(settings.ORPHAN_MIN_AGE_SECONDS, cache_dir))
+    if removed:
+        logger.warning("removed %d orphan(s) of interrupted uploads: %s", len(removed), ", ".join(removed[:10]))
+    return requeued, removed
+
+
+class Maintenance:
+    """A daemon thread running :func:`run_once` every ``interval`` seconds."""
+
+    def __init__(self, interval: float, cache_dir: Path | None = None):
+        self.interval = interval
+        self.cache_dir = cache_dir
+        self.watch = DependencyWatch("the model store (scheduled upkeep)", logger)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Maintenance:
+        if self.interval > 0 and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="store-maintenance", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                run_once(self.cache_dir)
+            except Exception as exc:
+                if outages.transient(exc):
+                    self.watch.failed(exc, f"the reaper and the cleanup retry every {self.interval:g} s")
+                else:
+                    logger.exception("the model store's scheduled upkeep failed")
+            else:
+                self.watch.ok()
+            finally:
+                close_old_connections()
+
+
+def start(cache_dir: Path | None = None) -> Maintenance:
+    """Start this process's upkeep timer (MAINTENANCE_SECONDS; 0: none)."""
+    return Maintenance(settings.MAINTENANCE_SECONDS, cache_dir).start()
