@@ -282,6 +282,10 @@ VALIDATION_RETRY_SECONDS = env.float("VALIDATION_RETRY_SECONDS", default=2.0)
 VALIDATION_RETRY_MAX_SECONDS = env.float("VALIDATION_RETRY_MAX_SECONDS", default=60.0)
 #: A version left UPLOADED or VALIDATING longer than this is queued for validation again (s).
 VALIDATION_DEADLINE_SECONDS = env.float("VALIDATION_DEADLINE_SECONDS", default=600.0)
+#: Where this process validates uploads itself (the embedded server): files up to this size are
+#: validated before the upload answers (201 READY / 422 FAILED), larger ones in the background,
+#: one at a time (202; the version's page follows its state). 0: always in the background.
+VALIDATE_IN_REQUEST_MAX_BYTES = env.int("VALIDATE_IN_REQUEST_MAX_BYTES", default=64 * 1024 * 1024)
 #: What an interrupted upload left (staging files, artifacts and S3 objects without
 #: a version row) is removed once older than this (s) ...
 ORPHAN_MIN_AGE_SECONDS = env.float("ORPHAN_MIN_AGE_SECONDS", default=600.0)

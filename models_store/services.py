@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -413,7 +414,10 @@ def version_upload(
             )
             if config is not None:
                 model_set_config(model, config, actor, source="upload", validating=True)
-            transaction.on_commit(lambda: schedule_validation(version.pk, here), robust=True)
+            if here and staged.size > settings.VALIDATE_IN_REQUEST_MAX_BYTES:  # big: off the request
+                transaction.on_commit(lambda: validating.validate_in_background(version.pk), robust=True)
+            else:
+                transaction.on_commit(lambda: schedule_validation(version.pk, here), robust=True)
     except ConfigError as exc:
         _remove_if_unreferenced(stored.relpath)
         raise RegistryError(str(exc)) from None

@@ -231,6 +231,30 @@ def validate_here(version_id: int, attempt: int = 0) -> ModelVersion | None:
         return None
 
 
+_background = None  # a one-thread executor, created on first use
+
+
+def validate_in_background(version_id: int) -> None:
+    """Validate in this process but off the request: on one background
+    thread per process, so that big models are validated one at a time
+    (memory); the reaper re-queues the version if the process ends first."""
+    global _background
+    if _background is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="validation")
+    _background.submit(_validate_in_background, version_id)
+
+
+def _validate_in_background(version_id: int) -> None:
+    from django.db import connection
+
+    try:
+        _validate_later(version_id, 0)
+    finally:
+        connection.close()  # the thread stays; its connection need not
+
+
 def _validate_later(version_id: int, attempt: int) -> None:
     try:
         validate_here(version_id, attempt)
