@@ -174,6 +174,29 @@ class _SendFailed(Exception):
     """A request frame could not be sent (the worker never got all of it)."""
 
 
+def _connect_unix(path: str) -> socket.socket:
+    """A connection to a worker's Unix socket, its peer checked. A full
+    accept backlog (EAGAIN: the worker is busy accepting) is retried until
+    the connect timeout rather than taken for a refusal. Raises LinkRefused
+    (another user's socket) or OSError."""
+    deadline = time.monotonic() + _CONNECT_SECONDS
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(_CONNECT_SECONDS)
+            sock.connect(path)
+            link.check_local_peer(sock, os.getuid())
+            return sock
+        except BlockingIOError:
+            sock.close()
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.005)
+        except BaseException:
+            sock.close()
+            raise
+
+
 def _open(worker: Worker, tls: link.TLSFiles | None) -> socket.socket:
     """A socket to the worker whose other end proved it is one of ours: its
     Unix socket when it runs on this machine and the path is visible here
@@ -181,19 +204,15 @@ def _open(worker: Worker, tls: link.TLSFiles | None) -> socket.socket:
     must be the deployment's). Raises LinkRefused or OSError."""
     announced = worker.announcement
     path = announced.unix
+    local_error = None
     if path and announced.machine == _HOSTNAME and os.path.exists(path):
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.settimeout(_CONNECT_SECONDS)
-            sock.connect(path)
-            link.check_local_peer(sock, os.getuid())
-            return sock
-        except link.LinkRefused:
-            sock.close()
-            raise
-        except OSError:
-            sock.close()  # fall back to TCP
+            return _connect_unix(path)
+        except OSError as exc:
+            local_error = exc  # fall back to TCP
     if not announced.address:
+        if local_error is not None:
+            raise link.LinkRefused(f"its Unix socket refused the connection ({local_error}) and it has no TCP listener")
         raise link.LinkRefused("it has no TCP listener and its Unix socket is not on this machine")
     if tls is None:
         raise link.LinkRefused(
