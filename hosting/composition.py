@@ -27,6 +27,7 @@ from inference.ratelimit import Defaults, MemoryStore, RateLimiter, RedisStore
 from inference.registry import ModelRegistry
 from inference.runtime import onnx as onnx_runtime
 from inference.runtime.executors import InProcessExecutor, session_loader
+from inference.shared_memory import RegionRegistry
 from inference.runtime.placement import WorkerDirectory, read_workers
 from inference.runtime.remote import RemoteExecutor
 from inference.runtime.runner import ModelRunner
@@ -214,6 +215,7 @@ def build_dataplane() -> DataPlane:
         timeout_seconds=settings.INFERENCE_TIMEOUT_SECONDS,
         limiter=build_limiter(),
         payload_log=build_payload_log(),
+        shared_memory=RegionRegistry(Path(settings.VAR_DIR) / "run" / "shm"),  # this machine's registered regions
     )
 
 
