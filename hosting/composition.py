@@ -27,10 +27,10 @@ from inference.ratelimit import Defaults, MemoryStore, RateLimiter, RedisStore
 from inference.registry import ModelRegistry
 from inference.runtime import onnx as onnx_runtime
 from inference.runtime.executors import InProcessExecutor, session_loader
-from inference.shared_memory import RegionRegistry
 from inference.runtime.placement import WorkerDirectory, read_workers
 from inference.runtime.remote import RemoteExecutor
 from inference.runtime.runner import ModelRunner
+from inference.shared_memory import RegionRegistry
 from inference.statistics import StatisticsRecorder
 from inference.statistics_db import DatabaseStatistics
 from inference.worker import WorkerRuntime

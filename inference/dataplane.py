@@ -89,9 +89,7 @@ class Admission:
 
     __slots__ = ("_blocking", "_slots", "model_name", "owner", "regions")
 
-    def __init__(
-        self, model_name: str, slots: ratelimit.Admission, blocking: bool, owner: str = "", regions: str = ""
-    ):
+    def __init__(self, model_name: str, slots: ratelimit.Admission, blocking: bool, owner: str = "", regions: str = ""):
         self.model_name = model_name
         self._slots = slots
         self._blocking = blocking  # releasing its slots talks to a shared store
@@ -339,7 +337,9 @@ class DataPlane:
             return version._entry
         return self.registry.route(request.model_name, request.model_version, draw)
 
-    async def _infer_on_loop(self, request: InferenceRequest, entry: VersionEntry, admission: Admission) -> InferenceResponse:
+    async def _infer_on_loop(
+        self, request: InferenceRequest, entry: VersionEntry, admission: Admission
+    ) -> InferenceResponse:
         """:meth:`infer` for an executor that runs on the event loop
         (``run_async``: the worker transport's sockets in the loop's
         selector, no thread per request); the same checks, statistics and

@@ -166,7 +166,7 @@ class _Mapping:
     """An open shared-memory object mapped from 0 to the region's end (the
     descriptor stays open to check its size on every use)."""
 
-    __slots__ = ("end", "fd", "map", "__weakref__")
+    __slots__ = ("__weakref__", "end", "fd", "map")
 
     def __init__(self, region: Region):
         path = object_path(region.key)
@@ -377,4 +377,3 @@ def write_output(output: ResponseOutput, reference: TensorReference, view: memor
     output.parameters = {**output.parameters, PARAM_REGION: reference.region, PARAM_SIZE: size}
     if reference.offset:
         output.parameters[PARAM_OFFSET] = reference.offset
-

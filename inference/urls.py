@@ -49,8 +49,11 @@ for kind, prefix in (("system", "System"), ("cuda", "Cuda")):
     urlpatterns += [
         re_path(rf"^v2/{kind}sharedmemory/status$", status, name=f"v2-{kind}-shm-status-all"),
         re_path(_R + r"/status$", status, name=f"v2-{kind}-shm-status"),
-        re_path(_R + r"/register$", getattr(views, f"{prefix}SharedMemoryRegisterView").as_view(),
-                name=f"v2-{kind}-shm-register"),  # fmt: skip
+        re_path(
+            _R + r"/register$",
+            getattr(views, f"{prefix}SharedMemoryRegisterView").as_view(),
+            name=f"v2-{kind}-shm-register",
+        ),
         re_path(rf"^v2/{kind}sharedmemory/unregister$", unregister, name=f"v2-{kind}-shm-unregister-all"),
         re_path(_R + r"/unregister$", unregister, name=f"v2-{kind}-shm-unregister"),
     ]

@@ -116,7 +116,9 @@ def decode_request(
         size = in_params.get("binary_data_size")
         if size is not None:
             if "data" in raw or SHARED_MEMORY_REGION in in_params:
-                raise InvalidInput(f"{where}: has parameters.binary_data_size and 'data' or parameters.{SHARED_MEMORY_REGION}")
+                raise InvalidInput(
+                    f"{where}: has parameters.binary_data_size and 'data' or parameters.{SHARED_MEMORY_REGION}"
+                )
             if type(size) is not int or size < 0:
                 raise InvalidInput(f"{where}: binary_data_size must be a non-negative integer")
             in_params = {k: v for k, v in in_params.items() if k != "binary_data_size"}
@@ -128,7 +130,9 @@ def decode_request(
         elif "data" in raw:
             data = json_codec.tensor_from_json(where, datatype, shape, raw["data"], check_bools)
         else:
-            raise InvalidInput(f"{where}: needs 'data', parameters.binary_data_size or parameters.{SHARED_MEMORY_REGION}")
+            raise InvalidInput(
+                f"{where}: needs 'data', parameters.binary_data_size or parameters.{SHARED_MEMORY_REGION}"
+            )
         inputs.append(RequestInput(name, datatype.name, shape, data, in_params))
     reader.finish()
     outputs = None

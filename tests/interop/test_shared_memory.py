@@ -65,7 +65,10 @@ def test_http_inputs_and_outputs_in_regions(model_server):
             status = {r["name"]: r for r in client.get_system_shared_memory_status()}
             assert status[in_name] == {"name": in_name, "key": in_key, "offset": 0, "byte_size": 128}
             assert client.get_system_shared_memory_status(out_name)[0]["key"] == out_key
-            inputs = [httpclient.InferInput("INPUT0", [1, 16], "INT32"), httpclient.InferInput("INPUT1", [1, 16], "INT32")]
+            inputs = [
+                httpclient.InferInput("INPUT0", [1, 16], "INT32"),
+                httpclient.InferInput("INPUT1", [1, 16], "INT32"),
+            ]
             inputs[0].set_shared_memory(in_name, 64)
             inputs[1].set_shared_memory(in_name, 64, offset=64)
             outputs = [httpclient.InferRequestedOutput(n, binary_data=True) for n in ("OUTPUT0", "OUTPUT1")]
@@ -98,7 +101,10 @@ def test_grpc_regions_mixed_with_raw_contents(model_server):
             try:
                 status = client.get_system_shared_memory_status()
                 assert status.regions[in_name].key == in_key and status.regions[out_name].byte_size == 64
-                inputs = [grpcclient.InferInput("INPUT0", [1, 16], "INT32"), grpcclient.InferInput("INPUT1", [1, 16], "INT32")]
+                inputs = [
+                    grpcclient.InferInput("INPUT0", [1, 16], "INT32"),
+                    grpcclient.InferInput("INPUT1", [1, 16], "INT32"),
+                ]
                 inputs[0].set_data_from_numpy(a)
                 inputs[1].set_shared_memory(in_name, 64)
                 outputs = [grpcclient.InferRequestedOutput("OUTPUT0"), grpcclient.InferRequestedOutput("OUTPUT1")]
@@ -165,7 +171,9 @@ def test_every_span_is_checked_against_its_region(model_server):
         _refused(lambda: client.register_system_shared_memory(name, key, 129), 400, "invalid args")
         _refused(lambda: client.register_system_shared_memory(name, key, 64, offset=100), 400, "invalid args")
         _refused(lambda: client.register_system_shared_memory(name, "/mh-test-absent", 64), 400, "Unable to open")
-        _refused(lambda: client.register_system_shared_memory(name, "../etc/passwd", 64), 400, "invalid shared memory key")
+        _refused(
+            lambda: client.register_system_shared_memory(name, "../etc/passwd", 64), 400, "invalid shared memory key"
+        )
         client.register_system_shared_memory(name, key, 128)
         try:
             _refused(lambda: client.register_system_shared_memory(name, key, 128), 400, "already in manager")
