@@ -115,9 +115,11 @@ def decode_request(
         in_params = _parameters(raw.get("parameters"), where)
         size = in_params.get("binary_data_size")
         if size is not None:
-            if "data" in raw or SHARED_MEMORY_REGION in in_params:
+            if "data" in raw:
+                raise InvalidInput(f"{where}: has both 'data' and parameters.binary_data_size")
+            if SHARED_MEMORY_REGION in in_params:
                 raise InvalidInput(
-                    f"{where}: has parameters.binary_data_size and 'data' or parameters.{SHARED_MEMORY_REGION}"
+                    f"{where}: has both parameters.binary_data_size and parameters.{SHARED_MEMORY_REGION}"
                 )
             if type(size) is not int or size < 0:
                 raise InvalidInput(f"{where}: binary_data_size must be a non-negative integer")
@@ -131,7 +133,7 @@ def decode_request(
             data = json_codec.tensor_from_json(where, datatype, shape, raw["data"], check_bools)
         else:
             raise InvalidInput(
-                f"{where}: needs 'data', parameters.binary_data_size or parameters.{SHARED_MEMORY_REGION}"
+                f"{where}: needs 'data' or parameters.binary_data_size (or parameters.{SHARED_MEMORY_REGION})"
             )
         inputs.append(RequestInput(name, datatype.name, shape, data, in_params))
     reader.finish()
