@@ -362,9 +362,10 @@ def write_output(output: ResponseOutput, reference: TensorReference, view: memor
     """Write an output's binary form into ``view`` (the span ``reference``
     names, :meth:`RegionRegistry.view`) and mark it so (parameters
     ``shared_memory_region``, ``shared_memory_byte_size``: the bytes written,
-    ``shared_memory_offset`` when not 0); the transports then send no data
-    for it. Raises InvalidInput when the span is too small for the result
-    (Triton's text)."""
+    ``shared_memory_offset`` when not 0: for the payload log and the
+    transports, which send neither data nor parameters for it, as Triton).
+    Raises InvalidInput when the span is too small for the result (Triton's
+    text)."""
     buffer = binary.tensor_to_buffer(output.data, BY_NAME[output.datatype])
     size = memoryview(buffer).nbytes
     if size > reference.byte_size:

@@ -220,7 +220,8 @@ def encode_response(
     An output is binary when its RequestedOutput has ``binary_data: true``,
     or when it has no such parameter and ``binary_default`` (the request's
     ``binary_data_output``) is true; an output written into a shared-memory
-    region has neither (only its parameters). Returns (body, header length)
+    region has neither, nor parameters (Triton's C++ client, perf_analyzer,
+    reads ``binary_data_size`` from any output's parameters). Returns (body, header length)
     where the header length is None for a JSON-only body.
     """
     flags: dict[str, Any] = {}
@@ -236,7 +237,7 @@ def encode_response(
         entry: dict[str, Any] = {"name": out.name, "datatype": out.datatype, "shape": out.shape}
         params = dict(out.parameters) if out.parameters else None
         if out.in_region:
-            pass  # written into a shared-memory region: no data
+            params = None  # written into a shared-memory region: no data, no parameters (as Triton's clients expect)
         elif flags.get(out.name, binary_default):
             buffer = binary.tensor_to_buffer(out.data, datatype)
             buffers.append(buffer)

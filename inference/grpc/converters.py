@@ -208,12 +208,12 @@ def infer_response_to_proto(response: InferenceResponse, message=None) -> pb.Mod
     raw = []
     for output in response.outputs:
         tensor = message.outputs.add(name=output.name, datatype=output.datatype, shape=output.shape)
-        if output.parameters:
-            parameters_to_proto(output.parameters, tensor.parameters)
         if output.in_region:  # written into a shared-memory region: an empty entry, as Triton sends
             raw.append(b"")
-        else:
-            raw.append(bytes(binary.tensor_to_buffer(output.data, BY_NAME[output.datatype])))
+            continue
+        if output.parameters:
+            parameters_to_proto(output.parameters, tensor.parameters)
+        raw.append(bytes(binary.tensor_to_buffer(output.data, BY_NAME[output.datatype])))
     message.raw_output_contents.extend(raw)
     if response.parameters:
         parameters_to_proto(response.parameters, message.parameters)
