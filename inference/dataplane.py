@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 
 from inference import auth, classification, model_config, ratelimit, tracing
 from inference import shared_memory as shm
+from inference.codecs import binary
 from inference.ports import providers
 from inference.protocol import triton_texts
+from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady, PermissionDenied
 from inference.protocol.types import (
     InferenceRequest,
@@ -75,6 +77,14 @@ class _Job:
     computed: int
     sequence: sequences.SequenceRequest | None = None
     regions: dict | None = None  # output name -> (TensorReference, the region's view it is written into)
+    plan: shm.RegionPlan | None = None  # for a remote executor: tensors its worker may map itself
+
+    @property
+    def options(self) -> dict:
+        """The executor's keyword arguments beside the tensors."""
+        if self.plan is None:
+            return {"sequence": self.sequence}
+        return {"sequence": self.sequence, "regions": self.plan}
 
 
 class Admission:
@@ -321,9 +331,8 @@ class DataPlane:
                 run = self._traced_run(entry, job)
             else:
                 run = self.executor.run(
-                    entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group,
-                    sequence=job.sequence,
-                )  # fmt: skip
+                    entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group, **job.options
+                )
             return self._respond(entry, request, job, run)
         except InferenceError:
             self.statistics.record_failure(entry.model_name, entry.number, _now() - started)
@@ -349,9 +358,8 @@ class DataPlane:
         try:
             job = self._prepare(entry, request, started, admission.owner, admission.regions)
             run = await self.executor.run_async(
-                entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group,
-                sequence=job.sequence,
-            )  # fmt: skip
+                entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group, **job.options
+            )
             return self._respond(entry, request, job, run)
         except InferenceError:
             self.statistics.record_failure(entry.model_name, entry.number, _now() - started)
@@ -365,24 +373,30 @@ class DataPlane:
         ``regions`` (their owner) are read, regions for outputs looked up."""
         deadline = self._deadline(request.parameters, started)
         ids = sequences.sequence_parameters(request.parameters)  # checked first, as Triton's front ends do
+        plan = shm.RegionPlan() if getattr(self.executor, "remote", False) else None
         for tensor in request.inputs:
             if tensor.data is None:  # the decoders leave an input sent in a region without data
-                self._read_region(tensor, regions)
+                self._read_region(tensor, regions, plan)
         feeds, rows = self._check_inputs(entry, request)
         names, classify = self._check_outputs(entry, request)
-        written = self._output_regions(request, regions) if request.outputs else None
+        written = self._output_regions(request, regions, plan) if request.outputs else None
         sequence = sequences.request_for(entry.target.sequence, entry.model_name, ids, rows, owner)
-        return _Job(started, deadline, feeds, rows, names, classify, _now(), sequence, written)
+        plan = plan if plan is not None and (plan.inputs or plan.outputs) else None
+        return _Job(started, deadline, feeds, rows, names, classify, _now(), sequence, written, plan)
 
-    def _read_region(self, tensor, regions: str) -> None:
+    def _read_region(self, tensor, regions: str, plan: shm.RegionPlan | None) -> None:
+        """An input's data from its region (in ``plan`` too, when numeric, for a worker to map itself)."""
         reference = shm.tensor_reference(tensor.parameters, f"input '{tensor.name}'")
         if reference is None:
             raise InvalidInput(f"input '{tensor.name}' has no data")
-        tensor.data = shm.read_input(self.shared_memory, regions, tensor, reference)
+        tensor.data, located = shm.read_input(self.shared_memory, regions, tensor, reference)
+        if plan is not None and tensor.datatype != "BYTES":
+            plan.inputs[tensor.name] = located
 
-    def _output_regions(self, request: InferenceRequest, regions: str) -> dict | None:
+    def _output_regions(self, request: InferenceRequest, regions: str, plan: shm.RegionPlan | None) -> dict | None:
         """{output name: (reference, view)} of the outputs requested into
-        shared-memory regions (checked against their regions before the run)."""
+        shared-memory regions (checked against their regions before the run;
+        in ``plan`` too, for a worker to write itself)."""
         written = None
         for output in request.outputs:
             where = f"output '{output.name}'"
@@ -395,7 +409,10 @@ class DataPlane:
                 raise InvalidInput(f"{where}: Output can't set both 'shared_memory_region' and 'binary_data'")
             if written is None:
                 written = {}
-            written[output.name] = (reference, self.shared_memory.view(regions, reference, where))
+            located, view = self.shared_memory.span(regions, reference, where)
+            written[output.name] = (reference, view)
+            if plan is not None:
+                plan.outputs[output.name] = located
         return written
 
     def _respond(self, entry: VersionEntry, request: InferenceRequest, job: _Job, run) -> InferenceResponse:
@@ -405,6 +422,9 @@ class DataPlane:
         types = entry.output_types
         outputs = []
         for name, array in zip(job.names, run.outputs):
+            if array is None:  # a worker wrote it into its shared-memory region
+                outputs.append(self._written(name, types[name], job, run))
+                continue
             count = job.classify.get(name)
             if count:
                 labels = entry.output_labels.get(name) or entry.properties.get("labels") or []
@@ -415,7 +435,7 @@ class DataPlane:
         if job.regions:
             for output in outputs:
                 target = job.regions.get(output.name)
-                if target is not None:
+                if target is not None and not output.in_region:
                     shm.write_output(output, *target)
         finished = _now()
         rate, cap = entry.payload_log
@@ -441,6 +461,16 @@ class DataPlane:
             id=request.id,
         )
 
+    @staticmethod
+    def _written(name: str, datatype: str, job: _Job, run) -> ResponseOutput:
+        """An output a worker wrote into its region: viewed there (for the payload log), marked written."""
+        reference, view = job.regions[name]
+        shape, size = run.written[name]
+        array = binary.tensor_from_buffer(f"output '{name}'", BY_NAME[datatype], shape, view[:size])
+        output = ResponseOutput(name, datatype, shape, array)
+        shm.mark_written(output, reference, size)
+        return output
+
     def _traced_run(self, entry: VersionEntry, job: _Job):
         """The executor's run under a ``run`` span; in process, with the runner's
         queue wait, batch formation and session.run (a worker records its own)."""
@@ -448,9 +478,8 @@ class DataPlane:
         with tracing.step("run", model=entry.model_name, version=str(entry.number)):
             asked = tracing.epoch_ns()
             run = self.executor.run(
-                entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group,
-                sequence=job.sequence,
-            )  # fmt: skip
+                entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group, **job.options
+            )
             if not getattr(self.executor, "remote", False):
                 tracing.record_run(asked, run.queue_ns, run.form_ns, run.infer_ns, run.batch_size)
         return run

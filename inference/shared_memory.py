@@ -40,7 +40,7 @@ import os
 import stat
 import threading
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -99,6 +99,58 @@ class TensorReference:
     region: str
     byte_size: int
     offset: int
+
+
+@dataclass(frozen=True)
+class ObjectSpan:
+    """``nbytes`` bytes of the shared-memory object ``key`` from ``offset``
+    (from the object's start): a checked tensor span, as a worker on this
+    machine maps it (:func:`map_span`)."""
+
+    key: str
+    offset: int
+    nbytes: int
+
+
+@dataclass
+class RegionPlan:
+    """One request's tensors in shared-memory regions, for an executor whose
+    worker, on this machine, maps them itself: numeric inputs (name -> span;
+    the feed gives dtype and shape) and requested outputs (name -> the room
+    in the region)."""
+
+    inputs: dict[str, ObjectSpan] = field(default_factory=dict)
+    outputs: dict[str, ObjectSpan] = field(default_factory=dict)
+
+
+def map_span(span: ObjectSpan) -> memoryview:
+    """Map a span of a shared-memory object in this process (an inference
+    worker on the front end's machine, which checked the span against the
+    caller's region): a writable view, mapped while it lives. The object is
+    opened without following links and must be a regular file holding the
+    span. Raises InvalidInput."""
+    try:
+        fd = os.open(object_path(span.key), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise InvalidInput(f"Unable to open shared memory region: '{span.key}' ({exc.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        end = span.offset + span.nbytes
+        if not stat.S_ISREG(info.st_mode) or info.st_size < end:
+            raise InvalidInput(f"Invalid shared memory region: '{span.key}' (it does not hold {end} bytes)")
+        if not span.nbytes:
+            return memoryview(bytearray())
+        start = span.offset - span.offset % mmap.ALLOCATIONGRANULARITY
+        return memoryview(mmap.mmap(fd, end - start, offset=start))[span.offset - start :]
+    finally:
+        os.close(fd)
+
+
+def mark_written(output: ResponseOutput, reference: TensorReference, size: int) -> None:
+    """Mark an output as written into its region (``size`` bytes), as :func:`write_output` does."""
+    output.parameters = {**output.parameters, PARAM_REGION: reference.region, PARAM_SIZE: size}
+    if reference.offset:
+        output.parameters[PARAM_OFFSET] = reference.offset
 
 
 def _unsigned(value, what: str) -> int:
@@ -328,6 +380,11 @@ class RegionRegistry:
         mapping (it keeps the mapping open while it lives). Raises
         RegionNotFound as InvalidInput (a request's mistake), InvalidInput for
         a span outside the region or an object made smaller than it."""
+        return self.span(owner, reference, where)[1]
+
+    def span(self, owner: str, reference: TensorReference, where: str) -> tuple[ObjectSpan, memoryview]:
+        """:meth:`view`, and where its bytes lie in the shared-memory object
+        (for a worker on this machine that maps the object itself)."""
         try:
             region = self.get(owner, reference.region)
         except RegionNotFound as exc:
@@ -341,21 +398,24 @@ class RegionRegistry:
             mapping = _Mapping(region)
             self._remember(region.id, mapping)
         mapping.check(region)
-        if not reference.byte_size:
-            return memoryview(b"")
         start = region.offset + reference.offset
-        return memoryview(mapping.map)[start : start + reference.byte_size]
+        located = ObjectSpan(region.key, start, reference.byte_size)
+        if not reference.byte_size:
+            return located, memoryview(b"")
+        return located, memoryview(mapping.map)[start : start + reference.byte_size]
 
 
 # -- tensors in regions ---------------------------------------------------------
-def read_input(registry: RegionRegistry, owner: str, tensor: RequestInput, reference: TensorReference) -> np.ndarray:
+def read_input(
+    registry: RegionRegistry, owner: str, tensor: RequestInput, reference: TensorReference
+) -> tuple[np.ndarray, ObjectSpan]:
     """The data of an input sent in a region: a view of the mapping for
-    numeric datatypes (no copy), the length-prefixed elements for BYTES.
-    ``shared_memory_byte_size`` must be exactly the tensor's bytes. Raises
-    InvalidInput naming the input."""
+    numeric datatypes (no copy), the length-prefixed elements for BYTES; and
+    where it lies in its object. ``shared_memory_byte_size`` must be exactly
+    the tensor's bytes. Raises InvalidInput naming the input."""
     where = f"input '{tensor.name}'"
-    view = registry.view(owner, reference, where)
-    return binary.tensor_from_buffer(where, BY_NAME[tensor.datatype], tensor.shape, view)
+    located, view = registry.span(owner, reference, where)
+    return binary.tensor_from_buffer(where, BY_NAME[tensor.datatype], tensor.shape, view), located
 
 
 def write_output(output: ResponseOutput, reference: TensorReference, view: memoryview) -> None:
@@ -375,6 +435,4 @@ def write_output(output: ResponseOutput, reference: TensorReference, view: memor
         )
     if size:
         view[:size] = memoryview(buffer).cast("B")
-    output.parameters = {**output.parameters, PARAM_REGION: reference.region, PARAM_SIZE: size}
-    if reference.offset:
-        output.parameters[PARAM_OFFSET] = reference.offset
+    mark_written(output, reference, size)
