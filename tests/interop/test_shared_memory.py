@@ -9,6 +9,7 @@ refused. Runs in process and in worker mode (``model_server``)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 
 import numpy as np
@@ -19,7 +20,7 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient import utils
 from tritonclient.utils import InferenceServerException
 
-from tests.support.live import bearer, people_with_tokens, request
+from tests.support.live import bearer, manage, people_with_tokens, request
 
 pytestmark = pytest.mark.interop
 
@@ -144,11 +145,22 @@ def test_bytes_tensors_in_regions(model_server, protocol):
             outputs = [client_module.InferRequestedOutput(f"OUTPUT{i}") for i in range(2)]
             for tensor, (name, _key, _handle) in zip(outputs, made[2:]):
                 tensor.set_shared_memory(name, out_size)
+            before = _stage_counts(model_server, "simple_string")
             client.infer("simple_string", inputs, outputs=outputs)
+            after = _stage_counts(model_server, "simple_string")
+            for stage in ("success", "compute_input", "compute_output"):  # the region reads and writes are counted
+                assert after[stage][0] == before[stage][0] + 1 and after[stage][1] > before[stage][1], stage
             for (_name, _key, handle), expected in zip(made[2:], (expected_sum, expected_diff)):
                 np.testing.assert_array_equal(shm.get_contents_as_numpy(handle, np.object_, [1, 16]), expected)
         finally:
             client.unregister_system_shared_memory()
+
+
+def _stage_counts(server, model: str) -> dict:
+    """{stage: (count, ns)} of a model's statistics (every process of the server)."""
+    status, stats = request(server, "GET", f"/v2/models/{model}/stats")
+    assert status == 200, stats
+    return {k: (v["count"], v["ns"]) for k, v in stats["model_stats"][0]["inference_stats"].items()}
 
 
 def _refused(call, status: int, text: str):
@@ -282,3 +294,25 @@ def test_a_region_belongs_to_its_team(model_server):
         finally:
             client.unregister_system_shared_memory(headers=alice)
         assert client.get_system_shared_memory_status(headers=alice) == []
+    output = manage(model_server, "shell", "-c", _AUDITED, env={"MH_KEYS": json.dumps([key_a, key_b])})
+    events = json.loads(output.strip().splitlines()[-1])
+    assert events == [
+        ["shm_alice", "shared_memory.register", "data", "team:shm-a"],
+        ["shm_bob", "shared_memory.register", "data", "team:shm-b"],
+        ["shm_bob", "shared_memory.unregister", ["data"], "team:shm-b"],
+        ["shm_alice", "shared_memory.unregister", ["data"], "team:shm-a"],
+    ]
+
+
+#: The audit log's shared-memory events of the keys in $MH_KEYS (actor, action, region name(s), owner), as JSON.
+_AUDITED = """
+import json, os
+from models_store.models import AuditEvent
+keys = json.loads(os.environ["MH_KEYS"])
+events = AuditEvent.objects.filter(action__startswith="shared_memory.").order_by("id")
+owners = {e.detail["owner"] for e in events if e.detail.get("key") in keys}
+print(json.dumps([
+    [e.actor_name, e.action, e.detail.get("name", e.detail.get("names")), e.detail["owner"]]
+    for e in events if e.detail.get("key") in keys or (e.action.endswith("unregister") and e.detail["owner"] in owners)
+]))
+"""
