@@ -23,10 +23,8 @@ from dataclasses import dataclass, field
 
 from inference import auth, classification, model_config, ratelimit, tracing
 from inference import shared_memory as shm
-from inference.codecs import binary
 from inference.ports import providers
 from inference.protocol import triton_texts
-from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady, PermissionDenied
 from inference.protocol.types import (
     InferenceRequest,
@@ -423,7 +421,7 @@ class DataPlane:
         outputs = []
         for name, array in zip(job.names, run.outputs):
             if array is None:  # a worker wrote it into its shared-memory region
-                outputs.append(self._written(name, types[name], job, run))
+                outputs.append(shm.written_output(name, types[name], *job.regions[name], *run.written[name]))
                 continue
             count = job.classify.get(name)
             if count:
@@ -460,16 +458,6 @@ class DataPlane:
             outputs=outputs,
             id=request.id,
         )
-
-    @staticmethod
-    def _written(name: str, datatype: str, job: _Job, run) -> ResponseOutput:
-        """An output a worker wrote into its region: viewed there (for the payload log), marked written."""
-        reference, view = job.regions[name]
-        shape, size = run.written[name]
-        array = binary.tensor_from_buffer(f"output '{name}'", BY_NAME[datatype], shape, view[:size])
-        output = ResponseOutput(name, datatype, shape, array)
-        shm.mark_written(output, reference, size)
-        return output
 
     def _traced_run(self, entry: VersionEntry, job: _Job):
         """The executor's run under a ``run`` span; in process, with the runner's

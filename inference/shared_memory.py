@@ -146,6 +146,18 @@ def map_span(span: ObjectSpan) -> memoryview:
         os.close(fd)
 
 
+def written_output(
+    name: str, datatype: str, reference: TensorReference, view: memoryview, shape: tuple, size: int
+) -> ResponseOutput:
+    """An output an inference worker wrote into its region (``size`` bytes
+    of ``shape`` at the start of ``view``, the span ``reference`` names): a
+    view of it there (for the payload log), marked written."""
+    array = binary.tensor_from_buffer(f"output '{name}'", BY_NAME[datatype], shape, view[:size])
+    output = ResponseOutput(name, datatype, shape, array)
+    mark_written(output, reference, size)
+    return output
+
+
 def mark_written(output: ResponseOutput, reference: TensorReference, size: int) -> None:
     """Mark an output as written into its region (``size`` bytes), as :func:`write_output` does."""
     output.parameters = {**output.parameters, PARAM_REGION: reference.region, PARAM_SIZE: size}

@@ -180,3 +180,25 @@ def test_outputs_need_room_and_bytes_keep_their_layout(registry, objects):
     big = ResponseOutput("z", "FP64", (2,), np.ones(2))
     with pytest.raises(InvalidInput, match=r"\(8 bytes\) should be at least 16 bytes"):
         shm.write_output(big, small, registry.view("team:a", small, "output 'z'"))
+
+
+def test_a_worker_writes_outputs_the_front_end_reads_in_place(registry, objects):
+    """Worker mode on one machine: the worker writes an output into the span
+    the front end checked (BYTES in their binary layout) and the front end
+    reads it there; a span too small is refused with Triton's text."""
+    from inference.runtime import messages
+    from inference.worker import _write_regions
+
+    key, _memory = objects(256)
+    registry.register("team:a", "out", key, 64, 128)
+    reference = shm.TensorReference("out", 100, 8)
+    located, view = registry.span("team:a", reference, "output 'y'")
+    assert located == shm.ObjectSpan(key, 72, 100)
+    text = np.array([["ab", "c"], ["", "déf"]], dtype=object)  # ONNX Runtime's string outputs are str
+    (info,) = _write_regions([messages.RegionTensor("y", "", [], key, 72, 100)], {"y": text})
+    assert (info.dtype, info.shape, info.offset, info.nbytes) == ("bytes", [2, 2], 72, 4 * 4 + 7)
+    output = shm.written_output("y", "BYTES", reference, view, tuple(info.shape), info.nbytes)
+    assert output.data.tolist() == [[b"ab", b"c"], [b"", "déf".encode()]]
+    assert output.in_region and output.parameters["shared_memory_byte_size"] == 23
+    with pytest.raises(InvalidInput, match=r"\(8 bytes\) should be at least 16 bytes"):
+        _write_regions([messages.RegionTensor("z", "", [], key, 72, 8)], {"z": np.ones(2)})
