@@ -16,7 +16,7 @@ Spec: https://github.com/triton-inference-server/server/blob/main/docs/protocol/
   can neither see, use nor unregister it; and a ``/dev/shm`` key registered
   by one owner cannot be registered by another (which could otherwise read
   and write the first owner's tensors).
-- :func:`view` maps a region (``mmap`` of ``/dev/shm/<key>``, opened with
+- :meth:`RegionRegistry.view` maps a region (``mmap`` of ``/dev/shm/<key>``, opened with
   ``O_NOFOLLOW``, a regular file whose size covers the region) and returns
   the checked ``[offset, offset + byte_size)`` slice. Mappings are cached per
   registration and process; a request holds its slice, so a region
@@ -32,6 +32,7 @@ then the bytes, per element).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -39,6 +40,7 @@ import mmap
 import os
 import stat
 import threading
+import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -64,7 +66,9 @@ MAX_NAME = 255
 MAX_REGIONS = 256
 #: Mappings a process keeps open (least recently used ones are dropped).
 CACHED_MAPPINGS = 64
-ANONYMOUS = "anonymous"
+#: How often a process drops its mappings of regions unregistered elsewhere (seconds), so that
+#: an object the client removed is freed (a mapping keeps its memory allocated).
+PRUNE_SECONDS = 1.0
 CUDA_UNSUPPORTED = "CUDA shared memory is not supported by this server"
 
 PARAM_REGION, PARAM_SIZE, PARAM_OFFSET = SHARED_MEMORY_REGION, SHARED_MEMORY_BYTE_SIZE, SHARED_MEMORY_OFFSET
@@ -228,11 +232,12 @@ def check_span(region: Region, offset: int, byte_size: int, where: str) -> None:
 
 class _Mapping:
     """An open shared-memory object mapped from 0 to the region's end (the
-    descriptor stays open to check its size on every use)."""
+    descriptor stays open to check its size on every use), for ``region``."""
 
-    __slots__ = ("__weakref__", "end", "fd", "map")
+    __slots__ = ("end", "fd", "map", "region")
 
     def __init__(self, region: Region):
+        self.region = region
         path = object_path(region.key)
         try:
             fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -276,6 +281,7 @@ class RegionRegistry:
         self._memory: dict[tuple[str, str], Region] = {}
         self._lock = threading.Lock()
         self._maps: dict[str, _Mapping] = {}  # registration id -> mapping, least recently used first
+        self._pruned = time.monotonic()
 
     # -- the registrations ----------------------------------------------------
     def _file(self, owner: str, name: str) -> Path:
@@ -294,24 +300,19 @@ class RegionRegistry:
         found = (self._read(path) for path in self.directory.glob("*.json"))
         return [region for region in found if region is not None]
 
+    @contextlib.contextmanager
     def _exclusive(self):
-        """The machine-wide write lock (a context manager)."""
-        registry = self
-
-        class _Locked:
-            def __enter__(self):
-                registry._lock.acquire()
-                self.fd = None
-                if registry.directory is not None:
-                    self.fd = os.open(registry.directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-                    fcntl.flock(self.fd, fcntl.LOCK_EX)
-
-            def __exit__(self, *exc):
-                if self.fd is not None:
-                    os.close(self.fd)  # releases the flock
-                registry._lock.release()
-
-        return _Locked()
+        """The machine-wide write lock (this process's lock, then the directory's ``flock``)."""
+        with self._lock:
+            if self.directory is None:
+                yield
+                return
+            fd = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)  # releases the flock
 
     def get(self, owner: str, name: str) -> Region:
         """The owner's region ``name``. Raises RegionNotFound (Triton's text)."""
@@ -381,6 +382,26 @@ class RegionRegistry:
         return gone
 
     # -- the data -------------------------------------------------------------
+    def prune(self) -> None:
+        """Drop this process's mappings of regions no longer registered (by
+        any process of the machine): requests still using one keep it, and
+        the object's memory is freed once the client removed it too."""
+        self._pruned = time.monotonic()
+        with self._lock:
+            cached = list(self._maps.values())
+        stale = []
+        for mapping in cached:
+            region = mapping.region
+            try:
+                current = self.get(region.owner, region.name)
+            except RegionNotFound:
+                current = None
+            if current is None or current.id != region.id:
+                stale.append(region.id)
+        with self._lock:
+            for key in stale:
+                self._maps.pop(key, None)
+
     def _remember(self, key: str, mapping: _Mapping) -> None:
         with self._lock:
             self._maps[key] = mapping
@@ -397,6 +418,8 @@ class RegionRegistry:
     def span(self, owner: str, reference: TensorReference, where: str) -> tuple[ObjectSpan, memoryview]:
         """:meth:`view`, and where its bytes lie in the shared-memory object
         (for a worker on this machine that maps the object itself)."""
+        if time.monotonic() - self._pruned >= PRUNE_SECONDS:
+            self.prune()
         try:
             region = self.get(owner, reference.region)
         except RegionNotFound as exc:

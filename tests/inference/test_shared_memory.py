@@ -132,6 +132,10 @@ def test_processes_of_a_machine_share_registrations(tmp_path, objects):
     first.unregister("anonymous", "r")
     with pytest.raises(InvalidInput, match="Unable to find system shared memory region: 'r'"):
         second.view("anonymous", shm.TensorReference("r", 8, 0), "input 'x'")
+    del view
+    assert second._maps
+    second.prune()  # the other process's mapping of the unregistered region goes: its memory can be freed
+    assert not second._maps
 
 
 def test_a_region_unregistered_in_use_stays_valid_for_its_user(registry, objects):
