@@ -31,6 +31,7 @@ from inference.runtime.executors import InProcessExecutor, session_loader
 from inference.runtime.placement import WorkerDirectory, read_workers
 from inference.runtime.remote import RemoteExecutor
 from inference.runtime.runner import ModelRunner
+from inference.shared_memory import RegionRegistry
 from inference.statistics import StatisticsRecorder
 from inference.statistics_db import DatabaseStatistics
 from inference.worker import WorkerRuntime
@@ -263,6 +264,7 @@ def build_dataplane() -> DataPlane:
         timeout_seconds=settings.INFERENCE_TIMEOUT_SECONDS,
         limiter=build_limiter(),
         payload_log=build_payload_log(),
+        shared_memory=RegionRegistry(Path(settings.VAR_DIR) / "run" / "shm"),  # this machine's registered regions
     )
 
 

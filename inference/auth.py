@@ -14,7 +14,11 @@ DataPlane, which asks the installed :class:`~inference.ports.Authorizer`
   team, or its user's own bucket when it has no team to charge, and the
   token; or anonymous), whether or not tokens are required;
 - trace and log settings (Triton's trace and logging extensions): always an
-  operator's token (:func:`authorize_operator`).
+  operator's token (:func:`authorize_operator`);
+- shared-memory regions (Triton's system shared-memory extension): owned by
+  the caller's team (:func:`region_owner`); registering, listing and
+  unregistering them needs a token, or none where anonymous inference is
+  allowed (:func:`authorize_regions`).
 
 Without an installed authorizer every check that needs one refuses.
 """
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from inference.ports import ANONYMOUS, Caller, Principal, providers
+from inference.ports import ANONYMOUS, ANONYMOUS_REGIONS, Caller, Principal, providers
 from inference.protocol.errors import Unauthenticated
 
 
@@ -80,3 +84,29 @@ def authorize_operator(token: str | None) -> Caller:
     """The caller if ``token`` is an operator's (a superuser's unlimited
     token); raises Unauthenticated / PermissionDenied."""
     return _authorizer().check_operator(token)
+
+
+def region_owner(token: str | None) -> str:
+    """Who owns the shared-memory regions a caller with ``token`` may use:
+    ``team:<name>`` (a token of one team), ``user:<id>`` (any other token),
+    :data:`~inference.ports.ANONYMOUS_REGIONS` without a token; "" (no
+    region) for a token the authorizer does not know. Answers from memory."""
+    if not token:
+        return ANONYMOUS_REGIONS
+    if providers.authorizer is None:
+        return ""
+    return providers.authorizer.region_owner(token)
+
+
+def authorize_regions(token: str | None) -> tuple[str, Caller]:
+    """(owner, caller) for registering, listing or unregistering shared-memory
+    regions: a known token's owner (:func:`region_owner`), or the anonymous
+    callers' while tokens are not required. Raises Unauthenticated."""
+    if not token:
+        if settings.INFERENCE_REQUIRE_TOKEN:
+            raise Unauthenticated(
+                "shared memory requires an API token: send 'Authorization: Bearer <token>' "
+                "(gRPC: metadata 'authorization: Bearer <token>')"
+            )
+        return ANONYMOUS_REGIONS, Caller("anonymous caller")
+    return _authorizer().check_regions(token)

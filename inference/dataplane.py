@@ -9,7 +9,8 @@ errors (:mod:`inference.protocol.errors`).
 
 Spec: seed 002 / 003 ("Health", "Server Metadata", "Model Metadata",
 "Inference") and Triton's extensions: classification, model repository,
-model configuration, statistics, parameters.
+model configuration, statistics, parameters, system shared memory
+(https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_shared_memory.md).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from inference import auth, classification, model_config, ratelimit, tracing
+from inference import shared_memory as shm
 from inference.ports import providers
 from inference.protocol import triton_texts
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady, PermissionDenied
@@ -50,6 +52,7 @@ EXTENSIONS = (
     "parameters",
     "trace",
     "logging",
+    "system_shared_memory",
 )
 
 #: Reserved names Triton accepts (gRPC clients such as perf_analyzer send it); ignored here.
@@ -71,6 +74,15 @@ class _Job:
     classify: dict
     computed: int
     sequence: sequences.SequenceRequest | None = None
+    regions: dict | None = None  # output name -> (TensorReference, the region's view it is written into)
+    plan: shm.RegionPlan | None = None  # for a remote executor: tensors its worker may map itself
+
+    @property
+    def options(self) -> dict:
+        """The executor's keyword arguments beside the tensors."""
+        if self.plan is None:
+            return {"sequence": self.sequence}
+        return {"sequence": self.sequence, "regions": self.plan}
 
 
 class Admission:
@@ -80,15 +92,17 @@ class Admission:
     inference (or decodes a request's tensors) before the caller is admitted.
     Leaving its ``with`` block (``async with`` on an event loop) frees its
     in-flight slots. ``owner``: whose sequences its requests continue
-    (:func:`inference.runtime.sequences.owner_of`)."""
+    (:func:`inference.runtime.sequences.owner_of`); ``regions``: whose
+    shared-memory regions they may use (:func:`inference.auth.region_owner`)."""
 
-    __slots__ = ("_blocking", "_slots", "model_name", "owner")
+    __slots__ = ("_blocking", "_slots", "model_name", "owner", "regions")
 
-    def __init__(self, model_name: str, slots: ratelimit.Admission, blocking: bool, owner: str = ""):
+    def __init__(self, model_name: str, slots: ratelimit.Admission, blocking: bool, owner: str = "", regions: str = ""):
         self.model_name = model_name
         self._slots = slots
         self._blocking = blocking  # releasing its slots talks to a shared store
         self.owner = owner
+        self.regions = regions
 
     def __enter__(self) -> Admission:
         return self
@@ -169,6 +183,7 @@ class DataPlane:
         timeout_seconds: float = 0.0,
         limiter: RateLimiter | None = None,
         payload_log=None,
+        shared_memory: shm.RegionRegistry | None = None,
     ):
         self.registry = registry
         self.executor = executor
@@ -178,6 +193,8 @@ class DataPlane:
         self.payload_log = payload_log  # a PayloadLogger (inference/payload_log.py), or None
         self.statistics = statistics or StatisticsRecorder(flush_seconds=0)
         self.timeout_seconds = timeout_seconds
+        #: The machine's registered shared-memory regions (inference/shared_memory.py).
+        self.shared_memory = shared_memory or shm.RegionRegistry()
         self._metadata = ServerMetadata(server_name, server_version, EXTENSIONS)
 
     # -- health and metadata --------------------------------------------
@@ -270,7 +287,9 @@ class DataPlane:
         Retry-After, gRPC RESOURCE_EXHAUSTED)."""
         self.authorize(token, name)
         principal = auth.principal(token, name)
-        return Admission(name, self.limiter.admit(principal), self.limiter.blocking, sequences.owner_of(principal))
+        slots = self.limiter.admit(principal)
+        owner = sequences.owner_of(principal)
+        return Admission(name, slots, self.limiter.blocking, owner, auth.region_owner(token))
 
     async def admit_async(self, token: str | None, name: str) -> Admission:
         """:meth:`admit` from an event loop: inline when it cannot block, in a
@@ -305,14 +324,13 @@ class DataPlane:
         tracing.follow()  # the machine's trace and log settings (one memory read)
         entry = self._route(admission, request, version)
         try:
-            job = self._prepare(entry, request, started, admission.owner)
+            job = self._prepare(entry, request, started, admission.owner, admission.regions)
             if tracing.ENABLED and tracing.recording():
                 run = self._traced_run(entry, job)
             else:
                 run = self.executor.run(
-                    entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group,
-                    sequence=job.sequence,
-                )  # fmt: skip
+                    entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group, **job.options
+                )
             return self._respond(entry, request, job, run)
         except InferenceError:
             self.statistics.record_failure(entry.model_name, entry.number, _now() - started)
@@ -326,7 +344,9 @@ class DataPlane:
             return version._entry
         return self.registry.route(request.model_name, request.model_version, draw)
 
-    async def _infer_on_loop(self, request: InferenceRequest, entry: VersionEntry, owner: str) -> InferenceResponse:
+    async def _infer_on_loop(
+        self, request: InferenceRequest, entry: VersionEntry, admission: Admission
+    ) -> InferenceResponse:
         """:meth:`infer` for an executor that runs on the event loop
         (``run_async``: the worker transport's sockets in the loop's
         selector, no thread per request); the same checks, statistics and
@@ -334,24 +354,64 @@ class DataPlane:
         started = _now()
         tracing.follow()
         try:
-            job = self._prepare(entry, request, started, owner)
+            job = self._prepare(entry, request, started, admission.owner, admission.regions)
             run = await self.executor.run_async(
-                entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group,
-                sequence=job.sequence,
-            )  # fmt: skip
+                entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group, **job.options
+            )
             return self._respond(entry, request, job, run)
         except InferenceError:
             self.statistics.record_failure(entry.model_name, entry.number, _now() - started)
             raise
 
-    def _prepare(self, entry: VersionEntry, request: InferenceRequest, started: int, owner: str = "") -> _Job:
-        """The checked feeds, outputs, deadline and sequence of one request (raises InvalidInput)."""
+    def _prepare(
+        self, entry: VersionEntry, request: InferenceRequest, started: int, owner: str = "", regions: str = ""
+    ) -> _Job:
+        """The checked feeds, outputs, deadline and sequence of one request
+        (raises InvalidInput); inputs sent in shared-memory regions of
+        ``regions`` (their owner) are read, regions for outputs looked up."""
         deadline = self._deadline(request.parameters, started)
         ids = sequences.sequence_parameters(request.parameters)  # checked first, as Triton's front ends do
+        plan = shm.RegionPlan() if getattr(self.executor, "remote", False) else None
+        for tensor in request.inputs:
+            if tensor.data is None:  # the decoders leave an input sent in a region without data
+                self._read_region(tensor, regions, plan)
         feeds, rows = self._check_inputs(entry, request)
         names, classify = self._check_outputs(entry, request)
+        written = self._output_regions(request, regions, plan) if request.outputs else None
         sequence = sequences.request_for(entry.target.sequence, entry.model_name, ids, rows, owner)
-        return _Job(started, deadline, feeds, rows, names, classify, _now(), sequence)
+        plan = plan if plan is not None and (plan.inputs or plan.outputs) else None
+        return _Job(started, deadline, feeds, rows, names, classify, _now(), sequence, written, plan)
+
+    def _read_region(self, tensor, regions: str, plan: shm.RegionPlan | None) -> None:
+        """An input's data from its region (in ``plan`` too, when numeric, for a worker to map itself)."""
+        reference = shm.tensor_reference(tensor.parameters, f"input '{tensor.name}'")
+        if reference is None:
+            raise InvalidInput(f"input '{tensor.name}' has no data")
+        tensor.data, located = shm.read_input(self.shared_memory, regions, tensor, reference)
+        if plan is not None and tensor.datatype != "BYTES":
+            plan.inputs[tensor.name] = located
+
+    def _output_regions(self, request: InferenceRequest, regions: str, plan: shm.RegionPlan | None) -> dict | None:
+        """{output name: (reference, view)} of the outputs requested into
+        shared-memory regions (checked against their regions before the run;
+        in ``plan`` too, for a worker to write itself)."""
+        written = None
+        for output in request.outputs:
+            where = f"output '{output.name}'"
+            reference = shm.tensor_reference(output.parameters, where)
+            if reference is None:
+                continue
+            if "classification" in output.parameters:
+                raise InvalidInput(f"{where}: Output can't set both 'shared_memory_region' and 'classification'")
+            if output.parameters.get("binary_data") is True:
+                raise InvalidInput(f"{where}: Output can't set both 'shared_memory_region' and 'binary_data'")
+            if written is None:
+                written = {}
+            located, view = self.shared_memory.span(regions, reference, where)
+            written[output.name] = (reference, view)
+            if plan is not None:
+                plan.outputs[output.name] = located
+        return written
 
     def _respond(self, entry: VersionEntry, request: InferenceRequest, job: _Job, run) -> InferenceResponse:
         """The response of a finished run (classification applied, payload
@@ -360,6 +420,9 @@ class DataPlane:
         types = entry.output_types
         outputs = []
         for name, array in zip(job.names, run.outputs):
+            if array is None:  # a worker wrote it into its shared-memory region
+                outputs.append(shm.written_output(name, types[name], *job.regions[name], *run.written[name]))
+                continue
             count = job.classify.get(name)
             if count:
                 labels = entry.output_labels.get(name) or entry.properties.get("labels") or []
@@ -367,6 +430,11 @@ class DataPlane:
                 outputs.append(ResponseOutput(name, "BYTES", array.shape, array))
             else:
                 outputs.append(ResponseOutput(name, types[name], array.shape, array))
+        if job.regions:
+            for output in outputs:
+                target = job.regions.get(output.name)
+                if target is not None and not output.in_region:
+                    shm.write_output(output, *target)
         finished = _now()
         rate, cap = entry.payload_log
         if rate and self.payload_log is not None and (rate >= 1.0 or random.random() < rate):
@@ -398,9 +466,8 @@ class DataPlane:
         with tracing.step("run", model=entry.model_name, version=str(entry.number)):
             asked = tracing.epoch_ns()
             run = self.executor.run(
-                entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group,
-                sequence=job.sequence,
-            )  # fmt: skip
+                entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group, **job.options
+            )
             if not getattr(self.executor, "remote", False):
                 tracing.record_run(asked, run.queue_ns, run.form_ns, run.infer_ns, run.batch_size)
         return run
@@ -413,7 +480,7 @@ class DataPlane:
         entry = self._route(admission, request)
         if self.executor.blocks(entry.target):
             if self._runs_on_loop and not (tracing.ENABLED and tracing.recording()):
-                return await self._infer_on_loop(request, entry, admission.owner)
+                return await self._infer_on_loop(request, entry, admission)
             return await asyncio.to_thread(self.infer, admission, request, _served(entry))
         return self.infer(admission, request, _served(entry))
 
@@ -623,6 +690,54 @@ class DataPlane:
                 (m.name, n) for m in models.values() if visible is None or visible(m.name) for n in sorted(m.served)
             ]
         return self.statistics.read(keys)
+
+    # -- shared-memory extensions --------------------------------------------
+    def shared_memory_status(self, token: str | None, name: str | None = None) -> list[shm.Region]:
+        """The caller's registered system shared-memory regions (``name``:
+        that one; raises RegionNotFound). Raises Unauthenticated (no token
+        while tokens are required, an unknown one)."""
+        owner, _caller = self._region_caller(token)
+        return self.shared_memory.status(owner, name)
+
+    def register_shared_memory(self, token: str | None, name: str, key: str, offset: int, byte_size: int) -> None:
+        """Register ``byte_size`` bytes of the shared-memory object ``key``
+        from ``offset`` as the caller's region ``name``, for every process of
+        the machine (audited). Raises Unauthenticated, InvalidInput (see
+        :meth:`inference.shared_memory.RegionRegistry.register`)."""
+        owner, caller = self._region_caller(token)
+        self.shared_memory.register(owner, name, key, offset, byte_size)
+        _audit(caller, "shared_memory.register", "", name=name, key=key, offset=offset, byte_size=byte_size,
+               owner=owner, by=caller.label)  # fmt: skip
+
+    def unregister_shared_memory(self, token: str | None, name: str | None = None) -> None:
+        """Unregister the caller's region ``name``, or all of its regions
+        (``name`` empty); requests using one keep it until they finish
+        (audited when something was unregistered). Raises Unauthenticated."""
+        owner, caller = self._region_caller(token)
+        gone = self.shared_memory.unregister(owner, name)
+        if gone:
+            names = [r.name for r in gone]
+            _audit(caller, "shared_memory.unregister", "", names=names, owner=owner, by=caller.label)
+
+    def cuda_shared_memory_status(self, token: str | None, name: str | None = None) -> list:
+        """CUDA shared memory is not supported: no region (``name``: RegionNotFound)."""
+        self._region_caller(token)
+        if name:
+            raise shm.RegionNotFound(f"Unable to find cuda shared memory region: '{name}'")
+        return []
+
+    def register_cuda_shared_memory(self, token: str | None, name: str) -> None:
+        """Always InvalidInput: CUDA shared memory is not supported."""
+        self._region_caller(token)
+        raise InvalidInput(shm.CUDA_UNSUPPORTED)
+
+    def unregister_cuda_shared_memory(self, token: str | None, name: str | None = None) -> None:
+        """Nothing to unregister (CUDA shared memory is not supported)."""
+        self._region_caller(token)
+
+    def _region_caller(self, token: str | None):
+        self.registry.models  # noqa: B018  (follows the change beacon: token scopes are a registry listener)
+        return auth.authorize_regions(token)
 
     # -- trace and logging extensions (operators) ---------------------------------
     def trace_settings(self, token: str | None, model: str | None = None, update: dict | None = None) -> dict:

@@ -151,6 +151,8 @@ class Principal:
 
 
 ANONYMOUS = Principal()
+#: The owner of the shared-memory regions of callers without a token.
+ANONYMOUS_REGIONS = "anonymous"
 
 
 class Authorizer(Protocol):
@@ -172,6 +174,17 @@ class Authorizer(Protocol):
     def check_operator(self, token: str | None) -> Caller:
         """The caller if ``token`` is an operator's (a superuser's); raises
         Unauthenticated / PermissionDenied (trace and log settings)."""
+
+    def region_owner(self, token: str) -> str:
+        """Who owns the shared-memory regions of ``token``'s caller:
+        ``team:<name>`` for a token of one team, ``user:<id>`` for any other
+        token (several teams, an operator's); "" for an unknown, revoked or
+        expired token. Never raises; answers from memory."""
+
+    def check_regions(self, token: str) -> tuple[str, Caller]:
+        """(:meth:`region_owner`, the caller, audited) for registering,
+        listing or unregistering shared-memory regions; raises
+        Unauthenticated for an unknown, revoked or expired token."""
 
 
 class StatisticsStore(Protocol):

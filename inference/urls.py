@@ -42,6 +42,21 @@ urlpatterns = [
     re_path(_M + r"/trace/setting$", views.TraceSettingView.as_view(), name="v2-model-trace-setting"),
     re_path(r"^v2/logging$", views.LogSettingsView.as_view(), name="v2-logging"),
 ]
+for kind, prefix in (("system", "System"), ("cuda", "Cuda")):
+    _R = rf"^v2/{kind}sharedmemory/region/(?P<region_name>[^/]+)"
+    status = getattr(views, f"{prefix}SharedMemoryStatusView").as_view()
+    unregister = getattr(views, f"{prefix}SharedMemoryUnregisterView").as_view()
+    urlpatterns += [
+        re_path(rf"^v2/{kind}sharedmemory/status$", status, name=f"v2-{kind}-shm-status-all"),
+        re_path(_R + r"/status$", status, name=f"v2-{kind}-shm-status"),
+        re_path(
+            _R + r"/register$",
+            getattr(views, f"{prefix}SharedMemoryRegisterView").as_view(),
+            name=f"v2-{kind}-shm-register",
+        ),
+        re_path(rf"^v2/{kind}sharedmemory/unregister$", unregister, name=f"v2-{kind}-shm-unregister-all"),
+        re_path(_R + r"/unregister$", unregister, name=f"v2-{kind}-shm-unregister"),
+    ]
 for prefix, suffix in ((_M, ""), (_V, "-version")):
     urlpatterns += [
         re_path(prefix + "$", views.ModelMetadataView.as_view(), name=f"v2-model-metadata{suffix}"),

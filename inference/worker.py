@@ -23,8 +23,9 @@ import threading
 import time
 from collections import deque
 
+from inference import shared_memory as shm
 from inference import tracing
-from inference.protocol.errors import InferenceError, ModelNotReady
+from inference.protocol.errors import InferenceError, InvalidInput, ModelNotReady
 from inference.registry import ModelRegistry
 from inference.runtime import frames, messages
 from inference.runtime.execution import RunTarget
@@ -165,6 +166,9 @@ class WorkerRuntime:
     def _handle(self, request: messages.RunRequest, body, shared) -> list:
         target = self.target(request.model, request.version, request.sha256)
         feeds = frames.tensors(request, body, "request", shared)
+        for tensor in request.regions:  # inputs in clients' shared-memory regions: mapped here, not copied
+            view = shm.map_span(shm.ObjectSpan(tensor.key, tensor.offset, tensor.nbytes))
+            feeds[tensor.name] = frames.tensor_in(view, 0, tensor, "request region")
         deadline = time.monotonic() + (request.deadline - time.time())
         names = request.outputs
         asked = tracing.epoch_ns() if tracing.ENABLED else 0
@@ -180,4 +184,33 @@ class WorkerRuntime:
         answer = messages.RunAnswer(
             result.batch_size, bool(result.executed), max(0, result.queue_ns), max(0, result.infer_ns)
         )
-        return frames.encode(answer, zip(names, result.outputs))
+        outputs = list(zip(names, result.outputs))
+        if request.output_regions:
+            answer.written = _write_regions(request.output_regions, dict(outputs))
+            done = {entry.name for entry in answer.written}
+            outputs = [(name, array) for name, array in outputs if name not in done]
+        return frames.encode(answer, outputs)
+
+
+def _write_regions(regions: list[messages.RegionTensor], outputs: dict) -> list[messages.TensorInfo]:
+    """Write outputs into the clients' shared-memory regions the request
+    names (each mapped here); their descriptions (offset: the object's,
+    nbytes: the bytes written). Raises InvalidInput (Triton's text) for a
+    region too small for its output."""
+    written = []
+    for region in regions:
+        array = outputs.get(region.name)
+        if array is None:
+            raise InvalidInput(f"output '{region.name}' of a shared-memory region was not requested")
+        kind, data = frames.tensor_bytes(array)
+        size = memoryview(data).nbytes
+        if size > region.nbytes:
+            raise InvalidInput(
+                f"shared memory size specified with the request for output '{region.name}' "
+                f"({region.nbytes} bytes) should be at least {size} bytes to hold the results"
+            )
+        if size:
+            view = shm.map_span(shm.ObjectSpan(region.key, region.offset, size))
+            view[:] = memoryview(data).cast("B")
+        written.append(messages.TensorInfo(region.name, kind, list(array.shape), region.offset, size))
+    return written

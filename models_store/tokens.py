@@ -301,6 +301,33 @@ class StoreAuthorizer:
             raise PermissionDenied(f"{scope.label} is not an operator's token (a superuser's, not limited to a team)")
         return Caller(scope.label, selectors.user_get(scope.user_id))
 
+    @staticmethod
+    def _owner(scopes: Scopes, scope: TokenScope) -> str:
+        if not scope.all_models and len(scope.team_ids) == 1:
+            (team_id,) = scope.team_ids
+            return f"team:{scopes.team_names.get(team_id, team_id)}"
+        return f"user:{scope.user_id}"
+
+    def region_owner(self, token: str) -> str:
+        """Who owns the caller's shared-memory regions (Triton's system
+        shared-memory extension): the token's team when it has exactly one,
+        else its user; "" for an unknown, revoked or expired token."""
+        key = hash_token(token)
+        scopes = self.cache.get()
+        scope = scopes.tokens.get(key)
+        if scope is None:
+            scopes = self.cache.reload_if_older(MISS_RELOAD_SECONDS)
+            scope = scopes.tokens.get(key)
+        if scope is None or scope.expired(time.time()):
+            return ""
+        return self._owner(scopes, scope)
+
+    def check_regions(self, token: str) -> tuple[str, Caller]:
+        """(owner, caller) to register, list or unregister shared-memory
+        regions; the audit log names the token's user."""
+        scopes, scope = self._scope(token, "shared memory")
+        return self._owner(scopes, scope), Caller(scope.label, selectors.user_get(scope.user_id))
+
     def principal(self, token: str | None, model_name: str) -> Principal:
         """Who a call is charged to for rate limits: the token and its team
         (the model's team when the token reaches it, else the token's only

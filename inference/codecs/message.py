@@ -21,6 +21,7 @@ from inference.codecs.tensor import check_shape
 from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InvalidInput
 from inference.protocol.types import (
+    SHARED_MEMORY_REGION,
     InferenceRequest,
     InferenceResponse,
     MetadataTensor,
@@ -79,7 +80,9 @@ def decode_request(
 
     Inputs with ``parameters.binary_data_size`` take consecutive bytes of
     ``tail`` (numeric tensors stay views of it); the others carry JSON
-    ``data``. ``binary_data_size`` is removed from the input parameters.
+    ``data``; inputs naming a ``shared_memory_region`` in their parameters
+    get no data here (the data plane reads their region).
+    ``binary_data_size`` is removed from the input parameters.
     ``check_bools=False`` tells the JSON decoder that the text holds no
     ``true``/``false`` token, so numeric data needs no scan for booleans.
     Raises InvalidInput for any malformed part, with the input named.
@@ -114,14 +117,24 @@ def decode_request(
         if size is not None:
             if "data" in raw:
                 raise InvalidInput(f"{where}: has both 'data' and parameters.binary_data_size")
+            if SHARED_MEMORY_REGION in in_params:
+                raise InvalidInput(
+                    f"{where}: has both parameters.binary_data_size and parameters.{SHARED_MEMORY_REGION}"
+                )
             if type(size) is not int or size < 0:
                 raise InvalidInput(f"{where}: binary_data_size must be a non-negative integer")
             in_params = {k: v for k, v in in_params.items() if k != "binary_data_size"}
             data = binary.tensor_from_buffer(where, datatype, shape, reader.take(size, where))
+        elif SHARED_MEMORY_REGION in in_params:
+            if "data" in raw:
+                raise InvalidInput(f"{where}: has both 'data' and parameters.{SHARED_MEMORY_REGION}")
+            data = None  # read from the region by the data plane, once the caller's regions are known
         elif "data" in raw:
             data = json_codec.tensor_from_json(where, datatype, shape, raw["data"], check_bools)
         else:
-            raise InvalidInput(f"{where}: needs 'data' or parameters.binary_data_size")
+            raise InvalidInput(
+                f"{where}: needs 'data' or parameters.binary_data_size (or parameters.{SHARED_MEMORY_REGION})"
+            )
         inputs.append(RequestInput(name, datatype.name, shape, data, in_params))
     reader.finish()
     outputs = None
@@ -206,8 +219,10 @@ def encode_response(
 
     An output is binary when its RequestedOutput has ``binary_data: true``,
     or when it has no such parameter and ``binary_default`` (the request's
-    ``binary_data_output``) is true. Returns (body, header length) where the
-    header length is None for a JSON-only body.
+    ``binary_data_output``) is true; an output written into a shared-memory
+    region has neither, nor parameters (Triton's C++ client, perf_analyzer,
+    reads ``binary_data_size`` from any output's parameters). Returns (body, header length)
+    where the header length is None for a JSON-only body.
     """
     flags: dict[str, Any] = {}
     if requested:
@@ -221,7 +236,9 @@ def encode_response(
         datatype = BY_NAME[out.datatype]
         entry: dict[str, Any] = {"name": out.name, "datatype": out.datatype, "shape": out.shape}
         params = dict(out.parameters) if out.parameters else None
-        if flags.get(out.name, binary_default):
+        if out.in_region:
+            params = None  # written into a shared-memory region: no data, no parameters (as Triton's clients expect)
+        elif flags.get(out.name, binary_default):
             buffer = binary.tensor_to_buffer(out.data, datatype)
             buffers.append(buffer)
             params = params or {}

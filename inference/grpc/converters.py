@@ -28,6 +28,7 @@ from inference.protocol import triton_texts
 from inference.protocol.datatypes import BY_NAME, Datatype
 from inference.protocol.errors import InvalidInput, RequestTooLarge
 from inference.protocol.types import (
+    SHARED_MEMORY_REGION,
     InferenceRequest,
     InferenceResponse,
     ModelMetadata,
@@ -144,30 +145,40 @@ def decodes_inline(message: pb.ModelInferRequest) -> bool:
 
 def infer_request_from_proto(message: pb.ModelInferRequest, max_bytes: int) -> tuple[InferenceRequest, int]:
     """Decode a ModelInferRequest: (the request, bytes of its raw contents).
-    Each shape is checked against the data present before a tensor is
+    Inputs naming a ``shared_memory_region`` get no data here (the data
+    plane reads their region); the raw contents are those of the others, in
+    order. Each shape is checked against the data present before a tensor is
     allocated. Raises InvalidInput / RequestTooLarge naming the input."""
     raw = list(message.raw_input_contents)  # upb copies a bytes field on each access: once
     total = 0
+    in_regions = {i for i, t in enumerate(message.inputs) if SHARED_MEMORY_REGION in t.parameters}
     if raw:
         for tensor in message.inputs:  # first, as Triton checks it (infer_handler.cc, InferGRPCToInput)
             if tensor.HasField("contents"):
                 raise triton_texts.contents_with_raw(tensor.name, message.model_name)
-        if len(raw) != len(message.inputs):
+        if len(raw) != len(message.inputs) - len(in_regions):
             raise InvalidInput(
-                f"raw_input_contents has {len(raw)} entries but the request has {len(message.inputs)} inputs"
+                f"raw_input_contents has {len(raw)} entries but the request has "
+                f"{len(message.inputs) - len(in_regions)} inputs not in shared memory"
             )
         total = sum(map(len, raw))
         if total > max_bytes:
             raise RequestTooLarge(f"raw_input_contents hold {total} bytes, more than the limit of {max_bytes} bytes")
     inputs = []
+    next_raw = 0
     for index, tensor in enumerate(message.inputs):
         where = f"input '{tensor.name}'"
         datatype = BY_NAME.get(tensor.datatype)
         if datatype is None:
             raise InvalidInput(f"{where}: unknown datatype {tensor.datatype!r}")
         shape = check_shape(list(tensor.shape[: MAX_DIMS + 1]), where, max_bytes, datatype.itemsize)
-        if raw:
-            data = binary.tensor_from_buffer(where, datatype, shape, memoryview(raw[index]))
+        if index in in_regions:
+            if tensor.HasField("contents"):
+                raise InvalidInput(f"{where}: has both contents and parameters.{SHARED_MEMORY_REGION}")
+            data = None  # read from the region by the data plane, once the caller's regions are known
+        elif raw:
+            data = binary.tensor_from_buffer(where, datatype, shape, memoryview(raw[next_raw]))
+            next_raw += 1
         else:
             data = _typed(where, datatype, shape, tensor.contents)
         inputs.append(RequestInput(tensor.name, datatype.name, shape, data, parameters_from_proto(tensor.parameters)))
@@ -197,6 +208,9 @@ def infer_response_to_proto(response: InferenceResponse, message=None) -> pb.Mod
     raw = []
     for output in response.outputs:
         tensor = message.outputs.add(name=output.name, datatype=output.datatype, shape=output.shape)
+        if output.in_region:  # written into a shared-memory region: an empty entry, as Triton sends
+            raw.append(b"")
+            continue
         if output.parameters:
             parameters_to_proto(output.parameters, tensor.parameters)
         raw.append(bytes(binary.tensor_to_buffer(output.data, BY_NAME[output.datatype])))

@@ -207,6 +207,46 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
         await asyncio.to_thread(self.dataplane.unload, request.model_name, parameters, _bearer(context))
         return pb.RepositoryModelUnloadResponse()
 
+    # -- shared-memory extensions (inference/shared_memory.py) ---------------------
+    @rpc
+    async def SystemSharedMemoryStatus(self, request, context):
+        regions = await asyncio.to_thread(self.dataplane.shared_memory_status, _bearer(context), request.name or None)
+        response = pb.SystemSharedMemoryStatusResponse()
+        for region in regions:
+            status = response.regions[region.name]
+            status.name, status.key, status.offset, status.byte_size = (
+                region.name, region.key, region.offset, region.byte_size,
+            )  # fmt: skip
+        return response
+
+    @rpc
+    async def SystemSharedMemoryRegister(self, request, context):
+        await asyncio.to_thread(
+            self.dataplane.register_shared_memory, _bearer(context), request.name, request.key, request.offset,
+            request.byte_size,
+        )  # fmt: skip
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @rpc
+    async def SystemSharedMemoryUnregister(self, request, context):
+        await asyncio.to_thread(self.dataplane.unregister_shared_memory, _bearer(context), request.name or None)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    @rpc
+    async def CudaSharedMemoryStatus(self, request, context):
+        await asyncio.to_thread(self.dataplane.cuda_shared_memory_status, _bearer(context), request.name or None)
+        return pb.CudaSharedMemoryStatusResponse()
+
+    @rpc
+    async def CudaSharedMemoryRegister(self, request, context):
+        await asyncio.to_thread(self.dataplane.register_cuda_shared_memory, _bearer(context), request.name)
+        return pb.CudaSharedMemoryRegisterResponse()
+
+    @rpc
+    async def CudaSharedMemoryUnregister(self, request, context):
+        await asyncio.to_thread(self.dataplane.unregister_cuda_shared_memory, _bearer(context), request.name or None)
+        return pb.CudaSharedMemoryUnregisterResponse()
+
     @rpc
     async def TraceSetting(self, request, context):
         update = converters.trace_settings_from_proto(request.settings)

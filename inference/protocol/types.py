@@ -18,10 +18,18 @@ import numpy as np
 
 Parameters = dict[str, Any]
 
+#: Parameters of a tensor in a shared-memory region (Triton's shared-memory extensions,
+#: https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_shared_memory.md).
+SHARED_MEMORY_REGION = "shared_memory_region"
+SHARED_MEMORY_BYTE_SIZE = "shared_memory_byte_size"
+SHARED_MEMORY_OFFSET = "shared_memory_offset"
+
 
 @dataclass(slots=True)
 class RequestInput:
-    """One input tensor: ``data`` has ``shape`` and the numpy dtype of ``datatype``."""
+    """One input tensor: ``data`` has ``shape`` and the numpy dtype of
+    ``datatype``; None (until the data plane reads it) for an input sent in a
+    shared-memory region (``parameters`` name it)."""
 
     name: str
     datatype: str
@@ -57,13 +65,19 @@ class InferenceRequest:
 
 @dataclass(slots=True)
 class ResponseOutput:
-    """One output tensor as produced by the model."""
+    """One output tensor as produced by the model; ``parameters`` name a
+    shared-memory region when it was written there (:attr:`in_region`: the
+    transports then send no data for it)."""
 
     name: str
     datatype: str
     shape: tuple[int, ...]
     data: np.ndarray
     parameters: Parameters = field(default_factory=dict)
+
+    @property
+    def in_region(self) -> bool:
+        return bool(self.parameters) and SHARED_MEMORY_REGION in self.parameters
 
 
 @dataclass(slots=True)

@@ -1,5 +1,5 @@
 """V2 REST endpoints (seed 002) and Triton's extensions (model repository,
-model configuration, statistics): thin DRF views over the DataPlane.
+model configuration, statistics, shared memory): thin DRF views over the DataPlane.
 
 Each view decodes with the codecs, calls one DataPlane method, and encodes
 the answer; errors go through :func:`inference.http.responses.exception_handler`.
@@ -206,6 +206,62 @@ class ModelStatisticsView(ProtocolView):
     def get(self, request, model_name=None, model_version=None):
         stats = self.dataplane.model_statistics(model_name, model_version, self.token(request))
         return json_response(statistics_json(stats))
+
+
+def _region_json(region) -> dict:
+    return {"name": region.name, "key": region.key, "offset": region.offset, "byte_size": region.byte_size}
+
+
+class SystemSharedMemoryStatusView(ProtocolView):
+    """GET /v2/systemsharedmemory[/region/<r>]/status: the caller's regions
+    as ``[{"name", "key", "offset", "byte_size"}]`` (404 for an unknown one)."""
+
+    def get(self, request, region_name=None):
+        regions = self.dataplane.shared_memory_status(self.token(request), region_name)
+        return json_response([_region_json(r) for r in regions])
+
+
+class SystemSharedMemoryRegisterView(ProtocolView):
+    """POST /v2/systemsharedmemory/region/<r>/register ``{"key", "offset", "byte_size"}``."""
+
+    def post(self, request, region_name):
+        doc = _json_object(request)
+        self.dataplane.register_shared_memory(
+            self.token(request), region_name, doc.get("key"), doc.get("offset", 0), doc.get("byte_size")
+        )
+        return HttpResponse(status=200)
+
+
+class SystemSharedMemoryUnregisterView(ProtocolView):
+    """POST /v2/systemsharedmemory[/region/<r>]/unregister: one region, or all
+    of the caller's."""
+
+    def post(self, request, region_name=None):
+        self.dataplane.unregister_shared_memory(self.token(request), region_name)
+        return HttpResponse(status=200)
+
+
+class CudaSharedMemoryStatusView(ProtocolView):
+    """GET /v2/cudasharedmemory[/region/<r>]/status: ``[]`` (not supported)."""
+
+    def get(self, request, region_name=None):
+        return json_response(self.dataplane.cuda_shared_memory_status(self.token(request), region_name))
+
+
+class CudaSharedMemoryRegisterView(ProtocolView):
+    """POST /v2/cudasharedmemory/region/<r>/register: 400, not supported."""
+
+    def post(self, request, region_name):
+        self.dataplane.register_cuda_shared_memory(self.token(request), region_name)
+        return HttpResponse(status=200)
+
+
+class CudaSharedMemoryUnregisterView(ProtocolView):
+    """POST /v2/cudasharedmemory[/region/<r>]/unregister: nothing to unregister."""
+
+    def post(self, request, region_name=None):
+        self.dataplane.unregister_cuda_shared_memory(self.token(request), region_name)
+        return HttpResponse(status=200)
 
 
 class TraceSettingView(ProtocolView):

@@ -68,7 +68,9 @@ class RunResult:
     true for exactly one request per execution (the one that counts it);
     ``queue_ns``: time waiting for an instance or a batch; ``infer_ns``: the
     execution's ``session.run`` time; ``form_ns``: concatenating a dynamic
-    batch's inputs before it (0 without batching).
+    batch's inputs before it (0 without batching). ``written``: outputs a
+    worker wrote into the request's shared-memory regions, name -> (shape,
+    bytes written); their ``outputs`` entries are None.
     """
 
     outputs: list[np.ndarray]
@@ -77,6 +79,7 @@ class RunResult:
     queue_ns: int
     infer_ns: int
     form_ns: int = 0
+    written: dict | None = None
 
 
 def execute(model: OnnxModel, feeds: dict, output_names: list[str], deadline: float | None) -> list[np.ndarray]:

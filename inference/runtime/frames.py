@@ -359,22 +359,35 @@ def tensors(message, body: memoryview, where: str = "frame", shared: SharedBuffe
         start = data_start(PREFIX.unpack_from(body)[1])
     end = len(body)
     for info in message.tensors:
-        name, kind, shape, nbytes = info.name, info.dtype, info.shape, info.nbytes
         offset = start + info.offset
-        if offset + nbytes > end:
-            raise InvalidInput(f"{where}: tensor '{name}' lies outside the frame")
-        count = 1
-        for dim in shape:
-            count *= dim
-        if kind == "bytes":
-            array = bytes_codec.deserialize(body[offset : offset + nbytes], count, f"{where} tensor '{name}'")
-        else:
-            try:
-                dtype = np.dtype(kind)
-            except (TypeError, ValueError):
-                raise InvalidInput(f"{where}: tensor '{name}' has an unknown dtype {kind!r}") from None
-            if dtype.kind not in "biufc" or count * dtype.itemsize != nbytes:
-                raise InvalidInput(f"{where}: tensor '{name}' has {nbytes} bytes for {count} x {kind}")
-            array = np.frombuffer(body, dtype=dtype, count=count, offset=offset)
-        out[name] = array.reshape(shape)
+        if offset + info.nbytes > end:
+            raise InvalidInput(f"{where}: tensor '{info.name}' lies outside the frame")
+        out[info.name] = tensor_in(body, offset, info, where)
     return out
+
+
+def tensor_in(buffer, offset: int, info, where: str = "frame") -> np.ndarray:
+    """The tensor ``info`` describes (a TensorInfo or RegionTensor: name,
+    dtype, shape, nbytes) at ``offset`` of ``buffer``, which holds it: a view
+    for numeric dtypes. Raises InvalidInput when it does not fit its
+    description."""
+    name, kind, shape, nbytes = info.name, info.dtype, info.shape, info.nbytes
+    count = 1
+    for dim in shape:
+        count *= dim
+    if kind == "bytes":
+        array = bytes_codec.deserialize(buffer[offset : offset + nbytes], count, f"{where} tensor '{name}'")
+    else:
+        try:
+            dtype = np.dtype(kind)
+        except (TypeError, ValueError):
+            raise InvalidInput(f"{where}: tensor '{name}' has an unknown dtype {kind!r}") from None
+        if dtype.kind not in "biufc" or count * dtype.itemsize != nbytes:
+            raise InvalidInput(f"{where}: tensor '{name}' has {nbytes} bytes for {count} x {kind}")
+        array = np.frombuffer(buffer, dtype=dtype, count=count, offset=offset)
+    return array.reshape(shape)
+
+
+def tensor_bytes(array: np.ndarray) -> tuple[str, memoryview | bytes]:
+    """An output's dtype string and binary form (as frames carry tensors)."""
+    return _tensor_buffer(array)

@@ -40,6 +40,22 @@ class TensorInfo(msgspec.Struct, array_like=True, frozen=True):
     nbytes: NonNegative
 
 
+class RegionTensor(msgspec.Struct, array_like=True, frozen=True):
+    """A tensor in a client's shared-memory region (Triton's system
+    shared-memory extension), for a worker on the front end's machine to map
+    itself: ``nbytes`` bytes of the ``/dev/shm`` object ``key`` from byte
+    ``offset`` of the object; an input's ``dtype`` (numeric, as in
+    :class:`TensorInfo`) and ``shape``; for an output, the room it may take
+    (``dtype`` "", ``shape`` [])."""
+
+    name: str
+    dtype: str
+    shape: list[NonNegative]
+    key: str
+    offset: NonNegative
+    nbytes: NonNegative
+
+
 class Hello(msgspec.Struct, tag="hello"):
     """The worker accepted the connection (its TLS handshake verified the
     front end's certificate, or the Unix socket's peer is this user)."""
@@ -70,7 +86,9 @@ class RunRequest(msgspec.Struct, tag="run", omit_defaults=True):
     """Run model version ``(model, version, sha256)`` on the frame's tensors
     (``rows``: the batch size, dimension 0; ``deadline``: seconds since the
     epoch; ``shared``: the tensors lie in the connection's shared memory;
-    ``sequence``: its place in a sequence, for a model with sequence batching)."""
+    ``sequence``: its place in a sequence, for a model with sequence batching;
+    ``regions``: inputs in clients' shared-memory regions, ``output_regions``:
+    outputs to write into them, on a worker of the same machine only)."""
 
     model: str
     version: Positive
@@ -82,17 +100,22 @@ class RunRequest(msgspec.Struct, tag="run", omit_defaults=True):
     shared: bool = False
     traceparent: str | None = None
     sequence: Sequence | None = None
+    regions: list[RegionTensor] = []
+    output_regions: list[RegionTensor] = []
 
 
 class RunAnswer(msgspec.Struct, tag="answer"):
     """A request's outputs (the frame's tensors) and how it ran: the batch it
-    ran in, whether this request executed it, nanoseconds queued and run."""
+    ran in, whether this request executed it, nanoseconds queued and run;
+    ``written``: the outputs written into the request's ``output_regions``
+    (their ``offset``: the object's, ``nbytes``: the bytes written)."""
 
     batch: NonNegative
     executed: bool
     queue_ns: NonNegative
     infer_ns: NonNegative
     tensors: list[TensorInfo] = []
+    written: list[TensorInfo] = []
 
 
 class ErrorAnswer(msgspec.Struct, tag="error"):

@@ -91,10 +91,22 @@ class _Connection:
         self.local = sock.family == socket.AF_UNIX  # the worker is on this machine: memory can be shared
         self.shared: frames.SharedBuffer | None = None
 
-    def encode(self, request: messages.RunRequest, feeds: dict[str, np.ndarray]) -> list[memoryview]:
+    def encode(self, request: messages.RunRequest, feeds: dict[str, np.ndarray], regions=None) -> list[memoryview]:
         """The request frame's byte views: the tensors in the connection's
         shared memory when the worker is on this machine and they are
-        large, else inline."""
+        large, else inline. ``regions`` (a RegionPlan): tensors in clients'
+        shared-memory regions, which a worker on this machine maps itself
+        (they are left out of the frame); elsewhere they travel as usual."""
+        request.regions, request.output_regions = [], []
+        if regions is not None and self.local:
+            request.regions = [
+                messages.RegionTensor(name, _dtype(feeds[name]), list(feeds[name].shape), s.key, s.offset, s.nbytes)
+                for name, s in regions.inputs.items()
+            ]
+            request.output_regions = [
+                messages.RegionTensor(name, "", [], s.key, s.offset, s.nbytes) for name, s in regions.outputs.items()
+            ]
+            feeds = {name: array for name, array in feeds.items() if name not in regions.inputs}
         buffers = frames.encode(request, feeds.items(), self._shared if self.local else None)
         return frames.views(buffers, self.tls)
 
@@ -137,6 +149,12 @@ class _Connection:
 
 
 _DONE = object()
+
+
+def _dtype(array: np.ndarray) -> str:
+    """A numeric array's little-endian numpy type string (as frames describe tensors)."""
+    dtype = array.dtype
+    return (dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype).str
 
 
 class _Steps:
@@ -268,13 +286,18 @@ class RemoteExecutor:
     # -- running: the drivers ------------------------------------------------
     def run(
         self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
-        deadline: float | None = None, placement=(), sequence=None,
+        deadline: float | None = None, placement=(), sequence=None, regions=None,
     ) -> RunResult:  # fmt: skip
         """Run one request on a worker of a device ``placement`` (the model's
         instance group) allows, in this thread (``sequence``: its place in a
-        sequence, for a model with sequence batching). Raises ModelNotReady,
-        DeadlineExceeded and the errors the worker reports (see module doc)."""
-        steps = _Steps(self._steps(target, feeds, output_names, rows, deadline, placement, self._idle, sequence))
+        sequence, for a model with sequence batching; ``regions``: a
+        :class:`~inference.shared_memory.RegionPlan` of its tensors in
+        shared-memory regions, which a worker on this machine reads and
+        writes itself). Raises ModelNotReady, DeadlineExceeded and the errors
+        the worker reports (see module doc)."""
+        steps = _Steps(
+            self._steps(target, feeds, output_names, rows, deadline, placement, self._idle, sequence, regions)
+        )
         while (need := steps.next()) is not _DONE:
             try:
                 steps.gave(self._do(need, blocking=True))
@@ -284,13 +307,15 @@ class RemoteExecutor:
 
     async def run_async(
         self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
-        deadline: float | None = None, placement=(), sequence=None,
+        deadline: float | None = None, placement=(), sequence=None, regions=None,
     ) -> RunResult:  # fmt: skip
         """:meth:`run` on an event loop (the gRPC front end): the connection's
         socket waits in the loop's selector, so a request costs no thread
         hand-off. The same faults and errors; a call cancelled while it
         waits closes its connection."""
-        steps = _Steps(self._steps(target, feeds, output_names, rows, deadline, placement, self._idle_async, sequence))
+        steps = _Steps(
+            self._steps(target, feeds, output_names, rows, deadline, placement, self._idle_async, sequence, regions)
+        )
         try:
             while (need := steps.next()) is not _DONE:
                 try:
@@ -323,7 +348,7 @@ class RemoteExecutor:
             self._check_waiting(conn, deadline)
 
     # -- running: the steps ----------------------------------------------------
-    def _steps(self, target, feeds, output_names, rows, deadline, placement, idle: dict, sequence=None):
+    def _steps(self, target, feeds, output_names, rows, deadline, placement, idle: dict, sequence=None, regions=None):
         """One request, as a generator of what it needs done (see :meth:`_do`);
         returns its RunResult."""
         workers = self._candidates(target, placement, caught_up=False)
@@ -332,33 +357,35 @@ class RemoteExecutor:
             workers = self._candidates(target, placement, caught_up=sequence is None)
         request, deadline = self._request(target, output_names, rows, deadline, sequence)
         if sequence is None:
-            return (yield from self._exchange(self._order(target, workers), request, feeds, deadline, idle))
+            return (yield from self._exchange(self._order(target, workers), request, feeds, deadline, idle, regions))
         order = self.routes.order(target, sequence, workers)  # the sequence's worker, and no other
         if not order:
             self._candidates(target, placement, caught_up=True)  # raises: no live worker
         try:
-            return (yield from self._exchange(order, request, feeds, deadline, idle))
+            return (yield from self._exchange(order, request, feeds, deadline, idle, regions))
         except errors.ModelNotReady as exc:
             raise self.routes.failed(target, sequence, order[0], exc) from None
         finally:
             if sequence.end:
                 self.routes.forget(target, sequence)
 
-    def _exchange(self, order: list[Worker], request: messages.RunRequest, feeds, deadline: float, idle: dict):
+    def _exchange(
+        self, order: list[Worker], request: messages.RunRequest, feeds, deadline: float, idle: dict, regions=None
+    ):
         """Send the request to the first reachable worker of ``order`` and
         read its answer (steps, see :meth:`_steps`); returns its RunResult."""
         output_names = request.outputs
         conn, reused = yield from self._connection(order, idle)
         try:
             try:
-                yield from self._send(conn, request, feeds, deadline)
+                yield from self._send(conn, request, feeds, deadline, regions)
             except _SendFailed:
                 conn.close()
                 if not reused:
                     raise _send_failed(conn, None) from None
                 conn = yield conn.worker  # the pooled connection had died: once more, on a new one
                 try:
-                    yield from self._send(conn, request, feeds, deadline)
+                    yield from self._send(conn, request, feeds, deadline, regions)
                 except _SendFailed as again:
                     raise _send_failed(conn, again.__cause__) from None
             answer, body = yield from self._receive(conn, deadline)
@@ -384,8 +411,8 @@ class RemoteExecutor:
         raise failure
 
     @staticmethod
-    def _send(conn: _Connection, request: messages.RunRequest, feeds, deadline: float):
-        pending = conn.encode(request, feeds)
+    def _send(conn: _Connection, request: messages.RunRequest, feeds, deadline: float, regions=None):
+        pending = conn.encode(request, feeds, regions)
         while pending:
             try:
                 frames.send_views(conn.sock, pending)
@@ -537,10 +564,15 @@ def _result(answer, body: memoryview, output_names: list[str]) -> RunResult:
     if not isinstance(answer, messages.RunAnswer):
         raise errors.ModelNotReady(f"a worker answered a request with {type(answer).__name__}")
     outputs = frames.tensors(answer, body, "worker answer")
+    written = None
+    if answer.written:  # outputs the worker wrote into the request's shared-memory regions
+        written = {entry.name: (tuple(entry.shape), entry.nbytes) for entry in answer.written}
+        outputs.update(dict.fromkeys(written))
     try:
         return RunResult(
-            [outputs[name] for name in output_names], answer.batch, answer.executed, answer.queue_ns, answer.infer_ns
-        )
+            [outputs[name] for name in output_names], answer.batch, answer.executed, answer.queue_ns,
+            answer.infer_ns, written=written,
+        )  # fmt: skip
     except KeyError as exc:
         raise errors.ModelNotReady(f"a worker's answer lacks the output {exc}") from None
 

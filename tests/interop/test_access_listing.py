@@ -151,6 +151,40 @@ def test_another_team_cannot_continue_a_teams_sequence(server, tokens, tmp_path,
     assert send("alice", 1) == 16
 
 
+def test_shared_memory_regions_need_a_token_when_inference_does(server, tokens):
+    """With tokens required, system shared memory needs one too (status,
+    register, unregister; REST and gRPC), and a team's region serves its
+    team's inference while another team does not even see it."""
+    import uuid
+
+    import tritonclient.utils.shared_memory as shm
+
+    key = f"/mh-access-{uuid.uuid4().hex[:12]}"
+    x = np.linspace(-2, 2, 8, dtype=np.float32).reshape(2, 4)
+    handle = shm.create_shared_memory_region("x", key, 64)
+    try:
+        shm.set_shared_memory_region(handle, [x])
+        http = httpclient.InferenceServerClient(server.http_url)
+        register = json.dumps({"key": key, "offset": 0, "byte_size": 64}).encode()
+        assert request(server, "GET", "/v2/systemsharedmemory/status")[0] == 401
+        assert request(server, "POST", "/v2/systemsharedmemory/region/x/register", register)[0] == 401
+        assert request(server, "POST", "/v2/systemsharedmemory/unregister")[0] == 401
+        with grpcclient.InferenceServerClient(server.grpc_url) as client:
+            with pytest.raises(InferenceServerException) as info:
+                client.get_system_shared_memory_status()
+            assert info.value.status() == "StatusCode.UNAUTHENTICATED"
+        alice = bearer(tokens["alice"])
+        http.register_system_shared_memory("x", key, 64, headers=alice)
+        assert [r["name"] for r in http.get_system_shared_memory_status(headers=alice)] == ["x"]
+        assert http.get_system_shared_memory_status(headers=bearer(tokens["bob"])) == []
+        inp = httpclient.InferInput("x", [2, 4], "FP32")
+        inp.set_shared_memory("x", 32)
+        np.testing.assert_array_equal(http.infer("ml-model", [inp], headers=alice).as_numpy("y"), x)  # y = x
+        http.unregister_system_shared_memory(headers=alice)
+    finally:
+        shm.destroy_shared_memory_region(handle)
+
+
 def test_without_required_tokens_listing_stays_open(tmp_path):
     """The default (INFERENCE_REQUIRE_TOKEN off): the index answers anyone, as Triton does."""
     from tests.support.server import LiveServer

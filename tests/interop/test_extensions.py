@@ -40,6 +40,7 @@ EXTENSIONS = [
     "parameters",
     "trace",
     "logging",
+    "system_shared_memory",
 ]
 
 

@@ -77,6 +77,37 @@ def string_suffix(suffix: str = "!") -> bytes:
     )
 
 
+def add_sub_strings(width: int = 16) -> bytes:
+    """Triton's "simple_string": BYTES integers in text; OUTPUT0 = INPUT0 + INPUT1,
+    OUTPUT1 = INPUT0 - INPUT1 as text (Cast to INT32 and back), shape [-1, width]."""
+    shape = ("N", width)
+    cast = TensorProto.INT32
+    empty, zero = (helper.make_tensor(n, TensorProto.STRING, [], [v]) for n, v in (("e", b""), ("z", b"0")))
+    return _model(
+        [
+            helper.make_node("Constant", [], ["empty"], value=empty),
+            helper.make_node("Constant", [], ["zero"], value=zero),
+            *(  # an empty string (warm-up's zero data) is 0
+                node
+                for name in ("INPUT0", "INPUT1")
+                for node in (
+                    helper.make_node("Equal", [name, "empty"], [f"{name}_empty"]),
+                    helper.make_node("Where", [f"{name}_empty", "zero", name], [f"{name}_text"]),
+                )
+            ),
+            helper.make_node("Cast", ["INPUT0_text"], ["a"], to=cast),
+            helper.make_node("Cast", ["INPUT1_text"], ["b"], to=cast),
+            helper.make_node("Add", ["a", "b"], ["sum"]),
+            helper.make_node("Sub", ["a", "b"], ["diff"]),
+            helper.make_node("Cast", ["sum"], ["OUTPUT0"], to=TensorProto.STRING),
+            helper.make_node("Cast", ["diff"], ["OUTPUT1"], to=TensorProto.STRING),
+        ],
+        [_vi("INPUT0", "BYTES", shape), _vi("INPUT1", "BYTES", shape)],
+        [_vi("OUTPUT0", "BYTES", shape), _vi("OUTPUT1", "BYTES", shape)],
+        opset=20,
+    )
+
+
 def fixed_image(channels: int = 3, size: int = 224) -> bytes:
     """FP32 [1, C, H, W] -> per-channel mean [1, C] (a CNN-sized input)."""
     return _model(

@@ -130,13 +130,14 @@ def diabetes_regressor() -> bytes:
 
 def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
     """identity_<datatype> for all 13 datatypes, simple (INT32 add/sub),
-    affine (y = 2x + 1, max_batch_size 8), versioned (v1: x + 1, v2: x + 2,
+    simple_string (the same on integers in text), affine (y = 2x + 1, max_batch_size 8), versioned (v1: x + 1, v2: x + 2,
     policy all), strings (text + "!"), image ([1,3,224,224] -> channel means),
     broken (not ONNX), the stateful models of SEQUENCE_MODELS, and iris/digits
     from scikit-learn when ``with_sklearn``."""
     for datatype in m.ALL_DATATYPES:
         m.write_model(root, f"identity_{datatype.lower()}", m.identity(datatype))
     m.write_model(root, "simple", m.add_sub("INT32"))
+    m.write_model(root, "simple_string", m.add_sub_strings())  # Triton's examples (shared memory tests)
     m.write_model(root, "affine", m.affine(2.0, 1.0), config=BATCHED_CONFIG)
     m.write_model(root, "versioned", m.affine(1.0, 1.0), version=1, config=ALL_POLICY)
     m.write_model(root, "versioned", m.affine(1.0, 2.0), version=2)

@@ -133,6 +133,67 @@ def test_large_requests_share_memory_with_a_worker_on_the_same_machine(server):
     assert "memfd:modelhost-frame" in maps
 
 
+def test_a_worker_on_the_same_machine_maps_shared_memory_regions_itself(server):
+    """Triton's system shared memory in worker mode with the workers on this
+    machine (Unix sockets): inputs read from and outputs written into the
+    client's regions, exact over REST and gRPC; and the worker maps the
+    client's object itself (seen in its memory maps while it runs a slow
+    request) rather than receiving the bytes from the front end."""
+    import tritonclient.utils.shared_memory as shm
+
+    tag = secrets.token_hex(6)
+    x = np.random.default_rng(7).random((8, 4), dtype=np.float32)
+    handles = [shm.create_shared_memory_region(f"{n}-{tag}", f"/mh-w-{n}-{tag}", 4096) for n in ("in", "out")]
+    try:
+        shm.set_shared_memory_region(handles[0], [x], offset=16)
+        for module, url in ((httpclient, server.http_url), (grpcclient, server.grpc_url)):
+            client = module.InferenceServerClient(url)
+            client.register_system_shared_memory("in", f"/mh-w-in-{tag}", 4096)
+            client.register_system_shared_memory("out", f"/mh-w-out-{tag}", 4096)
+            try:
+                inp = module.InferInput("x", [8, 4], "FP32")
+                inp.set_shared_memory("in", x.nbytes, offset=16)
+                out = module.InferRequestedOutput("y")
+                out.set_shared_memory("out", 1024, offset=32)
+                client.infer("on_cpu", [inp], outputs=[out])
+                y = shm.get_contents_as_numpy(handles[1], np.float32, [8, 4], offset=32)
+                np.testing.assert_array_equal(y, 3 * x)
+                shm.set_shared_memory_region(handles[1], [np.zeros((8, 4), np.float32)], offset=32)
+            finally:
+                client.unregister_system_shared_memory()
+
+        http = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+        http.register_system_shared_memory("in", f"/mh-w-in-{tag}", 4096)
+        http.register_system_shared_memory("out", f"/mh-w-out-{tag}", 4096)
+        start = np.ones((1, 256), dtype=np.float32) / 4
+        shm.set_shared_memory_region(handles[0], [start])
+        answers = []
+
+        def slow_in_regions():
+            inputs = [httpclient.InferInput("x", [1, 256], "FP32"), httpclient.InferInput("n", [], "INT64")]
+            inputs[0].set_shared_memory("in", start.nbytes)
+            inputs[1].set_data_from_numpy(np.array(400_000, dtype=np.int64))  # ~1.5 s on the cuda:0 worker
+            out = httpclient.InferRequestedOutput("y")
+            out.set_shared_memory("out", start.nbytes)
+            client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)  # one per thread
+            answers.append(client.infer("slow", inputs, outputs=[out]))
+
+        thread = threading.Thread(target=slow_in_regions)
+        thread.start()
+        maps = f"/proc/{server.worker_processes['cuda:0'].pid}/maps"
+        try:
+            assert wait_for(lambda: f"/dev/shm/mh-w-in-{tag}" in open(maps).read(), timeout=20, interval=0.01)
+        finally:
+            thread.join(60)
+        assert answers, "the slow request did not answer"
+        _x, expected = _slow(http, start, np.array(400_000, dtype=np.int64))  # the same request, tensors in the body
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(handles[1], np.float32, [1, 256]), expected)
+        http.unregister_system_shared_memory()
+    finally:
+        for handle in handles:
+            shm.destroy_shared_memory_region(handle)
+
+
 def test_no_live_worker_for_the_device_is_503_at_once(server):
     http = httpclient.InferenceServerClient(server.http_url)
     started = time.monotonic()

@@ -94,6 +94,36 @@ class GRPCInferenceServiceStub:
                 request_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.RepositoryModelUnloadRequest.SerializeToString,
                 response_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.RepositoryModelUnloadResponse.FromString,
                 _registered_method=True)
+        self.SystemSharedMemoryStatus = channel.unary_unary(
+                '/inference.GRPCInferenceService/SystemSharedMemoryStatus',
+                request_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.SystemSharedMemoryStatusRequest.SerializeToString,
+                response_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.SystemSharedMemoryStatusResponse.FromString,
+                _registered_method=True)
+        self.SystemSharedMemoryRegister = channel.unary_unary(
+                '/inference.GRPCInferenceService/SystemSharedMemoryRegister',
+                request_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.SystemSharedMemoryRegisterRequest.SerializeToString,
+                response_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.SystemSharedMemoryRegisterResponse.FromString,
+                _registered_method=True)
+        self.SystemSharedMemoryUnregister = channel.unary_unary(
+                '/inference.GRPCInferenceService/SystemSharedMemoryUnregister',
+                request_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.SystemSharedMemoryUnregisterRequest.SerializeToString,
+                response_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.SystemSharedMemoryUnregisterResponse.FromString,
+                _registered_method=True)
+        self.CudaSharedMemoryStatus = channel.unary_unary(
+                '/inference.GRPCInferenceService/CudaSharedMemoryStatus',
+                request_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.CudaSharedMemoryStatusRequest.SerializeToString,
+                response_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.CudaSharedMemoryStatusResponse.FromString,
+                _registered_method=True)
+        self.CudaSharedMemoryRegister = channel.unary_unary(
+                '/inference.GRPCInferenceService/CudaSharedMemoryRegister',
+                request_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.CudaSharedMemoryRegisterRequest.SerializeToString,
+                response_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.CudaSharedMemoryRegisterResponse.FromString,
+                _registered_method=True)
+        self.CudaSharedMemoryUnregister = channel.unary_unary(
+                '/inference.GRPCInferenceService/CudaSharedMemoryUnregister',
+                request_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.CudaSharedMemoryUnregisterRequest.SerializeToString,
+                response_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.CudaSharedMemoryUnregisterResponse.FromString,
+                _registered_method=True)
         self.TraceSetting = channel.unary_unary(
                 '/inference.GRPCInferenceService/TraceSetting',
                 request_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.TraceSettingRequest.SerializeToString,
@@ -191,6 +221,44 @@ class GRPCInferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SystemSharedMemoryStatus(self, request, context):
+        """Shared-memory extensions: system shared memory (regions of the caller's
+        team); CUDA shared memory answers an empty status and refuses to register.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SystemSharedMemoryRegister(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SystemSharedMemoryUnregister(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CudaSharedMemoryStatus(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CudaSharedMemoryRegister(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CudaSharedMemoryUnregister(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def TraceSetting(self, request, context):
         """Trace and logging extensions (operators only): get, or update when
         settings are given, the trace settings (global, or a model's) and the
@@ -268,6 +336,36 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     servicer.RepositoryModelUnload,
                     request_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.RepositoryModelUnloadRequest.FromString,
                     response_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.RepositoryModelUnloadResponse.SerializeToString,
+            ),
+            'SystemSharedMemoryStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.SystemSharedMemoryStatus,
+                    request_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.SystemSharedMemoryStatusRequest.FromString,
+                    response_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.SystemSharedMemoryStatusResponse.SerializeToString,
+            ),
+            'SystemSharedMemoryRegister': grpc.unary_unary_rpc_method_handler(
+                    servicer.SystemSharedMemoryRegister,
+                    request_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.SystemSharedMemoryRegisterRequest.FromString,
+                    response_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.SystemSharedMemoryRegisterResponse.SerializeToString,
+            ),
+            'SystemSharedMemoryUnregister': grpc.unary_unary_rpc_method_handler(
+                    servicer.SystemSharedMemoryUnregister,
+                    request_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.SystemSharedMemoryUnregisterRequest.FromString,
+                    response_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.SystemSharedMemoryUnregisterResponse.SerializeToString,
+            ),
+            'CudaSharedMemoryStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.CudaSharedMemoryStatus,
+                    request_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.CudaSharedMemoryStatusRequest.FromString,
+                    response_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.CudaSharedMemoryStatusResponse.SerializeToString,
+            ),
+            'CudaSharedMemoryRegister': grpc.unary_unary_rpc_method_handler(
+                    servicer.CudaSharedMemoryRegister,
+                    request_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.CudaSharedMemoryRegisterRequest.FromString,
+                    response_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.CudaSharedMemoryRegisterResponse.SerializeToString,
+            ),
+            'CudaSharedMemoryUnregister': grpc.unary_unary_rpc_method_handler(
+                    servicer.CudaSharedMemoryUnregister,
+                    request_deserializer=inference_dot_grpc_dot_proto_dot_oip__pb2.CudaSharedMemoryUnregisterRequest.FromString,
+                    response_serializer=inference_dot_grpc_dot_proto_dot_oip__pb2.CudaSharedMemoryUnregisterResponse.SerializeToString,
             ),
             'TraceSetting': grpc.unary_unary_rpc_method_handler(
                     servicer.TraceSetting,
@@ -604,6 +702,168 @@ class GRPCInferenceService:
             '/inference.GRPCInferenceService/RepositoryModelUnload',
             inference_dot_grpc_dot_proto_dot_oip__pb2.RepositoryModelUnloadRequest.SerializeToString,
             inference_dot_grpc_dot_proto_dot_oip__pb2.RepositoryModelUnloadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SystemSharedMemoryStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/SystemSharedMemoryStatus',
+            inference_dot_grpc_dot_proto_dot_oip__pb2.SystemSharedMemoryStatusRequest.SerializeToString,
+            inference_dot_grpc_dot_proto_dot_oip__pb2.SystemSharedMemoryStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SystemSharedMemoryRegister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/SystemSharedMemoryRegister',
+            inference_dot_grpc_dot_proto_dot_oip__pb2.SystemSharedMemoryRegisterRequest.SerializeToString,
+            inference_dot_grpc_dot_proto_dot_oip__pb2.SystemSharedMemoryRegisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SystemSharedMemoryUnregister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/SystemSharedMemoryUnregister',
+            inference_dot_grpc_dot_proto_dot_oip__pb2.SystemSharedMemoryUnregisterRequest.SerializeToString,
+            inference_dot_grpc_dot_proto_dot_oip__pb2.SystemSharedMemoryUnregisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CudaSharedMemoryStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/CudaSharedMemoryStatus',
+            inference_dot_grpc_dot_proto_dot_oip__pb2.CudaSharedMemoryStatusRequest.SerializeToString,
+            inference_dot_grpc_dot_proto_dot_oip__pb2.CudaSharedMemoryStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CudaSharedMemoryRegister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/CudaSharedMemoryRegister',
+            inference_dot_grpc_dot_proto_dot_oip__pb2.CudaSharedMemoryRegisterRequest.SerializeToString,
+            inference_dot_grpc_dot_proto_dot_oip__pb2.CudaSharedMemoryRegisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CudaSharedMemoryUnregister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/CudaSharedMemoryUnregister',
+            inference_dot_grpc_dot_proto_dot_oip__pb2.CudaSharedMemoryUnregisterRequest.SerializeToString,
+            inference_dot_grpc_dot_proto_dot_oip__pb2.CudaSharedMemoryUnregisterResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,208 @@
+"""The region registry of the system shared-memory extension
+(inference/shared_memory.py) on real ``/dev/shm`` objects: every offset and
+size checked against its region, owners apart, registrations shared by the
+processes of a machine, a region unregistered while in use still valid for
+its user, an object shrunk behind the server's back refused, not a fault."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import uuid
+
+import numpy as np
+import pytest
+
+from inference import shared_memory as shm
+from inference.protocol.errors import InvalidInput
+from inference.protocol.types import RequestInput, ResponseOutput
+
+
+class _Object:
+    """A shared-memory object as a client makes one (``shm_open``, ``ftruncate``, ``mmap``)."""
+
+    def __init__(self, size: int):
+        self.path = shm.SHM_DIR / f"mh-unit-{uuid.uuid4().hex[:12]}"
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        os.ftruncate(fd, size)
+        self.buf = mmap.mmap(fd, size)
+        os.close(fd)
+
+
+@pytest.fixture
+def objects():
+    """make(size) -> (key, object) of a new shared-memory object of ``size`` bytes (removed after)."""
+    made = []
+
+    def make(size: int) -> tuple[str, _Object]:
+        made.append(_Object(size))
+        return "/" + made[-1].path.name, made[-1]
+
+    yield make
+    for memory in made:
+        memory.path.unlink()
+
+
+@pytest.fixture
+def registry(tmp_path):
+    return shm.RegionRegistry(tmp_path / "shm")
+
+
+def test_tensor_references_need_region_and_size():
+    assert shm.tensor_reference({}, "x") is None
+    assert shm.tensor_reference({"binary_data": True}, "x") is None
+    ref = shm.tensor_reference({"shared_memory_region": "r", "shared_memory_byte_size": 8}, "x")
+    assert ref == shm.TensorReference("r", 8, 0)
+    for bad, text in (
+        ({"shared_memory_region": "r"}, "needs 'shared_memory_byte_size'"),
+        ({"shared_memory_byte_size": 8}, "need 'shared_memory_region'"),
+        ({"shared_memory_region": "r", "shared_memory_byte_size": -1}, "non-negative integer"),
+        ({"shared_memory_region": "r", "shared_memory_byte_size": 8, "shared_memory_offset": 1.5}, "non-negative"),
+        ({"shared_memory_region": "r", "shared_memory_byte_size": True}, "non-negative integer"),
+        ({"shared_memory_region": "", "shared_memory_byte_size": 8}, "non-empty string"),
+    ):
+        with pytest.raises(InvalidInput, match=text):
+            shm.tensor_reference(bad, "input 'x'")
+
+
+@pytest.mark.parametrize(
+    ("offset", "size", "ok"),
+    [(0, 64, True), (60, 4, True), (64, 0, True), (0, 65, False), (61, 4, False), (64, 1, False), (65, 0, False),
+     (2**63, 2**63, False)],
+)  # fmt: skip
+def test_spans_lie_within_the_region(offset, size, ok):
+    region = shm.Region("r", "/k", 16, 64, "team:a", "id")
+    if ok:
+        shm.check_span(region, offset, size, "input 'x'")
+    else:
+        with pytest.raises(InvalidInput, match="Invalid offset"):
+            shm.check_span(region, offset, size, "input 'x'")
+
+
+def test_register_checks_the_object(registry, objects, tmp_path):
+    key, _memory = objects(100)
+    with pytest.raises(InvalidInput, match="invalid args"):
+        registry.register("team:a", "r", key, 50, 51)
+    with pytest.raises(InvalidInput, match="Unable to open"):
+        registry.register("team:a", "r", "/mh-unit-absent-" + uuid.uuid4().hex, 0, 1)
+    for bad in ("/a/b", "..", "/", "", "x" * 300):
+        with pytest.raises(InvalidInput):
+            registry.register("team:a", "r", bad, 0, 1)
+    outside = tmp_path / "secret"
+    outside.write_bytes(b"s" * 64)
+    link = shm.SHM_DIR / f"mh-unit-link-{uuid.uuid4().hex[:8]}"
+    link.symlink_to(outside)
+    try:
+        with pytest.raises(InvalidInput, match="Unable to open"):  # O_NOFOLLOW: never a file elsewhere
+            registry.register("team:a", "r", "/" + link.name, 0, 8)
+    finally:
+        link.unlink()
+    region = registry.register("team:a", "r", key, 50, 50)
+    assert (region.key, region.offset, region.byte_size) == (key, 50, 50)
+    with pytest.raises(InvalidInput, match="already in manager"):
+        registry.register("team:a", "r", key, 0, 10)
+
+
+def test_owners_are_apart(registry, objects):
+    key_a, _ = objects(64)
+    key_b, _ = objects(64)
+    registry.register("team:a", "data", key_a, 0, 64)
+    registry.register("team:a", "again", key_a, 0, 32)  # one owner may name its object twice
+    with pytest.raises(InvalidInput, match="registered by another team"):
+        registry.register("team:b", "mine", key_a, 0, 64)
+    with pytest.raises(InvalidInput, match="registered by another team"):
+        registry.register("team:b", "mine", key_a.lstrip("/"), 0, 64)  # the same object without its slash
+    registry.register("team:b", "data", key_b, 0, 64)
+    assert [r.key for r in registry.status("team:b")] == [key_b]
+    assert [r.name for r in registry.status("team:a")] == ["again", "data"]
+    with pytest.raises(shm.RegionNotFound):
+        registry.status("team:c", "data")
+    assert registry.unregister("team:b", "again") == []
+    assert [r.name for r in registry.unregister("team:b")] == ["data"]
+    assert len(registry.status("team:a")) == 2
+
+
+def test_processes_of_a_machine_share_registrations(tmp_path, objects):
+    key, memory = objects(64)
+    first, second = shm.RegionRegistry(tmp_path / "shm"), shm.RegionRegistry(tmp_path / "shm")
+    first.register("anonymous", "r", key, 0, 64)
+    memory.buf[:8] = np.arange(2, dtype=np.int32).tobytes()
+    view = second.view("anonymous", shm.TensorReference("r", 8, 0), "input 'x'")
+    np.testing.assert_array_equal(np.frombuffer(view, np.int32), [0, 1])
+    first.unregister("anonymous", "r")
+    with pytest.raises(InvalidInput, match="Unable to find system shared memory region: 'r'"):
+        second.view("anonymous", shm.TensorReference("r", 8, 0), "input 'x'")
+    del view
+    assert second._maps
+    second.prune()  # the other process's mapping of the unregistered region goes: its memory can be freed
+    assert not second._maps
+
+
+def test_a_region_unregistered_in_use_stays_valid_for_its_user(registry, objects):
+    key, memory = objects(4096)
+    data = np.linspace(-1, 1, 1024, dtype=np.float32)
+    memory.buf[: data.nbytes] = data.tobytes()
+    registry.register("team:a", "r", key, 0, data.nbytes)
+    tensor = RequestInput("x", "FP32", (4, 256), None, {})
+    array, span = shm.read_input(registry, "team:a", tensor, shm.TensorReference("r", data.nbytes, 0))
+    assert span == shm.ObjectSpan(key, 0, data.nbytes)
+    registry.unregister("team:a")
+    del memory  # the client's own mapping is gone too (the fixture keeps the object)
+    np.testing.assert_array_equal(array.reshape(-1), data)
+    with pytest.raises(InvalidInput, match="Unable to find"):
+        shm.read_input(registry, "team:a", tensor, shm.TensorReference("r", data.nbytes, 0))
+
+
+def test_an_object_made_smaller_is_refused_not_a_fault(registry, objects):
+    key, _memory = objects(8192)
+    registry.register("team:a", "r", key, 0, 8192)
+    registry.view("team:a", shm.TensorReference("r", 8192, 0), "input 'x'")
+    fd = os.open(shm.object_path(key), os.O_RDWR)
+    try:
+        os.ftruncate(fd, 16)
+    finally:
+        os.close(fd)
+    with pytest.raises(InvalidInput, match="was made smaller"):
+        registry.view("team:a", shm.TensorReference("r", 4096, 4096), "input 'x'")
+
+
+def test_outputs_need_room_and_bytes_keep_their_layout(registry, objects):
+    key, memory = objects(64)
+    registry.register("team:a", "out", key, 0, 64)
+    text = np.array([b"one", b"", b"drei"], dtype=object)
+    reference = shm.TensorReference("out", 56, 8)
+    output = ResponseOutput("y", "BYTES", (3,), text)
+    shm.write_output(output, reference, registry.view("team:a", reference, "output 'y'"))
+    expected = b"".join(len(t).to_bytes(4, "little") + t for t in text)
+    assert bytes(memory.buf[8 : 8 + len(expected)]) == expected
+    assert output.parameters == {
+        "shared_memory_region": "out",
+        "shared_memory_byte_size": 19,
+        "shared_memory_offset": 8,
+    }
+    small = shm.TensorReference("out", 8, 0)
+    big = ResponseOutput("z", "FP64", (2,), np.ones(2))
+    with pytest.raises(InvalidInput, match=r"\(8 bytes\) should be at least 16 bytes"):
+        shm.write_output(big, small, registry.view("team:a", small, "output 'z'"))
+
+
+def test_a_worker_writes_outputs_the_front_end_reads_in_place(registry, objects):
+    """Worker mode on one machine: the worker writes an output into the span
+    the front end checked (BYTES in their binary layout) and the front end
+    reads it there; a span too small is refused with Triton's text."""
+    from inference.runtime import messages
+    from inference.worker import _write_regions
+
+    key, _memory = objects(256)
+    registry.register("team:a", "out", key, 64, 128)
+    reference = shm.TensorReference("out", 100, 8)
+    located, view = registry.span("team:a", reference, "output 'y'")
+    assert located == shm.ObjectSpan(key, 72, 100)
+    text = np.array([["ab", "c"], ["", "déf"]], dtype=object)  # ONNX Runtime's string outputs are str
+    (info,) = _write_regions([messages.RegionTensor("y", "", [], key, 72, 100)], {"y": text})
+    assert (info.dtype, info.shape, info.offset, info.nbytes) == ("bytes", [2, 2], 72, 4 * 4 + 7)
+    output = shm.written_output("y", "BYTES", reference, view, tuple(info.shape), info.nbytes)
+    assert output.data.tolist() == [[b"ab", b"c"], [b"", "déf".encode()]]
+    assert output.in_region and output.parameters["shared_memory_byte_size"] == 23
+    with pytest.raises(InvalidInput, match=r"\(8 bytes\) should be at least 16 bytes"):
+        _write_regions([messages.RegionTensor("z", "", [], key, 72, 8)], {"z": np.ones(2)})
