@@ -115,8 +115,9 @@ class VersionSerializer(serializers.ModelSerializer):
         return sorted(label.name for label in version.model.labels.all() if label.version_id == version.pk)
 
     def get_serving(self, version) -> bool:
-        """Whether the version policy serves this version now."""
-        return version.number in selectors.served_numbers(version.model)
+        """Whether this version serves now (its model loaded, the version
+        READY and served by the version policy or the traffic split)."""
+        return selectors.serving(version.model).serves(version.number)
 
     def get_uploaded_by(self, version) -> str | None:
         """Who uploaded the version (null: imported from a model repository, or the user is gone)."""
@@ -156,6 +157,7 @@ class ModelSerializer(serializers.ModelSerializer):
     specific_versions = serializers.ListField(child=serializers.IntegerField(), read_only=True)
     instance_group = InstanceGroupSerializer(many=True, read_only=True)
     served_versions = serializers.SerializerMethodField()
+    default_version = serializers.SerializerMethodField()
     labels = serializers.SerializerMethodField()
     traffic = serializers.SerializerMethodField()
     versions = VersionSummarySerializer(many=True, read_only=True)
@@ -164,14 +166,22 @@ class ModelSerializer(serializers.ModelSerializer):
         model = RegisteredModel
         fields = [
             "name", "team", "description", "platform", "max_batch_size", "version_policy", "latest_versions",
-            "specific_versions", "instance_group", "served_versions", "labels", "traffic", "payload_log_rate",
-            "payload_log_max_bytes", "versions", "created_at", "updated_at",
+            "specific_versions", "instance_group", "loaded", "served_versions", "default_version", "labels", "traffic",
+            "payload_log_rate", "payload_log_max_bytes", "versions", "created_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
 
     def get_served_versions(self, model) -> list[int]:
-        """The version numbers the version policy serves now, highest first."""
-        return selectors.served_numbers(model)
+        """The version numbers that serve now, highest first: those the version
+        policy and the traffic split serve, none while the model is unloaded
+        (``loaded``: false after ``POST /v2/repository/models/<m>/unload``)."""
+        return list(selectors.serving(model).served)
+
+    def get_default_version(self, model) -> int | None:
+        """The version a request that names none sees in metadata and readiness:
+        the traffic split's heaviest route, else the highest served version;
+        null when nothing serves."""
+        return selectors.serving(model).default
 
     def get_labels(self, model) -> dict[str, int]:
         """Version labels: label name -> version number."""

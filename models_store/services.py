@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
-from inference.version_policy import served_versions
+from inference.serving_state import served_versions
 from models_store import audit, signature_guard, storage, validating
 from models_store.config import ConfigError, TritonConfig, parse_config_json, same_config
 from models_store.config.signatures import check_against_versions

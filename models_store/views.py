@@ -110,8 +110,10 @@ def model_list(request):
     rows = []
     for model in page:
         versions = _versions_with_labels(model)
-        served = selectors.served_numbers(model)
-        rows.append({"model": model, "versions": versions, "served": served, "size": sum(v.size for v in versions)})
+        state = selectors.serving(model)
+        rows.append(
+            {"model": model, "versions": versions, "served": state.served, "size": sum(v.size for v in versions)}
+        )
     query = request.GET.copy()
     query.pop("page", None)
     context = {
@@ -143,10 +145,10 @@ def _sort_links(params, order: str) -> dict[str, dict]:
 def _model_page(request, name: str, *, status: int = 200, settings_form=None, label_form=None, error: str = ""):
     model = _get_model(request, name)
     versions = _versions_with_labels(model)
-    served = selectors.served_numbers(model)
+    state = selectors.serving(model)
     ready = [v.number for v in versions if v.state == ModelVersion.State.READY]
     by_number = {v.number: v for v in versions}
-    shown = by_number.get(served[0]) if served else next((v for v in versions if v.state == "READY"), None)
+    shown = by_number.get(state.default) or next((v for v in versions if v.state == "READY"), None)
     group = (model.instance_group or [{}])[0]
     if settings_form is None:
         settings_form = ModelSettingsForm(
@@ -165,7 +167,9 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
     context = {
         "model": model,
         "versions": versions,
-        "served": served,
+        "served": state.served,
+        "default_version": state.default,
+        "loaded": state.loaded,
         "shown": shown,
         "can_change": permissions.can_change_model(request.user, model),
         "settings_form": settings_form,
@@ -299,7 +303,7 @@ def _version_page(request, name: str, number: int, *, status: int = 200, error: 
     context = {
         "model": model,
         "version": version,
-        "serving": number in selectors.served_numbers(model),
+        "serving": selectors.serving(model).serves(number),
         "can_change": permissions.can_change_model(request.user, model),
         "snippets": _snippets(request, model, version),
         "example_request": snippets.example_request_text(version.inputs) if version.inputs else "",
