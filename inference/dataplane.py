@@ -7,10 +7,12 @@ through the in-memory :class:`~inference.registry.ModelRegistry`, runs the
 model through an executor, and counts statistics. It raises only protocol
 errors (:mod:`inference.protocol.errors`).
 
-Spec: seed 002 / 003 ("Health", "Server Metadata", "Model Metadata",
-"Inference") and Triton's extensions: classification, model repository,
-model configuration, statistics, parameters, system shared memory
-(https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_shared_memory.md).
+Spec: the Open Inference Protocol ("Health", "Server Metadata", "Model
+Metadata", "Inference"; REST https://github.com/kserve/open-inference-protocol/blob/main/specification/protocol/inference_rest.md,
+gRPC https://github.com/kserve/open-inference-protocol/blob/main/specification/protocol/inference_grpc.md)
+and Triton's extensions (classification, model repository, model
+configuration, statistics, parameters, system shared memory:
+https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_<name>.md).
 """
 
 from __future__ import annotations
