@@ -242,7 +242,8 @@ def build_dataplane() -> DataPlane:
             settings.SESSION_MEMORY_BUDGET_MB,
             settings.SERVING_PROCESSES,
         )
-        executor = InProcessExecutor(runner)
+        on_gpu = "CUDAExecutionProvider" in settings.ORT_EXECUTION_PROVIDERS
+        executor = InProcessExecutor(runner, gpus=(settings.ORT_DEVICE_ID,) if on_gpu else ())
     executor.start()
     registry.add_listener(executor.on_snapshot)
     registry.add_listener(ports.providers.authorizer.cache.on_registry_change)

@@ -654,7 +654,8 @@ class DataPlane:
         given version's, else the default version's, else the newest
         version's. Raises ModelNotFound."""
         model = self.registry.model(name)
-        return model_config.render(model, self._config_version(model, version))
+        gpus = getattr(self.executor, "gpus", tuple)()  # what KIND_AUTO resolves to
+        return model_config.render(model, self._config_version(model, version), gpus)
 
     def _config_version(self, model: ModelEntry, version: str | None) -> VersionEntry | None:
         if version:

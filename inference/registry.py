@@ -22,6 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from inference.instance_groups import total_instances
 from inference.outage import REFUSALS, DependencyWatch
 from inference.ports import ModelRecord, RegistrySource
 from inference.protocol import triton_texts
@@ -127,16 +128,6 @@ class ModelEntry:
 
 def _tensors(items: list) -> tuple[MetadataTensor, ...]:
     return tuple(MetadataTensor(t["name"], t["datatype"], tuple(t["shape"])) for t in items)
-
-
-def total_instances(instance_group) -> int:
-    """Model instances of an instance group in one process (Triton: ``count``
-    per group, per listed GPU for KIND_GPU); 1 without a group."""
-    total = 0
-    for group in instance_group or ():
-        count = group.get("count") or 1
-        total += count * max(1, len(group.get("gpus") or ())) if group.get("kind") == "KIND_GPU" else count
-    return max(1, total)
 
 
 def batching_policy(record: ModelRecord) -> BatchingPolicy | None:

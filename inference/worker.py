@@ -25,11 +25,12 @@ from collections import deque
 
 from inference import shared_memory as shm
 from inference import tracing
+from inference.instance_groups import instances_on
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotReady
 from inference.registry import ModelRegistry
 from inference.runtime import frames, messages
 from inference.runtime.execution import RunTarget
-from inference.runtime.placement import instances_on, queue_for
+from inference.runtime.placement import queue_for
 from inference.runtime.runner import ModelRunner
 from inference.runtime.sequences import SequenceRequest
 

@@ -13,6 +13,7 @@ from django.core.validators import ProhibitNullCharactersValidator, RegexValidat
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
+from inference import instance_groups
 from models_store import selectors
 from models_store.actions import MAX_VERSION_NUMBER
 from models_store.config import MAX_CONFIG_CHARS
@@ -202,13 +203,13 @@ def _gpu_numbers(**kwargs) -> serializers.ListField:
 
 
 class _GroupFields(serializers.Serializer):
-    count = Integer(min_value=1, max_value=MAX_INSTANCES, default=1)
+    count = Integer(min_value=1, max_value=MAX_INSTANCES, default=instance_groups.DEFAULT_COUNT)
 
 
 class GpuInstanceGroupSerializer(_GroupFields):
     """An instance group on GPUs: ``gpus`` lists the GPU numbers (empty: any GPU)."""
 
-    kind = serializers.ChoiceField(choices=["KIND_GPU"])
+    kind = serializers.ChoiceField(choices=[instance_groups.GPU])
     gpus = _gpu_numbers()
 
 
@@ -216,7 +217,9 @@ class HostInstanceGroupSerializer(_GroupFields):
     """An instance group on the CPU (KIND_CPU) or wherever there is a worker
     (KIND_AUTO, the default); it lists no GPUs."""
 
-    kind = serializers.ChoiceField(choices=["KIND_AUTO", "KIND_CPU"], default="KIND_AUTO")
+    kind = serializers.ChoiceField(
+        choices=[instance_groups.AUTO, instance_groups.CPU], default=instance_groups.DEFAULT_KIND
+    )
     gpus = _gpu_numbers(max_length=0)
 
 
@@ -224,11 +227,11 @@ class InstanceGroupChangeSerializer(_GroupFields):
     """One instance group to set: KIND_AUTO (default), KIND_CPU, or KIND_GPU
     with its GPU numbers; ``gpus`` only go with KIND_GPU."""
 
-    kind = serializers.ChoiceField(choices=["KIND_AUTO", "KIND_GPU", "KIND_CPU"], default="KIND_AUTO")
+    kind = serializers.ChoiceField(choices=list(instance_groups.SETTABLE_KINDS), default=instance_groups.DEFAULT_KIND)
     gpus = _gpu_numbers()
 
     def validate(self, attrs):
-        if attrs.get("gpus") and attrs.get("kind") != "KIND_GPU":
+        if attrs.get("gpus") and attrs.get("kind") != instance_groups.GPU:
             raise serializers.ValidationError({"gpus": ["gpus are only for KIND_GPU"]})
         return attrs
 

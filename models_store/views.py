@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_POST
 
-from inference.runtime.placement import describe_group
+from inference import instance_groups
 from models_store import accounts, actions, outages, permissions, selectors, signature_guard, snippets, uploads
 from models_store.forms import LabelForm, ModelSettingsForm, TokenForm, UploadForm
 from models_store.models import ModelVersion, RegisteredModel
@@ -149,7 +149,7 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
     ready = [v.number for v in versions if v.state == ModelVersion.State.READY]
     by_number = {v.number: v for v in versions}
     shown = by_number.get(state.default) or next((v for v in versions if v.state == "READY"), None)
-    group = (model.instance_group or [{}])[0]
+    group = (instance_groups.read(model.instance_group) or (instance_groups.InstanceGroup(),))[0]
     if settings_form is None:
         settings_form = ModelSettingsForm(
             initial={
@@ -157,9 +157,9 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
                 "version_policy": model.version_policy,
                 "latest_versions": model.latest_versions,
                 "specific_versions": ", ".join(map(str, model.specific_versions)),
-                "instance_kind": group.get("kind", "KIND_AUTO"),
-                "instance_gpus": ", ".join(map(str, group.get("gpus", []))),
-                "instance_count": group.get("count", 1),
+                "instance_kind": group.kind,
+                "instance_gpus": ", ".join(map(str, group.gpus)),
+                "instance_count": group.count,
                 "payload_log_rate": model.payload_log_rate,
                 "payload_log_max_bytes": model.payload_log_max_bytes,
             }
@@ -173,7 +173,7 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
         "shown": shown,
         "can_change": permissions.can_change_model(request.user, model),
         "settings_form": settings_form,
-        "instance_group": describe_group(model.instance_group),
+        "instance_group": instance_groups.describe(model.instance_group),
         "dynamic_batching": describe_batching(model),
         "label_form": label_form or LabelForm(ready_versions=ready),
         "audit": selectors.audit_for_model(model)[:AUDIT_ON_PAGE],

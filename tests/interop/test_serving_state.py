@@ -167,3 +167,28 @@ def test_upload_split_unload_and_load_read_the_same_everywhere(model_server, cli
     assert agree(*show)[:3] == ([2, 1], 2, True)
     _api(model_server, alice, "PUT", f"/api/models/{MODEL}/traffic/", {"weights": {}})
     assert agree(*show)[:3] == ([2], 2, True)
+
+
+def test_the_config_endpoint_reports_instance_groups_as_triton_normalizes_them(model_server, client, alice, agreed):
+    """The management API shows the instance groups as stored (KIND_AUTO is
+    the default everywhere); the configuration extension shows them as
+    Triton reports them after its normalization: KIND_AUTO resolved to the
+    device the server runs models on (the CPU here, in process and with the
+    test's CPU worker), unnamed groups named, one group named after the
+    model when there is none."""
+    cpu = {"kind": "KIND_CPU", "gpus": [], "secondary_devices": [], "profile": [], "passive": False, "host_policy": ""}
+    config = client.get_model_config(MODEL, headers=bearer(alice))
+    assert config["instance_group"] == [{**cpu, "name": MODEL, "count": 1}]
+
+    groups = [{"count": 2}, {"kind": "KIND_CPU"}]
+    model = _api(model_server, alice, "PATCH", f"/api/models/{MODEL}/", {"instance_group": groups})
+    assert model["instance_group"] == [
+        {"name": "", "kind": "KIND_AUTO", "count": 2, "gpus": []},
+        {"name": "", "kind": "KIND_CPU", "count": 1, "gpus": []},
+    ]
+    config = client.get_model_config(MODEL, headers=bearer(alice))
+    assert config["instance_group"] == [
+        {**cpu, "name": f"{MODEL}_0", "count": 2},
+        {**cpu, "name": f"{MODEL}_1", "count": 1},
+    ]
+    _api(model_server, alice, "PATCH", f"/api/models/{MODEL}/", {"instance_group": []})

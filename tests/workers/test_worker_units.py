@@ -12,18 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from inference.instance_groups import allowed_queues, instances_on
 from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InvalidInput
 from inference.runtime import frames, messages
-from inference.runtime.placement import (
-    DeviceError,
-    DeviceUnavailable,
-    allowed_queues,
-    instances_on,
-    parse_device,
-    providers_for,
-    queue_for,
-)
+from inference.runtime.placement import DeviceError, DeviceUnavailable, parse_device, providers_for, queue_for
 from tests.support.onnx_models import ALL_DATATYPES, expected_identity_input
 
 NUMERIC = [d for d in ALL_DATATYPES if d != "BYTES"]
