@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from inference import auth, classification, model_config, ratelimit, tracing
 from inference import shared_memory as shm
-from inference.ports import providers
+from inference.ports import container
 from inference.protocol import triton_texts
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady, PermissionDenied
 from inference.protocol.types import (
@@ -786,8 +786,8 @@ def _check_admission(admission: Admission, request: InferenceRequest) -> None:
 
 
 def _audit(caller, action: str, model_name: str, **detail) -> None:
-    if providers.audit_log is not None:
-        providers.audit_log.record(caller.actor, action, model_name, **detail)
+    if container.audit_log is not None:
+        container.audit_log.record(caller.actor, action, model_name, **detail)
 
 
 _dataplane: DataPlane | None = None
@@ -796,13 +796,13 @@ _dataplane_lock = threading.Lock()
 
 def get_dataplane() -> DataPlane:
     """The process-wide DataPlane, built on first use by the factory the
-    composition root installed (``providers.dataplane_factory``), so that
+    composition root installed (``container.dataplane_factory``), so that
     each server process, after a fork, starts its own threads."""
     global _dataplane
     if _dataplane is None:
         with _dataplane_lock:
             if _dataplane is None:
-                if providers.dataplane_factory is None:
+                if container.dataplane_factory is None:
                     raise RuntimeError("no data plane factory is installed (the composition root did not run)")
-                _dataplane = providers.dataplane_factory()
+                _dataplane = container.dataplane_factory()
     return _dataplane

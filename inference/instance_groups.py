@@ -32,8 +32,8 @@ AUTO, GPU, CPU, MODEL = "KIND_AUTO", "KIND_GPU", "KIND_CPU", "KIND_MODEL"
 SETTABLE_KINDS = (AUTO, GPU, CPU)
 DEFAULT_KIND = AUTO
 DEFAULT_COUNT = 1
-CPU_QUEUE = "infer.cpu"
-GPU_QUEUE_PREFIX = "infer.cuda"
+CPU_DEVICE = "cpu"
+GPU_DEVICE_PREFIX = "cuda:"
 
 
 class InstanceGroupError(ValueError):
@@ -99,24 +99,30 @@ def total_instances(groups) -> int:
     return max(1, total)
 
 
-def gpu_queue(number: int) -> str:
-    return f"{GPU_QUEUE_PREFIX}{number}"
+def gpu_device(number: int) -> str:
+    """The device name of GPU ``number`` (``cuda:<n>``)."""
+    return f"{GPU_DEVICE_PREFIX}{number}"
 
 
-def allowed_queues(groups, live: set[str]) -> list[str]:
-    """The live device queues (``infer.cpu``, ``infer.cuda<n>``) a model with
-    these groups may run on, in order: for KIND_AUTO (and no group) GPUs
-    first, then the CPU."""
-    gpus = sorted(q for q in live if q.startswith(GPU_QUEUE_PREFIX))
-    cpu = [CPU_QUEUE] if CPU_QUEUE in live else []
+def gpu_number(device: str) -> int | None:
+    """The GPU number of a device name (``cuda:<n>``), None for the CPU."""
+    return int(device[len(GPU_DEVICE_PREFIX) :]) if device.startswith(GPU_DEVICE_PREFIX) else None
+
+
+def allowed_devices(groups, live: set[str]) -> list[str]:
+    """The live devices (``cpu``, ``cuda:<n>``) a model with these groups
+    may run on, in order: for KIND_AUTO (and no group) GPUs first, by
+    number, then the CPU."""
+    gpus = sorted((d for d in live if d.startswith(GPU_DEVICE_PREFIX)), key=gpu_number)
+    cpu = [CPU_DEVICE] if CPU_DEVICE in live else []
     parsed = read(groups)
     if not parsed:
         return gpus + cpu
     out: list[str] = []
     for group in parsed:
         if group.kind == GPU:
-            wanted = [gpu_queue(g) for g in group.gpus] or gpus
-            out += [q for q in wanted if q in live]
+            wanted = [gpu_device(g) for g in group.gpus] or gpus
+            out += [d for d in wanted if d in live]
         elif group.kind == CPU:
             out += cpu
         else:
@@ -124,18 +130,18 @@ def allowed_queues(groups, live: set[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def instances_on(queue: str, groups) -> int:
-    """Model instances a worker of device queue ``queue`` runs for a model
-    with these groups: ``count`` of each group that covers the device; 1
-    without a group (or when none covers it)."""
+def instances_on(device: str, groups) -> int:
+    """Model instances a worker of ``device`` (``cpu``, ``cuda:<n>``) runs
+    for a model with these groups: ``count`` of each group that covers the
+    device; 1 without a group (or when none covers it)."""
+    number = gpu_number(device)
     total = 0
     for group in read(groups):
         if group.kind == GPU:
-            if queue.startswith(GPU_QUEUE_PREFIX):
-                if not group.gpus or int(queue[len(GPU_QUEUE_PREFIX) :]) in group.gpus:
-                    total += group.count
+            if number is not None and (not group.gpus or number in group.gpus):
+                total += group.count
         elif group.kind == CPU:
-            total += group.count if queue == CPU_QUEUE else 0
+            total += group.count if device == CPU_DEVICE else 0
         else:
             total += group.count
     return max(1, total)

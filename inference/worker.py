@@ -30,7 +30,7 @@ from inference.protocol.errors import InferenceError, InvalidInput, ModelNotRead
 from inference.registry import ModelRegistry
 from inference.runtime import frames, messages
 from inference.runtime.execution import RunTarget
-from inference.runtime.placement import queue_for
+from inference.runtime.placement import device_name, queue_for
 from inference.runtime.runner import ModelRunner
 from inference.runtime.sequences import SequenceRequest
 
@@ -119,7 +119,7 @@ class WorkerRuntime:
         its sessions are dropped after."""
         targets = {}
         for model in snapshot.values():
-            instances = instances_on(self.queue, model.instance_group)
+            instances = instances_on(device_name(self.device), model.instance_group)
             for version in model.versions.values():
                 if version.serving:
                     targets[version.key] = dataclasses.replace(version.target, instances=instances)

@@ -82,9 +82,22 @@ def providers_for(device: str, fallback_to_cpu: bool = False) -> list:
         return onnx_runtime.provider_list(["CPUExecutionProvider"])
 
 
-def queue_for(device: str) -> str:
+def device_name(device: str) -> str:
+    """A device's canonical name (``cpu``, ``cuda:<n>``); raises DeviceError."""
     kind, index = parse_device(device)
-    return instance_groups.CPU_QUEUE if kind == "cpu" else instance_groups.gpu_queue(index)
+    return instance_groups.CPU_DEVICE if kind == "cpu" else instance_groups.gpu_device(index)
+
+
+def queue_for(device: str) -> str:
+    """The queue (heartbeat and depth key part) of a device: ``infer.cpu``, ``infer.cuda<n>``."""
+    kind, index = parse_device(device)
+    return "infer.cpu" if kind == "cpu" else f"infer.cuda{index}"
+
+
+def device_of(queue: str) -> str:
+    """The device a queue name stands for (the inverse of :func:`queue_for`)."""
+    name = queue.removeprefix("infer.")
+    return name if name == "cpu" else name.replace("cuda", "cuda:", 1)
 
 
 def heartbeat_key(queue: str, worker_id: str) -> str:
@@ -306,9 +319,9 @@ class WorkerDirectory:
             time.sleep(self.interval)
             self.refresh()
 
-    def live_queues(self) -> frozenset[str]:
-        """Queues (devices) with at least one live worker."""
-        return frozenset(self._by_queue)
+    def live_devices(self) -> frozenset[str]:
+        """Devices (``cpu``, ``cuda:<n>``) with at least one live worker."""
+        return frozenset(device_of(q) for q in self._by_queue)
 
     def workers(self) -> list[Worker]:
         return list(self._workers.values())
@@ -319,8 +332,8 @@ class WorkerDirectory:
 
     def candidates(self, instance_group) -> list[Worker]:
         """Live workers of the devices the instance group allows, in device order."""
-        by_queue = self._by_queue
-        return [w for q in instance_groups.allowed_queues(instance_group, set(by_queue)) for w in by_queue[q]]
+        by_device = {device_of(q): workers for q, workers in self._by_queue.items()}
+        return [w for d in instance_groups.allowed_devices(instance_group, set(by_device)) for w in by_device[d]]
 
     def pick(self, key, workers: list[Worker]) -> Worker:
         """Round robin over ``workers`` (per model version)."""

@@ -276,8 +276,8 @@ class RemoteExecutor:
 
     def gpus(self) -> tuple[int, ...]:
         """The GPU numbers of the live workers (none: CPU workers only)."""
-        prefix = instance_groups.GPU_QUEUE_PREFIX
-        return tuple(sorted(int(q[len(prefix) :]) for q in self.directory.live_queues() if q.startswith(prefix)))
+        numbers = (instance_groups.gpu_number(d) for d in self.directory.live_devices())
+        return tuple(sorted(n for n in numbers if n is not None))
 
     def on_snapshot(self, snapshot) -> None:
         """Sessions live in the workers; they follow the registry themselves."""
