@@ -300,10 +300,12 @@ def _version_page(request, name: str, number: int, *, status: int = 200, error: 
     version = next((v for v in _versions_with_labels(model) if v.number == number), None)
     if version is None:
         raise Http404(f"model '{name}' has no version {number}")
+    state = selectors.serving(model)
     context = {
         "model": model,
         "version": version,
-        "serving": selectors.serving(model).serves(number),
+        "serving": state.serves(number),
+        "not_serving_because": state.reason(number, version.state, version.reason),
         "can_change": permissions.can_change_model(request.user, model),
         "snippets": _snippets(request, model, version),
         "example_request": snippets.example_request_text(version.inputs) if version.inputs else "",

@@ -159,6 +159,10 @@ def test_upload_split_unload_and_load_read_the_same_everywhere(model_server, cli
     assert (served, default, loaded) == ([], None, False) and "unloaded" in line
     entries = {e["version"]: e for e in client.get_model_repository_index(headers=bearer(alice)) if e["name"] == MODEL}
     assert {v: e["state"] for v, e in entries.items()} == {"1": "UNAVAILABLE", "2": "UNAVAILABLE"}
+    status, page = request(model_server, "GET", f"/models/{MODEL}/versions/2/", headers={"Cookie": session})
+    assert (
+        status == 200 and "does not serve (the model is unloaded (repository API); load it to serve)" in page.decode()
+    )
 
     client.load_model(MODEL, headers=bearer(alice))
     assert agree(*show)[:3] == ([2, 1], 1, True)
