@@ -101,7 +101,7 @@ def config_default(config: dict, served: list[int]) -> int:
 
 def api_view(server: LiveServer, token: str) -> tuple[list[int], int | None, bool]:
     model = _api(server, token, "GET", f"/api/models/{MODEL}/")
-    versions = {v["number"]: v for v in _api(server, token, "GET", f"/api/models/{MODEL}/versions/")}
+    versions = {v["number"]: v for v in _api(server, token, "GET", f"/api/models/{MODEL}/versions/")["results"]}
     serving = sorted((n for n, v in versions.items() if v["serving"]), reverse=True)
     assert serving == model["served_versions"]
     return model["served_versions"], model["default_version"], model["loaded"]
