@@ -140,7 +140,12 @@ def agreed(model_server, alice):
     for number in (1, 2):
         status, answer = upload(model_server, alice, MODEL, m.identity("FP32", shape=("N", number + 1)), team="states")
         assert status in (201, 202) and answer["number"] == number, answer
-    assert wait_for(lambda: _api(model_server, alice, "GET", f"/api/models/{MODEL}/")["served_versions"] == [2], 60)
+
+    def both_ready() -> bool:  # worker mode validates them in parallel: version 2 may be READY first
+        versions = _api(model_server, alice, "GET", f"/api/models/{MODEL}/")["versions"]
+        return [v["state"] for v in versions] == ["READY", "READY"]
+
+    assert wait_for(both_ready, 60)
     return MODEL
 
 
