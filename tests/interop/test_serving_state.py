@@ -136,7 +136,9 @@ def agree(server, client, token, cookie) -> tuple[list[int], int | None, bool, s
 
 @pytest.fixture(scope="module")
 def agreed(model_server, alice):
-    """Model "agreed" (team states): version n takes an FP32 input of n + 1 values."""
+    """Model "agreed" (team states): version n takes an FP32 input of n + 1 values
+    (so the configuration tells the default version; splits between them are
+    forced past the signature guard)."""
     for number in (1, 2):
         status, answer = upload(model_server, alice, MODEL, m.identity("FP32", shape=("N", number + 1)), team="states")
         assert status in (201, 202) and answer["number"] == number, answer
@@ -155,7 +157,13 @@ def test_upload_split_unload_and_load_read_the_same_everywhere(model_server, cli
 
     for label, number in (("stable", 1), ("canary", 2)):
         _api(model_server, alice, "PUT", f"/api/models/{MODEL}/labels/{label}/", {"version": number})
-    _api(model_server, alice, "PUT", f"/api/models/{MODEL}/traffic/", {"weights": {"stable": 80, "canary": 20}})
+    _api(
+        model_server,
+        alice,
+        "PUT",
+        f"/api/models/{MODEL}/traffic/",
+        {"weights": {"stable": 80, "canary": 20}, "force": True},
+    )
     # The split keeps version 1 serving (the policy is latest 1); its heaviest route is the default.
     assert agree(*show)[:3] == ([2, 1], 1, True)
 
@@ -172,9 +180,15 @@ def test_upload_split_unload_and_load_read_the_same_everywhere(model_server, cli
     client.load_model(MODEL, headers=bearer(alice))
     assert agree(*show)[:3] == ([2, 1], 1, True)
 
-    _api(model_server, alice, "PUT", f"/api/models/{MODEL}/traffic/", {"weights": {"stable": 10, "canary": 90}})
+    _api(
+        model_server,
+        alice,
+        "PUT",
+        f"/api/models/{MODEL}/traffic/",
+        {"weights": {"stable": 10, "canary": 90}, "force": True},
+    )
     assert agree(*show)[:3] == ([2, 1], 2, True)
-    _api(model_server, alice, "PUT", f"/api/models/{MODEL}/traffic/", {"weights": {}})
+    _api(model_server, alice, "PUT", f"/api/models/{MODEL}/traffic/", {"weights": {}, "force": True})
     assert agree(*show)[:3] == ([2], 2, True)
 
 
