@@ -358,4 +358,3 @@ def _log_changes(before: dict[str, Worker], after: dict[str, Worker]) -> None:
         logger.warning(
             "worker %s left: its heartbeat ended (stopped, killed or hung)", describe_worker(before[worker_id])
         )
-
