@@ -26,12 +26,17 @@ def _upload(api: Client, name: str, payload: bytes):
 
 def _settle(api: Client, location: str, timeout: float = 30.0) -> dict:
     deadline = time.monotonic() + timeout
+    body = {}
     while time.monotonic() < deadline:
-        body = api.get(location).json()
+        response = api.get(location)
+        if response.status_code == 503:  # Retry-After: the test database (shared-cache SQLite) was busy
+            time.sleep(0.05)
+            continue
+        body = response.json()
         if body["state"] not in (ModelVersion.State.UPLOADED, ModelVersion.State.VALIDATING):
             return body
         time.sleep(0.05)
-    raise AssertionError(f"still {body['state']} after {timeout} s: {body['log']}")
+    raise AssertionError(f"still {body.get('state')} after {timeout} s: {body.get('log')}")
 
 
 def test_a_big_upload_answers_202_and_validates_in_the_background(settings):
