@@ -19,9 +19,17 @@ pytestmark = [pytest.mark.db, pytest.mark.django_db(transaction=True)]
 
 
 def _upload(api: Client, name: str, payload: bytes):
-    handle = io.BytesIO(payload)
-    handle.name = "model.onnx"
-    return api.post(f"/api/models/{name}/versions/", {"file": handle, "team": "ml"})
+    """POST the upload; a 503 (Retry-After: the shared-cache SQLite of the
+    tests locks a table while the background validation writes) is retried,
+    as a client does."""
+    for _ in range(100):
+        handle = io.BytesIO(payload)
+        handle.name = "model.onnx"
+        response = api.post(f"/api/models/{name}/versions/", {"file": handle, "team": "ml"})
+        if response.status_code != 503:
+            return response
+        time.sleep(0.05)
+    return response
 
 
 def _settle(api: Client, location: str, timeout: float = 30.0) -> dict:
