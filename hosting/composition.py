@@ -165,7 +165,7 @@ def install_tracing() -> None:
 
 def _registry() -> ModelRegistry:
     return ModelRegistry(
-        ports.providers.registry_source, poll_seconds=settings.REGISTRY_POLL_SECONDS, beacon=beacon_at(settings.VAR_DIR)
+        ports.container.registry_source, poll_seconds=settings.REGISTRY_POLL_SECONDS, beacon=beacon_at(settings.VAR_DIR)
     )
 
 
@@ -238,21 +238,22 @@ def build_dataplane() -> DataPlane:
     else:
         providers = onnx_runtime.provider_list(settings.ORT_EXECUTION_PROVIDERS, settings.ORT_DEVICE_ID)
         runner = _runner(
-            session_loader(ports.providers.artifact_source, _session_options(), providers),
+            session_loader(ports.container.artifact_source, _session_options(), providers),
             settings.SESSION_MEMORY_BUDGET_MB,
             settings.SERVING_PROCESSES,
         )
-        executor = InProcessExecutor(runner)
+        on_gpu = "CUDAExecutionProvider" in settings.ORT_EXECUTION_PROVIDERS
+        executor = InProcessExecutor(runner, gpus=(settings.ORT_DEVICE_ID,) if on_gpu else ())
     executor.start()
     registry.add_listener(executor.on_snapshot)
-    registry.add_listener(ports.providers.authorizer.cache.on_registry_change)
+    registry.add_listener(ports.container.authorizer.cache.on_registry_change)
     if storage.is_remote():
         # Local copies of artifacts kept in S3: dropped when their version is deleted anywhere.
         registry.add_listener(CacheJanitor(settings.MODEL_STORE_DIR, "store").on_snapshot)
     registry.start()
     machine_statistics = Path(settings.VAR_DIR) / "run" / "statistics"  # this machine's processes' counters
     statistics = StatisticsRecorder(
-        ports.providers.statistics_store, settings.STATISTICS_FLUSH_SECONDS, machine_statistics
+        ports.container.statistics_store, settings.STATISTICS_FLUSH_SECONDS, machine_statistics
     )
     statistics.start()
     return DataPlane(

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from inference.ports import ANONYMOUS, ANONYMOUS_REGIONS, Caller, Principal, providers
+from inference.ports import ANONYMOUS, ANONYMOUS_REGIONS, Caller, Principal, container
 from inference.protocol.errors import Unauthenticated
 
 
@@ -46,9 +46,9 @@ def tokens_required() -> bool:
 
 
 def _authorizer():
-    if providers.authorizer is None:
+    if container.authorizer is None:
         raise Unauthenticated("this call requires an API token, but no authorizer is installed")
-    return providers.authorizer
+    return container.authorizer
 
 
 def authorize(token: str | None, model_name: str) -> None:
@@ -75,9 +75,9 @@ def principal(token: str | None, model_name: str) -> Principal:
     """Who a call of ``model_name`` with ``token`` is charged to for rate
     limits: anonymous without a token, an installed authorizer, or a token
     it does not know."""
-    if not token or providers.authorizer is None:
+    if not token or container.authorizer is None:
         return ANONYMOUS
-    return providers.authorizer.principal(token, model_name)
+    return container.authorizer.principal(token, model_name)
 
 
 def authorize_operator(token: str | None) -> Caller:
@@ -93,9 +93,9 @@ def region_owner(token: str | None) -> str:
     region) for a token the authorizer does not know. Answers from memory."""
     if not token:
         return ANONYMOUS_REGIONS
-    if providers.authorizer is None:
+    if container.authorizer is None:
         return ""
-    return providers.authorizer.region_owner(token)
+    return container.authorizer.region_owner(token)
 
 
 def authorize_regions(token: str | None) -> tuple[str, Caller]:

@@ -7,10 +7,12 @@ through the in-memory :class:`~inference.registry.ModelRegistry`, runs the
 model through an executor, and counts statistics. It raises only protocol
 errors (:mod:`inference.protocol.errors`).
 
-Spec: seed 002 / 003 ("Health", "Server Metadata", "Model Metadata",
-"Inference") and Triton's extensions: classification, model repository,
-model configuration, statistics, parameters, system shared memory
-(https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_shared_memory.md).
+Spec: the Open Inference Protocol ("Health", "Server Metadata", "Model
+Metadata", "Inference"; REST https://github.com/kserve/open-inference-protocol/blob/main/specification/protocol/inference_rest.md,
+gRPC https://github.com/kserve/open-inference-protocol/blob/main/specification/protocol/inference_grpc.md)
+and Triton's extensions (classification, model repository, model
+configuration, statistics, parameters, system shared memory:
+https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_<name>.md).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 
 from inference import auth, classification, model_config, ratelimit, tracing
 from inference import shared_memory as shm
-from inference.ports import providers
+from inference.ports import container
 from inference.protocol import triton_texts
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady, PermissionDenied
 from inference.protocol.types import (
@@ -652,7 +654,8 @@ class DataPlane:
         given version's, else the default version's, else the newest
         version's. Raises ModelNotFound."""
         model = self.registry.model(name)
-        return model_config.render(model, self._config_version(model, version))
+        gpus = getattr(self.executor, "gpus", tuple)()  # what KIND_AUTO resolves to
+        return model_config.render(model, self._config_version(model, version), gpus)
 
     def _config_version(self, model: ModelEntry, version: str | None) -> VersionEntry | None:
         if version:
@@ -783,8 +786,8 @@ def _check_admission(admission: Admission, request: InferenceRequest) -> None:
 
 
 def _audit(caller, action: str, model_name: str, **detail) -> None:
-    if providers.audit_log is not None:
-        providers.audit_log.record(caller.actor, action, model_name, **detail)
+    if container.audit_log is not None:
+        container.audit_log.record(caller.actor, action, model_name, **detail)
 
 
 _dataplane: DataPlane | None = None
@@ -793,13 +796,13 @@ _dataplane_lock = threading.Lock()
 
 def get_dataplane() -> DataPlane:
     """The process-wide DataPlane, built on first use by the factory the
-    composition root installed (``providers.dataplane_factory``), so that
+    composition root installed (``container.dataplane_factory``), so that
     each server process, after a fork, starts its own threads."""
     global _dataplane
     if _dataplane is None:
         with _dataplane_lock:
             if _dataplane is None:
-                if providers.dataplane_factory is None:
+                if container.dataplane_factory is None:
                     raise RuntimeError("no data plane factory is installed (the composition root did not run)")
-                _dataplane = providers.dataplane_factory()
+                _dataplane = container.dataplane_factory()
     return _dataplane

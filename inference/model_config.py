@@ -10,9 +10,10 @@ module builds the same from three sources:
 
 - the registry's live state: name, platform and backend (ONNX Runtime),
   ``max_batch_size``, ``version_policy`` and ``instance_group`` (which the
-  web UI, the management API and a repository load may change), each group
-  named ``<model>_<i>`` and counted 1 when the config left it out (Triton's
-  normalization);
+  web UI, the management API and a repository load may change), normalized
+  as Triton does (inference/instance_groups.py: named, ``KIND_AUTO``
+  resolved to the devices the server runs on, one group named after the
+  model when there is none);
 - the version's signature (auto-completion, as Triton's ONNX Runtime
   backend does from the model file): every input and output with its
   ``data_type`` and ``dims`` (without the batch dimension when
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import copy
 
+from inference import instance_groups
 from inference.protocol.datatypes import BY_NAME
 
 #: Defaults Triton prints for the messages built here (fields without presence).
@@ -122,26 +124,18 @@ def _tensors(signature, configured: list, defaults: dict, batched: bool) -> list
     return out
 
 
-def _groups(name: str, groups) -> list[dict]:
-    """The registry's instance groups, named and counted as Triton normalizes
-    them (one KIND_CPU instance when there is none)."""
-    out = []
-    for i, group in enumerate(groups or ({"kind": "KIND_CPU", "count": 1},)):
-        item = dict(GROUP_DEFAULTS)
-        item.update(
-            name=group.get("name") or f"{name}_{i}",
-            kind=group.get("kind") or "KIND_CPU",
-            count=group.get("count") or 1,
-            gpus=list(group.get("gpus") or []),
-        )
-        out.append(item)
-    return out
+def _groups(name: str, groups, gpus) -> list[dict]:
+    """The registry's instance groups as Triton reports them after its
+    normalization on a server with GPUs ``gpus``
+    (:func:`inference.instance_groups.triton_form`), with Triton's other fields."""
+    return [{**GROUP_DEFAULTS, **group} for group in instance_groups.triton_form(name, groups, gpus)]
 
 
-def render(model, entry) -> dict:
+def render(model, entry, gpus=()) -> dict:
     """The Triton configuration of ``model`` (a registry ModelEntry) with the
     signature of ``entry`` (a VersionEntry; None: no inputs or outputs) as a
-    JSON-ready dict in Triton's form."""
+    JSON-ready dict in Triton's form; ``gpus``: the GPU numbers the server
+    runs models on (none: CPU only), which resolve ``KIND_AUTO`` groups."""
     stored = copy.deepcopy(model.config or {})
     batched = model.max_batch_size > 0
     config = {
@@ -154,7 +148,7 @@ def render(model, entry) -> dict:
         "max_batch_size": model.max_batch_size,
         "input": _tensors(entry.inputs, stored.get("input", []), INPUT_DEFAULTS, batched) if entry else [],
         "output": _tensors(entry.outputs, stored.get("output", []), OUTPUT_DEFAULTS, batched) if entry else [],
-        "instance_group": _groups(model.name, model.instance_group),
+        "instance_group": _groups(model.name, model.instance_group, gpus),
     }
     for key, default in TOP_DEFAULTS.items():
         if not config.get(key):

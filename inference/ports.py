@@ -202,7 +202,10 @@ class AuditLog(Protocol):
 
 
 @dataclass
-class Providers:
+class Container:
+    """The implementations the composition root installed (the dependency
+    container; "providers" means ONNX Runtime's execution providers only)."""
+
     registry_source: RegistrySource | None = None
     artifact_source: ArtifactSource | None = None
     authorizer: Authorizer | None = None
@@ -211,12 +214,12 @@ class Providers:
     audit_log: AuditLog | None = None
 
 
-providers = Providers()
+container = Container()
 
 
 def install(**implementations) -> None:
-    """Install implementations (keyword names: the fields of :class:`Providers`)."""
+    """Install implementations (keyword names: the fields of :class:`Container`)."""
     for name, value in implementations.items():
-        if not hasattr(providers, name):
-            raise TypeError(f"unknown provider {name!r}")
-        setattr(providers, name, value)
+        if not hasattr(container, name):
+            raise TypeError(f"unknown port {name!r}")
+        setattr(container, name, value)

@@ -22,6 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from inference.instance_groups import total_instances
 from inference.outage import REFUSALS, DependencyWatch
 from inference.ports import ModelRecord, RegistrySource
 from inference.protocol import triton_texts
@@ -30,11 +31,9 @@ from inference.protocol.errors import ModelNotFound
 from inference.protocol.types import MetadataTensor, ModelMetadata
 from inference.runtime.execution import BatchingPolicy, RunTarget
 from inference.runtime.sequences import SequenceConfigError, SequencePolicy
-from inference.version_policy import served_versions, served_with_traffic, traffic_routes
+from inference.serving_state import ServingState, serving_state
 
 logger = logging.getLogger(__name__)
-
-READY = "READY"
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,24 +100,15 @@ class ModelEntry:
     #: The traffic split: (cumulative weight in [0, 1], version) pairs, the last at 1.0; () without one.
     split: tuple[tuple[float, VersionEntry], ...] = ()
     traffic: dict = field(default_factory=dict)  # as stored: version label -> weight
+    state: ServingState | None = None  # what serves (inference/serving_state.py)
 
     @property
     def default(self) -> VersionEntry | None:
         """The version a request that names none sees in metadata, configuration
-        and readiness: with a traffic split its heaviest route, else the
-        highest version the policy serves."""
-        if self.split:
-            return self._heaviest
-        return self.versions[self.served[0]] if self.served else None
-
-    @property
-    def _heaviest(self) -> VersionEntry:
-        best, previous, share = None, 0.0, -1.0
-        for cumulative, entry in self.split:
-            if cumulative - previous > share:
-                best, share = entry, cumulative - previous
-            previous = cumulative
-        return best
+        and readiness (:attr:`ServingState.default`): with a traffic split its
+        heaviest route, else the highest version served."""
+        number = self.state.default if self.state is not None else None
+        return self.versions[number] if number is not None else None
 
     def route(self, draw: float | None = None) -> VersionEntry | None:
         """The version that answers a request naming none: drawn by the traffic
@@ -127,7 +117,7 @@ class ModelEntry:
         the default."""
         split = self.split
         if not split:
-            return self.versions[self.served[0]] if self.served else None
+            return self.default
         if draw is None:
             draw = random.random()
         for cumulative, entry in split:
@@ -138,16 +128,6 @@ class ModelEntry:
 
 def _tensors(items: list) -> tuple[MetadataTensor, ...]:
     return tuple(MetadataTensor(t["name"], t["datatype"], tuple(t["shape"])) for t in items)
-
-
-def total_instances(instance_group) -> int:
-    """Model instances of an instance group in one process (Triton: ``count``
-    per group, per listed GPU for KIND_GPU); 1 without a group."""
-    total = 0
-    for group in instance_group or ():
-        count = group.get("count") or 1
-        total += count * max(1, len(group.get("gpus") or ())) if group.get("kind") == "KIND_GPU" else count
-    return max(1, total)
 
 
 def batching_policy(record: ModelRecord) -> BatchingPolicy | None:
@@ -163,15 +143,15 @@ def batching_policy(record: ModelRecord) -> BatchingPolicy | None:
     )
 
 
-def sequence_policy(record: ModelRecord) -> tuple[SequencePolicy | None, str]:
-    """The model's sequence batching (None without), and why it cannot
-    serve when its configuration is refused ("" otherwise)."""
+def sequence_policy(record: ModelRecord) -> SequencePolicy | None:
+    """The model's sequence batching (None without, or when its configuration
+    is refused: then nothing serves, see :func:`inference.serving_state.sequence_refusal`)."""
     if record.sequence_batching is None:
-        return None, ""
+        return None
     try:
-        return SequencePolicy.from_config(record.sequence_batching, record.max_batch_size, record.name), ""
-    except SequenceConfigError as exc:
-        return None, f"sequence_batching: {exc}"
+        return SequencePolicy.from_config(record.sequence_batching, record.max_batch_size, record.name)
+    except SequenceConfigError:
+        return None
 
 
 def _visible(tensors: tuple[MetadataTensor, ...], hidden: frozenset[str]) -> tuple[MetadataTensor, ...]:
@@ -182,13 +162,9 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
     """Snapshot entries from registry records."""
     snapshot: dict[str, ModelEntry] = {}
     for model in records:
-        ready = [v.number for v in model.versions if v.state == READY] if model.loaded else []
-        served = served_versions(model.version_policy, ready, model.latest_versions, model.specific_versions)
-        routes = traffic_routes(model.traffic, model.labels, ready)
-        served = served_with_traffic(served, routes)
-        served_set = set(served)
+        state = serving_state(model)
         batching = batching_policy(model)
-        sequence, refused = sequence_policy(model)
+        sequence = sequence_policy(model)
         # Control and state inputs are the server's, state outputs too unless the config lists them (Triton).
         hidden_in = sequence.supplied_inputs if sequence else frozenset()
         listed = {t.get("name") for t in (model.config or {}).get("output") or ()}
@@ -197,20 +173,12 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
         optional = frozenset(t["name"] for t in (model.config or {}).get("input", ()) if t.get("optional"))
         versions = {}
         for row in model.versions:
-            serving = row.number in served_set and not refused
-            reason = row.reason
-            if row.state == READY and not model.loaded:
-                reason = "the model is unloaded (repository API); load it to serve"
-            elif row.state == READY and refused:
-                reason = refused
-            elif row.state == READY and not serving:
-                reason = f"version {row.number} is not served by the model's version policy ({model.version_policy})"
             versions[row.number] = VersionEntry(
                 model_name=model.name,
                 number=row.number,
                 state=row.state,
-                reason=reason,
-                serving=serving,
+                reason=state.reason(row.number, row.state, row.reason),
+                serving=state.serves(row.number),
                 sha256=row.sha256,
                 artifact=row.artifact,
                 max_batch_size=model.max_batch_size,
@@ -226,9 +194,9 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
                 output_labels=model.output_labels,
                 optional_inputs=optional,
             )
-        total = sum(weight for _label, _number, weight in routes)
+        total = sum(weight for _label, _number, weight in state.routes)
         split, cumulative = [], 0
-        for _label, number, weight in routes:
+        for _label, number, weight in state.routes:
             cumulative += weight
             split.append((cumulative / total, versions[number]))
         if split:
@@ -237,7 +205,7 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
             model.name,
             model.platform,
             versions,
-            tuple(served),
+            state.served,
             model.max_batch_size,
             dict(model.labels),
             loaded=model.loaded,
@@ -249,6 +217,7 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
             team=model.team,
             split=tuple(split),
             traffic=dict(model.traffic),
+            state=state,
         )
     return snapshot
 

@@ -25,11 +25,12 @@ from collections import deque
 
 from inference import shared_memory as shm
 from inference import tracing
+from inference.instance_groups import instances_on
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotReady
 from inference.registry import ModelRegistry
 from inference.runtime import frames, messages
 from inference.runtime.execution import RunTarget
-from inference.runtime.placement import instances_on, queue_for
+from inference.runtime.placement import device_name, queue_for
 from inference.runtime.runner import ModelRunner
 from inference.runtime.sequences import SequenceRequest
 
@@ -118,7 +119,7 @@ class WorkerRuntime:
         its sessions are dropped after."""
         targets = {}
         for model in snapshot.values():
-            instances = instances_on(self.queue, model.instance_group)
+            instances = instances_on(device_name(self.device), model.instance_group)
             for version in model.versions.values():
                 if version.serving:
                     targets[version.key] = dataclasses.replace(version.target, instances=instances)

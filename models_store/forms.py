@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import forms
 from django.core.validators import RegexValidator
 
+from inference import instance_groups
 from models_store.config import MAX_CONFIG_CHARS
 from models_store.models import MODEL_NAME_RE, VersionPolicy, label_validator
 
@@ -64,7 +65,8 @@ class ModelSettingsForm(forms.Form):
         data = self.cleaned_data
         if not data.get("instance_kind"):
             return None
-        return [{"kind": data["instance_kind"], "count": data["instance_count"] or 1, "gpus": data["instance_gpus"]}]
+        count = data["instance_count"] or instance_groups.DEFAULT_COUNT
+        return [{"kind": data["instance_kind"], "count": count, "gpus": data["instance_gpus"]}]
 
     def payload_logging(self) -> dict:
         """Payload logging from the form (fields left empty: unchanged)."""

@@ -8,7 +8,8 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Exists, OuterRef, Prefetch, QuerySet
 
-from inference.version_policy import served_versions, served_with_traffic, traffic_routes
+from inference.ports import ModelRecord, VersionRecord
+from inference.serving_state import ServingState, serving_state
 from models_store.models import (
     ApiToken,
     AuditEvent,
@@ -156,13 +157,51 @@ def model_detail(name: str) -> RegisteredModel | None:
     return _models_with_versions().filter(name=name).first()
 
 
-def served_numbers(model: RegisteredModel) -> list[int]:
-    """The version numbers that serve now, highest first: the version policy's
-    and those the traffic split sends requests to (uses prefetched versions
-    and labels when there are)."""
-    ready = [v.number for v in model.versions.all() if v.state == ModelVersion.State.READY]
-    served = served_versions(model.version_policy, ready, model.latest_versions, model.specific_versions)
-    return served_with_traffic(served, traffic_routes(model.traffic or {}, label_numbers(model), ready))
+def model_record(model: RegisteredModel) -> ModelRecord:
+    """A model as the serving side reads it (:class:`inference.ports.ModelRecord`;
+    uses prefetched versions and labels when there are)."""
+    config = model.config or {}
+    return ModelRecord(
+        name=model.name,
+        platform=model.platform,
+        max_batch_size=model.max_batch_size,
+        version_policy=model.version_policy,
+        latest_versions=model.latest_versions,
+        specific_versions=tuple(model.specific_versions),
+        loaded=model.loaded,
+        instance_group=tuple(model.instance_group),
+        config=model.config,
+        dynamic_batching=config.get("dynamic_batching"),
+        sequence_batching=config.get("sequence_batching"),
+        team=model.team.name if model.team_id else "",
+        labels=label_numbers(model),
+        traffic=dict(model.traffic or {}),
+        payload_log_rate=model.payload_log_rate,
+        payload_log_max_bytes=model.payload_log_max_bytes,
+        output_labels=dict(model.output_labels or {}),
+        versions=tuple(
+            VersionRecord(
+                number=v.number,
+                state=v.state,
+                reason=v.reason,
+                sha256=v.sha256,
+                artifact=v.artifact,
+                size=v.size,
+                inputs=v.inputs,
+                outputs=v.outputs,
+                properties=v.properties,
+            )
+            for v in model.versions.all()
+        ),
+    )
+
+
+def serving(model: RegisteredModel) -> ServingState:
+    """What of ``model`` serves now: its versions that serve (highest first)
+    and its default version, computed as the serving registry computes them
+    (:func:`inference.serving_state.serving_state`: version policy, traffic
+    split, loaded or unloaded)."""
+    return serving_state(model_record(model))
 
 
 def label_numbers(model: RegisteredModel) -> dict[str, int]:

@@ -13,6 +13,7 @@ from django.core.validators import ProhibitNullCharactersValidator, RegexValidat
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
+from inference import instance_groups
 from models_store import selectors
 from models_store.actions import MAX_VERSION_NUMBER
 from models_store.config import MAX_CONFIG_CHARS
@@ -115,8 +116,9 @@ class VersionSerializer(serializers.ModelSerializer):
         return sorted(label.name for label in version.model.labels.all() if label.version_id == version.pk)
 
     def get_serving(self, version) -> bool:
-        """Whether the version policy serves this version now."""
-        return version.number in selectors.served_numbers(version.model)
+        """Whether this version serves now (its model loaded, the version
+        READY and served by the version policy or the traffic split)."""
+        return selectors.serving(version.model).serves(version.number)
 
     def get_uploaded_by(self, version) -> str | None:
         """Who uploaded the version (null: imported from a model repository, or the user is gone)."""
@@ -156,6 +158,7 @@ class ModelSerializer(serializers.ModelSerializer):
     specific_versions = serializers.ListField(child=serializers.IntegerField(), read_only=True)
     instance_group = InstanceGroupSerializer(many=True, read_only=True)
     served_versions = serializers.SerializerMethodField()
+    default_version = serializers.SerializerMethodField()
     labels = serializers.SerializerMethodField()
     traffic = serializers.SerializerMethodField()
     versions = VersionSummarySerializer(many=True, read_only=True)
@@ -164,14 +167,22 @@ class ModelSerializer(serializers.ModelSerializer):
         model = RegisteredModel
         fields = [
             "name", "team", "description", "platform", "max_batch_size", "version_policy", "latest_versions",
-            "specific_versions", "instance_group", "served_versions", "labels", "traffic", "payload_log_rate",
-            "payload_log_max_bytes", "versions", "created_at", "updated_at",
+            "specific_versions", "instance_group", "loaded", "served_versions", "default_version", "labels", "traffic",
+            "payload_log_rate", "payload_log_max_bytes", "versions", "created_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
 
     def get_served_versions(self, model) -> list[int]:
-        """The version numbers the version policy serves now, highest first."""
-        return selectors.served_numbers(model)
+        """The version numbers that serve now, highest first: those the version
+        policy and the traffic split serve, none while the model is unloaded
+        (``loaded``: false after ``POST /v2/repository/models/<m>/unload``)."""
+        return list(selectors.serving(model).served)
+
+    def get_default_version(self, model) -> int | None:
+        """The version a request that names none sees in metadata and readiness:
+        the traffic split's heaviest route, else the highest served version;
+        null when nothing serves."""
+        return selectors.serving(model).default
 
     def get_labels(self, model) -> dict[str, int]:
         """Version labels: label name -> version number."""
@@ -192,13 +203,13 @@ def _gpu_numbers(**kwargs) -> serializers.ListField:
 
 
 class _GroupFields(serializers.Serializer):
-    count = Integer(min_value=1, max_value=MAX_INSTANCES, default=1)
+    count = Integer(min_value=1, max_value=MAX_INSTANCES, default=instance_groups.DEFAULT_COUNT)
 
 
 class GpuInstanceGroupSerializer(_GroupFields):
     """An instance group on GPUs: ``gpus`` lists the GPU numbers (empty: any GPU)."""
 
-    kind = serializers.ChoiceField(choices=["KIND_GPU"])
+    kind = serializers.ChoiceField(choices=[instance_groups.GPU])
     gpus = _gpu_numbers()
 
 
@@ -206,7 +217,9 @@ class HostInstanceGroupSerializer(_GroupFields):
     """An instance group on the CPU (KIND_CPU) or wherever there is a worker
     (KIND_AUTO, the default); it lists no GPUs."""
 
-    kind = serializers.ChoiceField(choices=["KIND_AUTO", "KIND_CPU"], default="KIND_AUTO")
+    kind = serializers.ChoiceField(
+        choices=[instance_groups.AUTO, instance_groups.CPU], default=instance_groups.DEFAULT_KIND
+    )
     gpus = _gpu_numbers(max_length=0)
 
 
@@ -214,11 +227,11 @@ class InstanceGroupChangeSerializer(_GroupFields):
     """One instance group to set: KIND_AUTO (default), KIND_CPU, or KIND_GPU
     with its GPU numbers; ``gpus`` only go with KIND_GPU."""
 
-    kind = serializers.ChoiceField(choices=["KIND_AUTO", "KIND_GPU", "KIND_CPU"], default="KIND_AUTO")
+    kind = serializers.ChoiceField(choices=list(instance_groups.SETTABLE_KINDS), default=instance_groups.DEFAULT_KIND)
     gpus = _gpu_numbers()
 
     def validate(self, attrs):
-        if attrs.get("gpus") and attrs.get("kind") != "KIND_GPU":
+        if attrs.get("gpus") and attrs.get("kind") != instance_groups.GPU:
             raise serializers.ValidationError({"gpus": ["gpus are only for KIND_GPU"]})
         return attrs
 

@@ -16,7 +16,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
-from inference.version_policy import served_versions
+from inference import instance_groups
+from inference.serving_state import served_versions
 from models_store import audit, signature_guard, storage, validating
 from models_store.config import ConfigError, TritonConfig, parse_config_json, same_config
 from models_store.config.signatures import check_against_versions
@@ -571,28 +572,16 @@ def model_set_loaded(model: RegisteredModel, loaded: bool, actor=None) -> Regist
     return locked
 
 
-INSTANCE_KINDS = ("KIND_AUTO", "KIND_GPU", "KIND_CPU")
-
-
 @transaction.atomic
 def model_set_instance_group(model: RegisteredModel, groups: list[dict], actor=None) -> RegisteredModel:
     """Replace a model's instance groups (Triton's ``instance_group``): each
     ``{"kind": KIND_AUTO|KIND_GPU|KIND_CPU, "count": n >= 1, "gpus": [ints]}``
-    (``gpus`` only for KIND_GPU). Raises RegistryError for anything else."""
-    clean = []
-    for index, group in enumerate(groups):
-        kind = group.get("kind", "KIND_AUTO")
-        if kind not in INSTANCE_KINDS:
-            raise RegistryError(f"instance group {index}: kind must be one of {', '.join(INSTANCE_KINDS)}")
-        count = group.get("count", 1)
-        gpus = group.get("gpus", [])
-        if type(count) is not int or count < 1:
-            raise RegistryError(f"instance group {index}: count must be a positive integer")
-        if not isinstance(gpus, list) or any(type(g) is not int or g < 0 for g in gpus):
-            raise RegistryError(f"instance group {index}: gpus must be a list of GPU numbers")
-        if gpus and kind != "KIND_GPU":
-            raise RegistryError(f"instance group {index}: gpus are only for KIND_GPU")
-        clean.append({"name": group.get("name", ""), "kind": kind, "count": count, "gpus": gpus})
+    (``gpus`` only for KIND_GPU; defaults and rules:
+    :mod:`inference.instance_groups`). Raises RegistryError for anything else."""
+    try:
+        clean = instance_groups.validate(groups)
+    except instance_groups.InstanceGroupError as exc:
+        raise RegistryError(str(exc)) from None
     locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
     locked.instance_group = clean
     locked.save(update_fields=["instance_group", "updated_at"])

@@ -11,49 +11,13 @@ from pathlib import Path
 
 from django.db import close_old_connections
 
-from inference.ports import ModelRecord, VersionRecord
+from inference.ports import ModelRecord
 from inference.protocol.errors import InvalidInput, ModelNotFound
 from models_store import audit, outages, selectors, services, storage
 from models_store.config import ConfigError
 from models_store.stamp import registry_changed
 
 logger = logging.getLogger(__name__)
-
-
-def _record(model) -> ModelRecord:
-    return ModelRecord(
-        name=model.name,
-        platform=model.platform,
-        max_batch_size=model.max_batch_size,
-        version_policy=model.version_policy,
-        latest_versions=model.latest_versions,
-        specific_versions=tuple(model.specific_versions),
-        loaded=model.loaded,
-        instance_group=tuple(model.instance_group),
-        config=model.config,
-        dynamic_batching=(model.config or {}).get("dynamic_batching"),
-        sequence_batching=(model.config or {}).get("sequence_batching"),
-        team=model.team.name if model.team_id else "",
-        labels={label.name: label.version.number for label in model.labels.all()},
-        traffic=dict(model.traffic or {}),
-        payload_log_rate=model.payload_log_rate,
-        payload_log_max_bytes=model.payload_log_max_bytes,
-        output_labels=dict(model.output_labels or {}),
-        versions=tuple(
-            VersionRecord(
-                number=v.number,
-                state=v.state,
-                reason=v.reason,
-                sha256=v.sha256,
-                artifact=v.artifact,
-                size=v.size,
-                inputs=v.inputs,
-                outputs=v.outputs,
-                properties=v.properties,
-            )
-            for v in model.versions.all()
-        ),
-    )
 
 
 class StoreRegistrySource:
@@ -63,7 +27,7 @@ class StoreRegistrySource:
         self._receivers: dict = {}
 
     def models(self) -> list[ModelRecord]:
-        return [_record(m) for m in selectors.registry_snapshot()]
+        return [selectors.model_record(m) for m in selectors.registry_snapshot()]
 
     def stamp(self) -> int:
         return selectors.stamp_get()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from inference.version_policy import default_version, traffic_routes
+from inference.serving_state import served_versions, traffic_routes
 
 
 def _shape_change(kind: str, name: str, before: list[int], after: list[int]) -> str | None:
@@ -74,15 +74,17 @@ def default_route(model, versions: dict[int, object], labels: dict[str, int], tr
     """The version numbers the default route serves: the split's (with
     ``traffic``, the model's by default), else the policy's default version
     (``policy``: ``(version_policy, latest_versions, specific_versions)``,
-    the model's by default). ``versions``: READY number -> version."""
+    the model's by default). ``versions``: READY number -> version. The
+    same rules as :mod:`inference.serving_state` (here for a split or
+    policy not yet stored, whether the model is loaded or not)."""
     traffic = model.traffic or {} if traffic is None else traffic
     ready = list(versions)
     routes = traffic_routes(traffic, labels, ready)
     if routes:
         return {number for _label, number, _weight in routes}
     policy = policy or (model.version_policy, model.latest_versions, model.specific_versions)
-    number = default_version(policy[0], ready, policy[1], policy[2])
-    return {number} if number is not None else set()
+    served = served_versions(policy[0], ready, policy[1], policy[2])
+    return {served[0]} if served else set()
 
 
 def check(model, route: str, before: Iterable, after: Iterable) -> list[str]:

@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_POST
 
-from inference.runtime.placement import describe_group
+from inference import instance_groups
 from models_store import accounts, actions, outages, permissions, selectors, signature_guard, snippets, uploads
 from models_store.forms import LabelForm, ModelSettingsForm, TokenForm, UploadForm
 from models_store.models import ModelVersion, RegisteredModel
@@ -110,8 +110,10 @@ def model_list(request):
     rows = []
     for model in page:
         versions = _versions_with_labels(model)
-        served = selectors.served_numbers(model)
-        rows.append({"model": model, "versions": versions, "served": served, "size": sum(v.size for v in versions)})
+        state = selectors.serving(model)
+        rows.append(
+            {"model": model, "versions": versions, "served": state.served, "size": sum(v.size for v in versions)}
+        )
     query = request.GET.copy()
     query.pop("page", None)
     context = {
@@ -143,11 +145,11 @@ def _sort_links(params, order: str) -> dict[str, dict]:
 def _model_page(request, name: str, *, status: int = 200, settings_form=None, label_form=None, error: str = ""):
     model = _get_model(request, name)
     versions = _versions_with_labels(model)
-    served = selectors.served_numbers(model)
+    state = selectors.serving(model)
     ready = [v.number for v in versions if v.state == ModelVersion.State.READY]
     by_number = {v.number: v for v in versions}
-    shown = by_number.get(served[0]) if served else next((v for v in versions if v.state == "READY"), None)
-    group = (model.instance_group or [{}])[0]
+    shown = by_number.get(state.default) or next((v for v in versions if v.state == "READY"), None)
+    group = (instance_groups.read(model.instance_group) or (instance_groups.InstanceGroup(),))[0]
     if settings_form is None:
         settings_form = ModelSettingsForm(
             initial={
@@ -155,9 +157,9 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
                 "version_policy": model.version_policy,
                 "latest_versions": model.latest_versions,
                 "specific_versions": ", ".join(map(str, model.specific_versions)),
-                "instance_kind": group.get("kind", "KIND_AUTO"),
-                "instance_gpus": ", ".join(map(str, group.get("gpus", []))),
-                "instance_count": group.get("count", 1),
+                "instance_kind": group.kind,
+                "instance_gpus": ", ".join(map(str, group.gpus)),
+                "instance_count": group.count,
                 "payload_log_rate": model.payload_log_rate,
                 "payload_log_max_bytes": model.payload_log_max_bytes,
             }
@@ -165,11 +167,13 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
     context = {
         "model": model,
         "versions": versions,
-        "served": served,
+        "served": state.served,
+        "default_version": state.default,
+        "loaded": state.loaded,
         "shown": shown,
         "can_change": permissions.can_change_model(request.user, model),
         "settings_form": settings_form,
-        "instance_group": describe_group(model.instance_group),
+        "instance_group": instance_groups.describe(model.instance_group),
         "dynamic_batching": describe_batching(model),
         "label_form": label_form or LabelForm(ready_versions=ready),
         "audit": selectors.audit_for_model(model)[:AUDIT_ON_PAGE],
@@ -296,10 +300,12 @@ def _version_page(request, name: str, number: int, *, status: int = 200, error: 
     version = next((v for v in _versions_with_labels(model) if v.number == number), None)
     if version is None:
         raise Http404(f"model '{name}' has no version {number}")
+    state = selectors.serving(model)
     context = {
         "model": model,
         "version": version,
-        "serving": number in selectors.served_numbers(model),
+        "serving": state.serves(number),
+        "not_serving_because": state.reason(number, version.state, version.reason),
         "can_change": permissions.can_change_model(request.user, model),
         "snippets": _snippets(request, model, version),
         "example_request": snippets.example_request_text(version.inputs) if version.inputs else "",

@@ -1,8 +1,9 @@
 """Binary tensor data extension: split a body into its JSON header and binary
 tail, view input tensors in the tail without copying, and lay out outputs.
 
-Spec: seed 000 / 001 "Binary Tensor Data Extension" (little-endian, row-major,
-no padding; BOOL one byte; BYTES length-prefixed; FP16 native) and the
+Spec: "Binary Tensor Data Extension",
+https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_binary_data.md
+(little-endian, row-major, no padding; BOOL one byte; BYTES length-prefixed; FP16 native) and the
 ``Inference-Header-Content-Length`` header.
 """
 

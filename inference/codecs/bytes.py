@@ -1,6 +1,8 @@
 """BYTES tensors in their binary form: each element is a 4-byte little-endian
 unsigned length followed by that many bytes, elements back to back in
-row-major order (seed 001 "Binary Tensor Request"; seed 003 raw contents).
+row-major order ("Binary Tensor Request":
+https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_binary_data.md;
+OIP gRPC raw contents: https://github.com/kserve/open-inference-protocol/blob/main/specification/protocol/inference_grpc.md).
 
 In memory a BYTES tensor is a numpy ``object`` array of ``bytes``.
 """

@@ -1,7 +1,8 @@
 """V2 JSON tensor data: decode a request's ``data`` into a numpy array and
 encode an output for the JSON response.
 
-Spec: seed 002 "Tensor Data" (row-major, nested or flat), "Tensor Data Types".
+Spec: OIP REST "Tensor Data" (row-major, nested or flat), "Tensor Data Types"
+(https://github.com/kserve/open-inference-protocol/blob/main/specification/protocol/inference_rest.md).
 Type rules: integers for INT/UINT (range-checked), numbers for FP32/FP64,
 ``true``/``false`` for BOOL, strings for BYTES (sent to the model as their
 UTF-8 bytes). FP16 has no JSON form and is refused: use binary data.

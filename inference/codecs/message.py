@@ -2,9 +2,10 @@
 JSON or in the binary tail) to :class:`InferenceRequest`, and
 :class:`InferenceResponse` to a JSON body or a JSON header + binary tail.
 
-Spec: seed 002 "Inference Request JSON Object" / "Inference Response JSON
-Object"; seeds 000/001 ``binary_data_size``, ``binary_data``,
-``binary_data_output`` and the raw binary request.
+Spec: OIP REST "Inference Request JSON Object" / "Inference Response JSON
+Object" (https://github.com/kserve/open-inference-protocol/blob/main/specification/protocol/inference_rest.md);
+the binary tensor data extension's ``binary_data_size``, ``binary_data``,
+``binary_data_output`` and the raw binary request (https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_binary_data.md).
 """
 
 from __future__ import annotations

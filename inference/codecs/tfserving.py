@@ -1,6 +1,6 @@
 """TensorFlow Serving v1 REST JSON: requests to protocol tensors and results
-to JSON, as TF Serving's RESTful API does (seed 004, and TF Serving's own
-behaviour where the seed is thin).
+to JSON, as TF Serving's RESTful API does (https://www.tensorflow.org/tfx/serving/api_rest,
+and TF Serving's own behaviour where that page is thin).
 
 - ``:predict`` row format (``instances``: values of the single input, or
   objects keyed by input name) and columnar format (``inputs``: a value, or an

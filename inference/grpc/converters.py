@@ -4,7 +4,8 @@ Inputs come either all in ``raw_input_contents`` (one entry per input, the
 binary layout of the binary tensor data extension; numeric tensors become
 views of the received bytes) or each in its typed ``InferTensorContents``
 field (FP16 is raw only). Outputs always go in ``raw_output_contents``, as
-Triton does. Spec: seed 003 "ModelInfer", "Tensor Data". Trace and log
+Triton does. Spec: OIP gRPC "ModelInfer", "Tensor Data"
+(https://github.com/kserve/open-inference-protocol/blob/main/specification/protocol/inference_grpc.md). Trace and log
 settings map between Triton's messages and the data plane's dicts (the
 values of Triton's JSON form, checked by the data plane).
 

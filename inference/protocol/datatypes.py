@@ -4,9 +4,12 @@ Every other mapping (numpy dtype, ONNX Runtime type string, ONNX ``TensorProto``
 element type, Triton model-config ``TYPE_*``, TensorFlow ``DT_*``) is derived
 from :data:`DATATYPES` so that the names cannot drift apart.
 
-Spec: OIP REST "Tensor Data Types" (seed 002) and gRPC "Tensor Data Types"
-(seed 003). ``BYTES`` elements are variable length (at most 2**32 - 1 bytes);
-their in-memory form is a numpy ``object`` array of ``bytes``.
+Spec: OIP REST "Tensor Data Types"
+(https://github.com/kserve/open-inference-protocol/blob/main/specification/protocol/inference_rest.md#tensor-data-types)
+and gRPC "Tensor Data Types"
+(https://github.com/kserve/open-inference-protocol/blob/main/specification/protocol/inference_grpc.md).
+``BYTES`` elements are variable length (at most 2**32 - 1 bytes); their
+in-memory form is a numpy ``object`` array of ``bytes``.
 """
 
 from __future__ import annotations

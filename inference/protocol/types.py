@@ -4,9 +4,11 @@ Tensors are numpy arrays already shaped to the declared ``shape``; BYTES
 tensors are ``object`` arrays of ``bytes``. Parameters are plain dicts of
 ``str -> str | int | float | bool`` (OIP "Parameters").
 
-Spec: seed 002 "Inference Request JSON Object", "Request Input",
-"Request Output", "Inference Response JSON Object", "Response Output",
-"Model Metadata", "Server Metadata"; seed 003 messages of the same names.
+Spec: OIP REST (https://github.com/kserve/open-inference-protocol/blob/main/specification/protocol/inference_rest.md)
+"Inference Request JSON Object", "Request Input", "Request Output",
+"Inference Response JSON Object", "Response Output", "Model Metadata",
+"Server Metadata"; OIP gRPC (https://github.com/kserve/open-inference-protocol/blob/main/specification/protocol/inference_grpc.md)
+messages of the same names.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
-"""V2 REST endpoints (seed 002) and Triton's extensions (model repository,
-model configuration, statistics, shared memory): thin DRF views over the DataPlane.
+"""V2 REST endpoints (Open Inference Protocol, HTTP/REST:
+https://github.com/kserve/open-inference-protocol/blob/main/specification/protocol/inference_rest.md)
+and Triton's extensions (model repository, model configuration, statistics,
+shared memory: https://github.com/triton-inference-server/server/blob/main/docs/protocol/):
+thin DRF views over the DataPlane.
 
 Each view decodes with the codecs, calls one DataPlane method, and encodes
 the answer; errors go through :func:`inference.http.responses.exception_handler`.
@@ -80,7 +83,7 @@ class ModelMetadataView(ProtocolView):
 
 class InferView(ObservedView):
     """POST /v2/models/<m>[/versions/<v>]/infer: JSON or binary tensor data in,
-    JSON or JSON + binary out (seeds 000, 001, 002); gzip/deflate both ways."""
+    JSON or JSON + binary out (OIP REST and the binary tensor data extension); gzip/deflate both ways."""
 
     def post(self, request, model_name, model_version=None):
         if tracing.ENABLED:  # one trace per sampled request, under the client's traceparent

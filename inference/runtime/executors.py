@@ -32,8 +32,14 @@ def session_loader(artifacts, options=None, providers=None) -> Callable[[RunTarg
 class InProcessExecutor:
     """Runs sessions in this process (``INFERENCE_EXECUTOR=inprocess``)."""
 
-    def __init__(self, runner: ModelRunner):
+    def __init__(self, runner: ModelRunner, gpus: tuple[int, ...] = ()):
+        """``gpus``: the GPU numbers the runner's execution providers use (none: CPU only)."""
         self.runner = runner
+        self._gpus = tuple(gpus)
+
+    def gpus(self) -> tuple[int, ...]:
+        """The GPU numbers models run on in this process (none: the CPU)."""
+        return self._gpus
 
     def start(self) -> None:
         """Nothing to start: sessions load on first use."""

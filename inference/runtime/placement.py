@@ -9,9 +9,10 @@ connections. The front end reads those keys to know which workers are live,
 and sends each request to a worker of a device that the model's instance
 group allows (round robin).
 
-Instance groups follow Triton: ``KIND_GPU`` with ``gpus: [0, 1]`` -> cuda:0,
-cuda:1 (no gpus: any GPU); ``KIND_CPU`` -> cpu; ``KIND_AUTO`` or no group ->
-any live device, GPUs first. GPU numbers are per host: ``gpus: [0]`` is the
+Instance groups (read in :mod:`inference.instance_groups`) follow Triton:
+``KIND_GPU`` with ``gpus: [0, 1]`` -> cuda:0, cuda:1 (no gpus: any GPU);
+``KIND_CPU`` -> cpu; ``KIND_AUTO`` or no group -> any live device, GPUs
+first. GPU numbers are per host: ``gpus: [0]`` is the
 queue ``infer.cuda0``, which every host's ``cuda:0`` worker serves; a host
 without a GPU 0 runs no such worker and is never picked.
 
@@ -31,7 +32,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from inference import observability
+from inference import instance_groups, observability
 from inference.observability import QUEUE_DEPTH
 from inference.outage import DependencyWatch
 from inference.runtime import messages
@@ -81,9 +82,22 @@ def providers_for(device: str, fallback_to_cpu: bool = False) -> list:
         return onnx_runtime.provider_list(["CPUExecutionProvider"])
 
 
+def device_name(device: str) -> str:
+    """A device's canonical name (``cpu``, ``cuda:<n>``); raises DeviceError."""
+    kind, index = parse_device(device)
+    return instance_groups.CPU_DEVICE if kind == "cpu" else instance_groups.gpu_device(index)
+
+
 def queue_for(device: str) -> str:
+    """The queue (heartbeat and depth key part) of a device: ``infer.cpu``, ``infer.cuda<n>``."""
     kind, index = parse_device(device)
     return "infer.cpu" if kind == "cpu" else f"infer.cuda{index}"
+
+
+def device_of(queue: str) -> str:
+    """The device a queue name stands for (the inverse of :func:`queue_for`)."""
+    name = queue.removeprefix("infer.")
+    return name if name == "cpu" else name.replace("cuda", "cuda:", 1)
 
 
 def heartbeat_key(queue: str, worker_id: str) -> str:
@@ -99,40 +113,6 @@ def pool_depth_key(pool: str) -> str:
     """The Redis list whose length is the depth of the workers of ``pool``
     (WORKER_POOL, e.g. one Kubernetes Deployment per GPU kind)."""
     return f"{POOL_DEPTH_PREFIX}{pool}"
-
-
-def allowed_queues(instance_group, live: set[str]) -> list[str]:
-    """The live queues a model with ``instance_group`` may run on, in order."""
-    gpus = sorted(q for q in live if q.startswith("infer.cuda"))
-    cpu = ["infer.cpu"] if "infer.cpu" in live else []
-    if not instance_group:
-        return gpus + cpu
-    out: list[str] = []
-    for group in instance_group:
-        kind = group.get("kind", "KIND_AUTO")
-        if kind == "KIND_GPU":
-            wanted = [f"infer.cuda{g}" for g in group.get("gpus") or []] or gpus
-            out += [q for q in wanted if q in live]
-        elif kind == "KIND_CPU":
-            out += cpu
-        else:
-            out += gpus + cpu
-    return list(dict.fromkeys(out))
-
-
-def describe_group(instance_group) -> str:
-    if not instance_group:
-        return "any device"
-    parts = []
-    for group in instance_group:
-        kind = group.get("kind", "KIND_AUTO")
-        if kind == "KIND_GPU":
-            parts.append(", ".join(f"cuda:{g}" for g in group.get("gpus") or []) or "any GPU")
-        elif kind == "KIND_CPU":
-            parts.append("cpu")
-        else:
-            parts.append("any device")
-    return "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -339,9 +319,9 @@ class WorkerDirectory:
             time.sleep(self.interval)
             self.refresh()
 
-    def live_queues(self) -> frozenset[str]:
-        """Queues (devices) with at least one live worker."""
-        return frozenset(self._by_queue)
+    def live_devices(self) -> frozenset[str]:
+        """Devices (``cpu``, ``cuda:<n>``) with at least one live worker."""
+        return frozenset(device_of(q) for q in self._by_queue)
 
     def workers(self) -> list[Worker]:
         return list(self._workers.values())
@@ -352,8 +332,8 @@ class WorkerDirectory:
 
     def candidates(self, instance_group) -> list[Worker]:
         """Live workers of the devices the instance group allows, in device order."""
-        by_queue = self._by_queue
-        return [w for q in allowed_queues(instance_group, set(by_queue)) for w in by_queue[q]]
+        by_device = {device_of(q): workers for q, workers in self._by_queue.items()}
+        return [w for d in instance_groups.allowed_devices(instance_group, set(by_device)) for w in by_device[d]]
 
     def pick(self, key, workers: list[Worker]) -> Worker:
         """Round robin over ``workers`` (per model version)."""
@@ -378,23 +358,3 @@ def _log_changes(before: dict[str, Worker], after: dict[str, Worker]) -> None:
         logger.warning(
             "worker %s left: its heartbeat ended (stopped, killed or hung)", describe_worker(before[worker_id])
         )
-
-
-def instances_on(queue: str, instance_group) -> int:
-    """Model instances a worker of ``queue`` runs for a model with
-    ``instance_group`` (Triton: ``count`` per listed GPU for KIND_GPU, per
-    group for KIND_CPU and KIND_AUTO); 1 without a group."""
-    total = 0
-    for group in instance_group or ():
-        kind = group.get("kind", "KIND_AUTO")
-        count = group.get("count") or 1
-        if kind == "KIND_GPU":
-            if queue.startswith("infer.cuda"):
-                gpus = group.get("gpus") or []
-                if not gpus or int(queue[len("infer.cuda") :]) in gpus:
-                    total += count
-        elif kind == "KIND_CPU":
-            total += count if queue == "infer.cpu" else 0
-        else:
-            total += count
-    return max(1, total)

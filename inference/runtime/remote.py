@@ -56,11 +56,12 @@ import time
 
 import numpy as np
 
-from inference import tracing
+from inference import instance_groups, tracing
+from inference.instance_groups import describe as describe_group
 from inference.protocol import errors
 from inference.runtime import frames, link, messages
 from inference.runtime.execution import RunResult, RunTarget
-from inference.runtime.placement import Worker, WorkerDirectory, describe_group
+from inference.runtime.placement import Worker, WorkerDirectory
 from inference.runtime.sequence_routes import SequenceRoutes
 
 logger = logging.getLogger(__name__)
@@ -272,6 +273,11 @@ class RemoteExecutor:
 
     def start(self) -> None:
         self.directory.start()
+
+    def gpus(self) -> tuple[int, ...]:
+        """The GPU numbers of the live workers (none: CPU workers only)."""
+        numbers = (instance_groups.gpu_number(d) for d in self.directory.live_devices())
+        return tuple(sorted(n for n in numbers if n is not None))
 
     def on_snapshot(self, snapshot) -> None:
         """Sessions live in the workers; they follow the registry themselves."""

@@ -1,4 +1,4 @@
-"""TensorFlow Serving v1 REST API (seed 004) over the DataPlane.
+"""TensorFlow Serving v1 REST API (https://www.tensorflow.org/tfx/serving/api_rest) over the DataPlane.
 
 One DRF view matches TF Serving's own URL grammar, so that a malformed path
 gets TF Serving's ``400 Malformed request: <METHOD> <path>``:

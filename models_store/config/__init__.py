@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from google.protobuf import json_format, text_format
 from google.protobuf.descriptor import FieldDescriptor
 
+from inference import instance_groups
 from inference.grpc.proto import model_config_pb2 as pb
 from inference.runtime.sequences import SequenceConfigError, SequencePolicy
 
@@ -264,16 +265,11 @@ def _checked(message: pb.ModelConfig, source: str, refuse: bool = True) -> Trito
             SequencePolicy.from_config(sequence, message.max_batch_size, message.name)
         except SequenceConfigError as exc:
             raise ConfigError(f"config.pbtxt: {exc}") from None
-    groups = []
-    for group in message.instance_group:
-        groups.append(
-            {
-                "name": group.name,
-                "kind": pb.ModelInstanceGroup.Kind.Name(group.kind),
-                "count": group.count or 1,
-                "gpus": list(group.gpus),
-            }
-        )
+    groups = [
+        {"name": g.name, "kind": pb.ModelInstanceGroup.Kind.Name(g.kind), "count": g.count, "gpus": list(g.gpus)}
+        for g in message.instance_group
+    ]
+    groups = [group.as_dict() for group in instance_groups.read(groups)]  # Triton's defaults
     return TritonConfig(
         name=message.name,
         platform=message.platform,

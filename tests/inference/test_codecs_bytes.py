@@ -1,6 +1,6 @@
 """Unit tests for inference/codecs/bytes.py: BYTES tensors in binary form.
 
-Wire format (seed 001 "Binary Tensor Data Extension"): each element is a
+Wire format ("Binary Tensor Data Extension", https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_binary_data.md): each element is a
 4-byte little-endian unsigned length followed by that many bytes, elements
 back to back in row-major order. Expected wire bytes are always built here
 with ``struct`` and never with the code under test.

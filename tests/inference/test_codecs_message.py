@@ -7,8 +7,10 @@ decoded with ``decode_request`` / ``decode_raw_request``. Responses produced by
 ``encode_response`` are taken apart here (split at the header length,
 ``json.loads``, binary sliced by ``binary_data_size``) and compared with numpy.
 
-Spec: seed 002 (inference request/response JSON objects), seeds 000/001
-(binary tensor data extension, raw binary request).
+Spec: OIP REST, inference request/response JSON objects
+(https://github.com/kserve/open-inference-protocol/blob/main/specification/protocol/inference_rest.md);
+the binary tensor data extension, raw binary request
+(https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_binary_data.md).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def test_all_13_datatypes_are_covered():
 
 
 def wire(name: str, x: np.ndarray) -> bytes:
-    """Independent binary layout of ``x`` (seed 001)."""
+    """Independent binary layout of ``x`` (the binary tensor data extension)."""
     if name == "BYTES":
         return b"".join(struct.pack("<I", len(e)) + e for e in x.flat)
     if name == "BOOL":
@@ -365,7 +367,7 @@ def test_raw_request_fixed_shape():
     assert request.model_version == "2"
     assert request.id is None
     assert request.outputs is None
-    # All outputs come back binary (seed 001 "Raw Binary Request").
+    # All outputs come back binary (the binary tensor data extension's "Raw Binary Request").
     assert request.parameters == {"binary_data_output": True}
     (tensor,) = request.inputs
     assert (tensor.name, tensor.datatype, tensor.shape, tensor.parameters) == ("x", "FP32", (2, 3), {})

@@ -9,7 +9,6 @@ from collections import Counter
 
 from inference.ports import ModelRecord, VersionRecord
 from inference.registry import build_snapshot
-from inference.version_policy import served_with_traffic, traffic_routes
 
 SIGNATURE = [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]
 
@@ -52,12 +51,6 @@ def test_an_unloaded_model_serves_nothing_even_with_a_split():
     rec = ModelRecord(**{**rec.__dict__, "loaded": False})
     entry = build_snapshot([rec])["m"]
     assert entry.served == () and entry.route() is None
-
-
-def test_routes_and_served_versions():
-    routes = traffic_routes({"a": 50, "b": 50, "c": 0}, {"a": 1, "b": 2, "c": 3}, [1, 3])
-    assert routes == [("a", 1, 50)]
-    assert served_with_traffic([3], routes) == [3, 1]
 
 
 def test_a_split_sends_each_sequence_to_one_version():

@@ -76,7 +76,7 @@ def test_json_request_gets_json_response(wire):
 
 
 def test_mixed_binary_and_json_inputs_with_per_output_choice(wire):
-    """The seed 000 example shape: binary + JSON inputs, one output binary, one JSON."""
+    """The binary tensor data extension's example shape: binary + JSON inputs, one output binary, one JSON."""
     a = np.arange(16, dtype="<i4").reshape(1, 16)
     header = {
         "inputs": [

@@ -40,7 +40,11 @@ def canaried(model_server, alice):
             model_server, "POST", f"/api/models/{MODEL}/versions/", body, {**bearer(alice), "Content-Type": kind}
         )
         assert status in (201, 202) and answer["number"] == number, answer
-    assert wait_for(lambda: _get_model(model_server, alice)["served_versions"] == [2], timeout=60)
+
+    def both_ready() -> bool:  # worker mode validates them in parallel: version 2 may be READY first
+        return [v["state"] for v in _get_model(model_server, alice)["versions"]] == ["READY", "READY"]
+
+    assert wait_for(both_ready, timeout=60) and _get_model(model_server, alice)["served_versions"] == [2]
     return MODEL
 
 

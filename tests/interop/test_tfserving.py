@@ -1,5 +1,5 @@
 """TF Serving v1 REST against a live server: the request/response examples of
-seed 004 and TF Serving's documentation, both formats, b64, NaN/Infinity,
+TF Serving's REST API documentation (https://www.tensorflow.org/tfx/serving/api_rest), both formats, b64, NaN/Infinity,
 labels, status, metadata, classify/regress, and the bad-input cases.
 Expected values are computed independently with numpy / scikit-learn."""
 
@@ -55,8 +55,9 @@ def test_doc_example_row_and_columnar(wire):
     assert (status, body) == (200, {"predictions": [[2.5, 3.0], [3.5, 4.0]]})
 
 
-def test_seed_multi_input_instances(wire):
-    """Seed 004: two instances of three named inputs (tag, signal, sensor)."""
+def test_multi_input_instances(wire):
+    """TF Serving REST API example (api_rest "Specifying input tensors in row format"): two instances of three
+    named inputs (tag, signal, sensor)."""
     request = {
         "instances": [
             {"tag": ["foo"], "signal": [1, 2, 3, 4, 5], "sensor": [[1, 2], [3, 4]]},

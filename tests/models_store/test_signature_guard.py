@@ -120,7 +120,7 @@ def test_the_default_route_is_guarded_by_the_split_the_policy_and_promote():
     ):
         with pytest.raises(services.SignatureConflict, match="the default route: input 'x' is FP64, not FP32"):
             change(False)
-    assert selectors.model_get("g").traffic == {} and selectors.served_numbers(selectors.model_detail("g")) == [1]
+    assert selectors.model_get("g").traffic == {} and list(selectors.serving(selectors.model_detail("g")).served) == [1]
     services.traffic_set(model, {"stable": 90, "canary": 10}, alice, force=True)
     assert AuditEvent.objects.filter(action="traffic.set").latest("id").detail["forced"] is True
     # Promoting moves 'stable', whose callers (naming the label) never saw version 2.
@@ -135,7 +135,7 @@ def test_a_compatible_split_and_policy_pass():
     services.traffic_set(model, {"stable": 50, "canary": 50}, alice)
     services.traffic_set(model, {}, alice)
     services.model_set_policy(model, "latest", 1, actor=alice)
-    assert selectors.served_numbers(selectors.model_detail("g")) == [2]
+    assert list(selectors.serving(selectors.model_detail("g")).served) == [2]
 
 
 def test_the_management_api_answers_409_with_the_differences():

@@ -184,7 +184,9 @@ def test_a_model_that_fails_validation_is_kept_failed_with_its_reason(alice):
     assert bad.state == "FAILED"
     assert bad.reason.startswith("ONNX checker:") and "NoSuchOperator" in bad.reason
     assert bad.log[-1] == f"failed: {bad.reason}"
-    assert selectors.served_numbers(bad.model) == [good.number]  # a failed version never takes the serving one offline
+    assert list(selectors.serving(bad.model).served) == [
+        good.number
+    ]  # a failed version never takes the serving one offline
     assert AuditEvent.objects.filter(action="version.failed", version_number=2).count() == 1
 
 
@@ -240,15 +242,19 @@ def three_versions(alice):
 
 def test_version_policies(three_versions, alice):
     model = three_versions
-    assert selectors.served_numbers(model) == [3]
+    assert list(selectors.serving(model).served) == [3]
     services.model_set_policy(model, "all", actor=alice)
-    assert selectors.served_numbers(RegisteredModel.objects.get(pk=model.pk)) == [3, 1]
+    assert list(selectors.serving(RegisteredModel.objects.get(pk=model.pk)).served) == [3, 1]
     services.model_set_policy(model, "specific", specific=[1], actor=alice)
     model.refresh_from_db()
-    assert (model.version_policy, model.specific_versions, selectors.served_numbers(model)) == ("specific", [1], [1])
+    assert (model.version_policy, model.specific_versions, list(selectors.serving(model).served)) == (
+        "specific",
+        [1],
+        [1],
+    )
     services.model_set_policy(model, "latest", latest=2, actor=alice)
     model.refresh_from_db()
-    assert selectors.served_numbers(model) == [3, 1]
+    assert list(selectors.serving(model).served) == [3, 1]
     event = AuditEvent.objects.filter(action="model.policy").latest("id")
     assert (event.actor_name, event.detail) == ("alice", {"policy": "latest", "latest": 2, "specific": []})
 
@@ -301,7 +307,7 @@ def test_retire_and_restore(three_versions, alice):
     services.version_retire(v3, alice)
     v3.refresh_from_db()
     assert v3.state == "UNAVAILABLE" and v3.reason.startswith("retired by alice on ")
-    assert selectors.served_numbers(RegisteredModel.objects.get(pk=model.pk)) == [1]
+    assert list(selectors.serving(RegisteredModel.objects.get(pk=model.pk)).served) == [1]
     with pytest.raises(services.RegistryError, match="only a READY version can be retired; version 2 is FAILED"):
         services.version_retire(model.versions.get(number=2), alice)
     services.version_restore(v3, alice)

@@ -33,12 +33,12 @@ def _stamp() -> int:
 
 def test_a_split_is_set_audited_and_serves_both(model):
     found, alice = model
-    assert selectors.served_numbers(found) == [2]
+    assert list(selectors.serving(found).served) == [2]
     before = _stamp()
     services.traffic_set(found, {"stable": 90, "canary": 10}, alice)
     found = selectors.model_detail("m")
     assert found.traffic == {"canary": 10, "stable": 90} and _stamp() > before
-    assert selectors.served_numbers(found) == [2, 1]
+    assert list(selectors.serving(found).served) == [2, 1]
     event = AuditEvent.objects.filter(action="traffic.set").latest("id")
     assert event.actor_name == "alice" and event.detail["versions"] == {"canary": 2, "stable": 1}
 
@@ -129,7 +129,7 @@ def test_a_label_the_split_gives_no_weight_leaves_the_split_with_its_version(mod
     services.version_upload("m", stage(m.affine(4.0, 0.0)), alice)
     services.label_set(found, "canary", 4, alice)
     assert selectors.model_detail("m").traffic == {"stable": 100}  # the new canary is not in the split
-    served = selectors.served_numbers(selectors.model_detail("m"))
+    served = list(selectors.serving(selectors.model_detail("m")).served)
     assert served == [4, 1]  # 4 by the latest policy, 1 by the split; the canary label routes nothing
 
 

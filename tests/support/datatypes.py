@@ -1,5 +1,6 @@
-"""The tests' own table of V2 datatypes (seed 002 "Tensor Data Types") and the
-little-endian numpy dtypes their binary form uses (seeds 000/001), written out
+"""The tests' own table of V2 datatypes (OIP REST "Tensor Data Types":
+https://github.com/kserve/open-inference-protocol/blob/main/specification/protocol/inference_rest.md) and the
+little-endian numpy dtypes their binary form uses (https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_binary_data.md), written out
 here so that codec tests do not check the codecs against the codecs' table."""
 
 #: V2 datatype -> little-endian numpy dtype string; BYTES holds Python objects.

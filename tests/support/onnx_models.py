@@ -161,7 +161,8 @@ def half_plus_two(rank: int = 1) -> bytes:
 
 
 def tag_signal_sensor() -> bytes:
-    """The seed's three-input example: tag BYTES [N,1], signal FP32 [N,5],
+    """TF Serving's REST API three-input example (https://www.tensorflow.org/tfx/serving/api_rest):
+    tag BYTES [N,1], signal FP32 [N,5],
     sensor FP32 [N,2,2] -> tag_bytes (= tag), signal_sum [N], sensor_max [N]."""
     axes1 = helper.make_tensor("axes1", TensorProto.INT64, [1], [1])
     axes12 = helper.make_tensor("axes12", TensorProto.INT64, [2], [1, 2])

@@ -12,14 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from inference.instance_groups import allowed_devices, instances_on
 from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InvalidInput
 from inference.runtime import frames, messages
 from inference.runtime.placement import (
     DeviceError,
     DeviceUnavailable,
-    allowed_queues,
-    instances_on,
+    device_name,
+    device_of,
     parse_device,
     providers_for,
     queue_for,
@@ -146,12 +147,12 @@ def test_malformed_headers_are_invalid_argument_and_the_stream_stays_in_step(hea
 
 
 def test_instances_per_device():
-    assert instances_on("infer.cpu", ()) == 1
-    assert instances_on("infer.cpu", [{"kind": "KIND_CPU", "count": 3}]) == 3
-    assert instances_on("infer.cuda0", [{"kind": "KIND_CPU", "count": 3}]) == 1
+    assert instances_on("cpu", ()) == 1
+    assert instances_on("cpu", [{"kind": "KIND_CPU", "count": 3}]) == 3
+    assert instances_on("cuda:0", [{"kind": "KIND_CPU", "count": 3}]) == 1
     gpu = [{"kind": "KIND_GPU", "count": 2, "gpus": [1]}]
-    assert instances_on("infer.cuda1", gpu) == 2 and instances_on("infer.cuda0", gpu) == 1
-    assert instances_on("infer.cuda0", [{"kind": "KIND_AUTO", "count": 4}]) == 4
+    assert instances_on("cuda:1", gpu) == 2 and instances_on("cuda:0", gpu) == 1
+    assert instances_on("cuda:0", [{"kind": "KIND_AUTO", "count": 4}]) == 4
 
 
 def test_providers_per_device():
@@ -166,19 +167,17 @@ def test_providers_per_device():
 def test_devices_queues_and_placement():
     assert parse_device("cuda:2") == ("cuda", 2) and parse_device(" CPU ") == ("cpu", None)
     assert queue_for("cuda:12") == "infer.cuda12" and queue_for("cpu") == "infer.cpu"
+    assert device_of("infer.cuda12") == "cuda:12" == device_name(" CUDA:12") and device_of("infer.cpu") == "cpu"
     for bad in ("cuda", "cuda:-1", "cuda:x", "tpu:0", ""):
         with pytest.raises(DeviceError):
             parse_device(bad)
-    live = {"infer.cpu", "infer.cuda0", "infer.cuda1"}
-    assert allowed_queues([], live) == ["infer.cuda0", "infer.cuda1", "infer.cpu"]
-    assert allowed_queues([{"kind": "KIND_GPU", "gpus": [1, 3]}], live) == ["infer.cuda1"]
-    assert allowed_queues([{"kind": "KIND_GPU", "gpus": []}], live) == ["infer.cuda0", "infer.cuda1"]
-    assert allowed_queues([{"kind": "KIND_CPU"}], live) == ["infer.cpu"]
-    assert allowed_queues([{"kind": "KIND_GPU", "gpus": [3]}], live) == []
-    assert allowed_queues([{"kind": "KIND_CPU"}, {"kind": "KIND_GPU", "gpus": [0]}], live) == [
-        "infer.cpu",
-        "infer.cuda0",
-    ]
+    live = {"cpu", "cuda:0", "cuda:1", "cuda:10"}
+    assert allowed_devices([], live) == ["cuda:0", "cuda:1", "cuda:10", "cpu"]
+    assert allowed_devices([{"kind": "KIND_GPU", "gpus": [1, 3]}], live) == ["cuda:1"]
+    assert allowed_devices([{"kind": "KIND_GPU", "gpus": []}], live) == ["cuda:0", "cuda:1", "cuda:10"]
+    assert allowed_devices([{"kind": "KIND_CPU"}], live) == ["cpu"]
+    assert allowed_devices([{"kind": "KIND_GPU", "gpus": [3]}], live) == []
+    assert allowed_devices([{"kind": "KIND_CPU"}, {"kind": "KIND_GPU", "gpus": [0]}], live) == ["cpu", "cuda:0"]
 
 
 class _Clock:
