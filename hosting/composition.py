@@ -26,6 +26,7 @@ from inference.payload_log import PayloadLogger, sink_for
 from inference.ports import Quota
 from inference.ratelimit import Defaults, MemoryStore, RateLimiter, RedisStore
 from inference.registry import ModelRegistry
+from inference.response_cache import ResponseCache
 from inference.runtime import onnx as onnx_runtime
 from inference.runtime.executors import InProcessExecutor, session_loader
 from inference.runtime.placement import WorkerDirectory, read_workers
@@ -266,6 +267,7 @@ def build_dataplane() -> DataPlane:
         limiter=build_limiter(),
         payload_log=build_payload_log(),
         shared_memory=RegionRegistry(Path(settings.VAR_DIR) / "run" / "shm"),  # this machine's registered regions
+        cache=ResponseCache(settings.RESPONSE_CACHE_BYTES) if settings.RESPONSE_CACHE_BYTES > 0 else None,
     )
 
 

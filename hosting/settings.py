@@ -299,6 +299,9 @@ REFUSAL_LOG_SECONDS = env.float("REFUSAL_LOG_SECONDS", default=10.0)
 #: inprocess (default: ONNX Runtime in each server process) or workers (pinned
 #: workers started with `manage.py runworker --device ...`, needs REDIS_URL).
 INFERENCE_EXECUTOR = env.str("INFERENCE_EXECUTOR", default="inprocess")
+#: Bytes of answers each server process keeps for models whose config enables the response cache
+#: (``response_cache { enable: true }``; least recently used out first). 0: no cache.
+RESPONSE_CACHE_BYTES = env.int("RESPONSE_CACHE_BYTES", default=128 * 1024 * 1024)
 #: Memory a worker's loaded sessions may use (each charged what its load took), MiB.
 WORKER_MEMORY_BUDGET_MB = env.int("WORKER_MEMORY_BUDGET_MB", default=4096)
 #: The same budget for the sessions of the machine's server processes in process mode (0: none), MiB:

@@ -11,7 +11,7 @@ Requests of a sequence are never cached (their answer depends on state).
 
 Per process, a byte budget (``RESPONSE_CACHE_BYTES``) with least-recently
 used eviction; an answer larger than an eighth of the budget is not kept.
-Keys are BLAKE2b-256 digests of a length-prefixed encoding of the above, so
+Keys are SHA-256 digests of a length-prefixed encoding of the above, so
 two different requests cannot share an entry short of a hash collision.
 Reference: Triton's `response cache
 <https://github.com/triton-inference-server/server/blob/main/docs/user_guide/response_cache.md>`_.
@@ -22,8 +22,10 @@ from __future__ import annotations
 import hashlib
 import struct
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,7 +41,7 @@ def request_key(model: str, version: int, sha256: str, inputs, output_names: Seq
     """The cache key of a request (module doc). ``inputs``: RequestInputs
     (``name``, ``datatype``, ``shape``, ``data``: a numpy array; BYTES as an
     object array of bytes)."""
-    digest = hashlib.blake2b(digest_size=32)
+    digest = hashlib.sha256()  # SHA-NI: 2.3x BLAKE2b here (600 KB: 0.38 vs 0.90 ms)
     _field(digest, model.encode())
     _field(digest, f"{version}:{sha256}".encode())
     for tensor in sorted(inputs, key=lambda t: t.name):
@@ -118,3 +120,50 @@ class ResponseCache:
         with self._lock:
             self._entries.clear()
             self.used = 0
+
+
+@dataclass(slots=True)
+class CachedRun:
+    """A request answered from the cache, in place of the executor's RunResult
+    (the fields the data plane reads): ``lookup_ns`` the lookup's time,
+    ``queue_ns`` the time before it."""
+
+    outputs: tuple
+    lookup_ns: int
+    queue_ns: int
+    batch_size: int = 0
+    executed: bool = False
+    written: dict | None = None
+
+
+@dataclass(slots=True)
+class Lookup:
+    """A cacheable request's key and the time its lookup took (a miss)."""
+
+    key: bytes
+    lookup_ns: int
+
+
+def lookup(cache: ResponseCache | None, entry, request, job) -> CachedRun | Lookup | None:
+    """The cached answer of a request (CachedRun), or how to keep its answer
+    (Lookup), or None when it is not cacheable: no cache, a model without
+    ``response_cache``, a request of a sequence, or outputs a worker writes
+    into shared memory itself. ``entry``: the VersionEntry it runs on;
+    ``job``: its checked feeds (``names``, ``sequence``, ``plan``, ``started``)."""
+    if cache is None or not entry.response_cache or job.sequence is not None or job.plan is not None:
+        return None
+    started = time.perf_counter_ns()
+    key = request_key(entry.model_name, entry.number, entry.sha256, request.inputs, job.names)
+    outputs = cache.get(key)
+    ended = time.perf_counter_ns()
+    if outputs is not None:
+        return CachedRun(outputs, ended - started, max(0, started - job.started))
+    return Lookup(key, ended - started)
+
+
+def keep(cache: ResponseCache, statistics, entry, looked: Lookup, run) -> None:
+    """After a miss: keep ``run``'s outputs and count the miss (lookup and insertion time)."""
+    started = time.perf_counter_ns()
+    if all(output is not None for output in run.outputs):
+        cache.put(looked.key, run.outputs)
+    statistics.record_cache_miss(entry.model_name, entry.number, looked.lookup_ns + time.perf_counter_ns() - started)
