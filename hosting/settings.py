@@ -226,6 +226,9 @@ ORT_EXECUTION_PROVIDERS = env.list("ORT_EXECUTION_PROVIDERS", default=["CPUExecu
 ORT_DEVICE_ID = env.int("ORT_DEVICE_ID", default=0)
 ORT_INTRA_OP_THREADS = env.int("ORT_INTRA_OP_THREADS", default=1)
 ORT_INTER_OP_THREADS = env.int("ORT_INTER_OP_THREADS", default=1)
+#: Model instances a CPU worker runs of a model without an instance group (0: as many as its cores
+#: hold sessions of ORT_INTRA_OP_THREADS threads, as a GPU worker fills its GPU).
+WORKER_CPU_INSTANCES = env.int("WORKER_CPU_INSTANCES", default=0)
 ORT_GRAPH_OPTIMIZATION = env.str("ORT_GRAPH_OPTIMIZATION", default="all")
 #: How often each server process checks the registry's change stamp, in seconds.
 REGISTRY_POLL_SECONDS = env.float("REGISTRY_POLL_SECONDS", default=1.0)
