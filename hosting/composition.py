@@ -22,10 +22,12 @@ from hosting import deployment
 from inference import observability, outage, ports, tracing
 from inference.changes import beacon_at
 from inference.dataplane import DataPlane
+from inference.instance_groups import cpu_instances
 from inference.payload_log import PayloadLogger, sink_for
 from inference.ports import Quota
 from inference.ratelimit import Defaults, MemoryStore, RateLimiter, RedisStore
 from inference.registry import ModelRegistry
+from inference.response_cache import ResponseCache
 from inference.runtime import onnx as onnx_runtime
 from inference.runtime.executors import InProcessExecutor, session_loader
 from inference.runtime.placement import WorkerDirectory, read_workers
@@ -266,6 +268,7 @@ def build_dataplane() -> DataPlane:
         limiter=build_limiter(),
         payload_log=build_payload_log(),
         shared_memory=RegionRegistry(Path(settings.VAR_DIR) / "run" / "shm"),  # this machine's registered regions
+        cache=ResponseCache(settings.RESPONSE_CACHE_BYTES) if settings.RESPONSE_CACHE_BYTES > 0 else None,
     )
 
 
@@ -289,7 +292,8 @@ def build_worker(device: str, providers: list, where: str = "") -> WorkerRuntime
         session_loader(StoreArtifacts(settings.WORKER_CACHE_DIR), _session_options(), providers),
         settings.WORKER_MEMORY_BUDGET_MB,
     )
-    runtime = WorkerRuntime(device, runner, registry)
+    cpu = settings.WORKER_CPU_INSTANCES or cpu_instances(settings.ORT_INTRA_OP_THREADS)
+    runtime = WorkerRuntime(device, runner, registry, cpu_instances=cpu)
     registry.add_listener(runtime.on_snapshot)
     registry.add_listener(CacheJanitor(settings.WORKER_CACHE_DIR, "sha256").on_snapshot)
     registry.start()

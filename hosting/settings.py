@@ -226,6 +226,9 @@ ORT_EXECUTION_PROVIDERS = env.list("ORT_EXECUTION_PROVIDERS", default=["CPUExecu
 ORT_DEVICE_ID = env.int("ORT_DEVICE_ID", default=0)
 ORT_INTRA_OP_THREADS = env.int("ORT_INTRA_OP_THREADS", default=1)
 ORT_INTER_OP_THREADS = env.int("ORT_INTER_OP_THREADS", default=1)
+#: Model instances a CPU worker runs of a model without an instance group (0: as many as its cores
+#: hold sessions of ORT_INTRA_OP_THREADS threads, as a GPU worker fills its GPU).
+WORKER_CPU_INSTANCES = env.int("WORKER_CPU_INSTANCES", default=0)
 ORT_GRAPH_OPTIMIZATION = env.str("ORT_GRAPH_OPTIMIZATION", default="all")
 #: How often each server process checks the registry's change stamp, in seconds.
 REGISTRY_POLL_SECONDS = env.float("REGISTRY_POLL_SECONDS", default=1.0)
@@ -299,6 +302,9 @@ REFUSAL_LOG_SECONDS = env.float("REFUSAL_LOG_SECONDS", default=10.0)
 #: inprocess (default: ONNX Runtime in each server process) or workers (pinned
 #: workers started with `manage.py runworker --device ...`, needs REDIS_URL).
 INFERENCE_EXECUTOR = env.str("INFERENCE_EXECUTOR", default="inprocess")
+#: Bytes of answers each server process keeps for models whose config enables the response cache
+#: (``response_cache { enable: true }``; least recently used out first). 0: no cache.
+RESPONSE_CACHE_BYTES = env.int("RESPONSE_CACHE_BYTES", default=128 * 1024 * 1024)
 #: Memory a worker's loaded sessions may use (each charged what its load took), MiB.
 WORKER_MEMORY_BUDGET_MB = env.int("WORKER_MEMORY_BUDGET_MB", default=4096)
 #: The same budget for the sessions of the machine's server processes in process mode (0: none), MiB:

@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from inference import auth, classification, model_config, ratelimit, tracing
+from inference import auth, classification, model_config, ratelimit, response_cache, tracing
 from inference import shared_memory as shm
 from inference.ports import container
 from inference.protocol import triton_texts
@@ -186,9 +186,11 @@ class DataPlane:
         limiter: RateLimiter | None = None,
         payload_log=None,
         shared_memory: shm.RegionRegistry | None = None,
+        cache: response_cache.ResponseCache | None = None,
     ):
         self.registry = registry
         self.executor = executor
+        self.response_cache = cache  # for models whose config enables it (inference/response_cache.py)
         #: The executor can run on an event loop itself (worker mode): no thread per request.
         self._runs_on_loop = getattr(executor, "run_async", None) is not None
         self.limiter = limiter or RateLimiter(Defaults())
@@ -327,12 +329,17 @@ class DataPlane:
         entry = self._route(admission, request, version)
         try:
             job = self._prepare(entry, request, started, admission.owner, admission.regions)
+            cached = response_cache.lookup(self.response_cache, entry, request, job)
+            if isinstance(cached, response_cache.CachedRun):
+                return self._respond(entry, request, job, cached)
             if tracing.ENABLED and tracing.recording():
                 run = self._traced_run(entry, job)
             else:
                 run = self.executor.run(
                     entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group, **job.options
                 )
+            if cached is not None:
+                response_cache.keep(self.response_cache, self.statistics, entry, cached, run)
             return self._respond(entry, request, job, run)
         except InferenceError:
             self.statistics.record_failure(entry.model_name, entry.number, _now() - started)
@@ -357,9 +364,14 @@ class DataPlane:
         tracing.follow()
         try:
             job = self._prepare(entry, request, started, admission.owner, admission.regions)
+            cached = response_cache.lookup(self.response_cache, entry, request, job)
+            if isinstance(cached, response_cache.CachedRun):
+                return self._respond(entry, request, job, cached)
             run = await self.executor.run_async(
                 entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group, **job.options
             )
+            if cached is not None:
+                response_cache.keep(self.response_cache, self.statistics, entry, cached, run)
             return self._respond(entry, request, job, run)
         except InferenceError:
             self.statistics.record_failure(entry.model_name, entry.number, _now() - started)
@@ -442,6 +454,12 @@ class DataPlane:
         if rate and self.payload_log is not None and (rate >= 1.0 or random.random() < rate):
             self.payload_log.submit(entry, request, outputs, cap)  # never blocks
         started, computed = job.started, job.computed
+        if isinstance(run, response_cache.CachedRun):
+            self.statistics.record_cache_hit(
+                entry.model_name, entry.number, total_ns=finished - started, queue_ns=run.queue_ns,
+                lookup_ns=run.lookup_ns,
+            )  # fmt: skip
+            return InferenceResponse(entry.model_name, str(entry.number), outputs, id=request.id)
         self.statistics.record_success(
             entry.model_name,
             entry.number,

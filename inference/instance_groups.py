@@ -24,6 +24,7 @@ and core ``NormalizeInstanceGroup``):
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -130,10 +131,15 @@ def allowed_devices(groups, live: set[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def instances_on(device: str, groups) -> int:
+def instances_on(device: str, groups, cpu_default: int = 1) -> int:
     """Model instances a worker of ``device`` (``cpu``, ``cuda:<n>``) runs
     for a model with these groups: ``count`` of each group that covers the
-    device; 1 without a group (or when none covers it)."""
+    device; without a group 1 on a GPU (the GPU runs one session's kernels)
+    and ``cpu_default`` on the CPU (a worker's cores: :func:`cpu_instances`),
+    so that a CPU worker fills the cores it is given as a GPU worker fills
+    its GPU; 1 when no group covers the device."""
+    if not groups and device == CPU_DEVICE:
+        return max(1, cpu_default)
     number = gpu_number(device)
     total = 0
     for group in read(groups):
@@ -185,3 +191,14 @@ def triton_form(model_name: str, groups, gpus: Iterable[int] = ()) -> list[dict]
             listed = []
         out.append({"name": group.name or f"{model_name}_{index}", "kind": kind, "count": group.count, "gpus": listed})
     return out
+
+
+def cpu_instances(intra_op_threads: int = 1) -> int:
+    """Model instances that fill this process's CPUs (those it may run on:
+    ``os.sched_getaffinity``, e.g. a container's cpuset) with sessions of
+    ``intra_op_threads`` threads each; at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, intra_op_threads))

@@ -25,7 +25,7 @@ module builds the same from three sources:
   empty ``preferred_batch_size`` becomes ``[max_batch_size]``, Triton's
   normalization), ``parameters``, ``model_warmup``,
   ``default_model_filename`` (``model.onnx`` when not given),
-  ``model_transaction_policy`` and ``response_cache`` (both off);
+  ``model_transaction_policy`` (off) and ``response_cache`` (as configured, else off);
 - the registry's sequence batching policy, normalized as Triton does
   (``sequence_batching``: inference/runtime/sequences.py).
 

@@ -26,6 +26,10 @@ class ModelStatisticsRow(models.Model):
     compute_infer_ns = models.BigIntegerField(default=0)
     compute_output_count = models.BigIntegerField(default=0)
     compute_output_ns = models.BigIntegerField(default=0)
+    cache_hit_count = models.BigIntegerField(default=0)
+    cache_hit_ns = models.BigIntegerField(default=0)
+    cache_miss_count = models.BigIntegerField(default=0)
+    cache_miss_ns = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [

@@ -71,6 +71,7 @@ class VersionEntry:
     payload_log: tuple[float, int] = (0.0, 0)  # the model's (share logged, tensor bytes cap)
     output_labels: dict = field(default_factory=dict)  # the model's: output name -> class labels
     optional_inputs: frozenset = frozenset()  # inputs a request may leave out (config.pbtxt ``optional``)
+    response_cache: bool = False  # config.pbtxt ``response_cache { enable: true }``
 
     def __post_init__(self) -> None:
         self.input_specs = {t.name: InputSpec(t.name, BY_NAME[t.datatype], t.shape) for t in self.inputs}
@@ -171,6 +172,7 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
         hidden_out = sequence.state_outputs - listed if sequence else frozenset()
         instances = total_instances(model.instance_group)
         optional = frozenset(t["name"] for t in (model.config or {}).get("input", ()) if t.get("optional"))
+        cached = bool(((model.config or {}).get("response_cache") or {}).get("enable"))
         versions = {}
         for row in model.versions:
             versions[row.number] = VersionEntry(
@@ -193,6 +195,7 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
                 payload_log=(model.payload_log_rate, model.payload_log_max_bytes),
                 output_labels=model.output_labels,
                 optional_inputs=optional,
+                response_cache=cached,
             )
         total = sum(weight for _label, _number, weight in state.routes)
         split, cumulative = [], 0

@@ -35,7 +35,7 @@ from inference.outage import DependencyWatch
 logger = logging.getLogger(__name__)
 
 #: The stages of ``inference_stats``, as Triton names them.
-STAGES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+STAGES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss")
 BATCH_STAGES = ("compute_input", "compute_infer", "compute_output")
 
 
@@ -68,6 +68,10 @@ class VersionCounters(_Counters):
     compute_infer_ns: int = 0
     compute_output_count: int = 0
     compute_output_ns: int = 0
+    cache_hit_count: int = 0
+    cache_hit_ns: int = 0
+    cache_miss_count: int = 0
+    cache_miss_ns: int = 0
 
 
 @dataclass
@@ -97,7 +101,7 @@ class ModelStatistics:
     last_inference: int  # ms since the epoch, 0 if none
     inference_count: int
     execution_count: int
-    stages: dict[str, Duration]  # success, fail, queue, compute_input, compute_infer, compute_output
+    stages: dict[str, Duration]  # success, fail, queue, compute_input, compute_infer, compute_output, cache_hit/miss
     batch_stats: list[tuple[int, dict[str, Duration]]]  # (batch size, compute stages)
 
 
@@ -165,6 +169,30 @@ class StatisticsRecorder:
                 words[batch + _INFER_NS] += infer_ns
                 words[batch + _OUTPUT_NS] += output_ns
 
+    def record_cache_hit(self, model: str, version: int, *, total_ns: int, queue_ns: int, lookup_ns: int) -> None:
+        """Count one request answered from the response cache, as Triton does:
+        a success (with its time and queue time) and a cache hit (the lookup's
+        time); no inference, execution or compute."""
+        with self._lock:
+            table = self._table
+            start = table.slot((model, version, 0))
+            words = table.words
+            words[start + _SUCCESS_COUNT] += 1
+            words[start + _SUCCESS_NS] += total_ns
+            words[start + _QUEUE_NS] += queue_ns
+            words[start + _HIT_COUNT] += 1
+            words[start + _HIT_NS] += lookup_ns
+            words[start + local.LAST] = int(time.time() * 1000)
+
+    def record_cache_miss(self, model: str, version: int, ns: int) -> None:
+        """Count one response-cache miss: ``ns``, the lookup's and the insertion's time."""
+        with self._lock:
+            table = self._table
+            start = table.slot((model, version, 0))
+            words = table.words
+            words[start + _MISS_COUNT] += 1
+            words[start + _MISS_NS] += ns
+
     # -- persistence -----------------------------------------------------
     def flush(self) -> None:
         """Add what this process counted since the last flush to the store
@@ -217,6 +245,9 @@ class StatisticsRecorder:
         for model, version in keys:
             c = totals.get((model, version, 0), _ZERO)
             stages = {s: Duration(int(c[_STAGE_AT[s][0]]), int(c[_STAGE_AT[s][1]])) for s in STAGES}
+            computed = int(c[_SUCCESS_COUNT] - c[_HIT_COUNT])  # answers from the cache computed nothing
+            for stage in BATCH_STAGES:
+                stages[stage] = Duration(computed, stages[stage].ns)
             sizes = sorted(size for (m, v, size) in totals if (m, v) == (model, version) and size > 0)
             batch_stats = [
                 (size, {s: Duration(int(b[_STAGE_AT[s][0]]), int(b[_STAGE_AT[s][1]])) for s in BATCH_STAGES})
@@ -235,11 +266,15 @@ _FAIL_COUNT, _FAIL_NS = _I["fail_count"], _I["fail_ns"]
 _QUEUE_NS, _INPUT_NS, _INFER_NS, _OUTPUT_NS = (
     _I["queue_ns"], _I["compute_input_ns"], _I["compute_infer_ns"], _I["compute_output_ns"]
 )  # fmt: skip
+_HIT_COUNT, _HIT_NS, _MISS_COUNT, _MISS_NS = (
+    _I["cache_hit_count"], _I["cache_hit_ns"], _I["cache_miss_count"], _I["cache_miss_ns"]
+)  # fmt: skip
 #: Where a stage's count and time are in a slot (queue and compute are counted once per success).
 _STAGE_AT = {
     "success": (_SUCCESS_COUNT, _SUCCESS_NS), "fail": (_FAIL_COUNT, _FAIL_NS), "queue": (_SUCCESS_COUNT, _QUEUE_NS),
     "compute_input": (_SUCCESS_COUNT, _INPUT_NS), "compute_infer": (_SUCCESS_COUNT, _INFER_NS),
-    "compute_output": (_SUCCESS_COUNT, _OUTPUT_NS),
+    "compute_output": (_SUCCESS_COUNT, _OUTPUT_NS), "cache_hit": (_HIT_COUNT, _HIT_NS),
+    "cache_miss": (_MISS_COUNT, _MISS_NS),
 }  # fmt: skip
 _ZERO = np.zeros(local.WIDTH, np.int64)
 _VERSION_FIELDS = [f.name for f in fields(VersionCounters)]
@@ -250,7 +285,8 @@ _BATCH_FIELDS = [f.name for f in fields(BatchCounters)]
 _COUNTER_AT = {**_I, **{f"{stage}_count": _SUCCESS_COUNT for stage in ("queue", *BATCH_STAGES)}}
 #: The fields a slot is rebuilt from, read back from the store.
 _VERSION_SOURCES = ("inference_count", "execution_count", "success_count", "success_ns", "fail_count", "fail_ns",
-                    "queue_ns", "compute_input_ns", "compute_infer_ns", "compute_output_ns")  # fmt: skip
+                    "queue_ns", "compute_input_ns", "compute_infer_ns", "compute_output_ns",
+                    "cache_hit_count", "cache_hit_ns", "cache_miss_count", "cache_miss_ns")  # fmt: skip
 _BATCH_SOURCES = ("compute_infer_count", "compute_input_ns", "compute_infer_ns", "compute_output_ns")
 
 
@@ -262,7 +298,7 @@ def _deltas(now: dict, flushed: dict) -> tuple[dict, dict, dict]:
     for key, counters in now.items():
         before = flushed.get(key)
         delta = counters if before is None else counters - before
-        if not delta[: local.LAST].any():
+        if not delta[: local.LAST].any() and not delta[local.LAST + 1 :].any():
             continue
         model, version, size = key
         if size == 0:

@@ -38,6 +38,7 @@ import numpy as np
 FIELDS = (
     "inference_count", "execution_count", "success_count", "success_ns", "fail_count", "fail_ns",
     "queue_ns", "compute_input_ns", "compute_infer_ns", "compute_output_ns", "last_inference_ms",
+    "cache_hit_count", "cache_hit_ns", "cache_miss_count", "cache_miss_ns",  # after LAST: older tables hold 0
 )  # fmt: skip
 INDEX = {name: i for i, name in enumerate(FIELDS)}
 LAST = INDEX["last_inference_ms"]  # a maximum, not a sum

@@ -102,8 +102,11 @@ class BusyMeter:
 class WorkerRuntime:
     """Answers the front ends' requests for one device (``handle``)."""
 
-    def __init__(self, device: str, runner: ModelRunner, registry: ModelRegistry):
+    def __init__(self, device: str, runner: ModelRunner, registry: ModelRegistry, cpu_instances: int = 1):
+        """``cpu_instances``: model instances of a model without an instance
+        group on a CPU worker (:func:`inference.instance_groups.cpu_instances`)."""
         self.device = device
+        self.cpu_instances = cpu_instances
         self.queue = queue_for(device)
         self.runner = runner
         self.registry = registry
@@ -119,7 +122,7 @@ class WorkerRuntime:
         its sessions are dropped after."""
         targets = {}
         for model in snapshot.values():
-            instances = instances_on(device_name(self.device), model.instance_group)
+            instances = instances_on(device_name(self.device), model.instance_group, self.cpu_instances)
             for version in model.versions.values():
                 if version.serving:
                     targets[version.key] = dataclasses.replace(version.target, instances=instances)

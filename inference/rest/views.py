@@ -179,7 +179,6 @@ def statistics_json(stats) -> dict:
     def duration(d):
         return {"count": d.count, "ns": d.ns}
 
-    empty = {"count": 0, "ns": 0}
     return {
         "model_stats": [
             {
@@ -188,11 +187,7 @@ def statistics_json(stats) -> dict:
                 "last_inference": s.last_inference,
                 "inference_count": s.inference_count,
                 "execution_count": s.execution_count,
-                "inference_stats": {
-                    **{stage: duration(d) for stage, d in s.stages.items()},
-                    "cache_hit": empty,
-                    "cache_miss": empty,
-                },
+                "inference_stats": {stage: duration(d) for stage, d in s.stages.items()},
                 "batch_stats": [
                     {"batch_size": size, **{stage: duration(d) for stage, d in stages.items()}}
                     for size, stages in s.batch_stats

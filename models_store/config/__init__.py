@@ -76,7 +76,7 @@ SUPPORTED: dict = {
     "parameters": ALL,
     "model_warmup": ALL,
     "model_transaction_policy": {},  # decoupled: false only
-    "response_cache": {},  # enable: false only
+    "response_cache": ALL,  # enable: the response cache (inference/response_cache.py)
 }
 
 #: Why a field is not supported, for the fields a Triton user is likely to write.
@@ -94,7 +94,6 @@ WHY = {
     "output.reshape": "give the model's own shape in dims",
     "ensemble_scheduling": "ensembles are not supported",
     "model_transaction_policy.decoupled": "decoupled models are not supported: one response per request",
-    "response_cache.enable": "the response cache is not supported",
     "dynamic_batching.priority_levels": "priority queues are not supported: requests are served in arrival order",
     "dynamic_batching.default_priority_level": "priority queues are not supported",
     "dynamic_batching.default_queue_policy": "queue policies are not supported",
@@ -137,6 +136,7 @@ class TritonConfig:
     default_model_filename: str = ""
     parameters: dict = field(default_factory=dict)
     sequence_batching: dict | None = None  # Triton's message as JSON (MessageToDict); None: no sequences
+    response_cache: bool = False  # response_cache { enable: true }
     raw: dict = field(default_factory=dict)  # the whole parsed message, as JSON
 
 
@@ -291,6 +291,7 @@ def _checked(message: pb.ModelConfig, source: str, refuse: bool = True) -> Trito
         default_model_filename=message.default_model_filename,
         parameters={k: v.string_value for k, v in message.parameters.items()},
         sequence_batching=sequence,
+        response_cache=message.response_cache.enable,
         raw=triton_json(message),
     )
 

@@ -277,7 +277,7 @@ def test_load_with_a_config_replaces_the_configuration_as_triton_does(http, grpc
         ({"output": [{"name": "y", "data_type": "TYPE_INT32"}]}, "output 'y' of version 1 is FP32, not INT32"),
         ({"name": "someone_else"}, "the config names the model 'someone_else', not 'reconfigured'"),
         ({"optimization": {"priority": "PRIORITY_MAX"}}, "not supported by this server: 'optimization'"),
-        ({"response_cache": {"enable": True}}, "'response_cache.enable': the response cache is not supported"),
+        ({"model_transaction_policy": {"decoupled": True}}, "'model_transaction_policy.decoupled': decoupled"),
         ({"max_batch": 16}, 'no field named "max_batch"'),
         ({"version_policy": {"specific": {"versions": [9]}}}, "model 'reconfigured' has no version 9"),
         ({"output": [{"name": "y", "label_filename": "l.txt"}]}, "label files are read when the model's repository"),

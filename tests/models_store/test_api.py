@@ -164,7 +164,7 @@ def test_an_upload_with_a_config_applies_it_and_refuses_what_is_unsupported(alic
     refused = alice_api.upload("conf", m.affine(1, 1), team="ml", config=config.replace("[ 4 ]", "[ 2, 2 ]"))
     assert "model input NHWC/NCHW require 3 dims" in _error(refused, 400)  # Triton's words
     for bad, needle in (
-        ("response_cache { enable: true }", "not supported by this server: 'response_cache.enable'"),
+        ("model_transaction_policy { decoupled: true }", "not supported by this server: 'model_transaction_policy.decoupled'"),
         ('optimization { execution_accelerators { cpu_execution_accelerator: [ { name: "openvino" } ] } }',
          "not supported by this server: 'optimization'"),
         ("max_batch_size: {", "config.pbtxt: 1:17"),

@@ -84,7 +84,6 @@ def test_every_supported_field_parses_in_every_syntax():
             'optimization { execution_accelerators { gpu_execution_accelerator: [ { name: "tensorrt" } ] } }',
             "not supported by this server: 'optimization': ONNX Runtime's execution providers",
         ),
-        ("response_cache { enable: true }", "'response_cache.enable': the response cache is not supported"),
         ("model_transaction_policy { decoupled: true }", "'model_transaction_policy.decoupled': decoupled models"),
         (
             'input [ { name: "a" is_shape_tensor: true allow_ragged_batch: true } ]',
@@ -165,3 +164,9 @@ def test_a_config_kept_in_the_older_json_form_is_the_same_config():
     }
     assert same_config(parse_config(text).raw, older)
     assert not same_config(parse_config(text.replace("100", "200")).raw, older)
+
+
+def test_the_response_cache_is_read_and_kept():
+    config = parse_config("response_cache { enable: true }")
+    assert config.response_cache is True and config.raw["response_cache"] == {"enable": True}
+    assert parse_config("").response_cache is False

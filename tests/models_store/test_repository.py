@@ -123,10 +123,15 @@ def test_an_unsupported_field_is_refused_by_name_never_dropped(repo, capsys):
     the model, naming the field: its versions are FAILED with that reason,
     and a model imported before keeps its config (the import reports it
     even when every version is unchanged)."""
-    m.write_model(repo, "accelerated", m.affine(2, 1), config="max_batch_size: 8\nresponse_cache { enable: true }")
+    m.write_model(
+        repo, "accelerated", m.affine(2, 1), config="max_batch_size: 8\nmodel_transaction_policy { decoupled: true }"
+    )
     m.write_model(repo, "later", m.affine(2, 1), config="max_batch_size: 8")
     results = _by_key(import_repository(repo))
-    message = "config.pbtxt: not supported by this server: 'response_cache.enable': the response cache is not supported"
+    message = (
+        "config.pbtxt: not supported by this server: 'model_transaction_policy.decoupled': "
+        "decoupled models are not supported: one response per request"
+    )
     assert (results[("accelerated", "")].outcome, results[("accelerated", "")].message) == ("failed", message)
     assert results[("accelerated", "1")].outcome == "failed"
     assert ModelVersion.objects.get(model__name="accelerated").reason == message

@@ -142,9 +142,11 @@ def test_an_upload_with_a_config(alice):
     form = _text(alice.get("/upload/"))
     assert 'name="config"' in form and "Triton config.pbtxt (optional)" in form
     fields = {"name": "cfg", "team": "ml", "description": "", "file": _file(m.affine(1, 1))}
-    refused = _post(alice, "/upload/", {**fields, "config": "max_batch_size: 4\nresponse_cache { enable: true }"})
+    refused = _post(
+        alice, "/upload/", {**fields, "config": "max_batch_size: 4\nmodel_transaction_policy { decoupled: true }"}
+    )
     assert refused.status_code == 400
-    assert "not supported by this server: &#x27;response_cache.enable&#x27;" in _text(refused)
+    assert "not supported by this server: &#x27;model_transaction_policy.decoupled&#x27;" in _text(refused)
     assert not RegisteredModel.objects.exists()
     fields["file"] = _file(m.affine(1, 1))
     done = _post(alice, "/upload/", {**fields, "config": "max_batch_size: 4\ndynamic_batching { }"})

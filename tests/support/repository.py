@@ -132,7 +132,8 @@ def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
     """identity_<datatype> for all 13 datatypes, simple (INT32 add/sub),
     simple_string (the same on integers in text), affine (y = 2x + 1, max_batch_size 8), versioned (v1: x + 1, v2: x + 2,
     policy all), strings (text + "!"), image ([1,3,224,224] -> channel means),
-    broken (not ONNX), the stateful models of SEQUENCE_MODELS, and iris/digits
+    broken (not ONNX), cached (y = 4x - 2 with the response cache), the
+    stateful models of SEQUENCE_MODELS, and iris/digits
     from scikit-learn when ``with_sklearn``."""
     for datatype in m.ALL_DATATYPES:
         m.write_model(root, f"identity_{datatype.lower()}", m.identity(datatype))
@@ -166,6 +167,8 @@ def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
     (root / "classifier_nchw" / "classes.txt").write_text("\n".join(CLASSIFIER_LABELS) + "\n")
     m.write_model(root, "optional_scale", m.scaled_by_default(2.0), config=OPTIONAL_CONFIG)
     m.write_model(root, "reconfigured", m.affine(1.0, 0.5), config=RECONFIGURED_CONFIG)
+    # The response cache (tests/interop/test_response_cache.py): y = 4x - 2, answers kept.
+    m.write_model(root, "cached", m.affine(4.0, -2.0), config="response_cache { enable: true }\n")
     if with_sklearn:
         from models_store.management.commands.build_demo_repository import CONFIG, build_models
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from inference.instance_groups import allowed_devices, instances_on
+from inference.instance_groups import allowed_devices, cpu_instances, instances_on
 from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InvalidInput
 from inference.runtime import frames, messages
@@ -148,6 +148,9 @@ def test_malformed_headers_are_invalid_argument_and_the_stream_stays_in_step(hea
 
 def test_instances_per_device():
     assert instances_on("cpu", ()) == 1
+    assert instances_on("cpu", (), cpu_default=4) == 4  # a CPU worker fills its cores without a group
+    assert instances_on("cuda:0", (), cpu_default=4) == 1  # a GPU runs one session's kernels
+    assert instances_on("cpu", [{"kind": "KIND_CPU", "count": 1}], cpu_default=4) == 1  # the config's count wins
     assert instances_on("cpu", [{"kind": "KIND_CPU", "count": 3}]) == 3
     assert instances_on("cuda:0", [{"kind": "KIND_CPU", "count": 3}]) == 1
     gpu = [{"kind": "KIND_GPU", "count": 2, "gpus": [1]}]
@@ -326,3 +329,8 @@ def test_shared_memory_the_worker_refused_fails_the_request_clearly(tmp_path):
         frames.tensors(
             _request(tensors=[messages.TensorInfo("t", "<f4", [1], 0, 4)], shared=True), memoryview(bytes(64))
         )
+
+
+def test_cpu_instances_are_the_cores_this_process_may_use_per_session_threads(monkeypatch):
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3, 4})
+    assert cpu_instances(1) == 5 and cpu_instances(2) == 2 and cpu_instances(8) == 1
