@@ -273,11 +273,12 @@ def test_perf_analyzer_runs_against_the_server(model_server, protocol):
     execution_count = int(re.search(r"Execution count: (\d+)", done.stdout).group(1))
     assert server_count == 2 * execution_count > 0  # batch size 2, as sent
     # Issue 29: the server's count over perf_analyzer's windows is the client's, up to the requests in
-    # flight at the windows' edges (it reads the statistics and its clock a moment apart: at most the
-    # concurrency, 2, per edge of each of the 3 windows it merges); a count a flush late was 1 s of traffic.
+    # flight at the windows' edges (it reads the statistics and its clock a moment apart: the concurrency,
+    # 2, per edge of each of the 3 windows it merges, and one more that completes between the two reads:
+    # 13 seen once under load); a count a flush late was 1 s of traffic, thousands of requests here.
     client_requests = int(re.search(r"Client: \s+Request count: (\d+)", done.stdout).group(1))
     server_requests = int(re.search(r"Successful request count: (\d+)", done.stdout).group(1))
-    assert abs(server_requests - client_requests) <= 2 * 2 * 3, done.stdout
+    assert abs(server_requests - client_requests) <= (2 + 1) * 2 * 3, done.stdout
 
 
 # -- statistics ---------------------------------------------------------------------------
