@@ -34,8 +34,11 @@ test-tools: venv
 	scripts/install_system_deps.sh libb64-0d chromium
 	scripts/install_perf_analyzer.sh $(VENV)
 
+# Two pytest workers (a file's tests stay together; each worker has a Redis of its own), then the
+# browser tests on their own (Playwright's sync API keeps an event loop that Django's ORM refuses).
 test-sqlite: test-tools
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile --ignore=tests/browser
+	$(PY) -m pytest tests/browser
 
 test-postgres: venv
 	DATABASE_URL=$(PG_URL) $(PY) -m pytest -m db
