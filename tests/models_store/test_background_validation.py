@@ -5,12 +5,13 @@ answers 202 and the version becomes READY (or FAILED) on its own
 from __future__ import annotations
 
 import io
+import threading
 import time
 
 import pytest
 from django.test import Client
 
-from models_store import accounts
+from models_store import accounts, validating
 from models_store.models import ModelVersion
 from tests.support import onnx_models as m
 from tests.support.store import person
@@ -19,17 +20,25 @@ pytestmark = [pytest.mark.db, pytest.mark.django_db(transaction=True)]
 
 
 def _upload(api: Client, name: str, payload: bytes):
-    """POST the upload; a 503 (Retry-After: the shared-cache SQLite of the
-    tests locks a table while the background validation writes) is retried,
-    as a client does."""
-    for _ in range(100):
-        handle = io.BytesIO(payload)
-        handle.name = "model.onnx"
-        response = api.post(f"/api/models/{name}/versions/", {"file": handle, "team": "ml"})
-        if response.status_code != 503:
-            return response
-        time.sleep(0.05)
-    return response
+    handle = io.BytesIO(payload)
+    handle.name = "model.onnx"
+    return api.post(f"/api/models/{name}/versions/", {"file": handle, "team": "ml"})
+
+
+@pytest.fixture
+def after_the_answer(monkeypatch):
+    """The background validation starts once the test has the upload's answer
+    (``.set()``): the tests' shared-cache SQLite locks a whole table while a
+    thread writes, which a file database or PostgreSQL does not."""
+    answered = threading.Event()
+    original = validating._validate_in_background
+
+    def delayed(version_id: int) -> None:
+        answered.wait(30)
+        original(version_id)
+
+    monkeypatch.setattr(validating, "_validate_in_background", delayed)
+    return answered
 
 
 def _settle(api: Client, location: str, timeout: float = 30.0) -> dict:
@@ -47,16 +56,19 @@ def _settle(api: Client, location: str, timeout: float = 30.0) -> dict:
     raise AssertionError(f"still {body.get('state')} after {timeout} s: {body.get('log')}")
 
 
-def test_a_big_upload_answers_202_and_validates_in_the_background(settings):
+def test_a_big_upload_answers_202_and_validates_in_the_background(settings, after_the_answer):
     settings.VALIDATE_IN_REQUEST_MAX_BYTES = 0
     api = Client(HTTP_AUTHORIZATION=f"Bearer {accounts.token_create(person('alice', 'ml'), 'ci')[1]}")
     accepted = _upload(api, "big", m.affine(2.0, 1.0))
+    after_the_answer.set()
     assert accepted.status_code == 202, accepted.content
     assert accepted.json()["state"] in ("UPLOADED", "VALIDATING")
     version = _settle(api, accepted["Location"])
     assert version["state"] == "READY" and "ONNX checker passed" in version["log"]
     assert version["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]
+    after_the_answer.clear()
     failed = _upload(api, "broken", m.failing_model())
+    after_the_answer.set()
     assert failed.status_code == 202
     assert _settle(api, failed["Location"])["state"] == "FAILED"
 
