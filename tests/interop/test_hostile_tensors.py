@@ -56,16 +56,27 @@ def server(request, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def token(server) -> str:
-    """An operator's token, once every server process knows it."""
+def token(server, stub) -> str:
+    """An operator's token, once every server process knows it (REST and gRPC:
+    a process that reloaded its token scopes for an unknown token less than
+    MISS_RELOAD_SECONDS ago learns of a new one at its next registry poll)."""
     token = people_with_tokens(server, root="superuser")["root"]
     body = json.dumps({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [0, 1, 2, 3]}]})
+    message = pb.ModelInferRequest(model_name="affine")
+    message.inputs.add(name="x", datatype="FP32", shape=[1, 4]).contents.fp32_contents.extend([0, 1, 2, 3])
+
+    def grpc_ok() -> bool:
+        try:
+            stub.ModelInfer(message, metadata=(("authorization", f"Bearer {token}"),), timeout=10)
+        except grpc.RpcError:
+            return False
+        return True
 
     def known() -> bool:
         answers = [
             request(server, "POST", "/v2/models/affine/infer", body.encode(), bearer(token))[0] for _ in range(4)
         ]
-        return answers == [200] * 4
+        return answers == [200] * 4 and all(grpc_ok() for _ in range(4))
 
     assert wait_for(known, timeout=30)
     return token
