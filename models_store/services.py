@@ -89,7 +89,7 @@ def _guard(model: RegisteredModel, what: str, route: str, before, after, force: 
 def _default_route_guard(model, what: str, force: bool, *, traffic=None, policy=None) -> dict:
     """:func:`_guard` for the default route, before and after a change of the split or the policy."""
     ready = _ready_versions(model)
-    labels = {label.name: label.version.number for label in model.labels.select_related("version")}
+    labels = {name: version.number for name, version in _label_versions(model).items()}
     before = signature_guard.default_route(model, ready, labels)
     after = signature_guard.default_route(model, ready, labels, traffic=traffic, policy=policy)
     return _guard(model, what, "the default route", [ready[n] for n in before], [ready[n] for n in after], force)

@@ -245,22 +245,26 @@ class ModelRunner:
         if not self.budget:
             return True
         cost = self.costs.estimate(target.key, target.size, max(1, target.instances))
-        others = sorted(
-            (v for k, v in self._loaded.items() if k != target.key), key=lambda v: (v.sequences > 0, v.last_used)
-        )
-        room = self.budget - cost
-        used = sum(v.cost for v in others)
-        victims = []
-        for version in others:
-            if used <= room:
-                break
-            victims.append(version)
-            used -= version.cost
-        if victims and not target.sequence and used <= room:
+        victims, fits = self._victims(target.key, cost)
+        if victims and fits and not target.sequence:
             if not self.admission.admits(target.key, [v.target.key for v in victims]):
                 return False
         self._unload(victims)
         return True
+
+    def _victims(self, keep: tuple, cost: int) -> tuple[list[LoadedVersion], bool]:
+        """The loaded versions (but ``keep``) to unload, least recently used
+        first and those holding sequences last, so that ``cost`` more bytes fit
+        the budget; and whether they do then (lock held)."""
+        others = sorted((v for k, v in self._loaded.items() if k != keep), key=lambda v: (v.sequences > 0, v.last_used))
+        over = sum(v.cost for v in others) + cost - self.budget
+        victims = []
+        for version in others:
+            if over <= 0:
+                break
+            victims.append(version)
+            over -= version.cost
+        return victims, over <= 0
 
     def _unload(self, victims: list[LoadedVersion]) -> None:
         for version in victims:
@@ -300,15 +304,7 @@ class ModelRunner:
     def _install(self, target: RunTarget, fresh: LoadedVersion) -> LoadedVersion:
         with self._lock:
             if self.budget:  # what it took may be more than it was charged before the load
-                others = [v for k, v in self._loaded.items() if k != target.key]
-                over = sum(v.cost for v in others) + fresh.cost - self.budget
-                victims = []
-                for version in sorted(others, key=lambda v: (v.sequences > 0, v.last_used)):
-                    if over <= 0:
-                        break
-                    victims.append(version)
-                    over -= version.cost
-                self._unload(victims)
+                self._unload(self._victims(target.key, fresh.cost)[0])
             old = self._loaded.get(target.key)
             self._loaded[target.key] = fresh
             count = len(self._loaded)
