@@ -37,17 +37,9 @@ from inference.runtime.placement import (
     providers_for,
     queue_for,
 )
+from inference.runtime.residency import rss_bytes
 from inference.runtime.worker_server import Limits, WorkerServer
 from models_store import maintenance
-
-
-def _rss_bytes() -> int:
-    """This process's resident memory (Linux /proc), 0 where unknown."""
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):
-        return 0
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -130,7 +122,7 @@ class Command(BaseCommand):
                 device, beat_ms=int(time.time() * 1000), address=advertise if server.address is not None else "",
                 unix=server.unix_path or "", machine=socket.gethostname(), host=hostname, pid=os.getpid(),
                 busy=server.busy, busy_fraction=round(runtime.meter.fraction(), 4), served=server.served,
-                rss_bytes=_rss_bytes(),
+                rss_bytes=rss_bytes(),
                 control=not no_control, pool=pool, providers=[str(p) for p in providers],
             ),
         )  # fmt: skip
