@@ -171,9 +171,25 @@ def test_a_validation_the_storage_backend_interrupts_is_retried_in_process(setti
         assert version.state == ModelVersion.State.UPLOADED, version.log
         assert version.log[-1].endswith("the storage backend failed (EndpointConnectionError); validation is retried")
         switch.on()
-        assert wait_for(lambda: ModelVersion.objects.get(pk=version.pk).state == "READY", timeout=15)
+        assert wait_for(lambda: _state(version.pk) == "READY", timeout=15)
         version.refresh_from_db()
         assert version.inputs == [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]
     finally:
         switch.off()
         storages._storages.clear()
+
+
+def _state(pk: int) -> str | None:
+    """A version's state, or None while the retry's thread holds the table:
+    the test database is shared-cache in-memory SQLite, whose table locks
+    fail at once ("database table is locked") rather than wait like a file."""
+    from django.db import OperationalError
+
+    from models_store.models import ModelVersion
+
+    try:
+        return ModelVersion.objects.get(pk=pk).state
+    except OperationalError as error:
+        if "locked" not in str(error):
+            raise
+        return None
