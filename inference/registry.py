@@ -30,6 +30,7 @@ from inference.protocol.datatypes import BY_NAME, Datatype
 from inference.protocol.errors import ModelNotFound
 from inference.protocol.types import MetadataTensor, ModelMetadata
 from inference.runtime.execution import BatchingPolicy, RunTarget
+from inference.runtime.onnx import asks_for_extensions
 from inference.runtime.sequences import SequenceConfigError, SequencePolicy
 from inference.serving_state import ServingState, serving_state
 
@@ -173,6 +174,7 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
         instances = total_instances(model.instance_group)
         optional = frozenset(t["name"] for t in (model.config or {}).get("input", ()) if t.get("optional"))
         cached = bool(((model.config or {}).get("response_cache") or {}).get("enable"))
+        extensions = asks_for_extensions((model.config or {}).get("parameters") or {})
         versions = {}
         for row in model.versions:
             versions[row.number] = VersionEntry(
@@ -189,7 +191,15 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
                 outputs=_visible(_tensors(row.outputs), hidden_out),
                 properties=row.properties,
                 target=RunTarget(
-                    model.name, row.number, row.sha256, row.artifact, row.size, instances, batching, sequence
+                    model.name,
+                    row.number,
+                    row.sha256,
+                    row.artifact,
+                    row.size,
+                    instances,
+                    batching,
+                    sequence,
+                    extensions,
                 ),
                 instance_group=tuple(model.instance_group),
                 payload_log=(model.payload_log_rate, model.payload_log_max_bytes),

@@ -354,6 +354,19 @@ def _warm_up_feeds(inputs, config: TritonConfig | None) -> dict[str, np.ndarray]
     return feeds
 
 
+def _extensions_hint(model: onnx.ModelProto, extensions: bool) -> str:
+    """What to do when a session fails over operators of ONNX Runtime
+    Extensions' domain that the model's config did not ask for."""
+    domains = {imp.domain for imp in model.opset_import} | {node.domain for node in model.graph.node}
+    if extensions or "ai.onnx.contrib" not in domains:
+        return ""
+    return (
+        " (the model uses operators of the ai.onnx.contrib domain, ONNX Runtime Extensions: its config.pbtxt must "
+        f'ask for them with parameters {{ key: "{onnx_runtime.EXTENSIONS_PARAMETER}" '
+        'value: { string_value: "true" } })'
+    )
+
+
 def validate_artifact(
     path: Path, config: TritonConfig | None = None, log: list[str] | None = None, providers: list | None = None
 ) -> Signature:
@@ -379,10 +392,14 @@ def validate_artifact(
     except Exception as exc:
         raise ValidationError(f"ONNX checker: {exc}") from None
     log.append("ONNX checker passed")
+    extensions = config is not None and onnx_runtime.asks_for_extensions(config.parameters)
     try:
-        session = onnx_runtime.create_session(path, providers=providers or ["CPUExecutionProvider"])
+        session = onnx_runtime.create_session(path, None, providers or ["CPUExecutionProvider"], extensions)
     except Exception as exc:
-        raise ValidationError(f"ONNX Runtime could not create a session: {exc}") from None
+        hint = _extensions_hint(model, extensions)
+        raise ValidationError(f"ONNX Runtime could not create a session: {exc}{hint}") from None
+    if extensions:
+        log.append("ONNX Runtime Extensions' operators registered (parameter onnxruntime_extensions)")
     log.append(f"ONNX Runtime session created ({', '.join(session.get_providers())})")
     try:
         inputs, outputs = onnx_runtime.signature(session)

@@ -51,6 +51,7 @@ class RunTarget:
     instances: int = 1  # sessions (model instances) to run it on
     batching: BatchingPolicy | None = None
     sequence: SequencePolicy | None = None  # sequence batching (then ``batching`` is unused)
+    extensions: bool = False  # the sessions register ONNX Runtime Extensions' operators
 
     @property
     def key(self) -> tuple[str, int, str]:

@@ -24,7 +24,7 @@ def session_loader(artifacts, options=None, providers=None) -> Callable[[RunTarg
 
     def load(target: RunTarget) -> onnx_runtime.OnnxModel:
         path = artifacts.local_path(target.artifact, target.sha256)
-        return onnx_runtime.OnnxModel(onnx_runtime.create_session(path, options, providers))
+        return onnx_runtime.OnnxModel(onnx_runtime.create_session(path, options, providers, target.extensions))
 
     return load
 

@@ -26,6 +26,21 @@ _OPT_LEVELS = {
 }
 
 
+#: The model config parameter (``parameters { key: "onnxruntime_extensions" value: { string_value: "true" } }``)
+#: that lets a model use ONNX Runtime Extensions' operators.
+EXTENSIONS_PARAMETER = "onnxruntime_extensions"
+
+
+def asks_for_extensions(parameters: dict) -> bool:
+    """Whether a model config's ``parameters`` (name -> string value, or
+    Triton's JSON form name -> ``{"string_value": ...}``) turn ONNX Runtime
+    Extensions on: ``true``, ``yes`` or ``1``, in any case."""
+    value = parameters.get(EXTENSIONS_PARAMETER, "")
+    if isinstance(value, dict):
+        value = value.get("string_value", "")
+    return str(value).strip().lower() in {"true", "yes", "1"}
+
+
 class ProviderError(RuntimeError):
     """The configured execution providers are not available in this ONNX Runtime."""
 
@@ -61,8 +76,37 @@ def provider_list(names: Sequence[str], device_id: int = 0) -> list:
     return providers
 
 
-def create_session(path: str | Path, options: ort.SessionOptions | None = None, providers: list | None = None):
-    """An InferenceSession for the model file at ``path``."""
+def with_extensions(options: ort.SessionOptions | None) -> ort.SessionOptions:
+    """A copy of ``options`` (threads, optimization level, log level) with the
+    custom operators of ONNX Runtime Extensions registered: tokenizers, string
+    and audio/image operators of the ``ai.onnx.contrib`` domain
+    (https://github.com/microsoft/onnxruntime-extensions/blob/main/docs/custom_ops.md).
+    Only the library of the installed ``onnxruntime-extensions`` package is
+    ever registered, never a library named by a model or an upload.
+
+    Raises ProviderError when the package is not installed."""
+    try:
+        import onnxruntime_extensions
+    except ImportError:
+        raise ProviderError("the model asks for ONNX Runtime Extensions, which are not installed") from None
+    base = options or session_options()
+    copy = ort.SessionOptions()
+    copy.intra_op_num_threads = base.intra_op_num_threads
+    copy.inter_op_num_threads = base.inter_op_num_threads
+    copy.graph_optimization_level = base.graph_optimization_level
+    copy.log_severity_level = base.log_severity_level
+    copy.register_custom_ops_library(onnxruntime_extensions.get_library_path())
+    return copy
+
+
+def create_session(
+    path: str | Path, options: ort.SessionOptions | None = None, providers: list | None = None, extensions: bool = False
+):
+    """An InferenceSession for the model file at ``path``; ``extensions``:
+    the model may use ONNX Runtime Extensions' operators (:func:`with_extensions`;
+    its config's ``onnxruntime_extensions`` parameter says so)."""
+    if extensions:
+        options = with_extensions(options)
     return ort.InferenceSession(
         str(path),
         sess_options=options or session_options(),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from models_store import demo_text
 from tests.support import onnx_models as m
 
 BATCHED_CONFIG = """name: "affine"
@@ -132,7 +133,8 @@ def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
     """identity_<datatype> for all 13 datatypes, simple (INT32 add/sub),
     simple_string (the same on integers in text), affine (y = 2x + 1, max_batch_size 8), versioned (v1: x + 1, v2: x + 2,
     policy all), strings (text + "!"), image ([1,3,224,224] -> channel means),
-    broken (not ONNX), cached (y = 4x - 2 with the response cache), the
+    broken (not ONNX), cached (y = 4x - 2 with the response cache), the demo
+    sentence_embedding (ONNX Runtime Extensions' tokenizer inside), the
     stateful models of SEQUENCE_MODELS, and iris/digits
     from scikit-learn when ``with_sklearn``."""
     for datatype in m.ALL_DATATYPES:
@@ -169,6 +171,8 @@ def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
     m.write_model(root, "reconfigured", m.affine(1.0, 0.5), config=RECONFIGURED_CONFIG)
     # The response cache (tests/interop/test_response_cache.py): y = 4x - 2, answers kept.
     m.write_model(root, "cached", m.affine(4.0, -2.0), config="response_cache { enable: true }\n")
+    # Text in, embedding out, the tokenizer inside (ONNX Runtime Extensions; tests/interop/test_ort_extensions.py).
+    m.write_model(root, "sentence_embedding", demo_text.build_sentence_encoder(), config=demo_text.CONFIG)
     if with_sklearn:
         from models_store.management.commands.build_demo_repository import CONFIG, build_models
 

@@ -4,8 +4,11 @@ Trains scikit-learn classifiers on the datasets bundled with scikit-learn
 (iris: LogisticRegression, 4 features, 3 classes; digits: RandomForest,
 64 features = 8x8 pixels 0..16, 10 classes) and exports them with skl2onnx
 (``zipmap=False``: outputs ``label`` INT64 [N] and ``probabilities`` FP32
-[N, classes]). Writes Triton-style ``DIR/<model>/1/model.onnx`` plus a
-``config.pbtxt``. Existing models are left as they are unless --force.
+[N, classes]). Adds ``sentence_embedding``: text in (BYTES [1]), a unit
+embedding out (FP32 [1, 32]), with ONNX Runtime Extensions' tokenizer inside
+the model (:mod:`models_store.demo_text`). Writes Triton-style
+``DIR/<model>/1/model.onnx`` plus a ``config.pbtxt``. Existing models are
+left as they are unless --force.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
+
+from models_store import demo_text
 
 CONFIG = """name: "{name}"
 platform: "onnxruntime_onnx"
@@ -56,7 +61,7 @@ def build_models() -> dict[str, tuple[bytes, int]]:
 
 
 class Command(BaseCommand):
-    help = "Build the demo model repository (iris and digits classifiers) in DIR."
+    help = "Build the demo model repository (iris and digits classifiers, a sentence encoder) in DIR."
 
     def add_arguments(self, parser):
         parser.add_argument("directory", type=Path)
@@ -67,12 +72,14 @@ class Command(BaseCommand):
             models = build_models()
         except ImportError as exc:
             raise CommandError(f"{exc}: install requirements-dev.txt (scikit-learn, skl2onnx)") from None
-        for name, (payload, features) in models.items():
+        written = {name: (data, CONFIG.format(name=name, features=width)) for name, (data, width) in models.items()}
+        written["sentence_embedding"] = (demo_text.build_sentence_encoder(), demo_text.CONFIG)
+        for name, (payload, config) in written.items():
             target = directory / name / "1" / "model.onnx"
             if target.exists() and not force:
                 self.stdout.write(f"kept    {target}")
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(payload)
-            (directory / name / "config.pbtxt").write_text(CONFIG.format(name=name, features=features))
+            (directory / name / "config.pbtxt").write_text(config)
             self.stdout.write(f"wrote   {target}")
