@@ -126,9 +126,9 @@ def main() -> None:
     (work / "repository").mkdir()
     model, data, added = build(work / "model", args.gib)
     size = model.stat().st_size + sum(p.stat().st_size for p in data)
-    server = LiveServer(
-        work / "repository", work / "var", extra_env={"MAX_UPLOAD_BYTES": str(size + 2**26)}
-    ).start(timeout=120)
+    server = LiveServer(work / "repository", work / "var", extra_env={"MAX_UPLOAD_BYTES": str(size + 2**26)}).start(
+        timeout=120
+    )
     try:
         token = people_with_tokens(server, alice="ml")["alice"]
         time.sleep(1)
@@ -167,8 +167,8 @@ def main() -> None:
         stop.set()
         sampler.join()
         gib = size / 2**30
-        print(f"| model | upload answer | upload s | READY after s | validation peak above idle GiB | x size "
-              f"| first inference s | peak overall above idle GiB |")  # fmt: skip
+        print("| model | upload answer | upload s | READY after s | validation peak above idle GiB | x size "
+              "| first inference s | peak overall above idle GiB |")  # fmt: skip
         print("|---|---|---:|---:|---:|---:|---:|---:|")
         print(
             f"| {gib:.2f} GiB ({len(data)} data files) | {status} {answer['state']} | {uploaded:.1f} | {ready:.1f} "

@@ -64,9 +64,7 @@ class StagedFile(UploadedFile):
     store digests an artifact: the model file, then its data files in the
     order the model references them)."""
 
-    def __init__(
-        self, path: Path, sha256: str, size: int, name: str, content_type: str | None, data_files: tuple = ()
-    ):
+    def __init__(self, path: Path, sha256: str, size: int, name: str, content_type: str | None, data_files: tuple = ()):
         super().__init__(file=None, name=name, content_type=content_type, size=size)
         self.path = path
         self.sha256 = sha256
