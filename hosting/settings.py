@@ -1,6 +1,6 @@
 """Settings, read from the environment (django-environ) with safe defaults for
 the embedded mode: SQLite and the model store under ``var/``, ONNX Runtime in
-process. Every variable is listed in the README's Configuration table.
+process. Every variable is listed in docs/configuration.md.
 """
 
 from __future__ import annotations
