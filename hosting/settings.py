@@ -1,6 +1,7 @@
 """Settings, read from the environment (django-environ) with safe defaults for
 the embedded mode: SQLite and the model store under ``var/``, ONNX Runtime in
-process. Every variable is listed in the README's Configuration table.
+process. The variables are listed in docs/configuration.md (worker mode's in
+docs/worker-mode.md).
 """
 
 from __future__ import annotations
