@@ -268,8 +268,26 @@ def build_dataplane() -> DataPlane:
         limiter=build_limiter(),
         payload_log=build_payload_log(),
         shared_memory=RegionRegistry(Path(settings.VAR_DIR) / "run" / "shm"),  # this machine's registered regions
-        cache=ResponseCache(settings.RESPONSE_CACHE_BYTES) if settings.RESPONSE_CACHE_BYTES > 0 else None,
+        cache=build_response_cache(),
     )
+
+
+def build_response_cache() -> ResponseCache | None:
+    """Each process's response cache (RESPONSE_CACHE_BYTES; None when 0),
+    shared through RESPONSE_CACHE_REDIS_URL when it is set."""
+    if settings.RESPONSE_CACHE_BYTES <= 0:
+        return None
+    if not settings.RESPONSE_CACHE_REDIS_URL:
+        return ResponseCache(settings.RESPONSE_CACHE_BYTES)
+    import redis
+
+    from inference.response_cache_redis import SharedResponseCache
+
+    timeout = settings.RESPONSE_CACHE_REDIS_TIMEOUT_SECONDS
+    client = redis.Redis.from_url(
+        settings.RESPONSE_CACHE_REDIS_URL, socket_timeout=timeout, socket_connect_timeout=timeout
+    )
+    return SharedResponseCache(settings.RESPONSE_CACHE_BYTES, client, settings.RESPONSE_CACHE_REDIS_TTL_SECONDS)
 
 
 def build_payload_log() -> PayloadLogger | None:

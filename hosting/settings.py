@@ -306,6 +306,13 @@ INFERENCE_EXECUTOR = env.str("INFERENCE_EXECUTOR", default="inprocess")
 #: Bytes of answers each server process keeps for models whose config enables the response cache
 #: (``response_cache { enable: true }``; least recently used out first). 0: no cache.
 RESPONSE_CACHE_BYTES = env.int("RESPONSE_CACHE_BYTES", default=128 * 1024 * 1024)
+#: A Redis every front end shares the response cache through (worker mode: the answer one process
+#: computed serves all); empty: each process keeps its own only. Bound its memory with Redis's
+#: maxmemory + allkeys-lru. Entries expire after RESPONSE_CACHE_REDIS_TTL_SECONDS; a Redis slower
+#: than RESPONSE_CACHE_REDIS_TIMEOUT_SECONDS counts as a miss.
+RESPONSE_CACHE_REDIS_URL = env.str("RESPONSE_CACHE_REDIS_URL", default="")
+RESPONSE_CACHE_REDIS_TTL_SECONDS = env.int("RESPONSE_CACHE_REDIS_TTL_SECONDS", default=3600)
+RESPONSE_CACHE_REDIS_TIMEOUT_SECONDS = env.float("RESPONSE_CACHE_REDIS_TIMEOUT_SECONDS", default=0.25)
 #: Memory a worker's loaded sessions may use (each charged what its load took), MiB.
 WORKER_MEMORY_BUDGET_MB = env.int("WORKER_MEMORY_BUDGET_MB", default=4096)
 #: The same budget for the sessions of the machine's server processes in process mode (0: none), MiB:
