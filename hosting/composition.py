@@ -19,7 +19,7 @@ from django.conf import settings
 
 import hosting
 from hosting import deployment
-from inference import observability, outage, ports, tracing
+from inference import observability, outage, ports, runtime_settings, tracing
 from inference.changes import beacon_at
 from inference.dataplane import DataPlane
 from inference.instance_groups import cpu_instances
@@ -92,7 +92,7 @@ def install() -> None:
     outage.REFUSALS.interval = settings.REFUSAL_LOG_SECONDS
     if executor_mode() == WORKERS:
         raise_open_files_limit()
-    tracing.install_settings(Path(settings.VAR_DIR) / "run")
+    runtime_settings.install_settings(Path(settings.VAR_DIR) / "run")
     install_tracing()
 
 

@@ -23,8 +23,8 @@ import threading
 import time
 from collections import deque
 
+from inference import runtime_settings, tracing
 from inference import shared_memory as shm
-from inference import tracing
 from inference.instance_groups import instances_on
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotReady
 from inference.registry import ModelRegistry
@@ -156,7 +156,7 @@ class WorkerRuntime:
         (:class:`~messages.RunAnswer` with the outputs, or
         :class:`~messages.ErrorAnswer`)."""
         try:
-            tracing.follow()  # the machine's trace and log settings (one memory read)
+            runtime_settings.follow()  # the machine's trace and log settings (one memory read)
             if tracing.ENABLED and request.traceparent:
                 with tracing.remote_span(f"worker {self.device}", request.traceparent, device=self.device):
                     return self._handle(request, body, shared)

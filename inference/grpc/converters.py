@@ -21,7 +21,7 @@ import math
 import numpy as np
 from google.protobuf import json_format
 
-from inference import tracing
+from inference import runtime_settings
 from inference.codecs import binary
 from inference.codecs.tensor import MAX_DIMS, check_shape
 from inference.grpc.proto import oip_pb2 as pb
@@ -280,7 +280,7 @@ def trace_settings_from_proto(settings) -> dict | None:
         values = list(setting.value)
         if not values:
             update[key] = None
-        elif len(values) == 1 and not isinstance(tracing.TRACE_DEFAULTS.get(key), list):
+        elif len(values) == 1 and not isinstance(runtime_settings.TRACE_DEFAULTS.get(key), list):
             update[key] = values[0]
         else:
             update[key] = values  # several values for a one-value setting: the data plane refuses them

@@ -25,6 +25,7 @@ import grpc
 
 from inference import observability, tracing
 from inference.auth import bearer_token
+from inference.extensions import configuration, repository, settings, shared_memory, statistics
 from inference.grpc import converters, streaming
 from inference.grpc.proto import oip_pb2 as pb
 from inference.grpc.proto import oip_pb2_grpc
@@ -175,19 +176,20 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
     # -- extensions ----------------------------------------------------------
     @rpc
     async def ModelConfig(self, request, context):
-        return converters.model_config_to_proto(self.dataplane.model_config(request.name, request.version or None))
+        config = configuration.config(self.dataplane, request.name, request.version or None)
+        return converters.model_config_to_proto(config)
 
     @rpc
     async def ModelStatistics(self, request, context):
         stats = await asyncio.to_thread(
-            self.dataplane.model_statistics, request.name or None, request.version or None, _bearer(context)
+            statistics.model_statistics, self.dataplane, request.name or None, request.version or None, _bearer(context)
         )
         return converters.statistics_to_proto(stats)
 
     @rpc
     async def RepositoryIndex(self, request, context):
         _one_repository(request)
-        entries = await asyncio.to_thread(self.dataplane.repository_index, request.ready, _bearer(context))
+        entries = await asyncio.to_thread(repository.index, self.dataplane, request.ready, _bearer(context))
         response = pb.RepositoryIndexResponse()
         for entry in entries:
             response.models.add(name=entry.name, version=entry.version, state=entry.state, reason=entry.reason)
@@ -197,20 +199,20 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
     async def RepositoryModelLoad(self, request, context):
         _one_repository(request)
         parameters = converters.repository_parameters(request.parameters)
-        await asyncio.to_thread(self.dataplane.load, request.model_name, parameters, _bearer(context))
+        await asyncio.to_thread(repository.load, self.dataplane, request.model_name, parameters, _bearer(context))
         return pb.RepositoryModelLoadResponse()
 
     @rpc
     async def RepositoryModelUnload(self, request, context):
         _one_repository(request)
         parameters = converters.repository_parameters(request.parameters)
-        await asyncio.to_thread(self.dataplane.unload, request.model_name, parameters, _bearer(context))
+        await asyncio.to_thread(repository.unload, self.dataplane, request.model_name, parameters, _bearer(context))
         return pb.RepositoryModelUnloadResponse()
 
     # -- shared-memory extensions (inference/shared_memory.py) ---------------------
     @rpc
     async def SystemSharedMemoryStatus(self, request, context):
-        regions = await asyncio.to_thread(self.dataplane.shared_memory_status, _bearer(context), request.name or None)
+        regions = await asyncio.to_thread(shared_memory.status, self.dataplane, _bearer(context), request.name or None)
         response = pb.SystemSharedMemoryStatusResponse()
         for region in regions:
             status = response.regions[region.name]
@@ -222,41 +224,41 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
     @rpc
     async def SystemSharedMemoryRegister(self, request, context):
         await asyncio.to_thread(
-            self.dataplane.register_shared_memory, _bearer(context), request.name, request.key, request.offset,
+            shared_memory.register, self.dataplane, _bearer(context), request.name, request.key, request.offset,
             request.byte_size,
         )  # fmt: skip
         return pb.SystemSharedMemoryRegisterResponse()
 
     @rpc
     async def SystemSharedMemoryUnregister(self, request, context):
-        await asyncio.to_thread(self.dataplane.unregister_shared_memory, _bearer(context), request.name or None)
+        await asyncio.to_thread(shared_memory.unregister, self.dataplane, _bearer(context), request.name or None)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     @rpc
     async def CudaSharedMemoryStatus(self, request, context):
-        await asyncio.to_thread(self.dataplane.cuda_shared_memory_status, _bearer(context), request.name or None)
+        await asyncio.to_thread(shared_memory.cuda_status, self.dataplane, _bearer(context), request.name or None)
         return pb.CudaSharedMemoryStatusResponse()
 
     @rpc
     async def CudaSharedMemoryRegister(self, request, context):
-        await asyncio.to_thread(self.dataplane.register_cuda_shared_memory, _bearer(context), request.name)
+        await asyncio.to_thread(shared_memory.cuda_register, self.dataplane, _bearer(context), request.name)
         return pb.CudaSharedMemoryRegisterResponse()
 
     @rpc
     async def CudaSharedMemoryUnregister(self, request, context):
-        await asyncio.to_thread(self.dataplane.unregister_cuda_shared_memory, _bearer(context), request.name or None)
+        await asyncio.to_thread(shared_memory.cuda_unregister, self.dataplane, _bearer(context), request.name or None)
         return pb.CudaSharedMemoryUnregisterResponse()
 
     @rpc
     async def TraceSetting(self, request, context):
         update = converters.trace_settings_from_proto(request.settings)
-        settings = await asyncio.to_thread(
-            self.dataplane.trace_settings, _bearer(context), request.model_name or None, update
+        current = await asyncio.to_thread(
+            settings.trace_settings, self.dataplane, _bearer(context), request.model_name or None, update
         )
-        return converters.trace_settings_to_proto(settings)
+        return converters.trace_settings_to_proto(current)
 
     @rpc
     async def LogSettings(self, request, context):
         update = converters.log_settings_from_proto(request.settings)
-        settings = await asyncio.to_thread(self.dataplane.log_settings, _bearer(context), update)
-        return converters.log_settings_to_proto(settings)
+        current = await asyncio.to_thread(settings.log_settings, self.dataplane, _bearer(context), update)
+        return converters.log_settings_to_proto(current)

@@ -21,14 +21,15 @@ from django.conf import settings
 from django.http import HttpResponse
 
 from inference import tracing
+from inference.admission import Admission
 from inference.codecs import tfserving as codec
-from inference.dataplane import Admission, ServedVersion
 from inference.http.bodies import read_body
 from inference.http.responses import json_response
 from inference.http.views import ObservedView
 from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InvalidInput, ModelNotFound
 from inference.protocol.types import InferenceRequest, RequestedOutput
+from inference.snapshot import ServedVersion
 
 _SPEC = r"(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?"
 POST_PATH = re.compile(r"(?i)/v1/models/([^/:]+)" + _SPEC + r":(classify|regress|predict)")

@@ -1,5 +1,5 @@
 """The trace and log settings as stored for the processes of a machine
-(inference/tracing.py RuntimeSettings; issue 22 F15): the stored file is
+(inference/runtime_settings.py RuntimeSettings; issue 22 F15): the stored file is
 capped at MAX_SETTINGS_BYTES, and a file written by an earlier version (a
 100,000-level list, a 4,001-digit rate: 1.4 MB) is never taken as it is.
 Two RuntimeSettings on one directory stand for two server processes."""
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from inference import tracing
+from inference import runtime_settings
 from inference.changes import ChangeBeacon
 from inference.protocol.errors import InvalidInput
 
@@ -21,7 +21,7 @@ LARGEST_OWN = {"trace_level": ["TIMESTAMPS", "TENSORS"], "trace_rate": "21474836
 
 
 def test_the_stored_settings_are_capped(tmp_path):
-    writer, reader = tracing.RuntimeSettings(tmp_path), tracing.RuntimeSettings(tmp_path)
+    writer, reader = runtime_settings.RuntimeSettings(tmp_path), runtime_settings.RuntimeSettings(tmp_path)
     path = tmp_path / "runtime-settings.json"
     accepted = 0
     with pytest.raises(InvalidInput, match="over the limit") as info:
@@ -29,14 +29,14 @@ def test_the_stored_settings_are_capped(tmp_path):
             writer.update_trace(LARGEST_OWN, model=f"{i:05d}".ljust(128, "m"))
             accepted += 1
     entry = len(json.dumps({"0" * 128: LARGEST_OWN}, sort_keys=True))  # one model's share of the file
-    assert accepted == pytest.approx(tracing.MAX_SETTINGS_BYTES / entry, abs=2)  # ~200 models at their largest
-    assert path.stat().st_size <= tracing.MAX_SETTINGS_BYTES
+    assert accepted == pytest.approx(runtime_settings.MAX_SETTINGS_BYTES / entry, abs=2)  # ~200 models at their largest
+    assert path.stat().st_size <= runtime_settings.MAX_SETTINGS_BYTES
     refused = f"{accepted:05d}".ljust(128, "m")
     assert writer.trace(refused)["trace_rate"] == "1000" and "limit of 65536" in str(info.value)
     # The other process sees every accepted model's settings, not the refused one's.
     reader.follow()
     assert reader.trace(f"{accepted - 1:05d}".ljust(128, "m")) == LARGEST_OWN
-    assert reader.trace(refused) == tracing.TRACE_DEFAULTS
+    assert reader.trace(refused) == runtime_settings.TRACE_DEFAULTS
     # Clearing a model's own settings makes room again.
     writer.update_trace(dict.fromkeys(LARGEST_OWN), model="00000".ljust(128, "m"))
     assert writer.update_trace(LARGEST_OWN, model=refused) == LARGEST_OWN
@@ -49,20 +49,20 @@ def _store(directory, state) -> None:
 
 
 def test_an_oversized_or_unbounded_stored_file_is_not_taken(tmp_path):
-    settings = tracing.RuntimeSettings(tmp_path)
+    settings = runtime_settings.RuntimeSettings(tmp_path)
     settings.update_trace({"trace_rate": "7"})
     # 1.4 MB, as the attack left it: not read (over the cap); the settings in force stay.
     _store(tmp_path, {"trace": {"trace_level": ["TIMESTAMPS"] * 100_000, "trace_rate": "1" * 4001}})
-    assert (tmp_path / "runtime-settings.json").stat().st_size > tracing.MAX_SETTINGS_BYTES
+    assert (tmp_path / "runtime-settings.json").stat().st_size > runtime_settings.MAX_SETTINGS_BYTES
     settings.follow()
     assert settings.trace()["trace_rate"] == "7"
     # Small but unbounded values: that section is dropped, the valid ones kept.
     _store(tmp_path, {"trace": {"trace_rate": "1" * 4001}, "models": {"m": {"trace_level": ["OFF", "OFF"]},
            "n": {"trace_count": "5"}}, "log": {"log_verbose_level": 2**40}})  # fmt: skip
     settings.follow()
-    assert settings.trace() == tracing.TRACE_DEFAULTS
+    assert settings.trace() == runtime_settings.TRACE_DEFAULTS
     assert settings.trace("m")["trace_level"] == ["OFF"] and settings.trace("n")["trace_count"] == "5"
-    assert settings.log() == tracing.LOG_DEFAULTS
+    assert settings.log() == runtime_settings.LOG_DEFAULTS
     # Sampling reads the bounded rate: no 4,001-digit parse per inference (114 us each before).
     started = time.perf_counter()
     for _ in range(10_000):
@@ -86,7 +86,7 @@ def test_an_oversized_or_unbounded_stored_file_is_not_taken(tmp_path):
     ],
 )
 def test_valid_updates_are_cleaned_to_triton_forms(update, clean):
-    assert tracing.clean_trace_settings(update, per_model=False) == clean
+    assert runtime_settings.clean_trace_settings(update, per_model=False) == clean
 
 
 @pytest.mark.parametrize(
@@ -108,5 +108,5 @@ def test_valid_updates_are_cleaned_to_triton_forms(update, clean):
 )
 def test_out_of_range_updates_are_refused(update):
     with pytest.raises(InvalidInput) as info:
-        tracing.clean_trace_settings(update, per_model=False)
+        runtime_settings.clean_trace_settings(update, per_model=False)
     assert len(str(info.value)) < 200

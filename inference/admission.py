@@ -1,0 +1,78 @@
+"""Admission of a caller to run inferences of one model: its token checked
+(:mod:`inference.auth`), its call counted in its rate limits and in-flight
+caps (:mod:`inference.ratelimit`). :meth:`inference.dataplane.DataPlane.infer`
+takes the :class:`Admission`, so that no adapter runs an inference (or
+decodes a request's tensors) before the caller is admitted.
+
+Errors: Unauthenticated (HTTP 401, gRPC UNAUTHENTICATED), PermissionDenied
+(403, PERMISSION_DENIED), RateLimited (429 with Retry-After,
+RESOURCE_EXHAUSTED).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from inference import auth, ratelimit
+from inference.protocol.errors import PermissionDenied
+from inference.protocol.types import InferenceRequest
+from inference.runtime import sequences
+
+
+class Admission:
+    """A caller admitted to run an inference of ``model_name``. Leaving its
+    ``with`` block (``async with`` on an event loop) frees its in-flight
+    slots. ``owner``: whose sequences its requests continue
+    (:func:`inference.runtime.sequences.owner_of`); ``regions``: whose
+    shared-memory regions they may use (:func:`inference.auth.region_owner`)."""
+
+    __slots__ = ("_blocking", "_slots", "model_name", "owner", "regions")
+
+    def __init__(self, model_name: str, slots: ratelimit.Admission, blocking: bool, owner: str = "", regions: str = ""):
+        self.model_name = model_name
+        self._slots = slots
+        self._blocking = blocking  # releasing its slots talks to a shared store
+        self.owner = owner
+        self.regions = regions
+
+    def __enter__(self) -> Admission:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._slots.release()
+
+    async def __aenter__(self) -> Admission:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self._blocking and self._slots.holds:
+            await asyncio.to_thread(self._slots.release)
+        else:
+            self._slots.release()
+
+    def check(self, request: InferenceRequest) -> None:
+        """Raise PermissionDenied unless ``request`` is for the admitted model."""
+        if self.model_name != request.model_name:
+            raise PermissionDenied(
+                f"the caller was admitted to model '{self.model_name}', not to '{request.model_name}'"
+            )
+
+
+def admit(registry, limiter: ratelimit.RateLimiter, token: str | None, name: str) -> Admission:
+    """Admit ``token``'s caller to ``name``: the token may run inference on it
+    (a no-op while tokens are not required), then its rate limits and
+    in-flight caps. ``registry``: the serving registry, read first so that
+    the token scopes (a registry listener) follow its change beacon. Raises
+    Unauthenticated, PermissionDenied, RateLimited."""
+    registry.models  # noqa: B018  (follows the change beacon: token scopes are a registry listener)
+    auth.authorize(token, name)
+    principal = auth.principal(token, name)
+    slots = limiter.admit(principal)
+    owner = sequences.owner_of(principal)
+    return Admission(name, slots, limiter.blocking, owner, auth.region_owner(token))
+
+
+def may_block(limiter: ratelimit.RateLimiter, token: str | None) -> bool:
+    """Whether :func:`admit` may block (a token to look up or required, a
+    shared rate limit to ask): an event loop then admits in a thread."""
+    return token is not None or auth.tokens_required() or limiter.blocks_for(auth.ANONYMOUS)

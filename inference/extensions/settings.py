@@ -1,0 +1,50 @@
+"""Triton's trace and logging extensions: settings for every process of the
+machine, operators only
+(https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_trace.md,
+https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_logging.md)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from inference import auth, runtime_settings
+from inference.extensions import audit, follow_scopes
+
+if TYPE_CHECKING:
+    from inference.dataplane import DataPlane
+
+
+def trace_settings(plane: DataPlane, token: str | None, model: str | None = None, update: dict | None = None) -> dict:
+    """Triton's trace settings, global or a model's (its own over the global
+    ones), changed by ``update`` when given (``None`` values clear a
+    model's own); for every process of the machine before this returns
+    (inference/runtime_settings.py). Operators only (audited). Raises
+    Unauthenticated, PermissionDenied, ModelNotFound, InvalidInput."""
+    follow_scopes(plane)
+    caller = auth.authorize_operator(token)
+    if model:
+        plane.registry.model(model)
+    settings = runtime_settings.runtime_settings()
+    settings.follow()  # another process (REST or gRPC) may have changed them since this one's last inference
+    if update is None:
+        return settings.trace(model)
+    clean = runtime_settings.clean_trace_settings(update, per_model=bool(model))  # bounded: audited as applied
+    result = settings.update_trace(clean, model)
+    audit(caller, "trace.settings", model or "", settings=clean)
+    return result
+
+
+def log_settings(plane: DataPlane, token: str | None, update: dict | None = None) -> dict:
+    """Triton's log settings, changed by ``update`` when given, in every
+    process of the machine. Operators only (audited). Raises
+    Unauthenticated, PermissionDenied, InvalidInput."""
+    follow_scopes(plane)
+    caller = auth.authorize_operator(token)
+    settings = runtime_settings.runtime_settings()
+    settings.follow()
+    if update is None:
+        return settings.log()
+    clean = runtime_settings.clean_log_settings(update)
+    result = settings.update_log(clean)
+    audit(caller, "log.settings", "", settings=clean)
+    return result

@@ -1,0 +1,71 @@
+"""Triton's system and CUDA shared-memory extensions: the caller's regions
+(https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_shared_memory.md).
+Regions belong to their owner (:func:`inference.auth.region_owner`) and are
+registered for every process of the machine (inference/shared_memory.py);
+CUDA shared memory is not supported."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from inference import auth
+from inference import shared_memory as shm
+from inference.extensions import audit, follow_scopes
+from inference.protocol.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from inference.dataplane import DataPlane
+
+
+def _caller(plane: DataPlane, token: str | None):
+    follow_scopes(plane)
+    return auth.authorize_regions(token)
+
+
+def status(plane: DataPlane, token: str | None, name: str | None = None) -> list[shm.Region]:
+    """The caller's registered system shared-memory regions (``name``:
+    that one; raises RegionNotFound). Raises Unauthenticated (no token
+    while tokens are required, an unknown one)."""
+    owner = _caller(plane, token)[0]
+    return plane.shared_memory.status(owner, name)
+
+
+def register(plane: DataPlane, token: str | None, name: str, key: str, offset: int, byte_size: int) -> None:
+    """Register ``byte_size`` bytes of the shared-memory object ``key``
+    from ``offset`` as the caller's region ``name``, for every process of
+    the machine (audited). Raises Unauthenticated, InvalidInput (see
+    :meth:`inference.shared_memory.RegionRegistry.register`)."""
+    owner, caller = _caller(plane, token)
+    plane.shared_memory.register(owner, name, key, offset, byte_size)
+    audit(caller, "shared_memory.register", "", name=name, key=key, offset=offset, byte_size=byte_size,
+          owner=owner, by=caller.label)  # fmt: skip
+
+
+def unregister(plane: DataPlane, token: str | None, name: str | None = None) -> None:
+    """Unregister the caller's region ``name``, or all of its regions
+    (``name`` empty); requests using one keep it until they finish
+    (audited when something was unregistered). Raises Unauthenticated."""
+    owner, caller = _caller(plane, token)
+    gone = plane.shared_memory.unregister(owner, name)
+    if gone:
+        names = [r.name for r in gone]
+        audit(caller, "shared_memory.unregister", "", names=names, owner=owner, by=caller.label)
+
+
+def cuda_status(plane: DataPlane, token: str | None, name: str | None = None) -> list:
+    """CUDA shared memory is not supported: no region (``name``: RegionNotFound)."""
+    _caller(plane, token)
+    if name:
+        raise shm.RegionNotFound(f"Unable to find cuda shared memory region: '{name}'")
+    return []
+
+
+def cuda_register(plane: DataPlane, token: str | None, name: str) -> None:
+    """Always InvalidInput: CUDA shared memory is not supported."""
+    _caller(plane, token)
+    raise InvalidInput(shm.CUDA_UNSUPPORTED)
+
+
+def cuda_unregister(plane: DataPlane, token: str | None, name: str | None = None) -> None:
+    """Nothing to unregister (CUDA shared memory is not supported)."""
+    _caller(plane, token)

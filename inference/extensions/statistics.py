@@ -1,0 +1,41 @@
+"""Triton's statistics extension, counted across every server process
+(https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_statistics.md)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from inference import auth
+from inference.protocol import triton_texts
+from inference.protocol.errors import PermissionDenied
+from inference.registry import parse_version
+from inference.statistics import ModelStatistics
+
+if TYPE_CHECKING:
+    from inference.dataplane import DataPlane
+
+
+def model_statistics(
+    plane: DataPlane, name: str | None = None, version: str | None = None, token: str | None = None
+) -> list[ModelStatistics]:
+    """Statistics across all server processes: of every served version
+    (no name), of a model's served versions, or of one version. While
+    tokens are required, only of the models the token may see. Raises
+    ModelNotFound, PermissionDenied."""
+    registry = plane.registry
+    models = registry.models  # first: token scopes follow the registry
+    visible = auth.visible_models(token)
+    if name:
+        if visible is not None and not visible(name):
+            raise PermissionDenied(f"the token may not see model '{name}'")
+        model = registry.model(name)
+        if version:
+            number = parse_version(version)
+            if number not in model.versions:
+                raise triton_texts.unknown_version(name, number, list(model.versions))
+            keys = [(name, number)]
+        else:
+            keys = [(name, n) for n in sorted(model.served)]
+    else:
+        keys = [(m.name, n) for m in models.values() if visible is None or visible(m.name) for n in sorted(m.served)]
+    return plane.statistics.read(keys)

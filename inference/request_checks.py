@@ -1,0 +1,127 @@
+"""Checks of an inference request against its model version's signature,
+before anything runs: inputs, requested outputs, and the request parameters
+that bound the run (``timeout``, ``priority``, reserved names).
+
+Every failure raises :class:`~inference.protocol.errors.InvalidInput` (HTTP
+400, gRPC INVALID_ARGUMENT) with Triton's wording where clients depend on it.
+
+Spec: the Open Inference Protocol, "Inference" (request JSON object and
+parameters: https://github.com/kserve/open-inference-protocol/blob/main/specification/protocol/inference_rest.md#inference-request-json-object);
+Triton's parameters and classification extensions
+(https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_parameters.md,
+https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_classification.md).
+"""
+
+from __future__ import annotations
+
+import time
+
+from inference import classification
+from inference.protocol.errors import InvalidInput
+from inference.protocol.types import InferenceRequest
+from inference.snapshot import VersionEntry
+
+#: Reserved names Triton accepts (gRPC clients such as perf_analyzer send it); ignored here.
+ALLOWED_RESERVED = frozenset({"triton_enable_empty_final_response"})
+
+_now = time.perf_counter_ns
+
+
+def deadline(parameters: dict, started_ns: int, timeout_seconds: float) -> float | None:
+    """The run's deadline on the ``time.monotonic()`` clock, or None: the
+    server's ``timeout_seconds`` (0: none), or the request's ``timeout``
+    parameter (microseconds) when shorter. ``started_ns``: when the request
+    arrived, on ``time.perf_counter_ns()``. Raises InvalidInput for a
+    reserved ``triton_`` name, a ``priority`` or ``timeout`` that is not a
+    non-negative integer."""
+    timeout = timeout_seconds
+    if parameters:
+        for key in parameters:
+            if key.startswith("triton_") and key not in ALLOWED_RESERVED:
+                raise InvalidInput(
+                    f"parameter '{key}': parameter keys starting with 'triton_' are reserved "
+                    "for Triton usage and should not be specified"
+                )
+        priority = parameters.get("priority")
+        if priority is not None and (type(priority) is not int or priority < 0):
+            raise InvalidInput(f"parameter 'priority' must be a non-negative integer, got {priority!r}")
+        micros = parameters.get("timeout")
+        if micros is not None:
+            if type(micros) is not int or micros < 0:
+                raise InvalidInput(f"parameter 'timeout' must be a non-negative integer (microseconds), got {micros!r}")
+            if micros and (not timeout or micros / 1e6 < timeout):
+                timeout = micros / 1e6
+    if not timeout:
+        return None
+    return time.monotonic() - (_now() - started_ns) / 1e9 + timeout
+
+
+def check_inputs(entry: VersionEntry, request: InferenceRequest) -> tuple[dict, int]:
+    """(feeds ``{name: ndarray}``, batch size) after checking the inputs
+    against the signature: each known and given once, with the model's
+    datatype and a compatible shape (fixed dimensions equal, -1 any; the
+    batch at most ``max_batch_size`` and the same in every input); every
+    non-optional input given. Raises InvalidInput."""
+    specs = entry.input_specs
+    feeds = {}
+    batch = None
+    for tensor in request.inputs:
+        spec = specs.get(tensor.name)
+        if spec is None:
+            raise InvalidInput(
+                f"unknown input '{tensor.name}' for model '{entry.model_name}' (inputs: {', '.join(specs)})"
+            )
+        if tensor.name in feeds:
+            raise InvalidInput(f"input '{tensor.name}' is given twice")
+        if tensor.datatype != spec.datatype.name:
+            raise InvalidInput(
+                f"input '{tensor.name}' has datatype {tensor.datatype}, "
+                f"but model '{entry.model_name}' expects {spec.datatype.name}"
+            )
+        shape = tensor.shape
+        expected = spec.shape
+        if len(shape) != len(expected) or any(e >= 0 and e != s for s, e in zip(shape, expected)):
+            raise InvalidInput(
+                f"input '{tensor.name}' has shape {list(shape)}, but model '{entry.model_name}' "
+                f"expects {list(expected)} (-1: any size)"
+            )
+        if entry.max_batch_size > 0:
+            if shape[0] > entry.max_batch_size:
+                raise InvalidInput(
+                    f"input '{tensor.name}' has batch size {shape[0]}, more than the model's "
+                    f"max_batch_size {entry.max_batch_size}"
+                )
+            if batch is not None and shape[0] != batch:
+                raise InvalidInput(f"inputs disagree on the batch size ({batch} and {shape[0]})")
+            batch = shape[0]
+        feeds[tensor.name] = tensor.data
+    if len(feeds) != len(specs):
+        missing = [name for name in specs if name not in feeds and name not in entry.optional_inputs]
+        if missing:
+            raise InvalidInput(f"model '{entry.model_name}' needs input(s) {', '.join(missing)}, not given")
+    return feeds, (batch if batch is not None else 1)
+
+
+def check_outputs(entry: VersionEntry, request: InferenceRequest) -> tuple[list[str], dict[str, int]]:
+    """(output names to run, ``{name: classification count}``): every
+    output without ``outputs`` in the request; else the requested ones,
+    each known and requested once. Raises InvalidInput."""
+    if request.outputs is None:
+        return entry.output_names, {}
+    names: list[str] = []
+    classify: dict[str, int] = {}
+    for output in request.outputs:
+        datatype = entry.output_types.get(output.name)
+        if datatype is None:
+            raise InvalidInput(
+                f"unknown output '{output.name}' for model '{entry.model_name}' "
+                f"(outputs: {', '.join(entry.output_names)})"
+            )
+        if output.name in names:
+            raise InvalidInput(f"output '{output.name}' is requested twice")
+        names.append(output.name)
+        if output.parameters:
+            count = classification.requested_count(output.name, datatype, output.parameters)
+            if count:
+                classify[output.name] = count
+    return names, classify

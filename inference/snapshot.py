@@ -1,0 +1,254 @@
+"""The serving registry's snapshot: every model and model version as the data
+plane sees them (:class:`ModelEntry`, :class:`VersionEntry`), built from the
+model store's records (:func:`build_snapshot`), and a version as the
+transport adapters see it (:class:`ServedVersion`).
+
+A snapshot is immutable once built; :class:`inference.registry.ModelRegistry`
+swaps whole snapshots. Which versions serve is decided by
+:mod:`inference.serving_state`.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from inference.instance_groups import total_instances
+from inference.ports import ModelRecord
+from inference.protocol.datatypes import BY_NAME, Datatype
+from inference.protocol.types import MetadataTensor
+from inference.runtime.execution import BatchingPolicy, RunTarget
+from inference.runtime.onnx import asks_for_extensions
+from inference.runtime.sequences import SequenceConfigError, SequencePolicy
+from inference.serving_state import ServingState, serving_state
+
+
+@dataclass(frozen=True, eq=False)
+class InputSpec:
+    name: str
+    datatype: Datatype
+    shape: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class VersionEntry:
+    """One model version as the data plane sees it.
+
+    ``serving`` is true when the version is READY and the version policy
+    serves it; ``reason`` explains why it does not serve otherwise.
+    """
+
+    model_name: str
+    number: int
+    state: str
+    reason: str
+    serving: bool
+    sha256: str
+    artifact: str
+    max_batch_size: int
+    size: int
+    inputs: tuple[MetadataTensor, ...]
+    outputs: tuple[MetadataTensor, ...]
+    properties: dict
+    target: RunTarget | None = None  # how the model runner runs it
+    instance_group: tuple = ()  # the model's, for placement on workers
+    input_specs: dict[str, InputSpec] = field(default_factory=dict)
+    output_types: dict[str, str] = field(default_factory=dict)
+    output_names: list[str] = field(default_factory=list)
+    payload_log: tuple[float, int] = (0.0, 0)  # the model's (share logged, tensor bytes cap)
+    output_labels: dict = field(default_factory=dict)  # the model's: output name -> class labels
+    optional_inputs: frozenset = frozenset()  # inputs a request may leave out (config.pbtxt ``optional``)
+    response_cache: bool = False  # config.pbtxt ``response_cache { enable: true }``
+
+    def __post_init__(self) -> None:
+        self.input_specs = {t.name: InputSpec(t.name, BY_NAME[t.datatype], t.shape) for t in self.inputs}
+        self.output_types = {t.name: t.datatype for t in self.outputs}
+        self.output_names = [t.name for t in self.outputs]
+
+    @property
+    def key(self) -> tuple[str, int, str]:
+        return (self.model_name, self.number, self.sha256)
+
+
+@dataclass(frozen=True, eq=False)
+class ModelEntry:
+    name: str
+    platform: str
+    versions: dict[int, VersionEntry]
+    served: tuple[int, ...]  # highest first
+    max_batch_size: int
+    labels: dict[str, int] = field(default_factory=dict)  # version label -> version number
+    loaded: bool = True
+    policy: tuple = ("latest", 1, ())  # (kind, latest N, specific versions)
+    instance_group: tuple = ()
+    config: dict = field(default_factory=dict)  # the imported config.pbtxt, as JSON
+    batching: BatchingPolicy | None = None
+    sequence: SequencePolicy | None = None  # sequence batching
+    team: str = ""
+    #: The traffic split: (cumulative weight in [0, 1], version) pairs, the last at 1.0; () without one.
+    split: tuple[tuple[float, VersionEntry], ...] = ()
+    traffic: dict = field(default_factory=dict)  # as stored: version label -> weight
+    state: ServingState | None = None  # what serves (inference/serving_state.py)
+
+    @property
+    def default(self) -> VersionEntry | None:
+        """The version a request that names none sees in metadata, configuration
+        and readiness (:attr:`ServingState.default`): with a traffic split its
+        heaviest route, else the highest version served."""
+        number = self.state.default if self.state is not None else None
+        return self.versions[number] if number is not None else None
+
+    def route(self, draw: float | None = None) -> VersionEntry | None:
+        """The version that answers a request naming none: drawn by the traffic
+        split's weights (one random number, no lock; ``draw`` in [0, 1)
+        instead when given: the same for every request of a sequence), else
+        the default."""
+        split = self.split
+        if not split:
+            return self.default
+        if draw is None:
+            draw = random.random()
+        for cumulative, entry in split:
+            if draw < cumulative:
+                return entry
+        return split[-1][1]
+
+
+def _tensors(items: list) -> tuple[MetadataTensor, ...]:
+    return tuple(MetadataTensor(t["name"], t["datatype"], tuple(t["shape"])) for t in items)
+
+
+def batching_policy(record: ModelRecord) -> BatchingPolicy | None:
+    """The model's dynamic batching, or None (no ``dynamic_batching``, or ``max_batch_size`` 0)."""
+    config = record.dynamic_batching
+    if config is None or record.max_batch_size <= 0:
+        return None
+    return BatchingPolicy(
+        record.max_batch_size,
+        tuple(int(n) for n in config.get("preferred_batch_size", ())),
+        int(config.get("max_queue_delay_microseconds", 0)),
+        bool(config.get("preserve_ordering", False)),
+    )
+
+
+def sequence_policy(record: ModelRecord) -> SequencePolicy | None:
+    """The model's sequence batching (None without, or when its configuration
+    is refused: then nothing serves, see :func:`inference.serving_state.sequence_refusal`)."""
+    if record.sequence_batching is None:
+        return None
+    try:
+        return SequencePolicy.from_config(record.sequence_batching, record.max_batch_size, record.name)
+    except SequenceConfigError:
+        return None
+
+
+def _visible(tensors: tuple[MetadataTensor, ...], hidden: frozenset[str]) -> tuple[MetadataTensor, ...]:
+    return tuple(t for t in tensors if t.name not in hidden) if hidden else tensors
+
+
+def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
+    """Snapshot entries from registry records."""
+    snapshot: dict[str, ModelEntry] = {}
+    for model in records:
+        state = serving_state(model)
+        batching = batching_policy(model)
+        sequence = sequence_policy(model)
+        # Control and state inputs are the server's, state outputs too unless the config lists them (Triton).
+        hidden_in = sequence.supplied_inputs if sequence else frozenset()
+        listed = {t.get("name") for t in (model.config or {}).get("output") or ()}
+        hidden_out = sequence.state_outputs - listed if sequence else frozenset()
+        instances = total_instances(model.instance_group)
+        optional = frozenset(t["name"] for t in (model.config or {}).get("input", ()) if t.get("optional"))
+        cached = bool(((model.config or {}).get("response_cache") or {}).get("enable"))
+        extensions = asks_for_extensions((model.config or {}).get("parameters") or {})
+        versions = {}
+        for row in model.versions:
+            versions[row.number] = VersionEntry(
+                model_name=model.name,
+                number=row.number,
+                state=row.state,
+                reason=state.reason(row.number, row.state, row.reason),
+                serving=state.serves(row.number),
+                sha256=row.sha256,
+                artifact=row.artifact,
+                max_batch_size=model.max_batch_size,
+                size=row.size,
+                inputs=_visible(_tensors(row.inputs), hidden_in),
+                outputs=_visible(_tensors(row.outputs), hidden_out),
+                properties=row.properties,
+                target=RunTarget(
+                    model.name,
+                    row.number,
+                    row.sha256,
+                    row.artifact,
+                    row.size,
+                    instances,
+                    batching,
+                    sequence,
+                    extensions,
+                ),
+                instance_group=tuple(model.instance_group),
+                payload_log=(model.payload_log_rate, model.payload_log_max_bytes),
+                output_labels=model.output_labels,
+                optional_inputs=optional,
+                response_cache=cached,
+            )
+        total = sum(weight for _label, _number, weight in state.routes)
+        split, cumulative = [], 0
+        for _label, number, weight in state.routes:
+            cumulative += weight
+            split.append((cumulative / total, versions[number]))
+        if split:
+            split[-1] = (1.0, split[-1][1])
+        snapshot[model.name] = ModelEntry(
+            model.name,
+            model.platform,
+            versions,
+            state.served,
+            model.max_batch_size,
+            dict(model.labels),
+            loaded=model.loaded,
+            policy=(model.version_policy, model.latest_versions, tuple(model.specific_versions)),
+            instance_group=tuple(model.instance_group),
+            config=model.config,
+            batching=batching,
+            sequence=sequence,
+            team=model.team,
+            split=tuple(split),
+            traffic=dict(model.traffic),
+            state=state,
+        )
+    return snapshot
+
+
+@dataclass(frozen=True)
+class ServedVersion:
+    """A model version as adapters see it: its signature and state.
+
+    Returned by :meth:`inference.dataplane.DataPlane.resolve` and handed back to
+    :meth:`~inference.dataplane.DataPlane.infer` so that a request resolves its version once.
+    """
+
+    model_name: str
+    number: int
+    state: str  # the registry's: READY, FAILED, UNAVAILABLE, UPLOADED, VALIDATING
+    reason: str  # why it does not serve ("" when it does)
+    serving: bool
+    inputs: tuple[MetadataTensor, ...]
+    outputs: tuple[MetadataTensor, ...]
+    max_batch_size: int
+    class_labels: tuple[str, ...]  # for classification outputs (may be empty)
+    entry: VersionEntry = field(repr=False, compare=False)
+    routed: bool = False  # drawn by the model's traffic split (the request named no version)
+
+    @property
+    def version(self) -> str:
+        return str(self.number)
+
+    @classmethod
+    def of(cls, entry: VersionEntry, routed: bool = False) -> ServedVersion:
+        """The adapters' view of ``entry`` (``routed``: drawn by the traffic split)."""
+        return cls(
+            entry.model_name, entry.number, entry.state, entry.reason, entry.serving, entry.inputs, entry.outputs,
+            entry.max_batch_size, tuple(entry.properties.get("labels") or ()), entry, routed,
+        )  # fmt: skip
