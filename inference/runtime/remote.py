@@ -9,7 +9,8 @@ connection serves only once the worker proved itself
 CA, or its Unix socket's peer is this user) and said hello. Each front-end
 process keeps idle connections to each worker; a request takes one (or
 opens one), sends one frame (:mod:`inference.runtime.frames`: the tensors'
-bytes as they are), waits for the answer frame and puts the connection back.
+bytes as they are), waits for the answer frame and puts the connection back
+(connections: :mod:`inference.runtime.worker_connections`).
 
 The steps of a request are written once, as a generator (:meth:`_steps`)
 that yields what it needs done: read the heartbeats again, connect to a
@@ -46,11 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import select
-import socket
 import ssl
-import struct
 import threading
 import time
 
@@ -63,99 +60,20 @@ from inference.runtime import frames, link, messages
 from inference.runtime.execution import RunResult, RunTarget
 from inference.runtime.placement import Worker, WorkerDirectory
 from inference.runtime.sequence_routes import SequenceRoutes
+from inference.runtime.worker_connections import (
+    WOULD_BLOCK,
+    Connection,
+    closed,
+    connect,
+    ready,
+    send_failed,
+)
 
 logger = logging.getLogger(__name__)
 
-#: How often a waiting request checks its deadline and that its worker is still alive.
-_LIVENESS_SECONDS = 0.25
-_SOCKET_TIMEO = struct.pack("ll", 0, int(_LIVENESS_SECONDS * 1e6))
-_HOSTNAME = socket.gethostname()
-_CONNECT_SECONDS = 3.0
-#: A pooled connection used this recently is not checked for a close before reuse.
-_TRUSTED_SECONDS = 0.05
 #: How long a worker that refused a connection is passed over (its heartbeat expires meanwhile).
 _UNREACHABLE_SECONDS = 5.0
-#: What a socket operation raises when it would block (or its timeout passed).
-_WOULD_BLOCK = (BlockingIOError, TimeoutError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
-_POLL_CLOSED = select.POLLIN | select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)
-
-
-class _Connection:
-    __slots__ = ("local", "reader", "shared", "sock", "tls", "used", "worker")
-
-    def __init__(self, sock: socket.socket, worker: Worker, max_frame: int):
-        self.sock = sock
-        self.worker = worker
-        self.reader = frames.Reader(sock, max_frame, messages.to_front_end)
-        self.used = time.monotonic()
-        self.tls = isinstance(sock, ssl.SSLSocket)
-        self.local = sock.family == socket.AF_UNIX  # the worker is on this machine: memory can be shared
-        self.shared: frames.SharedBuffer | None = None
-
-    def encode(self, request: messages.RunRequest, feeds: dict[str, np.ndarray], regions=None) -> list[memoryview]:
-        """The request frame's byte views: the tensors in the connection's
-        shared memory when the worker is on this machine and they are
-        large, else inline. ``regions`` (a RegionPlan): tensors in clients'
-        shared-memory regions, which a worker on this machine maps itself
-        (they are left out of the frame); elsewhere they travel as usual."""
-        request.regions, request.output_regions = [], []
-        if regions is not None and self.local:
-            request.regions = [
-                messages.RegionTensor(name, _dtype(feeds[name]), list(feeds[name].shape), s.key, s.offset, s.nbytes)
-                for name, s in regions.inputs.items()
-            ]
-            request.output_regions = [
-                messages.RegionTensor(name, "", [], s.key, s.offset, s.nbytes) for name, s in regions.outputs.items()
-            ]
-            feeds = {name: array for name, array in feeds.items() if name not in regions.inputs}
-        buffers = frames.encode(request, feeds.items(), self._shared if self.local else None)
-        return frames.views(buffers, self.tls)
-
-    def _shared(self, nbytes: int) -> frames.SharedBuffer | None:
-        """Shared memory of at least ``nbytes`` (a new, larger one is
-        announced to the worker first); None where memfd is unavailable."""
-        if self.shared is None or not self.shared.fits(nbytes):
-            cap = max(nbytes, min(frames.SHARED_MAX, self.reader.limit))
-            size = max(nbytes, 2 * self.shared.size if self.shared else 0)
-            size = min(size + -size % (1 << 20), cap)  # whole MiB, doubling, at most the cap
-            try:
-                buffer, fd = frames.SharedBuffer.create(size)
-            except (AttributeError, OSError):
-                self.local = False  # no memfd here: the socket carries the tensors
-                return None
-            try:
-                frames.send_shared(self.sock, fd, size)
-            finally:
-                os.close(fd)
-            self.shared = buffer
-        return self.shared
-
-    def closed_by_peer(self) -> bool:
-        """True when the worker closed it (or sent something unasked) while
-        it sat idle. A connection that answered less than
-        ``_TRUSTED_SECONDS`` ago is not asked (a syscall saved per request
-        under load): a worker that died since fails the request it then
-        gets, as it fails those it held."""
-        if time.monotonic() - self.used < _TRUSTED_SECONDS:
-            return False
-        poller = select.poll()
-        poller.register(self.sock.fileno(), _POLL_CLOSED)
-        return bool(poller.poll(0))
-
-    def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-
 _DONE = object()
-
-
-def _dtype(array: np.ndarray) -> str:
-    """A numeric array's little-endian numpy type string (as frames describe tensors)."""
-    dtype = array.dtype
-    return (dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype).str
 
 
 class _Steps:
@@ -193,59 +111,6 @@ class _SendFailed(Exception):
     """A request frame could not be sent (the worker never got all of it)."""
 
 
-def _connect_unix(path: str) -> socket.socket:
-    """A connection to a worker's Unix socket, its peer checked. A full
-    accept backlog (EAGAIN: the worker is busy accepting) is retried until
-    the connect timeout rather than taken for a refusal. Raises LinkRefused
-    (another user's socket) or OSError."""
-    deadline = time.monotonic() + _CONNECT_SECONDS
-    while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(_CONNECT_SECONDS)
-            sock.connect(path)
-            link.check_local_peer(sock, os.getuid())
-            return sock
-        except BlockingIOError:
-            sock.close()
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.005)
-        except BaseException:
-            sock.close()
-            raise
-
-
-def _open(worker: Worker, tls: link.TLSFiles | None) -> socket.socket:
-    """A socket to the worker whose other end proved it is one of ours: its
-    Unix socket when it runs on this machine and the path is visible here
-    (its peer must run as this user), else TLS over TCP (its certificate
-    must be the deployment's). Raises LinkRefused or OSError."""
-    announced = worker.announcement
-    path = announced.unix
-    local_error = None
-    if path and announced.machine == _HOSTNAME and os.path.exists(path):
-        try:
-            return _connect_unix(path)
-        except OSError as exc:
-            local_error = exc  # fall back to TCP
-    if not announced.address:
-        if local_error is not None:
-            raise link.LinkRefused(f"its Unix socket refused the connection ({local_error}) and it has no TCP listener")
-        raise link.LinkRefused("it has no TCP listener and its Unix socket is not on this machine")
-    if tls is None:
-        raise link.LinkRefused(
-            "it is on another machine and this front end has no worker TLS certificate (WORKER_TLS_CA/CERT/KEY)"
-        )
-    raw = socket.create_connection(worker.address, timeout=_CONNECT_SECONDS)
-    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    try:
-        return tls.client_context.wrap_socket(raw, server_hostname=tls.server_name)
-    except ssl.SSLError as exc:
-        raw.close()
-        raise link.LinkRefused(link.refusal_reason(exc)) from None
-
-
 class RemoteExecutor:
     """Runs inferences on workers (see module doc); thread-safe."""
 
@@ -265,8 +130,8 @@ class RemoteExecutor:
         self.default_timeout = default_timeout
         self.tls = tls
         self.idle_seconds = idle_seconds
-        self._idle: dict[str, list[_Connection]] = {}  # blocking sockets (threads)
-        self._idle_async: dict[str, list[_Connection]] = {}  # non-blocking sockets (event loops)
+        self._idle: dict[str, list[Connection]] = {}  # blocking sockets (threads)
+        self._idle_async: dict[str, list[Connection]] = {}  # non-blocking sockets (event loops)
         self._unreachable: dict[str, float] = {}  # worker id -> until when it is skipped
         self._lock = threading.Lock()
         self.routes = SequenceRoutes()  # the worker of each sequence this process sent
@@ -340,7 +205,7 @@ class RemoteExecutor:
         if need is None:
             return self.directory.catch_up(time.monotonic())
         if isinstance(need, Worker):
-            return self._connect(need, blocking)
+            return connect(need, self.tls, self.max_frame, blocking)
         conn, _, deadline = need
         return self._check_waiting(conn, deadline)
 
@@ -350,7 +215,7 @@ class RemoteExecutor:
         if need is None or isinstance(need, Worker):
             return await asyncio.to_thread(self._do, need, False)
         conn, writable, deadline = need
-        if not await _ready(asyncio.get_running_loop(), conn.sock, writable):
+        if not await ready(asyncio.get_running_loop(), conn.sock, writable):
             self._check_waiting(conn, deadline)
 
     # -- running: the steps ----------------------------------------------------
@@ -388,12 +253,12 @@ class RemoteExecutor:
             except _SendFailed:
                 conn.close()
                 if not reused:
-                    raise _send_failed(conn, None) from None
+                    raise send_failed(conn, None) from None
                 conn = yield conn.worker  # the pooled connection had died: once more, on a new one
                 try:
                     yield from self._send(conn, request, feeds, deadline, regions)
                 except _SendFailed as again:
-                    raise _send_failed(conn, again.__cause__) from None
+                    raise send_failed(conn, again.__cause__) from None
             answer, body = yield from self._receive(conn, deadline)
         except BaseException:  # an error, or a cancelled call: what the connection holds is unknown
             conn.close()
@@ -417,65 +282,31 @@ class RemoteExecutor:
         raise failure
 
     @staticmethod
-    def _send(conn: _Connection, request: messages.RunRequest, feeds, deadline: float, regions=None):
+    def _send(conn: Connection, request: messages.RunRequest, feeds, deadline: float, regions=None):
         pending = conn.encode(request, feeds, regions)
         while pending:
             try:
                 frames.send_views(conn.sock, pending)
-            except _WOULD_BLOCK as exc:
+            except WOULD_BLOCK as exc:
                 yield conn, not isinstance(exc, ssl.SSLWantReadError), deadline
             except OSError as exc:
                 raise _SendFailed() from exc
 
     @staticmethod
-    def _receive(conn: _Connection, deadline: float):
+    def _receive(conn: Connection, deadline: float):
         while True:
             try:
                 return conn.reader.frame()
-            except _WOULD_BLOCK as exc:
+            except WOULD_BLOCK as exc:
                 yield conn, isinstance(exc, ssl.SSLWantWriteError), deadline
             except frames.BadHeader as exc:
                 conn.close()
                 raise errors.ModelNotReady(f"the {conn.worker.queue} worker {conn.worker.id} {exc.message}") from None
             except (OSError, frames.FrameError):
-                raise _closed(conn) from None
+                raise closed(conn) from None
 
     # -- connections -----------------------------------------------------------
-    def _connect(self, worker: Worker, blocking: bool) -> _Connection:
-        """A new connection to ``worker``, authenticated (it said hello), for
-        a thread (``blocking``: reads give up every 0.25 s, so a waiting
-        request checks its deadline and its worker) or an event loop.
-        Raises ModelNotReady with the reason."""
-        try:
-            sock = _open(worker, self.tls)
-            conn = _Connection(sock, worker, self.max_frame)
-            hello, _ = conn.reader.frame()
-            if not isinstance(hello, messages.Hello):
-                raise link.LinkRefused(f"it answered {type(hello).__name__} to a new connection")
-            if hello.worker != worker.id:
-                raise link.LinkRefused(f"it says it is the worker {hello.worker}")
-            if not blocking:
-                sock.setblocking(False)
-            elif conn.tls:
-                sock.settimeout(_LIVENESS_SECONDS)
-            else:
-                sock.settimeout(None)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _SOCKET_TIMEO)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _SOCKET_TIMEO)
-        except (OSError, frames.FrameError, frames.BadHeader) as exc:
-            if isinstance(exc, ssl.SSLError):
-                exc = link.LinkRefused(link.refusal_reason(exc))
-            elif isinstance(exc, frames.FrameError):
-                exc = link.LinkRefused(
-                    "it closed the connection before saying hello (this front end's certificate is not "
-                    "its deployment's, or it is at its connection limit: see its log)"
-                )
-            if isinstance(exc, link.LinkRefused):
-                logger.warning("not using the %s worker %s at %s: %s", worker.queue, worker.id, worker.address, exc)
-            raise errors.ModelNotReady(f"cannot connect to the {worker.queue} worker {worker.id}: {exc}") from None
-        return conn
-
-    def _pooled(self, worker: Worker, idle: dict) -> _Connection | None:
+    def _pooled(self, worker: Worker, idle: dict) -> Connection | None:
         """An idle connection of ``idle`` to ``worker`` that is still open and
         not idle for too long, if any."""
         while True:
@@ -498,7 +329,7 @@ class RemoteExecutor:
         order = workers[start:] + workers[:start]
         return [w for w in order if self._unreachable.get(w.id, 0.0) <= now] or order
 
-    def _checkin(self, conn: _Connection, idle: dict) -> None:
+    def _checkin(self, conn: Connection, idle: dict) -> None:
         conn.used = time.monotonic()
         with self._lock:
             idle.setdefault(conn.worker.id, []).append(conn)
@@ -527,7 +358,7 @@ class RemoteExecutor:
             request.traceparent = tracing.traceparent()  # only for a traced request: the worker's spans join it
         return request, deadline
 
-    def _check_waiting(self, conn: _Connection, deadline: float) -> None:
+    def _check_waiting(self, conn: Connection, deadline: float) -> None:
         """While waiting on a worker: DeadlineExceeded past the deadline,
         ModelNotReady once its heartbeat expired (the connection is closed)."""
         worker = conn.worker
@@ -541,26 +372,6 @@ class RemoteExecutor:
             raise errors.ModelNotReady(
                 f"the {worker.queue} worker {worker.id} stopped before answering (its heartbeat expired)"
             )
-
-
-async def _ready(loop: asyncio.AbstractEventLoop, sock: socket.socket, writable: bool) -> bool:
-    """Whether ``sock`` became readable (or writable) within
-    ``_LIVENESS_SECONDS``, waiting in the event loop's selector."""
-    ready = loop.create_future()
-
-    def wake(value: bool) -> None:
-        if not ready.done():
-            ready.set_result(value)
-
-    fd = sock.fileno()
-    add, remove = (loop.add_writer, loop.remove_writer) if writable else (loop.add_reader, loop.remove_reader)
-    add(fd, wake, True)
-    timer = loop.call_later(_LIVENESS_SECONDS, wake, False)
-    try:
-        return await ready
-    finally:
-        remove(fd)
-        timer.cancel()
 
 
 def _result(answer, body: memoryview, output_names: list[str]) -> RunResult:
@@ -581,19 +392,3 @@ def _result(answer, body: memoryview, output_names: list[str]) -> RunResult:
         )  # fmt: skip
     except KeyError as exc:
         raise errors.ModelNotReady(f"a worker's answer lacks the output {exc}") from None
-
-
-def _send_failed(conn: _Connection, exc: BaseException | None) -> errors.ModelNotReady:
-    conn.close()
-    worker = conn.worker
-    if exc is None:
-        return errors.ModelNotReady(f"the {worker.queue} worker {worker.id} refused the request")
-    return errors.ModelNotReady(f"cannot send to the {worker.queue} worker {worker.id}: {exc}")
-
-
-def _closed(conn: _Connection) -> errors.ModelNotReady:
-    conn.close()
-    worker = conn.worker
-    return errors.ModelNotReady(
-        f"the {worker.queue} worker {worker.id} stopped before answering (its connection closed)"
-    )

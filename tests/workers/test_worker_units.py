@@ -274,11 +274,11 @@ class _EchoWorker:
         return frames.encode(messages.RunAnswer(int(request.shared), True, 0, 0), sums)
 
     def connect(self):
-        from inference.runtime.remote import _Connection
+        from inference.runtime.worker_connections import Connection
 
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(self.path)
-        conn = _Connection(sock, None, 1 << 30)
+        conn = Connection(sock, None, 1 << 30)
         hello, _ = conn.reader.frame()
         assert hello == messages.Hello("echo-1", "cpu")
         return conn
