@@ -16,7 +16,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from inference import classification, request_checks, response_cache
+from inference import classification, region_tensors, request_checks, response_cache
 from inference import shared_memory as shm
 from inference.protocol.errors import InvalidInput
 from inference.protocol.types import InferenceRequest, InferenceResponse, ResponseOutput
@@ -41,7 +41,7 @@ class Job:
     computed: int
     sequence: sequences.SequenceRequest | None = None
     regions: dict | None = None  # output name -> (TensorReference, the region's view it is written into)
-    plan: shm.RegionPlan | None = None  # for a remote executor: tensors its worker may map itself
+    plan: region_tensors.RegionPlan | None = None  # for a remote executor: tensors its worker may map itself
 
     @property
     def options(self) -> dict:
@@ -68,7 +68,7 @@ def prepare(
     worker to map); ``owner``: whose sequences the request continues."""
     deadline = request_checks.deadline(request.parameters, started, timeout_seconds)
     ids = sequences.sequence_parameters(request.parameters)  # checked first, as Triton's front ends do
-    plan = shm.RegionPlan() if remote else None
+    plan = region_tensors.RegionPlan() if remote else None
     for tensor in request.inputs:
         if tensor.data is None:  # the decoders leave an input sent in a region without data
             _read_region(shared_memory, tensor, regions, plan)
@@ -80,18 +80,20 @@ def prepare(
     return Job(started, deadline, feeds, rows, names, classify, _now(), sequence, written, plan)
 
 
-def _read_region(shared_memory: shm.RegionRegistry, tensor, regions: str, plan: shm.RegionPlan | None) -> None:
+def _read_region(
+    shared_memory: shm.RegionRegistry, tensor, regions: str, plan: region_tensors.RegionPlan | None
+) -> None:
     """An input's data from its region (in ``plan`` too, when numeric, for a worker to map itself)."""
-    reference = shm.tensor_reference(tensor.parameters, f"input '{tensor.name}'")
+    reference = region_tensors.tensor_reference(tensor.parameters, f"input '{tensor.name}'")
     if reference is None:
         raise InvalidInput(f"input '{tensor.name}' has no data")
-    tensor.data, located = shm.read_input(shared_memory, regions, tensor, reference)
+    tensor.data, located = region_tensors.read_input(shared_memory, regions, tensor, reference)
     if plan is not None and tensor.datatype != "BYTES":
         plan.inputs[tensor.name] = located
 
 
 def _output_regions(
-    shared_memory: shm.RegionRegistry, request: InferenceRequest, regions: str, plan: shm.RegionPlan | None
+    shared_memory: shm.RegionRegistry, request: InferenceRequest, regions: str, plan: region_tensors.RegionPlan | None
 ) -> dict | None:
     """{output name: (reference, view)} of the outputs requested into
     shared-memory regions (checked against their regions before the run;
@@ -99,7 +101,7 @@ def _output_regions(
     written = None
     for output in request.outputs:
         where = f"output '{output.name}'"
-        reference = shm.tensor_reference(output.parameters, where)
+        reference = region_tensors.tensor_reference(output.parameters, where)
         if reference is None:
             continue
         if "classification" in output.parameters:
@@ -159,7 +161,7 @@ def outputs(entry: VersionEntry, job: Job, run) -> list[ResponseOutput]:
     result = []
     for name, array in zip(job.names, run.outputs):
         if array is None:  # a worker wrote it into its shared-memory region
-            result.append(shm.written_output(name, types[name], *job.regions[name], *run.written[name]))
+            result.append(region_tensors.written_output(name, types[name], *job.regions[name], *run.written[name]))
             continue
         count = job.classify.get(name)
         if count:
@@ -172,5 +174,5 @@ def outputs(entry: VersionEntry, job: Job, run) -> list[ResponseOutput]:
         for output in result:
             target = job.regions.get(output.name)
             if target is not None and not output.in_region:
-                shm.write_output(output, *target)
+                region_tensors.write_output(output, *target)
     return result

@@ -24,10 +24,8 @@ Spec: https://github.com/triton-inference-server/server/blob/main/docs/protocol/
   object's size is checked again on every use (a client that shrank it
   would otherwise make a read past its end fault the process).
 
-Tensor parameters (``shared_memory_region``, ``shared_memory_byte_size``,
-``shared_memory_offset``) are read by :func:`tensor_reference`; a tensor's
-bytes are the binary tensor data layout (BYTES: 4-byte little-endian length,
-then the bytes, per element).
+Tensors in regions (the request parameters that name them, reading and
+writing their bytes) are :mod:`inference.region_tensors`.
 """
 
 from __future__ import annotations
@@ -42,26 +40,12 @@ import stat
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
-
-from inference.codecs import binary
-from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InferenceError, InvalidInput
-from inference.protocol.types import (
-    SHARED_MEMORY_BYTE_SIZE,
-    SHARED_MEMORY_OFFSET,
-    SHARED_MEMORY_REGION,
-    RequestInput,
-    ResponseOutput,
-)
+from inference.region_tensors import ObjectSpan, TensorReference, check_name, non_negative, object_path
 
-#: Where POSIX shared-memory objects live (``shm_open`` names, without their leading "/").
-SHM_DIR = Path("/dev/shm")
-#: Longest region name and key accepted (bytes of UTF-8).
-MAX_NAME = 255
 #: Regions one owner may have registered at once.
 MAX_REGIONS = 256
 #: Mappings a process keeps open (least recently used ones are dropped).
@@ -70,8 +54,6 @@ CACHED_MAPPINGS = 64
 #: an object the client removed is freed (a mapping keeps its memory allocated).
 PRUNE_SECONDS = 1.0
 CUDA_UNSUPPORTED = "CUDA shared memory is not supported by this server"
-
-PARAM_REGION, PARAM_SIZE, PARAM_OFFSET = SHARED_MEMORY_REGION, SHARED_MEMORY_BYTE_SIZE, SHARED_MEMORY_OFFSET
 
 
 class RegionNotFound(InferenceError):
@@ -94,124 +76,6 @@ class Region:
     byte_size: int
     owner: str
     id: str
-
-
-@dataclass(frozen=True)
-class TensorReference:
-    """A tensor in a region: ``byte_size`` bytes from ``offset`` within it."""
-
-    region: str
-    byte_size: int
-    offset: int
-
-
-@dataclass(frozen=True)
-class ObjectSpan:
-    """``nbytes`` bytes of the shared-memory object ``key`` from ``offset``
-    (from the object's start): a checked tensor span, as a worker on this
-    machine maps it (:func:`map_span`)."""
-
-    key: str
-    offset: int
-    nbytes: int
-
-
-@dataclass
-class RegionPlan:
-    """One request's tensors in shared-memory regions, for an executor whose
-    worker, on this machine, maps them itself: numeric inputs (name -> span;
-    the feed gives dtype and shape) and requested outputs (name -> the room
-    in the region)."""
-
-    inputs: dict[str, ObjectSpan] = field(default_factory=dict)
-    outputs: dict[str, ObjectSpan] = field(default_factory=dict)
-
-
-def map_span(span: ObjectSpan) -> memoryview:
-    """Map a span of a shared-memory object in this process (an inference
-    worker on the front end's machine, which checked the span against the
-    caller's region): a writable view, mapped while it lives. The object is
-    opened without following links and must be a regular file holding the
-    span. Raises InvalidInput."""
-    try:
-        fd = os.open(object_path(span.key), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        raise InvalidInput(f"Unable to open shared memory region: '{span.key}' ({exc.strerror})") from None
-    try:
-        info = os.fstat(fd)
-        end = span.offset + span.nbytes
-        if not stat.S_ISREG(info.st_mode) or info.st_size < end:
-            raise InvalidInput(f"Invalid shared memory region: '{span.key}' (it does not hold {end} bytes)")
-        if not span.nbytes:
-            return memoryview(bytearray())
-        start = span.offset - span.offset % mmap.ALLOCATIONGRANULARITY
-        return memoryview(mmap.mmap(fd, end - start, offset=start))[span.offset - start :]
-    finally:
-        os.close(fd)
-
-
-def written_output(
-    name: str, datatype: str, reference: TensorReference, view: memoryview, shape: tuple, size: int
-) -> ResponseOutput:
-    """An output an inference worker wrote into its region (``size`` bytes
-    of ``shape`` at the start of ``view``, the span ``reference`` names): a
-    view of it there (for the payload log), marked written."""
-    array = binary.tensor_from_buffer(f"output '{name}'", BY_NAME[datatype], shape, view[:size])
-    output = ResponseOutput(name, datatype, shape, array)
-    mark_written(output, reference, size)
-    return output
-
-
-def mark_written(output: ResponseOutput, reference: TensorReference, size: int) -> None:
-    """Mark an output as written into its region (``size`` bytes), as :func:`write_output` does."""
-    output.parameters = {**output.parameters, PARAM_REGION: reference.region, PARAM_SIZE: size}
-    if reference.offset:
-        output.parameters[PARAM_OFFSET] = reference.offset
-
-
-def _unsigned(value, what: str) -> int:
-    if type(value) is not int or value < 0:
-        raise InvalidInput(f"{what} must be a non-negative integer, got {value!r}")
-    return value
-
-
-def _check_name(value, what: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise InvalidInput(f"{what} must be a non-empty string")
-    if len(value.encode("utf-8", "surrogatepass")) > MAX_NAME or "\0" in value:
-        raise InvalidInput(f"{what} must be at most {MAX_NAME} bytes without NUL characters")
-    return value
-
-
-def object_path(key: str) -> Path:
-    """The file of a shared-memory key (``shm_open``'s name: leading slashes
-    are dropped, no other slash is allowed). Raises InvalidInput."""
-    _check_name(key, "'key'")
-    name = key.lstrip("/")
-    if not name or "/" in name or name in (".", ".."):
-        raise InvalidInput(f"invalid shared memory key '{key}': a POSIX shared memory name such as '/my_region'")
-    return SHM_DIR / name
-
-
-def tensor_reference(parameters: dict, where: str) -> TensorReference | None:
-    """The shared-memory reference of an input's or requested output's
-    ``parameters``, or None when it names no region. ``shared_memory_region``
-    and ``shared_memory_byte_size`` are required together,
-    ``shared_memory_offset`` defaults to 0. Raises InvalidInput."""
-    if not parameters:
-        return None
-    region = parameters.get(PARAM_REGION)
-    if region is None:
-        if PARAM_SIZE in parameters or PARAM_OFFSET in parameters:
-            raise InvalidInput(f"{where}: '{PARAM_SIZE}' and '{PARAM_OFFSET}' need '{PARAM_REGION}'")
-        return None
-    if not isinstance(region, str) or not region:
-        raise InvalidInput(f"{where}: '{PARAM_REGION}' must be a non-empty string")
-    if PARAM_SIZE not in parameters:
-        raise InvalidInput(f"{where}: '{PARAM_REGION}' needs '{PARAM_SIZE}'")
-    size = _unsigned(parameters[PARAM_SIZE], f"{where}: '{PARAM_SIZE}'")
-    offset = _unsigned(parameters.get(PARAM_OFFSET, 0), f"{where}: '{PARAM_OFFSET}'")
-    return TensorReference(region, size, offset)
 
 
 def check_span(region: Region, offset: int, byte_size: int, where: str) -> None:
@@ -337,10 +201,10 @@ class RegionRegistry:
         already (Triton's "shared memory region '<name>' already in
         manager"), a key another owner registered, a bad key, offset or size,
         more than MAX_REGIONS regions."""
-        _check_name(name, "the region name")
+        check_name(name, "the region name")
         object_path(key)
-        _unsigned(offset, "'offset'")
-        _unsigned(byte_size, "'byte_size'")
+        non_negative(offset, "'offset'")
+        non_negative(byte_size, "'byte_size'")
         region = Region(name, key, offset, byte_size, owner, uuid.uuid4().hex)
         mapping = _Mapping(region)  # the object exists and holds the region
         with self._exclusive():
@@ -438,36 +302,3 @@ class RegionRegistry:
         if not reference.byte_size:
             return located, memoryview(b"")
         return located, memoryview(mapping.map)[start : start + reference.byte_size]
-
-
-# -- tensors in regions ---------------------------------------------------------
-def read_input(
-    registry: RegionRegistry, owner: str, tensor: RequestInput, reference: TensorReference
-) -> tuple[np.ndarray, ObjectSpan]:
-    """The data of an input sent in a region: a view of the mapping for
-    numeric datatypes (no copy), the length-prefixed elements for BYTES; and
-    where it lies in its object. ``shared_memory_byte_size`` must be exactly
-    the tensor's bytes. Raises InvalidInput naming the input."""
-    where = f"input '{tensor.name}'"
-    located, view = registry.span(owner, reference, where)
-    return binary.tensor_from_buffer(where, BY_NAME[tensor.datatype], tensor.shape, view), located
-
-
-def write_output(output: ResponseOutput, reference: TensorReference, view: memoryview) -> None:
-    """Write an output's binary form into ``view`` (the span ``reference``
-    names, :meth:`RegionRegistry.view`) and mark it so (parameters
-    ``shared_memory_region``, ``shared_memory_byte_size``: the bytes written,
-    ``shared_memory_offset`` when not 0: for the payload log and the
-    transports, which send neither data nor parameters for it, as Triton).
-    Raises InvalidInput when the span is too small for the result (Triton's
-    text)."""
-    buffer = binary.tensor_to_buffer(output.data, BY_NAME[output.datatype])
-    size = memoryview(buffer).nbytes
-    if size > reference.byte_size:
-        raise InvalidInput(
-            f"shared memory size specified with the request for output '{output.name}' "
-            f"({reference.byte_size} bytes) should be at least {size} bytes to hold the results"
-        )
-    if size:
-        view[:size] = memoryview(buffer).cast("B")
-    mark_written(output, reference, size)

@@ -23,8 +23,7 @@ import threading
 import time
 from collections import deque
 
-from inference import runtime_settings, tracing
-from inference import shared_memory as shm
+from inference import region_tensors, runtime_settings, tracing
 from inference.instance_groups import instances_on
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotReady
 from inference.registry import ModelRegistry
@@ -171,7 +170,7 @@ class WorkerRuntime:
         target = self.target(request.model, request.version, request.sha256)
         feeds = frames.tensors(request, body, "request", shared)
         for tensor in request.regions:  # inputs in clients' shared-memory regions: mapped here, not copied
-            view = shm.map_span(shm.ObjectSpan(tensor.key, tensor.offset, tensor.nbytes))
+            view = region_tensors.map_span(region_tensors.ObjectSpan(tensor.key, tensor.offset, tensor.nbytes))
             feeds[tensor.name] = frames.tensor_in(view, 0, tensor, "request region")
         deadline = time.monotonic() + (request.deadline - time.time())
         names = request.outputs
@@ -214,7 +213,7 @@ def _write_regions(regions: list[messages.RegionTensor], outputs: dict) -> list[
                 f"({region.nbytes} bytes) should be at least {size} bytes to hold the results"
             )
         if size:
-            view = shm.map_span(shm.ObjectSpan(region.key, region.offset, size))
+            view = region_tensors.map_span(region_tensors.ObjectSpan(region.key, region.offset, size))
             view[:] = memoryview(data).cast("B")
         written.append(messages.TensorInfo(region.name, kind, list(array.shape), region.offset, size))
     return written

@@ -13,6 +13,7 @@ import uuid
 import numpy as np
 import pytest
 
+from inference import region_tensors
 from inference import shared_memory as shm
 from inference.protocol.errors import InvalidInput
 from inference.protocol.types import RequestInput, ResponseOutput
@@ -22,7 +23,7 @@ class _Object:
     """A shared-memory object as a client makes one (``shm_open``, ``ftruncate``, ``mmap``)."""
 
     def __init__(self, size: int):
-        self.path = shm.SHM_DIR / f"mh-unit-{uuid.uuid4().hex[:12]}"
+        self.path = region_tensors.SHM_DIR / f"mh-unit-{uuid.uuid4().hex[:12]}"
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         os.ftruncate(fd, size)
         self.buf = mmap.mmap(fd, size)
@@ -49,10 +50,10 @@ def registry(tmp_path):
 
 
 def test_tensor_references_need_region_and_size():
-    assert shm.tensor_reference({}, "x") is None
-    assert shm.tensor_reference({"binary_data": True}, "x") is None
-    ref = shm.tensor_reference({"shared_memory_region": "r", "shared_memory_byte_size": 8}, "x")
-    assert ref == shm.TensorReference("r", 8, 0)
+    assert region_tensors.tensor_reference({}, "x") is None
+    assert region_tensors.tensor_reference({"binary_data": True}, "x") is None
+    ref = region_tensors.tensor_reference({"shared_memory_region": "r", "shared_memory_byte_size": 8}, "x")
+    assert ref == region_tensors.TensorReference("r", 8, 0)
     for bad, text in (
         ({"shared_memory_region": "r"}, "needs 'shared_memory_byte_size'"),
         ({"shared_memory_byte_size": 8}, "need 'shared_memory_region'"),
@@ -62,7 +63,7 @@ def test_tensor_references_need_region_and_size():
         ({"shared_memory_region": "", "shared_memory_byte_size": 8}, "non-empty string"),
     ):
         with pytest.raises(InvalidInput, match=text):
-            shm.tensor_reference(bad, "input 'x'")
+            region_tensors.tensor_reference(bad, "input 'x'")
 
 
 @pytest.mark.parametrize(
@@ -90,7 +91,7 @@ def test_register_checks_the_object(registry, objects, tmp_path):
             registry.register("team:a", "r", bad, 0, 1)
     outside = tmp_path / "secret"
     outside.write_bytes(b"s" * 64)
-    link = shm.SHM_DIR / f"mh-unit-link-{uuid.uuid4().hex[:8]}"
+    link = region_tensors.SHM_DIR / f"mh-unit-link-{uuid.uuid4().hex[:8]}"
     link.symlink_to(outside)
     try:
         with pytest.raises(InvalidInput, match="Unable to open"):  # O_NOFOLLOW: never a file elsewhere
@@ -127,11 +128,11 @@ def test_processes_of_a_machine_share_registrations(tmp_path, objects):
     first, second = shm.RegionRegistry(tmp_path / "shm"), shm.RegionRegistry(tmp_path / "shm")
     first.register("anonymous", "r", key, 0, 64)
     memory.buf[:8] = np.arange(2, dtype=np.int32).tobytes()
-    view = second.view("anonymous", shm.TensorReference("r", 8, 0), "input 'x'")
+    view = second.view("anonymous", region_tensors.TensorReference("r", 8, 0), "input 'x'")
     np.testing.assert_array_equal(np.frombuffer(view, np.int32), [0, 1])
     first.unregister("anonymous", "r")
     with pytest.raises(InvalidInput, match="Unable to find system shared memory region: 'r'"):
-        second.view("anonymous", shm.TensorReference("r", 8, 0), "input 'x'")
+        second.view("anonymous", region_tensors.TensorReference("r", 8, 0), "input 'x'")
     del view
     assert second._maps
     second.prune()  # the other process's mapping of the unregistered region goes: its memory can be freed
@@ -144,35 +145,37 @@ def test_a_region_unregistered_in_use_stays_valid_for_its_user(registry, objects
     memory.buf[: data.nbytes] = data.tobytes()
     registry.register("team:a", "r", key, 0, data.nbytes)
     tensor = RequestInput("x", "FP32", (4, 256), None, {})
-    array, span = shm.read_input(registry, "team:a", tensor, shm.TensorReference("r", data.nbytes, 0))
-    assert span == shm.ObjectSpan(key, 0, data.nbytes)
+    array, span = region_tensors.read_input(
+        registry, "team:a", tensor, region_tensors.TensorReference("r", data.nbytes, 0)
+    )
+    assert span == region_tensors.ObjectSpan(key, 0, data.nbytes)
     registry.unregister("team:a")
     del memory  # the client's own mapping is gone too (the fixture keeps the object)
     np.testing.assert_array_equal(array.reshape(-1), data)
     with pytest.raises(InvalidInput, match="Unable to find"):
-        shm.read_input(registry, "team:a", tensor, shm.TensorReference("r", data.nbytes, 0))
+        region_tensors.read_input(registry, "team:a", tensor, region_tensors.TensorReference("r", data.nbytes, 0))
 
 
 def test_an_object_made_smaller_is_refused_not_a_fault(registry, objects):
     key, _memory = objects(8192)
     registry.register("team:a", "r", key, 0, 8192)
-    registry.view("team:a", shm.TensorReference("r", 8192, 0), "input 'x'")
-    fd = os.open(shm.object_path(key), os.O_RDWR)
+    registry.view("team:a", region_tensors.TensorReference("r", 8192, 0), "input 'x'")
+    fd = os.open(region_tensors.object_path(key), os.O_RDWR)
     try:
         os.ftruncate(fd, 16)
     finally:
         os.close(fd)
     with pytest.raises(InvalidInput, match="was made smaller"):
-        registry.view("team:a", shm.TensorReference("r", 4096, 4096), "input 'x'")
+        registry.view("team:a", region_tensors.TensorReference("r", 4096, 4096), "input 'x'")
 
 
 def test_outputs_need_room_and_bytes_keep_their_layout(registry, objects):
     key, memory = objects(64)
     registry.register("team:a", "out", key, 0, 64)
     text = np.array([b"one", b"", b"drei"], dtype=object)
-    reference = shm.TensorReference("out", 56, 8)
+    reference = region_tensors.TensorReference("out", 56, 8)
     output = ResponseOutput("y", "BYTES", (3,), text)
-    shm.write_output(output, reference, registry.view("team:a", reference, "output 'y'"))
+    region_tensors.write_output(output, reference, registry.view("team:a", reference, "output 'y'"))
     expected = b"".join(len(t).to_bytes(4, "little") + t for t in text)
     assert bytes(memory.buf[8 : 8 + len(expected)]) == expected
     assert output.parameters == {
@@ -180,10 +183,10 @@ def test_outputs_need_room_and_bytes_keep_their_layout(registry, objects):
         "shared_memory_byte_size": 19,
         "shared_memory_offset": 8,
     }
-    small = shm.TensorReference("out", 8, 0)
+    small = region_tensors.TensorReference("out", 8, 0)
     big = ResponseOutput("z", "FP64", (2,), np.ones(2))
     with pytest.raises(InvalidInput, match=r"\(8 bytes\) should be at least 16 bytes"):
-        shm.write_output(big, small, registry.view("team:a", small, "output 'z'"))
+        region_tensors.write_output(big, small, registry.view("team:a", small, "output 'z'"))
 
 
 def test_a_worker_writes_outputs_the_front_end_reads_in_place(registry, objects):
@@ -195,13 +198,13 @@ def test_a_worker_writes_outputs_the_front_end_reads_in_place(registry, objects)
 
     key, _memory = objects(256)
     registry.register("team:a", "out", key, 64, 128)
-    reference = shm.TensorReference("out", 100, 8)
+    reference = region_tensors.TensorReference("out", 100, 8)
     located, view = registry.span("team:a", reference, "output 'y'")
-    assert located == shm.ObjectSpan(key, 72, 100)
+    assert located == region_tensors.ObjectSpan(key, 72, 100)
     text = np.array([["ab", "c"], ["", "déf"]], dtype=object)  # ONNX Runtime's string outputs are str
     (info,) = _write_regions([messages.RegionTensor("y", "", [], key, 72, 100)], {"y": text})
     assert (info.dtype, info.shape, info.offset, info.nbytes) == ("bytes", [2, 2], 72, 4 * 4 + 7)
-    output = shm.written_output("y", "BYTES", reference, view, tuple(info.shape), info.nbytes)
+    output = region_tensors.written_output("y", "BYTES", reference, view, tuple(info.shape), info.nbytes)
     assert output.data.tolist() == [[b"ab", b"c"], [b"", "déf".encode()]]
     assert output.in_region and output.parameters["shared_memory_byte_size"] == 23
     with pytest.raises(InvalidInput, match=r"\(8 bytes\) should be at least 16 bytes"):
