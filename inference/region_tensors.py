@@ -170,6 +170,15 @@ def read_input(registry, owner: str, tensor: RequestInput, reference: TensorRefe
     return binary.tensor_from_buffer(where, BY_NAME[tensor.datatype], tensor.shape, view), located
 
 
+def check_room(name: str, room: int, size: int) -> None:
+    """Raise InvalidInput (Triton's text) unless ``size`` bytes of output ``name`` fit in ``room`` bytes."""
+    if size > room:
+        raise InvalidInput(
+            f"shared memory size specified with the request for output '{name}' "
+            f"({room} bytes) should be at least {size} bytes to hold the results"
+        )
+
+
 def write_output(output: ResponseOutput, reference: TensorReference, view: memoryview) -> None:
     """Write an output's binary form into ``view`` (the span ``reference``
     names, :meth:`RegionRegistry.view`) and mark it so (parameters
@@ -180,11 +189,7 @@ def write_output(output: ResponseOutput, reference: TensorReference, view: memor
     text)."""
     buffer = binary.tensor_to_buffer(output.data, BY_NAME[output.datatype])
     size = memoryview(buffer).nbytes
-    if size > reference.byte_size:
-        raise InvalidInput(
-            f"shared memory size specified with the request for output '{output.name}' "
-            f"({reference.byte_size} bytes) should be at least {size} bytes to hold the results"
-        )
+    check_room(output.name, reference.byte_size, size)
     if size:
         view[:size] = memoryview(buffer).cast("B")
     mark_written(output, reference, size)

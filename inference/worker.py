@@ -207,11 +207,7 @@ def _write_regions(regions: list[messages.RegionTensor], outputs: dict) -> list[
             raise InvalidInput(f"output '{region.name}' of a shared-memory region was not requested")
         kind, data = frames.tensor_bytes(array)
         size = memoryview(data).nbytes
-        if size > region.nbytes:
-            raise InvalidInput(
-                f"shared memory size specified with the request for output '{region.name}' "
-                f"({region.nbytes} bytes) should be at least {size} bytes to hold the results"
-            )
+        region_tensors.check_room(region.name, region.nbytes, size)
         if size:
             view = region_tensors.map_span(region_tensors.ObjectSpan(region.key, region.offset, size))
             view[:] = memoryview(data).cast("B")
