@@ -23,7 +23,8 @@ _BOOLEAN_FIELDS = {"int32_false_true": "INT32", "fp32_false_true": "FP32", "bool
 _CORRID_TYPES = ("TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32", "TYPE_STRING")
 #: Triton's default ``max_sequence_idle_microseconds`` (core ``src/constants.h``).
 IDLE_DEFAULT_US = 1_000_000
-_UINT64 = 1 << 64
+#: One past the largest uint64 (correlation IDs, uint64 fields).
+UINT64_END = 1 << 64
 
 
 class SequenceConfigError(ValueError):
@@ -87,7 +88,7 @@ def _uint(value) -> int:
         number = int(value)
     except (TypeError, ValueError):
         raise SequenceConfigError(f"expected an unsigned integer, got {value!r}") from None
-    if not 0 <= number < _UINT64:
+    if not 0 <= number < UINT64_END:
         raise SequenceConfigError(f"expected an unsigned integer, got {value!r}")
     return number
 

@@ -37,12 +37,12 @@ import numpy as np
 from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InvalidInput
 from inference.runtime.sequence_config import (
-    _UINT64,
     CORRID,
     END,
     IDLE_DEFAULT_US,
     READY,
     START,
+    UINT64_END,
     Control,
     SequenceConfigError,
     State,
@@ -247,7 +247,7 @@ def sequence_parameters(parameters: dict | None) -> tuple[int | str, bool, bool]
         return 0, False, False
     corrid = parameters.get("sequence_id", 0)
     if isinstance(corrid, bool) or not isinstance(corrid, int | str) or (
-        isinstance(corrid, int) and not 0 <= corrid < _UINT64
+        isinstance(corrid, int) and not 0 <= corrid < UINT64_END
     ):  # fmt: skip
         raise InvalidInput(
             f"Unable to parse 'sequence_id': expected an unsigned 64-bit integer or a string, got {corrid!r}"
@@ -298,7 +298,7 @@ def split_draw(parameters: dict | None, owner: str) -> float | None:
     if not corrid or isinstance(corrid, bool):
         return None
     digest = hashlib.blake2b(f"{owner}\0{type(corrid).__name__}\0{corrid}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / _UINT64
+    return int.from_bytes(digest, "big") / UINT64_END
 
 
 def owner_of(principal) -> str:
