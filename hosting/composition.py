@@ -28,6 +28,7 @@ from inference.ports import Quota
 from inference.ratelimit import Defaults, MemoryStore, RateLimiter, RedisStore
 from inference.registry import ModelRegistry
 from inference.response_cache import ResponseCache
+from inference.rollups_db import DatabaseRollups
 from inference.runtime import onnx as onnx_runtime
 from inference.runtime.executors import InProcessExecutor, session_loader
 from inference.runtime.placement import WorkerDirectory, read_workers
@@ -255,7 +256,11 @@ def build_dataplane() -> DataPlane:
     registry.start()
     machine_statistics = Path(settings.VAR_DIR) / "run" / "statistics"  # this machine's processes' counters
     statistics = StatisticsRecorder(
-        ports.container.statistics_store, settings.STATISTICS_FLUSH_SECONDS, machine_statistics
+        ports.container.statistics_store,
+        settings.STATISTICS_FLUSH_SECONDS,
+        machine_statistics,
+        rollup_store=DatabaseRollups() if settings.CHART_ROLLUPS else None,  # the charts' per-minute rollups
+        rollup_seconds=settings.CHART_FLUSH_SECONDS,
     )
     statistics.start()
     return DataPlane(

@@ -142,6 +142,8 @@ STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"  # only for `collectstatic`; WhiteNoise serves from the apps' folders
 STATIC_ROOT.mkdir(exist_ok=True)
 WHITENOISE_USE_FINDERS = True
+#: Browser libraries installed from npm by `make venv` (package.json; never copied into the repository).
+STATICFILES_DIRS = [("vendor/chart.js", BASE_DIR / "node_modules" / "chart.js" / "dist")]
 WHITENOISE_AUTOREFRESH = DEBUG
 
 # --- The web UI --------------------------------------------------------------
@@ -394,6 +396,14 @@ PAYLOAD_LOG_QUEUE = env.int("PAYLOAD_LOG_QUEUE", default=1000)
 REQUEST_LOG_LEVEL = env.str("REQUEST_LOG_LEVEL", default="DEBUG")
 #: How often each process adds its inference statistics to the database (s).
 STATISTICS_FLUSH_SECONDS = env.float("STATISTICS_FLUSH_SECONDS", default=1.0)
+# --- Charts (inference/rollups.py, docs/charts.md) ----------------------------------
+#: Count per-minute rollups of requests, errors, latencies and batch sizes for the charts.
+CHART_ROLLUPS = env.bool("CHART_ROLLUPS", default=True)
+#: How often each process writes its open minutes to the database (s; at most a
+#: minute's worth of a process's counts is lost when it is killed).
+CHART_FLUSH_SECONDS = env.float("CHART_FLUSH_SECONDS", default=10.0)
+#: Minutes older than this are deleted by the scheduled upkeep (MAINTENANCE_SECONDS).
+CHART_RETENTION_DAYS = env.float("CHART_RETENTION_DAYS", default=8.0)
 #: Server-side bound on an inference in seconds (0: none); a request's own
 #: ``timeout`` parameter (microseconds, as Triton) can only shorten it.
 INFERENCE_TIMEOUT_SECONDS = env.float("INFERENCE_TIMEOUT_SECONDS", default=0.0)
