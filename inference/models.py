@@ -71,7 +71,7 @@ class MinuteRollupRow(models.Model):
     version = models.PositiveIntegerField()
     transport = models.CharField(max_length=16)  # rest, tfserving, grpc, other
     writer = models.CharField(max_length=48)  # machine id and pid of the process
-    requests = models.BigIntegerField(default=0)
+    successes = models.BigIntegerField(default=0)  # requests answered
     errors = models.BigIntegerField(default=0)
     inferences = models.BigIntegerField(default=0)
     executions = models.BigIntegerField(default=0)

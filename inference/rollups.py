@@ -94,7 +94,7 @@ def add_histograms(into: dict[int, int], other: dict) -> dict[int, int]:
 class Cell:
     """One (minute, model, version, transport) of one process."""
 
-    requests: int = 0  # answered
+    successes: int = 0  # requests answered
     errors: int = 0  # failed (an InferenceError after the version was known)
     inferences: int = 0  # batch rows of the answered requests
     executions: int = 0  # model executions (a dynamic batch is one)
@@ -133,7 +133,7 @@ class MinuteRollups:
         ``rows`` inferences; ``executed`` for the one request of an execution
         of ``batch_size`` rows that counts that execution."""
         cell = self._cell(now_s, model, version)
-        cell.requests += 1
+        cell.successes += 1
         cell.inferences += rows
         cell.queue_ns += queue_ns
         cell.compute_ns += compute_ns
@@ -152,7 +152,7 @@ class MinuteRollups:
     def pending(self) -> dict[Key, Cell]:
         """Copies of the cells changed since the last :meth:`written`."""
         return {
-            key: Cell(c.requests, c.errors, c.inferences, c.executions, dict(c.queue), dict(c.compute),
+            key: Cell(c.successes, c.errors, c.inferences, c.executions, dict(c.queue), dict(c.compute),
                       dict(c.batches), c.queue_ns, c.compute_ns)
             for key, c in self.cells.items()
             if c.changed
@@ -164,7 +164,7 @@ class MinuteRollups:
         still counts in them) and dropped."""
         for key, copy in cells.items():
             cell = self.cells.get(key)
-            if cell is not None and cell.requests == copy.requests and cell.errors == copy.errors:
+            if cell is not None and cell.successes == copy.successes and cell.errors == copy.errors:
                 cell.changed = False
         oldest = int(now_s // 60) - 2
         for key in [k for k, c in self.cells.items() if k[0] <= oldest and not c.changed]:

@@ -10,7 +10,7 @@ from django.db import close_old_connections, transaction
 from inference.models import MinuteRollupRow
 from inference.rollups import Cell, Key
 
-_FIELDS = ("requests", "errors", "inferences", "executions", "queue_ns", "compute_ns")
+_FIELDS = ("successes", "errors", "inferences", "executions", "queue_ns", "compute_ns")
 
 
 class DatabaseRollups:

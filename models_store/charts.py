@@ -3,7 +3,8 @@
 
 :func:`model_charts` answers the model page's ``charts.json``: over the last
 hour (1-minute steps), day (5-minute steps) or week (1-hour steps), per
-(version, transport) series: requests and errors per step and per second,
+(version, transport) series: requests (answered and failed) and errors per
+step and per second,
 queue and compute latency percentiles (p50, p95, p99, milliseconds; from the
 steps' summed histograms), executions and the mean batch size; the same for
 ``all`` (every series together). :func:`sparklines` answers the models
@@ -27,7 +28,7 @@ PERCENTILES = (50, 95, 99)
 
 @dataclass
 class _Step:
-    requests: int = 0
+    requests: int = 0  # answered and failed
     errors: int = 0
     inferences: int = 0
     executions: int = 0
@@ -36,7 +37,7 @@ class _Step:
     compute: dict = field(default_factory=dict)
 
     def add(self, row) -> None:
-        self.requests += row.requests
+        self.requests += row.successes + row.errors
         self.errors += row.errors
         self.inferences += row.inferences
         self.executions += row.executions
@@ -114,6 +115,6 @@ def sparklines(model_names: list[str], now_s: float | None = None) -> dict[str, 
     first = last - 59
     lines = {name: [0] * 60 for name in model_names}
     rows = MinuteRollupRow.objects.filter(model_name__in=model_names, minute__gte=first, minute__lte=last)
-    for name, minute, requests, errors in rows.values_list("model_name", "minute", "requests", "errors"):
-        lines[name][minute - first] += requests + errors
+    for name, minute, successes, errors in rows.values_list("model_name", "minute", "successes", "errors"):
+        lines[name][minute - first] += successes + errors
     return lines

@@ -81,7 +81,7 @@ def test_cells_per_minute_version_and_transport():
     cells = r.pending()
     assert set(cells) == {(1_000_000, "m", 1, "other"), (1_000_000, "m", 1, "grpc"), (1_000_001, "m", 2, "other")}
     first = cells[(1_000_000, "m", 1, "other")]
-    assert (first.requests, first.errors, first.inferences, first.executions, first.batches) == (2, 0, 5, 1, {4: 1})
+    assert (first.successes, first.errors, first.inferences, first.executions, first.batches) == (2, 0, 5, 1, {4: 1})
     r.written(cells, t0 + 61)
     assert r.pending() == {}  # nothing changed since
     r.written({}, t0 + 200)
@@ -111,7 +111,7 @@ def test_the_recorder_writes_its_minutes_and_the_charts_sum_them():
     assert len({r.writer for r in MinuteRollupRow.objects.filter(model_name="m")}) == 2  # a row per process
     data = charts.model_charts("m", "hour")
     (v1,) = [s for s in data["series"] if s["version"] == 1]
-    assert (v1["total_requests"], v1["total_errors"]) == (300, 7)
+    assert (v1["total_requests"], v1["total_errors"]) == (307, 7)
     assert sum(v1["inferences"]) == 600 and sum(v1["executions"]) == 300
     assert {size for size in v1["mean_batch_size"] if size is not None} == {2.0}
     # one minute (or two, when the test straddled a minute): percentiles of the summed buckets

@@ -51,7 +51,7 @@
         maintainAspectRatio: false,
         spanGaps: false,
         interaction: { mode: "index", intersect: false },
-        elements: { point: { radius: 0, hitRadius: 4 }, line: { borderWidth: 1.5 } },
+        elements: { point: { radius: 2, hitRadius: 4 }, line: { borderWidth: 1.5 } },
         plugins: { legend: { position: "bottom", labels: { boxWidth: 12 } } },
         scales: { x: { ticks: { maxTicksLimit: 8, autoSkip: true } }, y: { beginAtZero: true, title: { display: !!yTitle, text: yTitle } } },
       },
