@@ -50,6 +50,9 @@ def bucket(ns: int) -> int:
     return index if index < MAX_BUCKET else MAX_BUCKET
 
 
+_bucket = bucket
+
+
 def bucket_bounds(index: int) -> tuple[int, int]:
     """[low, high) in nanoseconds of bucket ``index`` (the last bucket's high is its low doubled)."""
     if index < _LINEAR:
@@ -90,7 +93,7 @@ def add_histograms(into: dict[int, int], other: dict) -> dict[int, int]:
     return into
 
 
-@dataclass
+@dataclass(slots=True)
 class Cell:
     """One (minute, model, version, transport) of one process."""
 
@@ -132,15 +135,21 @@ class MinuteRollups:
         """Count one answered request at ``now_s`` (seconds since the epoch) of
         ``rows`` inferences; ``executed`` for the one request of an execution
         of ``batch_size`` rows that counts that execution."""
-        cell = self._cell(now_s, model, version)
+        key = (int(now_s // 60), model, version, TRANSPORT.get())
+        cell = self.cells.get(key)
+        if cell is None:
+            cell = self.cells[key] = Cell()
+        cell.changed = True
         cell.successes += 1
         cell.inferences += rows
         cell.queue_ns += queue_ns
         cell.compute_ns += compute_ns
-        b = bucket(queue_ns)
-        cell.queue[b] = cell.queue.get(b, 0) + 1
-        b = bucket(compute_ns)
-        cell.compute[b] = cell.compute.get(b, 0) + 1
+        histogram = cell.queue
+        b = _bucket(queue_ns)
+        histogram[b] = histogram.get(b, 0) + 1
+        histogram = cell.compute
+        b = _bucket(compute_ns)
+        histogram[b] = histogram.get(b, 0) + 1
         if executed:
             cell.executions += 1
             cell.batches[batch_size] = cell.batches.get(batch_size, 0) + 1

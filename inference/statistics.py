@@ -228,17 +228,20 @@ class StatisticsRecorder:
                 self._flushed = now
             if self.directory is not None:
                 local.retire_dead(self.directory)
-            if self.rollups is not None and time.monotonic() - self._rollups_written >= self.rollup_seconds:
+            if self.rollup_store is not None and time.monotonic() - self._rollups_written >= self.rollup_seconds:
                 self.flush_rollups()
 
     def flush_rollups(self) -> None:
         """Write the rollups' changed minutes to the rollup store (kept for the next flush when it fails)."""
+        rollups = self.rollups
+        if rollups is None:
+            return
         with self._lock:
-            cells = self.rollups.pending()
+            cells = rollups.pending()
         if cells:
             self.rollup_store.write(f"{self.machine}-{os.getpid()}", cells)  # this process's rows
         with self._lock:
-            self.rollups.written(cells, time.time())
+            rollups.written(cells, time.time())
         self._rollups_written = time.monotonic()
 
     def start(self) -> None:
