@@ -20,6 +20,7 @@ rows), ``execution_count`` model executions (a dynamic batch is one), and
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -248,6 +249,15 @@ class StatisticsRecorder:
         if self.flush_seconds > 0 and self._thread is None:
             self._thread = threading.Thread(target=self._run, name="stats-flush", daemon=True)
             self._thread.start()
+            if self.rollups is not None:
+                atexit.register(self._last_rollups)
+
+    def _last_rollups(self) -> None:
+        """At exit: the open minutes' last counts (a process that ends normally loses none)."""
+        try:
+            self.flush_rollups()
+        except Exception as exc:  # the database may be gone already
+            logger.warning("the charts' last minutes of this process were not written: %s", exc)
 
     def stop(self) -> None:
         self._stop.set()
