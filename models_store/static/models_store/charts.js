@@ -110,6 +110,9 @@
         if (data.range !== state.range) return; // a later click won
         state.data = data;
         draw();
+      })
+      .catch((error) => {
+        document.getElementById("chart-totals").textContent = `the charts could not be loaded (${error.message})`;
       });
   }
 
