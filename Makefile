@@ -7,7 +7,7 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 PG_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: venv test-tools run demo test test-sqlite test-postgres test-worker-mode bench profile proto lint clean
+.PHONY: venv test-tools run demo docs test test-docs test-sqlite test-postgres test-worker-mode bench profile proto lint clean
 
 venv: $(VENV)/.installed node_modules/.installed
 
@@ -32,7 +32,18 @@ run: demo
 # Celery workers on the Redis at 127.0.0.1:6379; the management API's contract
 # test runs schemathesis against a live server), the registry tests again on
 # PostgreSQL, and every live-server test again through a pinned Celery worker.
-test: test-sqlite test-postgres test-worker-mode
+test: test-docs test-sqlite test-postgres test-worker-mode
+
+# The documentation site (mkdocs.yml, docs/): `make docs` serves it on http://$(DOCS_ADDR) and
+# rebuilds on edits; `make test` builds it with --strict into var/site (ignored), so a broken
+# link or anchor fails.
+DOCS_ADDR ?= 127.0.0.1:8008
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
+docs: venv
+	$(MKDOCS) serve --dev-addr $(DOCS_ADDR)
+
+test-docs: venv
+	$(MKDOCS) build --strict --site-dir var/site
 
 # What the tests drive besides Python packages: Debian packages and Triton's perf_analyzer.
 test-tools: venv

@@ -23,7 +23,7 @@ wraps the application instead:
   or being read, so that large bodies over slow links finish) is answered ``408`` with
   ``Connection: close`` at the deadline, and the request never runs. granian
   cannot abort a blocked read, so the waiting thread is released when the
-  client finishes or goes away; see the README's Security section.
+  client finishes or goes away; see docs/security.md.
 - **Short bodies.** A body that ends before its Content-Length (the client
   half-closed its side) raises :class:`IncompleteBody`: a 400, never a
   result computed from part of a request.

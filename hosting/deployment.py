@@ -16,7 +16,7 @@ from django.conf import settings
 
 from inference.runtime.link import LinkConfigError, TLSFiles
 
-#: The placeholders of deploy/kubernetes and the README's examples.
+#: The placeholders of deploy/kubernetes and the docs' examples (docs/worker-mode.md).
 PLACEHOLDERS = frozenset({"CHANGE-ME-generate-with-python-secrets-token-urlsafe-50", "REPLACE_ME-a-long-random-string"})
 _PLACEHOLDER_MARKS = ("change-me", "change_me", "replace-me", "replace_me", "changeme", "replaceme")
 #: Django's own deployment check asks for at least 50 characters and 5 different ones.

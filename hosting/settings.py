@@ -1,6 +1,7 @@
 """Settings, read from the environment (django-environ) with safe defaults for
 the embedded mode: SQLite and the model store under ``var/``, ONNX Runtime in
-process. Every variable is listed in the README's Configuration table.
+process. The variables are listed in docs/configuration.md (worker mode's in
+docs/worker-mode.md).
 """
 
 from __future__ import annotations
@@ -307,6 +308,20 @@ INFERENCE_EXECUTOR = env.str("INFERENCE_EXECUTOR", default="inprocess")
 #: Bytes of answers each server process keeps for models whose config enables the response cache
 #: (``response_cache { enable: true }``; least recently used out first). 0: no cache.
 RESPONSE_CACHE_BYTES = env.int("RESPONSE_CACHE_BYTES", default=128 * 1024 * 1024)
+#: A Redis every front end shares the response cache through (worker mode: the answer one process
+#: computed serves all); empty: each process keeps its own only. Bound its memory with Redis's
+#: maxmemory + allkeys-lru. Entries expire after RESPONSE_CACHE_REDIS_TTL_SECONDS; a Redis slower
+#: than RESPONSE_CACHE_REDIS_TIMEOUT_SECONDS counts as a miss.
+RESPONSE_CACHE_REDIS_URL = env.str("RESPONSE_CACHE_REDIS_URL", default="")
+RESPONSE_CACHE_REDIS_TTL_SECONDS = env.int("RESPONSE_CACHE_REDIS_TTL_SECONDS", default=3600)
+RESPONSE_CACHE_REDIS_TIMEOUT_SECONDS = env.float("RESPONSE_CACHE_REDIS_TIMEOUT_SECONDS", default=0.25)
+#: Models at least this large (MiB, with their external data) load their weights memory-mapped from one
+#: per-machine copy ($VAR_DIR/run/weights), shared by every server process and CPU worker of the machine
+#: (inference/runtime/shared_weights.py); 0: each session keeps its own copy. CPU execution only.
+SHARED_WEIGHTS_MIN_MB = env.int("SHARED_WEIGHTS_MIN_MB", default=256)
+#: Whether those sessions still pre-pack weights for ONNX Runtime's matrix kernels: faster on some models
+#: (MiniLM: about 10%), but each session then keeps its own packed copy of those weights.
+SHARED_WEIGHTS_PREPACK = env.bool("SHARED_WEIGHTS_PREPACK", default=False)
 #: Memory a worker's loaded sessions may use (each charged what its load took), MiB.
 WORKER_MEMORY_BUDGET_MB = env.int("WORKER_MEMORY_BUDGET_MB", default=4096)
 #: The same budget for the sessions of the machine's server processes in process mode (0: none), MiB:

@@ -2,7 +2,7 @@
 scheme, the schema class of its views (path parameter patterns, the
 ``WWW-Authenticate`` header of a 401, OpenAPI links between operations), the
 error responses, and a hook that keeps the inference protocols out of the
-schema (they follow their own specifications, see the README)."""
+schema (they follow their own specifications, see docs/v2-rest.md)."""
 
 from __future__ import annotations
 

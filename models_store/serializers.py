@@ -305,7 +305,13 @@ class UploadSerializer(serializers.Serializer):
 
     file = serializers.FileField(
         allow_empty_file=True,  # refused by the upload's own checks, with their message
-        help_text="The ONNX model file: self-contained (no external data), at most MAX_UPLOAD_BYTES.",
+        help_text="The ONNX model file; with its external data files (field data), at most MAX_UPLOAD_BYTES in all.",
+    )
+    data = serializers.ListField(
+        child=serializers.FileField(allow_empty_file=True),
+        required=False,
+        help_text="The model's external data files (ONNX's way past 2 GB), each under the file name the model "
+        "references (a plain name, no directory). The model must reference every one.",
     )
     team = TextField(
         required=False,

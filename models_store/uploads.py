@@ -2,9 +2,11 @@
 
 :class:`StagingUploadHandler` is a Django upload handler. It writes the
 multipart field ``file`` to ``MODEL_STORE_DIR/.tmp/upload-*/model.onnx``
-while computing its sha256, refuses more than ``MAX_UPLOAD_BYTES`` (it stops
-reading the body), and fsyncs the file when it is complete. Nothing is held
-in memory. The view calls :meth:`StagingUploadHandler.discard` in a
+while computing its sha256, and each multipart field ``data`` (a model's
+external data: ONNX's way past 2 GB, https://onnx.ai/onnx/repo-docs/ExternalData.html)
+beside it under its file name; it refuses more than ``MAX_UPLOAD_BYTES`` in
+all (it stops reading the body), and fsyncs each file when it is complete.
+Nothing is held in memory. The view calls :meth:`StagingUploadHandler.discard` in a
 ``finally``: whatever was not moved into the store is deleted, also when the
 client disconnects mid-body. :func:`preflight` then checks the staged file
 before anything reaches the registry.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -27,6 +30,10 @@ from django.utils.datastructures import MultiValueDict
 from models_store import storage, validation
 
 FIELD_NAME = "file"
+#: The multipart field of each external data file (its file name is the location the model references).
+DATA_FIELD_NAME = "data"
+#: What an external data file may be called: a plain file name, no directory.
+DATA_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.\-]{0,254}\Z")
 #: Room for the multipart envelope and the other form fields around the file.
 ENVELOPE_BYTES = 64 * 1024
 
@@ -51,12 +58,17 @@ def too_large_message(size: int | None = None) -> str:
 
 class StagedFile(UploadedFile):
     """An uploaded file already in the store's staging area: ``path``,
-    ``sha256`` (hex) and ``size`` (bytes) measured while it was written."""
+    ``sha256`` (hex) and ``size`` (bytes) measured while it was written;
+    ``data_files``: the external data files uploaded beside it (then
+    :func:`preflight` sets ``sha256`` and ``size`` to cover them too, as the
+    store digests an artifact: the model file, then its data files in the
+    order the model references them)."""
 
-    def __init__(self, path: Path, sha256: str, size: int, name: str, content_type: str | None):
+    def __init__(self, path: Path, sha256: str, size: int, name: str, content_type: str | None, data_files: tuple = ()):
         super().__init__(file=None, name=name, content_type=content_type, size=size)
         self.path = path
         self.sha256 = sha256
+        self.data_files: tuple[Path, ...] = tuple(data_files)
 
     @property
     def directory(self) -> Path:
@@ -83,8 +95,11 @@ class StagingUploadHandler(FileUploadHandler):
         self.staging_dir: Path | None = None
         self.too_large = False
         self.staged: StagedFile | None = None
+        self.data_files: list[Path] = []
+        self.refused = ""  # why a data file cannot be taken (answered 400 by result())
         self._digest = None
-        self._size = 0
+        self._size = 0  # of the file being written
+        self._total = 0  # of every file so far
 
     def handle_raw_input(self, input_data, META, content_length, boundary, encoding=None):
         """Refuse a body declared larger than the limit without reading it."""
@@ -95,33 +110,61 @@ class StagingUploadHandler(FileUploadHandler):
 
     def new_file(self, field_name, file_name, *args, **kwargs):
         super().new_file(field_name, file_name, *args, **kwargs)
-        if field_name != FIELD_NAME or self.staging_dir is not None:
+        if field_name == FIELD_NAME and self._model_target() is None:
+            target = storage.MODEL_FILENAME
+        elif field_name == DATA_FIELD_NAME and not self.refused:
+            target = self._data_target(file_name or "")
+            if target is None:
+                raise SkipFile()
+        else:
             raise SkipFile()
-        self.staging_dir = storage.new_staging_dir("upload-")
-        self.file = open(self.staging_dir / storage.MODEL_FILENAME, "wb")  # closed in file_complete
-        self._digest = hashlib.sha256()
+        if self.staging_dir is None:
+            self.staging_dir = storage.new_staging_dir("upload-")
+        self._target = self.staging_dir / target
+        self.file = open(self._target, "wb")  # closed in file_complete
+        self._digest = hashlib.sha256() if target == storage.MODEL_FILENAME else None
         self._size = 0
+
+    def _model_target(self) -> Path | None:
+        return self.staged.path if self.staged is not None else None
+
+    def _data_target(self, file_name: str) -> str | None:
+        """The staging name of a data file, or None (and ``refused`` set) for a name it may not have."""
+        taken = {path.name for path in self.data_files} | {storage.MODEL_FILENAME}
+        if not DATA_NAME.match(file_name) or file_name in taken:
+            why = "is taken" if file_name in taken else "is not a plain file name (letters, digits, '_', '.', '-')"
+            self.refused = f"external data file {file_name!r} {why}"
+            return None
+        return file_name
 
     def receive_data_chunk(self, raw_data, start):
         self._size += len(raw_data)
-        if self._size > max_upload_bytes():
+        self._total += len(raw_data)
+        if self._total > max_upload_bytes():
             self.too_large = True
             self._drop()
             raise StopUpload(connection_reset=True)
         self.file.write(raw_data)
-        self._digest.update(raw_data)
+        if self._digest is not None:
+            self._digest.update(raw_data)
         return None
 
     def file_complete(self, file_size):
         self.file.flush()
         os.fsync(self.file.fileno())
         self.file.close()
+        if self._digest is None:  # an external data file
+            self.data_files.append(self._target)
+            if self.staged is not None:
+                self.staged.data_files = tuple(self.data_files)
+            return None
         self.staged = StagedFile(
-            self.staging_dir / storage.MODEL_FILENAME,
+            self._target,
             self._digest.hexdigest(),
             self._size,
             self.file_name or storage.MODEL_FILENAME,
             self.content_type,
+            self.data_files,
         )
         return self.staged
 
@@ -137,6 +180,7 @@ class StagingUploadHandler(FileUploadHandler):
         if self.staging_dir is not None:
             shutil.rmtree(self.staging_dir, ignore_errors=True)
         self.staged = None
+        self.data_files = []
 
     def discard(self) -> None:
         """Delete what is still staged (a no-op once it moved into the store)."""
@@ -146,6 +190,8 @@ class StagingUploadHandler(FileUploadHandler):
         """The staged upload; raises UploadRefused when there is none."""
         if self.too_large:
             raise UploadRefused(too_large_message(), status=413)
+        if self.refused:
+            raise UploadRefused(self.refused)
         if self.staged is None:
             raise UploadRefused(f"no model file in the upload: send the ONNX file as multipart field '{FIELD_NAME}'")
         return self.staged
@@ -162,9 +208,11 @@ def install(request) -> StagingUploadHandler:
 def preflight(staged: StagedFile) -> None:
     """Quick checks before a staged file may become a model version: not
     empty, an ONNX model (a ModelProto with an IR version and a graph), and
-    self-contained (no external data: an upload is one file, and a reference
-    such as ``../../etc/passwd`` must never be followed). The full validation
-    (checker, session, warm-up) runs afterwards as a task.
+    its external data exactly the data files uploaded with it (a reference
+    such as ``../../etc/passwd`` is never followed; a data file the model
+    does not reference is refused). With data files, ``staged.sha256`` and
+    ``staged.size`` then cover them too. The full validation (checker,
+    session, warm-up) runs afterwards as a task.
 
     Raises UploadRefused with the reason.
     """
@@ -179,9 +227,11 @@ def preflight(staged: StagedFile) -> None:
     try:
         external = validation.external_data_files(model, staged.directory)
     except validation.ValidationError as exc:
-        raise UploadRefused(str(exc)) from None
+        hint = f" (send each data file as multipart field '{DATA_FIELD_NAME}' under the name the model references)"
+        raise UploadRefused(f"{exc}{hint if 'missing external data' in str(exc) else ''}") from None
+    uploaded = {path.resolve() for path in staged.data_files}
+    unreferenced = sorted(path.name for path in uploaded - set(external))
+    if unreferenced:
+        raise UploadRefused(f"the model does not reference the data file(s) {', '.join(unreferenced)}")
     if external:
-        raise UploadRefused(
-            "the model references external data files; upload a single self-contained ONNX file "
-            "(or import the model directory with manage.py import_repository)"
-        )
+        staged.sha256, staged.size = storage.digest_files([staged.path, *external])

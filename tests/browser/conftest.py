@@ -3,7 +3,7 @@
 Chromium is Debian's package (``apt-get install -y chromium``), never a
 browser downloaded by Playwright. Screenshots go to ``test-artifacts/``
 (git-ignored); with ``DOCS_SCREENSHOTS=1`` the documented ones are also
-written to ``docs/screenshots/`` (the README's pictures).
+written to ``docs/screenshots/`` (the pictures of docs/web-ui.md).
 """
 
 from __future__ import annotations

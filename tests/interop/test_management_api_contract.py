@@ -6,8 +6,8 @@
   schema, no schema-valid request rejected, no schema-violating one accepted;
   with a token it reaches every operation (each answers a 2xx at least once),
   without one every operation answers its declared 401;
-- the README's generated-client example (openapi-python-client) runs as
-  written: it uploads a model and sets a version label.
+- the docs' generated-client example (docs/management-api.md,
+  openapi-python-client) runs as written: it uploads a model and sets a version label.
 """
 
 from __future__ import annotations
@@ -144,16 +144,20 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
     assert next(model for model in models if model["name"] == "legacy")["team"] is None
 
 
-def _readme_block(marker: str, language: str) -> str:
-    """The first ``language`` code block after ``marker`` in the README."""
-    readme = (ROOT / "README.md").read_text()
-    found = re.search(re.escape(marker) + r".*?```" + language + r"\n(.*?)```", readme, re.S)
-    assert found, f"no {language} block after {marker!r} in README.md"
+#: The page of the documentation site that holds the generated-client example.
+MANAGEMENT_API_DOC = ROOT / "docs" / "management-api.md"
+
+
+def _docs_block(marker: str, language: str) -> str:
+    """The first ``language`` code block after ``marker`` in docs/management-api.md."""
+    page = MANAGEMENT_API_DOC.read_text()
+    found = re.search(re.escape(marker) + r".*?```" + language + r"\n(.*?)```", page, re.S)
+    assert found, f"no {language} block after {marker!r} in {MANAGEMENT_API_DOC.relative_to(ROOT)}"
     return found.group(1)
 
 
-def test_generated_client_example_from_the_readme(server, tokens, tmp_path):
-    command = _readme_block("<!-- generate-client -->", "")
+def test_generated_client_example_from_the_docs(server, tokens, tmp_path):
+    command = _docs_block("<!-- generate-client -->", "")
     assert "openapi-python-client generate" in command and "--meta none" in command
     generate = [
         str(BIN / "openapi-python-client"), "generate", "--url", _schema_url(server), "--meta", "none",
@@ -166,7 +170,7 @@ def test_generated_client_example_from_the_readme(server, tokens, tmp_path):
     assert (client_dir / "modelhost_management_api_client" / "api" / "models" / "models_versions_create.py").exists()
 
     example = tmp_path / "upload_and_label.py"
-    example.write_text(_readme_block("<!-- generated-client-example -->", "python"))
+    example.write_text(_docs_block("<!-- generated-client-example -->", "python"))
     model_file = tmp_path / "var" / "demo_repository" / "iris" / "1" / "model.onnx"
     model_file.parent.mkdir(parents=True)
     model_file.write_bytes(m.affine(3.0, 0.5))

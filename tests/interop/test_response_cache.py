@@ -59,3 +59,35 @@ def test_the_config_says_the_cache_is_on(model_server):
     assert config["response_cache"] == {"enable": True}
     other = httpclient.InferenceServerClient(model_server.http_url).get_model_config("affine")
     assert other["response_cache"] == {"enable": False}
+
+
+@pytest.fixture(scope="module")
+def shared_cache_server(tmp_path_factory):
+    """A server whose processes share the response cache through Redis (a
+    database of its own, flushed first): "cached" (y = 4x - 2) only."""
+    import redis
+
+    from tests.support import onnx_models as m
+    from tests.support import redis_db
+    from tests.support.server import serve_live
+
+    url = redis_db.url("TEST_RESPONSE_CACHE_REDIS_DB", 6)
+    redis.Redis.from_url(url).flushdb()
+    repository = tmp_path_factory.mktemp("shared-cache-repository")
+    m.write_model(repository, MODEL, m.affine(4.0, -2.0), config="response_cache { enable: true }\n")
+    yield from serve_live(repository, tmp_path_factory.mktemp("shared-cache"), {"RESPONSE_CACHE_REDIS_URL": url})
+
+
+def test_with_redis_an_answer_computed_by_one_process_serves_another(shared_cache_server):
+    """The HTTP and the gRPC process are different processes: the request
+    computed over HTTP is a hit over gRPC (without Redis: two misses)."""
+    x = np.random.default_rng(21).standard_normal((2, 4)).astype(np.float32)
+    http = httpclient.InferenceServerClient(shared_cache_server.http_url)
+    grpc_client = grpcclient.InferenceServerClient(shared_cache_server.grpc_url)
+    before = _stats(http)
+    for module, client in ((httpclient, http), (grpcclient, grpc_client)):
+        inp = module.InferInput("x", [2, 4], "FP32")
+        inp.set_data_from_numpy(x)
+        np.testing.assert_allclose(client.infer(MODEL, [inp]).as_numpy("y"), 4 * x - 2, rtol=1e-6)
+    change = _delta(_stats(http), before)
+    assert change == {"hits": 1, "misses": 1, "success": 2, "executions": 1, "inferences": 1, "computed": 1}, change

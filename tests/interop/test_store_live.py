@@ -29,6 +29,7 @@ from tests.support.live import (
     people_with_tokens,
     request,
     token_server,
+    upload,
     wait_for,
 )
 
@@ -71,6 +72,20 @@ def test_upload_over_http_then_infer_with_a_token(server, tokens, uploaded):
     status, answer = _infer(server, tokens["alice"], "double", x)
     assert status == 200, answer
     np.testing.assert_allclose(answer["outputs"][0]["data"], (2 * x + 1).ravel().tolist())
+
+
+def test_a_model_with_external_data_uploads_and_serves(server, tokens):
+    """The model file and its data file in one upload, served at once (the
+    data file travels with the model into the store and the session)."""
+    w = np.array([1.5, -2.0, 0.25, 8.0], np.float32)
+    status, answer = upload(
+        server, tokens["alice"], "external", m.external_data_sum({"w.bin": w}), "ml", {"w.bin": w.tobytes()}
+    )
+    assert status == 201 and answer["state"] == "READY", answer
+    x = np.array([0.5, -1.0, 2.0, 3.25], dtype=np.float32)
+    status, answer = _infer(server, tokens["alice"], "external", x)
+    assert status == 200, answer
+    np.testing.assert_array_equal(np.array(answer["outputs"][0]["data"], np.float32), x + w)
 
 
 def test_rest_and_tfserving_scoping(server, tokens, uploaded):

@@ -28,18 +28,23 @@ def manage(server: LiveServer, *args: str, env: dict | None = None) -> str:
     return result.stdout
 
 
-def multipart(fields: dict[str, str], payload: bytes, filename: str = "model.onnx") -> tuple[bytes, str]:
-    """(body, content type) of a form with ``fields`` and the file field ``file``."""
+def multipart(
+    fields: dict[str, str], payload: bytes, filename: str = "model.onnx", data: dict[str, bytes] | None = None
+) -> tuple[bytes, str]:
+    """(body, content type) of a form with ``fields``, the file field
+    ``file`` and one field ``data`` per external data file (name -> bytes)."""
     boundary = uuid.uuid4().hex
     parts = [
         f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode() for k, v in fields.items()
     ]
-    parts.append(
-        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
-        "Content-Type: application/octet-stream\r\n\r\n".encode()
-        + payload
-        + f"\r\n--{boundary}--\r\n".encode()
-    )
+    for field, name, content in [("file", filename, payload), *(("data", n, c) for n, c in (data or {}).items())]:
+        parts.append(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{field}"; filename="{name}"\r\n'
+            "Content-Type: application/octet-stream\r\n\r\n".encode()
+            + content
+            + b"\r\n"
+        )
+    parts.append(f"--{boundary}--\r\n".encode())
     return b"".join(parts), f"multipart/form-data; boundary={boundary}"
 
 
@@ -61,9 +66,12 @@ def bearer(token: str) -> dict:
     return {"Authorization": f"Bearer {token}"}
 
 
-def upload(server: LiveServer, token: str, model: str, payload: bytes, team: str | None = None):
-    """Upload a model file through the management API: (status, answer)."""
-    body, kind = multipart({"team": team} if team else {}, payload)
+def upload(
+    server: LiveServer, token: str, model: str, payload: bytes, team: str | None = None, data: dict | None = None
+):
+    """Upload a model file (and its external ``data`` files: name -> bytes)
+    through the management API: (status, answer)."""
+    body, kind = multipart({"team": team} if team else {}, payload, data=data)
     return request(server, "POST", f"/api/models/{model}/versions/", body, {**bearer(token), "Content-Type": kind})
 
 

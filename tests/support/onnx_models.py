@@ -245,6 +245,29 @@ def external_data_model(location: str) -> bytes:
     return model.SerializeToString()
 
 
+def external_data_sum(weights: dict[str, np.ndarray]) -> bytes:
+    """y = x + the sum of ``weights`` (location -> FP32 [4]), each weight in
+    external data at its location (write ``w.tobytes()`` there)."""
+    initializers, names = [], []
+    for index, (location, value) in enumerate(weights.items()):
+        array = np.asarray(value, dtype=np.float32)
+        tensor = numpy_helper.from_array(array, name=f"w{index}")
+        external_data_helper.set_external_data(tensor, location=location, offset=0, length=array.nbytes)
+        tensor.ClearField("raw_data")
+        tensor.data_location = TensorProto.EXTERNAL
+        initializers.append(tensor)
+        names.append(f"w{index}")
+    nodes, last = [], "x"
+    for index, name in enumerate(names):
+        out = "y" if index == len(names) - 1 else f"s{index}"
+        nodes.append(helper.make_node("Add", [last, name], [out]))
+        last = out
+    graph = helper.make_graph(nodes, "g", [_vi("x", "FP32", [4])], [_vi("y", "FP32", [4])], initializer=initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
 def failing_model() -> bytes:
     """Parses as ONNX but fails the ONNX checker: a node of an unknown operator."""
     return _model([helper.make_node("NoSuchOperator", ["x"], ["y"])], [_vi("x", "FP32", [2])], [_vi("y", "FP32", [2])])

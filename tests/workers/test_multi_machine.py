@@ -163,3 +163,28 @@ def test_upload_validate_serve_delete_without_a_shared_disk(machines, s3_server)
     out = manage(server, "cleanup_store", "--min-age", "0", env=server.worker_env)
     assert out.splitlines()[-1] == "0 orphan(s) removed, 0 missing artifact(s)", out
     assert time.monotonic() - started < 60
+
+
+def test_a_model_with_external_data_reaches_a_worker_on_another_machine(machines, s3_server):
+    """The model file and its data file uploaded together: both go to S3, the
+    worker fetches both into its cache, validates and serves the model."""
+    server = machines
+    _, s3 = s3_server
+    w = np.array([3.0, -0.5, 0.125, 7.0], np.float32)
+    body, kind = multipart({"team": "ml"}, m.external_data_sum({"w.bin": w}), data={"w.bin": w.tobytes()})
+    status, answer = request(
+        server, "POST", "/api/models/far_data/versions/", body, {**bearer(server.token), "Content-Type": kind}
+    )
+    assert status in (201, 202), answer
+    sha = answer["sha256"]
+    assert wait_for(lambda: _version(server, "far_data", 1)["state"] == "READY", timeout=60), (
+        _version(server, "far_data", 1),
+        server.worker_log_path("cpu").read_text(),
+    )
+    assert {f"far_data/{sha}/model.onnx", f"far_data/{sha}/w.bin"} <= set(keys(s3))
+    assert (server.worker_dir / "cache" / sha / "w.bin").read_bytes() == w.tobytes()
+    x = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    inp = grpcclient.InferInput("x", [4], "FP32")
+    inp.set_data_from_numpy(x)
+    result = grpcclient.InferenceServerClient(server.grpc_url).infer("far_data", [inp])
+    np.testing.assert_array_equal(result.as_numpy("y"), x + w)
