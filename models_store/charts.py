@@ -22,6 +22,8 @@ from inference.models import MinuteRollupRow
 from inference.rollups import add_histograms, percentile
 
 #: range name -> (seconds shown, seconds per step)
+_ROW_FIELDS = ("minute", "version", "transport", "successes", "errors", "inferences", "executions",
+               "queue_histogram", "compute_histogram", "batch_sizes")  # fmt: skip
 RANGES = {"hour": (3600, 60), "day": (86400, 300), "week": (7 * 86400, 3600)}
 PERCENTILES = (50, 95, 99)
 
@@ -85,14 +87,16 @@ def model_charts(model_name: str, range_name: str, now_s: float | None = None) -
     end = (int(now_s) // step + 1) * step  # the end of the current step
     start = end - span
     count = span // step
-    rows = MinuteRollupRow.objects.filter(
-        model_name=model_name, minute__gte=start // 60, minute__lt=end // 60
-    ).order_by("version", "transport")
+    rows = MinuteRollupRow.objects.filter(model_name=model_name, minute__gte=start // 60, minute__lt=end // 60).only(
+        *_ROW_FIELDS
+    )
     by_series: dict[tuple[int, str], list[_Step]] = {}
     everything = [_Step() for _ in range(count)]
     for row in rows:
         index = (row.minute * 60 - start) // step
-        steps = by_series.setdefault((row.version, row.transport), [_Step() for _ in range(count)])
+        steps = by_series.get((row.version, row.transport))
+        if steps is None:
+            steps = by_series[(row.version, row.transport)] = [_Step() for _ in range(count)]
         steps[index].add(row)
         everything[index].add(row)
     series = [_series(f"v{v} {t}", v, t, steps, step) for (v, t), steps in sorted(by_series.items())]

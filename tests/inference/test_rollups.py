@@ -8,7 +8,7 @@ import pytest
 from inference import rollups
 from inference.models import MinuteRollupRow
 from inference.rollups import MAX_BUCKET, MinuteRollups, bucket, bucket_bounds, percentile
-from inference.rollups_db import DatabaseRollups, prune
+from inference.rollups_db import COMPACT_AFTER_HOURS, HOURLY, DatabaseRollups, compact, prune
 from inference.statistics import StatisticsRecorder
 from models_store import charts
 
@@ -135,3 +135,29 @@ def test_retention_prunes_old_minutes():
     assert sorted(MinuteRollupRow.objects.values_list("minute", flat=True)) == sorted(
         int((now - d * 86400) // 60) for d in (0, 3)
     )
+
+
+@pytest.mark.db
+@pytest.mark.django_db(transaction=True)
+def test_old_minutes_fold_into_hours_without_changing_the_week():
+    """Minutes over a day old become one row per hour and series; the week's
+    chart (1-hour steps) is the same before and after, percentiles included."""
+    now = 1_800_000_000.0
+    rng = np.random.default_rng(6)
+    old_hour = (int(now) // 3600 - COMPACT_AFTER_HOURS - 3) * 60  # first minute of an hour to fold
+    for minute in (old_hour, old_hour + 1, old_hour + 59, old_hour + 60, int(now) // 60 - 5):  # the last stays
+        for writer in ("a-1", "b-2"):
+            samples = rng.lognormal(12, 1, 50).astype(np.int64)
+            MinuteRollupRow.objects.create(
+                minute=minute, model_name="m", version=1, transport="rest", writer=writer, successes=50, errors=2,
+                inferences=60, executions=40, queue_histogram=_histogram(samples), compute_histogram=_histogram(samples),
+                batch_sizes={1: 30, 2: 10},
+            )  # fmt: skip
+    before = charts.model_charts("m", "week", now_s=now)
+    assert compact(now) == 2 and compact(now) == 0
+    after = charts.model_charts("m", "week", now_s=now)
+    assert after == before
+    rows = MinuteRollupRow.objects.order_by("minute")
+    assert [(r.minute, r.writer) for r in rows][:2] == [(old_hour, HOURLY), (old_hour + 60, HOURLY)]
+    assert rows.count() == 4  # two hour rows, and the recent minute's two writers
+    assert rows.first().successes == 3 * 2 * 50 and rows.first().batch_sizes == {"1": 180, "2": 60}
