@@ -22,7 +22,7 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_POST
 
 from inference import instance_groups
-from models_store import accounts, actions, outages, permissions, selectors, signature_guard, snippets, uploads
+from models_store import accounts, actions, charts, outages, permissions, selectors, signature_guard, snippets, uploads
 from models_store.forms import LabelForm, ModelSettingsForm, TokenForm, UploadForm
 from models_store.models import ModelVersion, RegisteredModel
 
@@ -118,6 +118,7 @@ def model_list(request):
     query.pop("page", None)
     context = {
         "rows": rows,
+        "sparklines": charts.sparklines([row["model"].name for row in rows]),
         "page": page,
         "where": where,
         "query": query.urlencode(),
@@ -187,6 +188,19 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
 @login_required
 def model_detail(request, name: str):
     return _model_page(request, name)
+
+
+@login_required
+def model_charts(request, name: str):
+    """The model page's charts as JSON (``?range=hour|day|week``, default
+    hour; see :func:`models_store.charts.model_charts`): the signed-in user's
+    teams' models only (404 otherwise), 400 ``{"error": ...}`` for an unknown range."""
+    model = _get_model(request, name)
+    try:
+        data = charts.model_charts(model.name, request.GET.get("range", "hour"))
+    except ValueError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    return JsonResponse(data)
 
 
 @login_required

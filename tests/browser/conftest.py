@@ -44,7 +44,11 @@ def ui_server(tmp_path_factory):
     repository = tmp_path_factory.mktemp("ui-repository")
     payload, features = build_models()["digits"]
     m.write_model(repository, "digits", payload, config=CONFIG.format(name="digits", features=features))
-    server = LiveServer(repository, tmp_path_factory.mktemp("ui-live"), extra_env={"REGISTRY_POLL_SECONDS": "0.2"})
+    server = LiveServer(
+        repository,
+        tmp_path_factory.mktemp("ui-live"),
+        extra_env={"REGISTRY_POLL_SECONDS": "0.2", "CHART_FLUSH_SECONDS": "1"},
+    )
     server.start()
     password = secrets.token_urlsafe(16)
     manage(server, "create_user", "alice", "--team", "ml", "--password-from-env", env={"MODELHOST_PASSWORD": password})
