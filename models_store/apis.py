@@ -6,7 +6,7 @@ UI's session (with CSRF). Every 4xx answers one shape (declared once in the
 schema: :class:`~models_store.serializers.ErrorSerializer`):
 ``{"error": "<one sentence>", "fields": {<field>: [<messages>]}}``, with
 ``fields`` only for validation errors. 400: malformed (the request does not
-match the schema, or an upload that is not a self-contained ONNX model);
+match the schema, or an upload that is not an ONNX model with exactly its data files);
 401; 403 (not your team's model); 404 (no such model, version, label or
 team; with INFERENCE_REQUIRE_TOKEN also a model the caller may not see);
 409 (refused by the registry's current state: the same bytes twice, a

@@ -114,7 +114,7 @@ class ManagementAutoSchema(AutoSchema):
 
 ERROR_MEANINGS = {
     400: "malformed request: invalid fields (listed in `fields`), a body that is not JSON, an upload that is "
-    "not a self-contained ONNX model",
+    "not an ONNX model with exactly the data files it references",
     401: "no API token, or an unknown or revoked one",
     403: "the model (or team) is not yours to change, or the web UI session's CSRF token is missing",
     404: "no such model, version, version label or team",

@@ -230,6 +230,12 @@ def preflight(staged: StagedFile) -> None:
         hint = f" (send each data file as multipart field '{DATA_FIELD_NAME}' under the name the model references)"
         raise UploadRefused(f"{exc}{hint if 'missing external data' in str(exc) else ''}") from None
     uploaded = {path.resolve() for path in staged.data_files}
+    foreign = sorted(path.name for path in external if path not in uploaded)
+    if foreign:  # e.g. the model file itself: only the data files uploaded with it may be read
+        raise UploadRefused(
+            f"the model references {', '.join(foreign)} as external data, which is not one of the data files "
+            f"uploaded with it (multipart fields '{DATA_FIELD_NAME}')"
+        )
     unreferenced = sorted(path.name for path in uploaded - set(external))
     if unreferenced:
         raise UploadRefused(f"the model does not reference the data file(s) {', '.join(unreferenced)}")

@@ -161,7 +161,10 @@ def test_same_bytes_twice_is_a_duplicate_and_changes_nothing(alice):
         (external_data_model("../../etc/passwd"), "references external data at '../../etc/passwd', outside"),
         (external_data_model("/etc/passwd"), "references external data at '/etc/passwd', outside"),
         (external_data_model("weights.bin"), "missing external data file 'weights.bin'"),
-        (external_data_model("model.onnx"), "upload a single self-contained ONNX file"),
+        (
+            external_data_model("model.onnx"),
+            "references model.onnx as external data, which is not one of the data files",
+        ),
     ],
     ids=["empty", "text", "no-graph", "dotdot", "absolute", "missing", "self"],
 )
