@@ -181,6 +181,12 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "PREPROCESSING_HOOKS": ["models_store.openapi.only_management_api"],
+    # Two choice sets named "state": the versions' keep the name they had before webhooks came.
+    "ENUM_NAME_OVERRIDES": {
+        "StateEnum": "models_store.models.ModelVersion.State",
+        "DeliveryStateEnum": "models_store.models.WebhookDelivery.State",
+        "WebhookEventEnum": "models_store.models.WebhookEvent",
+    },
 }
 
 # --- Inference -------------------------------------------------------------

@@ -251,6 +251,10 @@ def schedule(delivery_id: int, delay: float = 0.0) -> None:
             return
         except (OperationalError, ConnectionError) as exc:
             logger.warning("could not queue webhook delivery id %s (%s); delivering it here", delivery_id, exc)
+    _start_timer(delay, delivery_id)
+
+
+def _start_timer(delay: float, delivery_id: int) -> None:
     timer = threading.Timer(delay, _run_in_thread, (delivery_id,))
     timer.daemon = True
     timer.name = f"webhook-{delivery_id}"
