@@ -286,7 +286,7 @@ def redeliver(delivery: WebhookDelivery, actor=None) -> WebhookDelivery:
         subscription = delivery.subscription
         audit.record(
             actor, "webhook.redeliver", None, team=subscription.team.name, webhook=subscription.pk,
-            delivery=delivery.message_id, event=delivery.event, model=delivery.model_name,
+            delivery=delivery.message_id, event=delivery.event, model_name=delivery.model_name,
         )  # fmt: skip
         transaction.on_commit(lambda: schedule(delivery.pk), robust=True)
     delivery.refresh_from_db()
