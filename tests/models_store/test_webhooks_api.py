@@ -48,7 +48,7 @@ def bob_api():
 
 
 def test_create_list_get_delete(alice):
-    user, api = alice
+    _user, api = alice
     answer = api.json("post", HOOKS, {"url": "http://127.0.0.1:9/in", "events": ["label.moved", "version.ready"]})
     assert answer.status_code == 201, answer.json()
     created = answer.json()
@@ -85,7 +85,7 @@ def test_refusals_answer_400_with_an_error(alice, settings, body, words):
 
 
 def test_deliveries_show_every_attempt_and_redeliver_sends_again(alice):
-    user, api = alice
+    _user, api = alice
     with Receiver([500]) as hooks:
         created = api.json("post", HOOKS, {"url": hooks.url, "events": ["version.ready"]}).json()
         assert api.upload("m", m.affine(2.0, 0.0), team="ml").status_code == 201
