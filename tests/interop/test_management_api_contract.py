@@ -73,7 +73,7 @@ def schemathesis(server, report: Path, token: str | None, *options: str) -> dict
     assert summary["complete"] and summary["stop_reason"] == "completed", output
     assert summary["failures"] == [] and summary["errors"] == [], output
     assert summary["test_cases"]["with_failures"] == 0 and summary["test_cases"]["errored"] == 0, output
-    assert summary["operations"]["tested"] == summary["operations"]["total"] == 15, output
+    assert summary["operations"]["tested"] == summary["operations"]["total"] == 21, output
     return summary
 
 
@@ -103,8 +103,17 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
     def prepare(scale: float) -> None:
         """A version of "affine" (team ml; the fuzzer also creates its own
         models) for the team token to change, with the labels the traffic
-        split's promote (canary) and rollback (stable) look for: each run
-        starts with them, whatever the run before deleted."""
+        split's promote (canary) and rollback (stable) look for, and a webhook
+        of team ml with deliveries: each run starts with them, whatever the
+        run before deleted."""
+        # A webhook of team ml, subscribed before the labels move: its deliveries (label.moved) are
+        # there for the deliveries list and the redeliver to reach (nothing listens: they are retried).
+        status, answer = request(
+            server, "POST", "/api/teams/ml/webhooks/",
+            json.dumps({"url": "http://127.0.0.1:9/hooks", "events": ["label.moved"]}).encode(),
+            {**bearer(tokens["alice"]), "Content-Type": "application/json"},
+        )  # fmt: skip
+        assert status == 201, answer
         body, kind = multipart({"team": "ml"}, m.affine(scale, 1.0))
         headers = {**bearer(tokens["alice"]), "Content-Type": kind}
         status, version = request(server, "POST", "/api/models/affine/versions/", body, headers)
@@ -118,7 +127,7 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
 
     status, schema = request(server, "GET", "/api/schema/?format=json")
     schema = schema if isinstance(schema, dict) else json.loads(schema)  # application/vnd.oai.openapi+json
-    assert status == 200 and len(schema["paths"]) == 11
+    assert status == 200 and len(schema["paths"]) == 15
     every_operation = {
         f"{method.upper()} {path}" for path, operations in schema["paths"].items() for method in operations
     }
@@ -134,7 +143,7 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
     anonymous = ("--phases", "fuzzing", "--mode", "positive", "--max-examples", "5")
     summary = schemathesis(server, tmp_path / "anonymous.json", None, *anonymous)
     assert summary["phases"]["fuzzing"]["status"] == "success"
-    assert len(summary["warnings"]["missing_auth"]) == 15
+    assert len(summary["warnings"]["missing_auth"]) == 21
     assert operations_answered(tmp_path / "anonymous.har", schema, range(401, 402)) == every_operation
 
     # The registry after the runs: both models still listed, the operator-owned one without a team.
