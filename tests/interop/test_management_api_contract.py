@@ -57,11 +57,20 @@ def _schema_url(server) -> str:
     return f"http://{server.http_url}/api/schema/?format=json"
 
 
-def schemathesis(server, report: Path, token: str | None, *options: str) -> dict:
+def schemathesis(server, report: Path, token: str | None, *options: str, ids: dict | None = None) -> dict:
     """Run the schemathesis CLI against ``server`` (with ``token``, or none);
-    its JSON run report (the requests it sent are in ``report`` .har)."""
+    its JSON run report (the requests it sent are in ``report`` .har).
+    ``ids``: path parameter -> row ids that exist (a webhook and its
+    deliveries), added to the configuration as dictionaries of those parameters."""
+    config = CONFIG
+    if ids:
+        config = report.with_suffix(".toml")
+        lines = [CONFIG.read_text()]  # [parameters] is its last table: the first lines below extend it
+        lines += [f'"path.{name}" = {{ dictionary = "{name}", probability = 0.5 }}' for name in ids]
+        lines += [f"[dictionaries.{name}]\nvalues = {json.dumps(values)}" for name, values in ids.items()]
+        config.write_text("\n".join(lines) + "\n")
     command = [
-        str(BIN / "schemathesis"), "--config-file", str(CONFIG), "run", _schema_url(server), "--checks", "all",
+        str(BIN / "schemathesis"), "--config-file", str(config), "run", _schema_url(server), "--checks", "all",
         "--report", "json,har", "--report-json-path", str(report), "--report-har-path", str(report.with_suffix(".har")),
         *options, *(("--header", f"Authorization: Bearer {token}") if token else ()),
     ]  # fmt: skip
@@ -100,7 +109,7 @@ def operations_answered(har: Path, schema: dict, statuses: range) -> set[str]:
 
 
 def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
-    def prepare(scale: float) -> None:
+    def prepare(scale: float) -> dict[str, list[int]]:
         """A version of "affine" (team ml; the fuzzer also creates its own
         models) for the team token to change, with the labels the traffic
         split's promote (canary) and rollback (stable) look for, and a webhook
@@ -114,6 +123,7 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
             {**bearer(tokens["alice"]), "Content-Type": "application/json"},
         )  # fmt: skip
         assert status == 201, answer
+        webhook = answer["id"]
         body, kind = multipart({"team": "ml"}, m.affine(scale, 1.0))
         headers = {**bearer(tokens["alice"]), "Content-Type": kind}
         status, version = request(server, "POST", "/api/models/affine/versions/", body, headers)
@@ -124,6 +134,11 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
                 {**bearer(tokens["alice"]), "Content-Type": "application/json"},
             )  # fmt: skip
             assert status == 200, answer
+        status, page = request(
+            server, "GET", f"/api/teams/ml/webhooks/{webhook}/deliveries/", b"", bearer(tokens["alice"])
+        )
+        assert status == 200 and page["count"] == 2, page  # label.moved twice
+        return {"webhook": [webhook], "delivery": [d["id"] for d in page["results"]]}
 
     status, schema = request(server, "GET", "/api/schema/?format=json")
     schema = schema if isinstance(schema, dict) else json.loads(schema)  # application/vnd.oai.openapi+json
@@ -133,8 +148,8 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
     }
     phases = ("--phases", ",".join(PHASES))
     for who, scale in (("alice", 2.0), ("root", 3.0)):
-        prepare(scale)
-        summary = schemathesis(server, tmp_path / f"{who}.json", tokens[who], *phases)
+        ids = prepare(scale)
+        summary = schemathesis(server, tmp_path / f"{who}.json", tokens[who], *phases, ids=ids)
         assert {phase: summary["phases"][phase]["status"] for phase in PHASES} == dict.fromkeys(PHASES, "success")
         assert summary["seed"] == 18 and summary["test_cases"]["generated"] > 500
         # The links and the test's names let it reach every operation, not only its refusals.
