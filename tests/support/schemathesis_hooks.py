@@ -11,7 +11,7 @@
   carry configurations an affine model takes, and a refusal of any other
   string as a config (400 "config.pbtxt: ...", what no schema can say) is
   not reported as a schema-valid request rejected; nor is the refusal of
-  ``data`` files the model does not reference by name.
+  ``data`` files the model does not reference by name, or of two under one name.
 - Schemathesis 4.32 judges a form body "as sent" (a multipart text part is
   text: the integer 12 it meant to send as ``team`` arrives as the valid team
   name "12"), but not when the body also holds a file: its JSON Schema
@@ -111,9 +111,10 @@ def _refused_config(response) -> bool:
         error = json.loads(response.content)["error"]
     except (ValueError, KeyError, TypeError):
         return False
-    # The schema says an upload's ``data`` parts are files; not that the model must reference each by name.
-    return isinstance(error, str) and (
-        error.startswith("config.pbtxt") or error.startswith("the model does not reference the data file")
+    # The schema says an upload's ``data`` parts are files; not that their names are distinct and each one
+    # a name the model references.
+    return isinstance(error, str) and error.startswith(
+        ("config.pbtxt", "the model does not reference the data file", "external data file")
     )
 
 
