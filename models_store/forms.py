@@ -154,7 +154,12 @@ class WebhookForm(forms.Form):
     """A new webhook subscription of one of the user's teams."""
 
     team = forms.ChoiceField(choices=(), help_text="whose models' events are sent")
-    url = forms.URLField(max_length=2048, label="URL", help_text="http(s); its host must resolve to public addresses")
+    url = forms.URLField(
+        max_length=2048,
+        label="URL",
+        assume_scheme="https",
+        help_text="http(s); its host must resolve to public addresses",
+    )
     events = forms.MultipleChoiceField(
         choices=WebhookEvent.choices, widget=forms.CheckboxSelectMultiple, help_text="the events to send"
     )

@@ -41,6 +41,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import close_old_connections, transaction
 from django.utils import timezone
+from kombu.exceptions import OperationalError
 from standardwebhooks import Webhook
 
 from models_store import audit, webhook_targets
@@ -51,14 +52,21 @@ logger = logging.getLogger(__name__)
 EVENTS: tuple[str, ...] = tuple(WebhookEvent.values)
 Delivery = WebhookDelivery.State
 
-_delivers_here: Callable[[], bool] | None = None
+_delivers_here: Callable[[], bool] = lambda: True  # noqa: E731
+_queue: Callable[[int, float], None] | None = None
 
 
-def configure(delivers_here: Callable[[], bool] | None = None) -> None:
-    """Set whether this process runs attempts itself (a thread) or queues the
-    Celery task (default: where it validates uploads itself)."""
-    global _delivers_here
-    _delivers_here = delivers_here
+def configure(
+    delivers_here: Callable[[], bool] | None = None, queue: Callable[[int, float], None] | None = None
+) -> None:
+    """Set (the composition root does) whether this process runs attempts
+    itself, on a thread (``delivers_here()``; the default), or queues them
+    with ``queue(delivery_id, delay_seconds)`` (the Celery task)."""
+    global _delivers_here, _queue
+    if delivers_here is not None:
+        _delivers_here = delivers_here
+    if queue is not None:
+        _queue = queue
 
 
 def new_secret() -> str:
@@ -225,29 +233,17 @@ def run(delivery_id: int) -> None:
         schedule(delivery_id, delay)
 
 
-def delivers_here() -> bool:
-    if _delivers_here is not None:
-        return _delivers_here()
-    from models_store import validating
-
-    return validating.validates_here()
-
-
 def schedule(delivery_id: int, delay: float = 0.0) -> None:
     """Run the delivery's attempt after ``delay`` seconds: on a thread of
-    this process, or as the Celery task (see the module doc); when the
+    this process, or queued (the Celery task; see the module doc); when the
     broker cannot take the task, on a thread."""
     try:
-        here = delivers_here()
-    except Exception:
+        here = _queue is None or _delivers_here()
+    except Exception:  # who takes tasks cannot be told: the broker is down
         here = True
     if not here:
-        from kombu.exceptions import OperationalError
-
-        from models_store.tasks import deliver_webhook
-
         try:
-            deliver_webhook.apply_async((delivery_id,), countdown=delay)
+            _queue(delivery_id, delay)
             return
         except (OperationalError, ConnectionError) as exc:
             logger.warning("could not queue webhook delivery id %s (%s); delivering it here", delivery_id, exc)
