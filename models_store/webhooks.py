@@ -222,6 +222,10 @@ def _record(delivery: WebhookDelivery, started, status, text, duration, error) -
         else:
             delivery.next_attempt_at = due
     delivery.save(update_fields=["attempt_count", "requested_by", "state", "next_attempt_at", "updated_at"])
+    logger.info(
+        "webhook %s (%s) attempt %d to %s: %s; %s", delivery.message_id, delivery.event, number,
+        delivery.subscription.url, status or error, delivery.state if delay is None else f"retry in {delay:g} s",
+    )  # fmt: skip
     return delay
 
 
