@@ -120,7 +120,7 @@ def _refused_config(response) -> bool:
 
 def _refused_webhook_url(case, response) -> bool:
     """A 400 that refuses a webhook's URL alone (what it resolves to, or not an http(s) URL with a host)."""
-    if getattr(response, "status_code", None) != 400 or not case.operation.path.endswith("/webhooks/"):
+    if getattr(response, "status_code", None) != 400 or not getattr(case.operation, "path", "").endswith("/webhooks/"):
         return False
     try:
         answer = json.loads(response.content)
