@@ -267,6 +267,11 @@ def webhook_create(user, token, team_name: str, url: str, events: list[str], des
     return webhooks.subscription_create(team, url, events, user, description)
 
 
+def webhook_update(user, token, team_name: str, webhook_id: int, **changes):
+    """Pause or resume a subscription, or change its events or description (see webhooks.subscription_update)."""
+    return webhooks.subscription_update(webhook_get(user, token, team_name, webhook_id), user, **changes)
+
+
 def webhook_delete(user, token, team_name: str, webhook_id: int) -> None:
     webhooks.subscription_delete(webhook_get(user, token, team_name, webhook_id), user)
 

@@ -29,6 +29,7 @@ urlpatterns = [
     path("webhooks/", webhook_views.webhook_list, name="webhook-list"),
     path("webhooks/<int:webhook_id>/", webhook_views.webhook_detail, name="webhook-detail"),
     path("webhooks/<int:webhook_id>/delete", webhook_views.webhook_delete, name="webhook-delete"),
+    path("webhooks/<int:webhook_id>/pause", webhook_views.webhook_pause, name="webhook-pause"),
     path(
         "webhooks/<int:webhook_id>/deliveries/<int:delivery_id>/redeliver",
         webhook_views.webhook_redeliver,

@@ -17,11 +17,13 @@ from models_store.webhook_serializers import (
     WebhookCreateSerializer,
     WebhookDeliverySerializer,
     WebhookSerializer,
+    WebhookUpdateSerializer,
 )
 
 LIST_WEBHOOKS = "teams_webhooks_list"
 CREATE_WEBHOOK = "teams_webhooks_create"
 GET_WEBHOOK = "teams_webhooks_retrieve"
+UPDATE_WEBHOOK = "teams_webhooks_partial_update"
 DELETE_WEBHOOK = "teams_webhooks_destroy"
 LIST_DELIVERIES = "teams_webhooks_deliveries_list"
 REDELIVER = "teams_webhooks_deliveries_redeliver_create"
@@ -35,6 +37,7 @@ def _webhook_links(webhook: str) -> tuple[OpenApiLink, ...]:
     return (
         OpenApiLink("GetWebhook", GET_WEBHOOK, where, description="The subscription."),
         OpenApiLink("ListDeliveries", LIST_DELIVERIES, where, description="Its deliveries and their attempts."),
+        OpenApiLink("UpdateWebhook", UPDATE_WEBHOOK, where, description="Pause or resume it, change its events."),
         OpenApiLink("DeleteWebhook", DELETE_WEBHOOK, where, description="Delete the subscription."),
     )
 
@@ -96,6 +99,23 @@ class WebhookDetailView(ManagementView):
     def get(self, request, team: str, webhook: int):
         """One webhook subscription of the team (without its secret)."""
         return Response(WebhookSerializer(actions.webhook_get(request.user, self.token, team, webhook)).data)
+
+    @extend_schema(
+        operation_id=UPDATE_WEBHOOK,
+        request=WebhookUpdateSerializer,
+        responses={200: WebhookSerializer, **errors(400, 401, 403, 404, 415, e403=E403, e404=E404)},
+    )
+    def patch(self, request, team: str, webhook: int):
+        """Pause (``"active": false``: no new deliveries; pending ones go on)
+        or resume a subscription, or change its events or description.
+        Audited (``webhook.update``)."""
+        serializer = WebhookUpdateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        if "events" in data:
+            data["events"] = list(data["events"])
+        updated = actions.webhook_update(request.user, self.token, team, webhook, **data)
+        return Response(WebhookSerializer(updated).data)
 
     @extend_schema(
         operation_id=DELETE_WEBHOOK,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from models_store.models import WebhookAttempt, WebhookDelivery, WebhookEvent, WebhookSubscription
-from models_store.serializers import TextField
+from models_store.serializers import Boolean, TextField
 
 
 class WebhookCreateSerializer(serializers.Serializer):
@@ -25,6 +25,21 @@ class WebhookCreateSerializer(serializers.Serializer):
         if "\x00" in value:
             raise serializers.ValidationError("Null characters are not allowed.")
         return value
+
+
+class WebhookUpdateSerializer(serializers.Serializer):
+    """What may change on a subscription (each optional): ``active`` (false:
+    paused, no new deliveries), ``events``, ``description``. To change the
+    URL, make a new subscription (it gets a new secret)."""
+
+    active = Boolean(required=False)
+    events = serializers.ListField(
+        child=serializers.ChoiceField(choices=WebhookEvent.values),
+        min_length=1,
+        max_length=len(WebhookEvent.values),
+        required=False,
+    )
+    description = TextField(max_length=200, required=False, allow_blank=True)
 
 
 class WebhookSerializer(serializers.ModelSerializer):

@@ -1,7 +1,7 @@
 """The web UI's webhooks (``/webhooks/``): the subscriptions of the user's
 teams, a form to add one (its secret shown once, after the redirect), and a
 page per subscription with its deliveries, every attempt and its answer,
-a Redeliver button per delivery and a Delete button. Changes go through
+a Redeliver button per delivery, Pause/Resume and Delete buttons. Changes go through
 :mod:`models_store.actions` (the checks of the management API)."""
 
 from __future__ import annotations
@@ -80,6 +80,17 @@ def webhook_redeliver(request, webhook_id: int, delivery_id: int):
     except actions.NotFound as exc:
         raise Http404(str(exc)) from None
     messages.success(request, f"Sending {delivery.event} ({delivery.message_id}) again.")
+    return redirect("webhook-detail", webhook_id=webhook_id)
+
+
+@login_required
+@require_POST
+def webhook_pause(request, webhook_id: int):
+    """Pause an active subscription, or resume a paused one."""
+    subscription = _subscription(request, webhook_id)
+    active = not subscription.active
+    actions.webhook_update(request.user, None, subscription.team.name, webhook_id, active=active)
+    messages.success(request, f"{'Resumed' if active else 'Paused'} the webhook to {subscription.url}.")
     return redirect("webhook-detail", webhook_id=webhook_id)
 
 

@@ -130,6 +130,38 @@ def subscription_create(team, url: str, events: list[str], actor, description: s
 
 
 @transaction.atomic
+def subscription_update(
+    subscription: WebhookSubscription,
+    actor,
+    *,
+    active: bool | None = None,
+    events: list[str] | None = None,
+    description: str | None = None,
+) -> WebhookSubscription:
+    """Pause or resume a subscription (``active``: a paused one gets no new
+    deliveries), change its events or description (None: unchanged). Raises
+    SubscriptionRefused for unknown or no events. Audited (``webhook.update``)."""
+    changed = {}
+    if events is not None:
+        unknown = sorted(set(events) - set(EVENTS))
+        if unknown or not events:
+            not_these = f"; not {', '.join(unknown)}" if unknown else ""
+            raise SubscriptionRefused(f"events are one or more of {', '.join(EVENTS)}{not_these}")
+        changed["events"] = [event for event in EVENTS if event in events]
+    if active is not None:
+        changed["active"] = active
+    if description is not None:
+        changed["description"] = description
+    changed = {key: value for key, value in changed.items() if getattr(subscription, key) != value}
+    if changed:
+        for key, value in changed.items():
+            setattr(subscription, key, value)
+        subscription.save(update_fields=list(changed))
+        audit.record(actor, "webhook.update", None, team=subscription.team.name, webhook=subscription.pk, **changed)
+    return subscription
+
+
+@transaction.atomic
 def subscription_delete(subscription: WebhookSubscription, actor) -> None:
     """Delete a subscription with its deliveries. Audited (``webhook.delete``)."""
     audit.record(

@@ -74,6 +74,11 @@ def test_add_a_webhook_see_its_deliveries_and_redeliver(page, ui_server, shots):
     expect(page.locator("#webhooks tbody tr[data-webhook]")).to_have_count(1)
 
     page.goto(webhook_url)
+    page.click("#webhook-pause button")
+    expect(page.locator("#paused")).to_contain_text("Paused")
+    page.click("#webhook-pause button")
+    expect(page.locator(".messages")).to_contain_text("Resumed the webhook")
+    expect(page.locator("#paused")).to_have_count(0)
     page.click("#webhook-delete button")
     expect(page.locator(".messages")).to_contain_text("Deleted the webhook")
     expect(page.locator("#webhooks tbody tr[data-webhook]")).to_have_count(0)

@@ -234,3 +234,18 @@ def test_a_celery_worker_delivers_in_worker_mode(alice, two_versions, monkeypatc
     assert received[0].headers["webhook-id"] == received[1].headers["webhook-id"]
     _verified(subscription, received[1])
     assert WebhookDelivery.objects.get().state == "SUCCEEDED"
+
+
+def test_a_paused_subscription_gets_no_new_deliveries(alice, two_versions):
+    with Receiver() as hooks:
+        subscription = _subscribe(alice, hooks.url, ["label.moved"])
+        webhooks.subscription_update(subscription, alice, active=False)
+        services.label_set(two_versions, "stable", 1, alice)
+        time.sleep(0.2)
+        assert hooks.received == [] and not WebhookDelivery.objects.exists()
+        webhooks.subscription_update(subscription, alice, active=True)
+        services.label_set(two_versions, "stable", 2, alice)
+        (event,) = _events(hooks, subscription, 1)
+    assert event["data"]["previous_version"] == 1 and event["data"]["version"] == 2
+    updates = AuditEvent.objects.filter(action="webhook.update").order_by("id")
+    assert [(e.actor_name, e.detail["active"]) for e in updates] == [("alice", False), ("alice", True)]

@@ -58,11 +58,16 @@ def test_create_list_get_delete(alice):
     assert listed["count"] == 1 and "secret" not in listed["results"][0]
     one = api.get(f"{HOOKS}{created['id']}/").json()
     assert one["url"] == "http://127.0.0.1:9/in" and "secret" not in one
+    paused = api.json("patch", f"{HOOKS}{created['id']}/", {"active": False, "events": ["model.deleted"]})
+    assert paused.status_code == 200 and paused.json()["active"] is False
+    assert paused.json()["events"] == ["model.deleted"]
+    assert api.json("patch", f"{HOOKS}{created['id']}/", {"events": []}).status_code == 400
     assert api.json("delete", f"{HOOKS}{created['id']}/").status_code == 204
     assert api.get(f"{HOOKS}{created['id']}/").status_code == 404
     events = AuditEvent.objects.filter(action__startswith="webhook.").order_by("id")
     assert [(e.action, e.actor_name, e.detail["webhook"]) for e in events] == [
-        ("webhook.create", "alice", created["id"]), ("webhook.delete", "alice", created["id"]),
+        ("webhook.create", "alice", created["id"]), ("webhook.update", "alice", created["id"]),
+        ("webhook.delete", "alice", created["id"]),
     ]  # fmt: skip
 
 
@@ -116,10 +121,11 @@ def test_another_team_cannot_see_or_change_them(alice, bob_api, settings):
     delivery = webhooks.WebhookDelivery.objects.get()
     for method, path in (
         ("get", HOOKS), ("post", HOOKS), ("get", f"{HOOKS}{created['id']}/"), ("delete", f"{HOOKS}{created['id']}/"),
+        ("patch", f"{HOOKS}{created['id']}/"),
         ("get", f"{HOOKS}{created['id']}/deliveries/"),
         ("post", f"{HOOKS}{created['id']}/deliveries/{delivery.pk}/redeliver"),
     ):  # fmt: skip
-        body = {"url": "http://127.0.0.1:9/", "events": ["model.deleted"]} if method == "post" else None
+        body = {"url": "http://127.0.0.1:9/", "events": ["model.deleted"]} if method == "post" else {"active": False}
         answer = bob_api.json(method, path, body)
         assert answer.status_code == 403 and "not a member of team ml" in answer.json()["error"], (method, path)
     # Bob's own team has none of them; ids of another team's webhooks are not found there.
