@@ -3,6 +3,12 @@
 #   docker build -t modelhost-gpu --build-arg BASE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04 \
 #                --build-arg ONNXRUNTIME=onnxruntime-gpu .          (GPU workers)
 ARG BASE=python:3.11-slim
+# The web UI's browser libraries (package.json, as `make venv` installs them).
+FROM node:22-slim AS ui
+WORKDIR /ui
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund --ignore-scripts
+
 FROM ${BASE}
 ARG ONNXRUNTIME=onnxruntime
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -18,6 +24,7 @@ RUN pip install --no-cache-dir -r requirements.txt \
  && if [ "$ONNXRUNTIME" != "onnxruntime" ]; then \
       pip uninstall -y onnxruntime && pip install --no-cache-dir "$ONNXRUNTIME==$(grep -oP '^onnxruntime==\K.*' requirements.txt)"; fi
 COPY . .
+COPY --from=ui /ui/node_modules ./node_modules
 RUN useradd --create-home --uid 1000 modelhost && mkdir -p /data /etc/modelhost/worker-tls \
  && chown modelhost /data /etc/modelhost/worker-tls
 USER modelhost

@@ -9,7 +9,12 @@ PG_URL ?= postgres://postgres@127.0.0.1:5432/test
 
 .PHONY: venv test-tools run demo docs test test-docs test-sqlite test-postgres test-worker-mode bench profile proto lint clean
 
-venv: $(VENV)/.installed
+venv: $(VENV)/.installed node_modules/.installed
+
+# The web UI's browser libraries (package.json: Chart.js), served as static files from node_modules/.
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --ignore-scripts
+	touch $@
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)

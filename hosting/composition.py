@@ -28,6 +28,7 @@ from inference.ports import Quota
 from inference.ratelimit import Defaults, MemoryStore, RateLimiter, RedisStore
 from inference.registry import ModelRegistry
 from inference.response_cache import ResponseCache
+from inference.rollups_db import DatabaseRollups
 from inference.runtime import onnx as onnx_runtime
 from inference.runtime.executors import InProcessExecutor, session_loader
 from inference.runtime.placement import WorkerDirectory, read_workers
@@ -186,6 +187,25 @@ def _session_options():
     )
 
 
+def shared_weights_dir() -> Path:
+    """This machine's copies of big models with memory-mapped weights (inference/runtime/shared_weights.py)."""
+    return Path(settings.VAR_DIR) / "run" / "weights"
+
+
+def _loader(artifacts, providers: list):
+    """Sessions of ``artifacts`` on ``providers`` with the settings' options and shared weights."""
+    prepack = settings.SHARED_WEIGHTS_PREPACK
+    return session_loader(artifacts, _session_options(), providers, _shared_weights(providers), prepack)
+
+
+def _shared_weights(providers: list) -> tuple[Path, int] | None:
+    """(directory, minimum bytes) for sessions on the CPU only (a GPU copies weights to its memory anyway)."""
+    on_cpu = all((p if isinstance(p, str) else p[0]) == "CPUExecutionProvider" for p in providers)
+    if not on_cpu or settings.SHARED_WEIGHTS_MIN_MB <= 0:
+        return None
+    return shared_weights_dir(), settings.SHARED_WEIGHTS_MIN_MB * 1024 * 1024
+
+
 def _observe_load(target, seconds: float) -> None:
     observability.LOAD_TIME.labels(target.model, str(target.version)).observe(seconds)
 
@@ -249,7 +269,7 @@ def build_dataplane() -> DataPlane:
     else:
         providers = onnx_runtime.provider_list(settings.ORT_EXECUTION_PROVIDERS, settings.ORT_DEVICE_ID)
         runner = _runner(
-            session_loader(ports.container.artifact_source, _session_options(), providers),
+            _loader(ports.container.artifact_source, providers),
             settings.SESSION_MEMORY_BUDGET_MB,
             settings.SERVING_PROCESSES,
         )
@@ -258,13 +278,18 @@ def build_dataplane() -> DataPlane:
     executor.start()
     registry.add_listener(executor.on_snapshot)
     registry.add_listener(ports.container.authorizer.cache.on_registry_change)
+    registry.add_listener(CacheJanitor(shared_weights_dir(), "sha256").on_snapshot)
     if storage.is_remote():
         # Local copies of artifacts kept in S3: dropped when their version is deleted anywhere.
         registry.add_listener(CacheJanitor(settings.MODEL_STORE_DIR, "store").on_snapshot)
     registry.start()
     machine_statistics = Path(settings.VAR_DIR) / "run" / "statistics"  # this machine's processes' counters
     statistics = StatisticsRecorder(
-        ports.container.statistics_store, settings.STATISTICS_FLUSH_SECONDS, machine_statistics
+        ports.container.statistics_store,
+        settings.STATISTICS_FLUSH_SECONDS,
+        machine_statistics,
+        rollup_store=DatabaseRollups() if settings.CHART_ROLLUPS else None,  # the charts' per-minute rollups
+        rollup_seconds=settings.CHART_FLUSH_SECONDS,
     )
     statistics.start()
     return DataPlane(
@@ -316,12 +341,13 @@ def build_worker(device: str, providers: list, where: str = "") -> WorkerRuntime
     )
     registry = _registry()
     runner = _runner(
-        session_loader(StoreArtifacts(settings.WORKER_CACHE_DIR), _session_options(), providers),
+        _loader(StoreArtifacts(settings.WORKER_CACHE_DIR), providers),
         settings.WORKER_MEMORY_BUDGET_MB,
     )
     cpu = settings.WORKER_CPU_INSTANCES or cpu_instances(settings.ORT_INTRA_OP_THREADS)
     runtime = WorkerRuntime(device, runner, registry, cpu_instances=cpu)
     registry.add_listener(runtime.on_snapshot)
     registry.add_listener(CacheJanitor(settings.WORKER_CACHE_DIR, "sha256").on_snapshot)
+    registry.add_listener(CacheJanitor(shared_weights_dir(), "sha256").on_snapshot)
     registry.start()
     return runtime

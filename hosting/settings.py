@@ -143,6 +143,8 @@ STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"  # only for `collectstatic`; WhiteNoise serves from the apps' folders
 STATIC_ROOT.mkdir(exist_ok=True)
 WHITENOISE_USE_FINDERS = True
+#: Browser libraries installed from npm by `make venv` (package.json; never copied into the repository).
+STATICFILES_DIRS = [("vendor/chart.js", BASE_DIR / "node_modules" / "chart.js" / "dist")]
 WHITENOISE_AUTOREFRESH = DEBUG
 
 # --- The web UI --------------------------------------------------------------
@@ -332,6 +334,13 @@ RESPONSE_CACHE_BYTES = env.int("RESPONSE_CACHE_BYTES", default=128 * 1024 * 1024
 RESPONSE_CACHE_REDIS_URL = env.str("RESPONSE_CACHE_REDIS_URL", default="")
 RESPONSE_CACHE_REDIS_TTL_SECONDS = env.int("RESPONSE_CACHE_REDIS_TTL_SECONDS", default=3600)
 RESPONSE_CACHE_REDIS_TIMEOUT_SECONDS = env.float("RESPONSE_CACHE_REDIS_TIMEOUT_SECONDS", default=0.25)
+#: Models at least this large (MiB, with their external data) load their weights memory-mapped from one
+#: per-machine copy ($VAR_DIR/run/weights), shared by every server process and CPU worker of the machine
+#: (inference/runtime/shared_weights.py); 0: each session keeps its own copy. CPU execution only.
+SHARED_WEIGHTS_MIN_MB = env.int("SHARED_WEIGHTS_MIN_MB", default=256)
+#: Whether those sessions still pre-pack weights for ONNX Runtime's matrix kernels: faster on some models
+#: (MiniLM: about 10%), but each session then keeps its own packed copy of those weights.
+SHARED_WEIGHTS_PREPACK = env.bool("SHARED_WEIGHTS_PREPACK", default=False)
 #: Memory a worker's loaded sessions may use (each charged what its load took), MiB.
 WORKER_MEMORY_BUDGET_MB = env.int("WORKER_MEMORY_BUDGET_MB", default=4096)
 #: The same budget for the sessions of the machine's server processes in process mode (0: none), MiB:
@@ -421,6 +430,14 @@ PAYLOAD_LOG_QUEUE = env.int("PAYLOAD_LOG_QUEUE", default=1000)
 REQUEST_LOG_LEVEL = env.str("REQUEST_LOG_LEVEL", default="DEBUG")
 #: How often each process adds its inference statistics to the database (s).
 STATISTICS_FLUSH_SECONDS = env.float("STATISTICS_FLUSH_SECONDS", default=1.0)
+# --- Charts (inference/rollups.py, docs/charts.md) ----------------------------------
+#: Count per-minute rollups of requests, errors, latencies and batch sizes for the charts.
+CHART_ROLLUPS = env.bool("CHART_ROLLUPS", default=True)
+#: How often each process writes its open minutes to the database (s; at most a
+#: minute's worth of a process's counts is lost when it is killed).
+CHART_FLUSH_SECONDS = env.float("CHART_FLUSH_SECONDS", default=10.0)
+#: Minutes older than this are deleted by the scheduled upkeep (MAINTENANCE_SECONDS).
+CHART_RETENTION_DAYS = env.float("CHART_RETENTION_DAYS", default=8.0)
 #: Server-side bound on an inference in seconds (0: none); a request's own
 #: ``timeout`` parameter (microseconds, as Triton) can only shorten it.
 INFERENCE_TIMEOUT_SECONDS = env.float("INFERENCE_TIMEOUT_SECONDS", default=0.0)

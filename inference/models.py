@@ -57,3 +57,34 @@ class BatchStatisticsRow(models.Model):
                 fields=["machine", "model_name", "version", "batch_size"], name="unique_machine_batch_stats"
             )
         ]
+
+
+class MinuteRollupRow(models.Model):
+    """What one server process answered in one minute for one (model, version,
+    transport), for the charts (inference/rollups.py). Histograms are JSON
+    objects {bucket index: count} over inference.rollups.bucket's fixed buckets
+    (queue and compute times of answered requests, ns) and {batch size:
+    executions}; the process rewrites its row until the minute closes."""
+
+    minute = models.BigIntegerField()  # whole minutes since the Unix epoch (UTC)
+    model_name = models.CharField(max_length=128)
+    version = models.PositiveIntegerField()
+    transport = models.CharField(max_length=16)  # rest, tfserving, grpc, other
+    writer = models.CharField(max_length=48)  # machine id and pid of the process
+    successes = models.BigIntegerField(default=0)  # requests answered
+    errors = models.BigIntegerField(default=0)
+    inferences = models.BigIntegerField(default=0)
+    executions = models.BigIntegerField(default=0)
+    queue_ns = models.BigIntegerField(default=0)
+    compute_ns = models.BigIntegerField(default=0)
+    queue_histogram = models.JSONField(default=dict)
+    compute_histogram = models.JSONField(default=dict)
+    batch_sizes = models.JSONField(default=dict)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["model_name", "minute", "version", "transport", "writer"], name="unique_minute_rollup"
+            )
+        ]
+        indexes = [models.Index(fields=["minute"], name="minute_rollup_age")]

@@ -20,6 +20,7 @@ rows), ``execution_count`` model executions (a dynamic batch is one), and
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -31,6 +32,7 @@ import numpy as np
 
 from inference import statistics_local as local
 from inference.outage import DependencyWatch
+from inference.rollups import MinuteRollups
 
 logger = logging.getLogger(__name__)
 
@@ -110,12 +112,23 @@ class StatisticsRecorder:
     (in ``directory``, where every server process of the machine keeps one,
     so that a read sums them all at once; anonymous memory without one),
     flushed as deltas to ``store`` every ``flush_seconds`` under this
-    machine's id for the other machines' reads (None: no store)."""
+    machine's id for the other machines' reads (None: no store). With a
+    ``rollup_store`` it also counts per-minute rollups for the charts
+    (:mod:`inference.rollups`) and writes them there every ``rollup_seconds``
+    from the same flush thread."""
 
-    def __init__(self, store=None, flush_seconds: float = 1.0, directory: Path | None = None, name: str = ""):
+    def __init__(
+        self, store=None, flush_seconds: float = 1.0, directory: Path | None = None, name: str = "",
+        rollup_store=None, rollup_seconds: float = 10.0,
+    ):  # fmt: skip
         """``name``: the table's file name in ``directory`` (default: this
-        process's pid and start time; tests name several recorders of one process)."""
+        process's pid and start time; tests name several recorders of one process).
+        ``rollup_store``: has ``write(writer, cells)`` (:mod:`inference.rollups_db`)."""
         self.store = store
+        self.rollup_store = rollup_store
+        self.rollup_seconds = rollup_seconds
+        self.rollups = MinuteRollups() if rollup_store is not None else None
+        self._rollups_written = 0.0
         self.flush_seconds = flush_seconds
         self.directory = directory
         if directory is not None:
@@ -134,6 +147,8 @@ class StatisticsRecorder:
     def record_failure(self, model: str, version: int, total_ns: int) -> None:
         """Count one failed request."""
         with self._lock:
+            if self.rollups is not None:
+                self.rollups.failure(time.time(), model, version)
             table = self._table
             start = table.slot((model, version, 0))
             words = table.words
@@ -148,8 +163,12 @@ class StatisticsRecorder:
         """Count one successful request of ``rows`` inferences. It ran in an
         execution of ``batch_size`` rows; ``executed`` for the one request
         that counts that execution (and its batch_stats entry)."""
-        now = int(time.time() * 1000)
+        seconds = time.time()
+        now = int(seconds * 1000)
         with self._lock:
+            if self.rollups is not None:
+                compute_ns = input_ns + infer_ns + output_ns
+                self.rollups.success(seconds, model, version, rows, queue_ns, compute_ns, batch_size, executed)
             table = self._table
             start = table.slot((model, version, 0))
             words = table.words
@@ -174,6 +193,8 @@ class StatisticsRecorder:
         a success (with its time and queue time) and a cache hit (the lookup's
         time); no inference, execution or compute."""
         with self._lock:
+            if self.rollups is not None:
+                self.rollups.success(time.time(), model, version, 0, queue_ns, lookup_ns, 0, False)
             table = self._table
             start = table.slot((model, version, 0))
             words = table.words
@@ -208,11 +229,35 @@ class StatisticsRecorder:
                 self._flushed = now
             if self.directory is not None:
                 local.retire_dead(self.directory)
+            if self.rollup_store is not None and time.monotonic() - self._rollups_written >= self.rollup_seconds:
+                self.flush_rollups()
+
+    def flush_rollups(self) -> None:
+        """Write the rollups' changed minutes to the rollup store (kept for the next flush when it fails)."""
+        rollups = self.rollups
+        if rollups is None:
+            return
+        with self._lock:
+            cells = rollups.pending()
+        if cells:
+            self.rollup_store.write(f"{self.machine}-{os.getpid()}", cells)  # this process's rows
+        with self._lock:
+            rollups.written(cells, time.time())
+        self._rollups_written = time.monotonic()
 
     def start(self) -> None:
         if self.flush_seconds > 0 and self._thread is None:
             self._thread = threading.Thread(target=self._run, name="stats-flush", daemon=True)
             self._thread.start()
+            if self.rollups is not None:
+                atexit.register(self._last_rollups)
+
+    def _last_rollups(self) -> None:
+        """At exit: the open minutes' last counts (a process that ends normally loses none)."""
+        try:
+            self.flush_rollups()
+        except Exception as exc:  # the database may be gone already
+            logger.warning("the charts' last minutes of this process were not written: %s", exc)
 
     def stop(self) -> None:
         self._stop.set()

@@ -4,6 +4,8 @@ and of every inference worker that takes validation tasks (``runworker``):
 - the reaper: versions left UPLOADED or VALIDATING for more than
   VALIDATION_DEADLINE_SECONDS are queued for validation again (validated
   in this process where :func:`validating.validates_here`);
+- the charts' retention: per-minute rollups older than CHART_RETENTION_DAYS
+  are deleted, those older than a day folded into hours (inference/rollups_db.py);
 - the cleanup: what an upload that failed half-way left behind (staging
   files, local artifact copies and storage-backend objects no version row
   references, a worker's cached artifacts no version uses), older than
@@ -21,12 +23,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from django.conf import settings
 from django.db import close_old_connections
 
+from inference import rollups_db
 from inference.outage import DependencyWatch
 from models_store import outages, storage, validating, webhooks
 from models_store.models import ModelVersion
@@ -66,6 +70,8 @@ def run_once(cache_dir: Path | None = None) -> tuple[list[int], list[str]]:
     requeued = validating.reap_stale(settings.VALIDATION_DEADLINE_SECONDS)
     for version_id in requeued:
         schedule_validation(version_id)
+    rollups_db.prune(settings.CHART_RETENTION_DAYS, time.time())
+    rollups_db.compact(time.time())
     removed = list(sweep(settings.ORPHAN_MIN_AGE_SECONDS, cache_dir))
     webhooks.reschedule_stale(max(60.0, settings.MAINTENANCE_SECONDS))
     if removed:

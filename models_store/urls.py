@@ -16,6 +16,7 @@ urlpatterns = [
     path("models/", views.model_list, name="model-list"),
     path("upload/", views.upload, name="upload"),
     path(f"{_MODEL}/", views.model_detail, name="model-detail"),
+    path(f"{_MODEL}/charts.json", views.model_charts, name="model-charts"),
     path(f"{_MODEL}/settings", views.model_settings, name="model-settings"),
     path(f"{_MODEL}/labels", views.label_set, name="label-set"),
     path(f"{_MODEL}/labels/<str:label>/delete", views.label_delete, name="label-delete"),

@@ -25,6 +25,7 @@ from inference import instance_groups
 from models_store import (
     accounts,
     actions,
+    charts,
     outages,
     permissions,
     selectors,
@@ -128,6 +129,7 @@ def model_list(request):
     query.pop("page", None)
     context = {
         "rows": rows,
+        "sparklines": charts.sparklines([row["model"].name for row in rows]),
         "page": page,
         "where": where,
         "query": query.urlencode(),
@@ -198,6 +200,19 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
 @login_required
 def model_detail(request, name: str):
     return _model_page(request, name)
+
+
+@login_required
+def model_charts(request, name: str):
+    """The model page's charts as JSON (``?range=hour|day|week``, default
+    hour; see :func:`models_store.charts.model_charts`): the signed-in user's
+    teams' models only (404 otherwise), 400 ``{"error": ...}`` for an unknown range."""
+    model = _get_model(request, name)
+    try:
+        data = charts.model_charts(model.name, request.GET.get("range", "hour"))
+    except ValueError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    return JsonResponse(data)
 
 
 @login_required

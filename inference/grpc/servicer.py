@@ -23,7 +23,7 @@ import time
 
 import grpc
 
-from inference import observability, tracing
+from inference import observability, rollups, tracing
 from inference.auth import bearer_token
 from inference.grpc import converters, streaming
 from inference.grpc.proto import oip_pb2 as pb
@@ -135,6 +135,7 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def _infer_observed(self, request, token, streamed: bool):
         started = time.perf_counter()
+        rollups.TRANSPORT.set("grpc")  # the charts count the request under its transport
         outcome, version, response, received, error, answer = "internal", "", None, 0, None, None
         try:
             admission = await self.dataplane.admit_async(token, request.model_name)

@@ -10,7 +10,7 @@ import time
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.views import APIView
 
-from inference import observability
+from inference import observability, rollups
 from inference.auth import bearer_token
 from inference.dataplane import get_dataplane
 from inference.http.responses import exception_handler
@@ -86,6 +86,7 @@ class ObservedView(ProtocolView):
         if request.method != "POST":
             return super().dispatch(request, *args, **kwargs)
         started = time.perf_counter()
+        rollups.TRANSPORT.set(self.protocol)  # the charts count the request under its transport
         response = super().dispatch(request, *args, **kwargs)
         served = self.served
         observability.observe(

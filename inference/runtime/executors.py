@@ -9,22 +9,36 @@ output_names, rows, deadline, placement) -> RunResult``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
 from inference.runtime import onnx as onnx_runtime
 from inference.runtime.execution import RunResult, RunTarget
 from inference.runtime.runner import ModelRunner
+from inference.runtime.shared_weights import machine_copy
 
 
-def session_loader(artifacts, options=None, providers=None) -> Callable[[RunTarget], onnx_runtime.OnnxModel]:
+def session_loader(
+    artifacts, options=None, providers=None, shared_weights: tuple[Path, int] | None = None, prepack: bool = False
+) -> Callable[[RunTarget], onnx_runtime.OnnxModel]:
     """A model runner's loader: one new session of the target's artifact
     (``artifacts``: an :class:`~inference.ports.ArtifactSource`) with the
-    given session options and execution providers."""
+    given session options and execution providers. ``shared_weights``:
+    (directory, minimum bytes): artifacts at least that large load from the
+    machine's copy with memory-mapped weights in that directory, shared by
+    every process of the machine (:mod:`inference.runtime.shared_weights`);
+    ``prepack``: their sessions still pre-pack weights (faster matrix
+    products on some models; each session then keeps its packed copy)."""
 
     def load(target: RunTarget) -> onnx_runtime.OnnxModel:
         path = artifacts.local_path(target.artifact, target.sha256)
-        return onnx_runtime.OnnxModel(onnx_runtime.create_session(path, options, providers, target.extensions))
+        shared = False
+        if shared_weights is not None:
+            copy = machine_copy(Path(path), target.sha256, *shared_weights)
+            path, shared = copy, copy != Path(path) and not prepack
+        session = onnx_runtime.create_session(path, options, providers, target.extensions, shared)
+        return onnx_runtime.OnnxModel(session)
 
     return load
 

@@ -85,31 +85,51 @@ def with_extensions(options: ort.SessionOptions | None) -> ort.SessionOptions:
     ever registered, never a library named by a model or an upload.
 
     Raises ProviderError when the package is not installed."""
-    try:
-        import onnxruntime_extensions
-    except ImportError:
-        raise ProviderError("the model asks for ONNX Runtime Extensions, which are not installed") from None
+    return variant(options, extensions=True)
+
+
+def variant(options: ort.SessionOptions | None, extensions: bool = False, shared_weights: bool = False):
+    """``options`` for one model: unchanged for neither; otherwise a copy
+    (threads, optimization level, log level) that registers ONNX Runtime
+    Extensions' operators (``extensions``, see :func:`with_extensions`)
+    and/or reads weights where they lie (``shared_weights``:
+    ``session.disable_prepacking``, so that memory-mapped weights stay shared
+    by the machine's processes, :mod:`inference.runtime.shared_weights`).
+    Raises ProviderError when the extensions are asked for but not installed."""
     base = options or session_options()
+    if not (extensions or shared_weights):
+        return base
     copy = ort.SessionOptions()
     copy.intra_op_num_threads = base.intra_op_num_threads
     copy.inter_op_num_threads = base.inter_op_num_threads
     copy.graph_optimization_level = base.graph_optimization_level
     copy.log_severity_level = base.log_severity_level
-    copy.register_custom_ops_library(onnxruntime_extensions.get_library_path())
+    if shared_weights:
+        copy.add_session_config_entry("session.disable_prepacking", "1")
+    if extensions:
+        try:
+            import onnxruntime_extensions
+        except ImportError:
+            raise ProviderError("the model asks for ONNX Runtime Extensions, which are not installed") from None
+        copy.register_custom_ops_library(onnxruntime_extensions.get_library_path())
     return copy
 
 
 def create_session(
-    path: str | Path, options: ort.SessionOptions | None = None, providers: list | None = None, extensions: bool = False
+    path: str | Path,
+    options: ort.SessionOptions | None = None,
+    providers: list | None = None,
+    extensions: bool = False,
+    shared_weights: bool = False,
 ):
-    """An InferenceSession for the model file at ``path``; ``extensions``:
-    the model may use ONNX Runtime Extensions' operators (:func:`with_extensions`;
-    its config's ``onnxruntime_extensions`` parameter says so)."""
-    if extensions:
-        options = with_extensions(options)
+    """An InferenceSession for the model file at ``path`` with ``options``
+    made :func:`variant` for the model (``extensions``: its config's
+    ``onnxruntime_extensions`` parameter; ``shared_weights``: its weights are
+    memory-mapped external data to keep shared)."""
+    options = variant(options, extensions, shared_weights)
     return ort.InferenceSession(
         str(path),
-        sess_options=options or session_options(),
+        sess_options=options,
         providers=providers or ["CPUExecutionProvider"],
     )
 

@@ -47,7 +47,9 @@ def ui_server(tmp_path_factory):
     m.write_model(repository, "digits", payload, config=CONFIG.format(name="digits", features=features))
     hooks = {"WEBHOOK_ALLOWED_HOSTS": "127.0.0.1", "WEBHOOK_RETRY_SECONDS": "0.2", "WEBHOOK_RETRY_MAX_SECONDS": "0.5"}
     server = LiveServer(
-        repository, tmp_path_factory.mktemp("ui-live"), extra_env={"REGISTRY_POLL_SECONDS": "0.2", **hooks}
+        repository,
+        tmp_path_factory.mktemp("ui-live"),
+        extra_env={"REGISTRY_POLL_SECONDS": "0.2", "CHART_FLUSH_SECONDS": "1", **hooks},
     )
     server.start()
     password = secrets.token_urlsafe(16)

@@ -181,6 +181,30 @@ def test_refused_uploads_say_why(page, ui_server):
     assert status == 200 and [v["number"] for v in model["versions"]] == [1]
 
 
+def test_a_model_with_external_data_uploads_from_the_page(page, ui_server):
+    """The model file dropped, its data file chosen in the data-files field:
+    one upload, READY, and the page's "try it" answers x + w."""
+    w = np.array([0.25, -4.0, 1.5, 100.0], np.float32)
+    page.goto("/upload/")
+    page.fill("#id_name", "with_data")
+    page.select_option("#id_team", "ml")
+    _drop_file(page, "#dropzone", "model.onnx", m.external_data_sum({"w.bin": w}))
+    page.set_input_files(
+        "#id_data", files=[{"name": "w.bin", "mimeType": "application/octet-stream", "buffer": w.tobytes()}]
+    )
+    expect(page.locator("#file-info")).to_contain_text("+ 1 data file(s)")
+    page.click("#upload-submit")
+    expect(page).to_have_url(re.compile(r"/models/with_data/versions/1/$"))
+    expect(page.locator("#version-state [data-state]")).to_have_attribute("data-state", "READY")
+    x = [1.0, 2.0, 3.0, 4.0]
+    page.fill("#tryit-body", json.dumps({"inputs": [{"name": "x", "shape": [4], "datatype": "FP32", "data": x}]}))
+    page.click("#tryit-send")
+    answer_box = page.locator("#tryit-response")
+    expect(answer_box).to_have_attribute("data-status", "200")
+    got = json.loads(answer_box.inner_text())["outputs"][0]["data"]
+    np.testing.assert_array_equal(np.array(got, np.float32), np.array(x, np.float32) + w)
+
+
 def _big_model(megabytes: int) -> bytes:
     """y = x + w with a ``megabytes`` MB FP32 weight (a real, servable model)."""
     count = megabytes * 1024 * 1024 // 4

@@ -15,14 +15,19 @@ if (form) {
   const mb = (n) => (n / 1048576).toFixed(n < 10485760 ? 2 : 1) + " MB";
 
   const showError = (message) => { errorBox.textContent = message; errorBox.hidden = !message; };
+  const data = document.getElementById("id_data");
+  const total = () => Array.from(data.files).reduce((sum, f) => sum + f.size, input.files[0] ? input.files[0].size : 0);
+  const tooLarge = () => `The files are larger than the upload limit of ${maxBytes} bytes.`;
   const describe = () => {
     const file = input.files[0];
     if (!file) return;
-    info.textContent = `${file.name} · ${mb(file.size)}`;
-    showError(file.size > maxBytes ? `The file is larger than the upload limit of ${maxBytes} bytes.` : "");
+    const extra = data.files.length ? ` + ${data.files.length} data file(s) · ${mb(total())} in all` : "";
+    info.textContent = `${file.name} · ${mb(file.size)}${extra}`;
+    showError(total() > maxBytes ? tooLarge() : "");
   };
 
   input.addEventListener("change", describe);
+  data.addEventListener("change", describe);
   ["dragenter", "dragover"].forEach((type) => zone.addEventListener(type, (event) => {
     event.preventDefault();
     zone.classList.add("over");
@@ -40,7 +45,7 @@ if (form) {
     event.preventDefault();
     const file = input.files[0];
     if (!file) { showError("Choose a model file."); return; }
-    if (file.size > maxBytes) { showError(`The file is larger than the upload limit of ${maxBytes} bytes.`); return; }
+    if (total() > maxBytes) { showError(tooLarge()); return; }
     showError("");
     submit.disabled = true;
     box.hidden = false;
