@@ -38,7 +38,7 @@ from inference.shared_memory import RegionRegistry
 from inference.statistics import StatisticsRecorder
 from inference.statistics_db import DatabaseStatistics
 from inference.worker import WorkerRuntime
-from models_store import storage, validating
+from models_store import storage, validating, webhooks
 from models_store.serving import CacheJanitor, StoreArtifacts, StoreAuditLog, StoreRegistrySource
 from models_store.tokens import StoreAuthorizer, TokenCache
 
@@ -90,6 +90,8 @@ def install() -> None:
         validating.configure(validates_here=no_validating_worker)
     if settings.REDIS_URL:
         validating.configure(queue_note=validation_queue_note)
+    # Webhook attempts run where validations run: on this process's threads, or as Celery tasks.
+    webhooks.configure(delivers_here=validating.validates_here, queue=queue_webhook)
     outage.REFUSALS.interval = settings.REFUSAL_LOG_SECONDS
     if executor_mode() == WORKERS:
         raise_open_files_limit()
@@ -112,6 +114,13 @@ def no_celery_worker(cache_seconds: float = 10.0) -> bool:
     if now - _celery_seen[0] > cache_seconds:
         _celery_seen[:] = [now, bool(app.control.ping(timeout=1.0, limit=1))]
     return not _celery_seen[1]
+
+
+def queue_webhook(delivery_id: int, delay: float) -> None:
+    """Queue a webhook delivery's attempt as the Celery task, ``delay`` seconds from now."""
+    from models_store.tasks import deliver_webhook
+
+    deliver_webhook.apply_async((delivery_id,), countdown=delay)
 
 
 def no_validating_worker() -> bool:

@@ -183,6 +183,12 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "PREPROCESSING_HOOKS": ["models_store.openapi.only_management_api"],
+    # Two choice sets named "state": the versions' keep the name they had before webhooks came.
+    "ENUM_NAME_OVERRIDES": {
+        "StateEnum": "models_store.models.ModelVersion.State",
+        "DeliveryStateEnum": "models_store.models.WebhookDelivery.State",
+        "WebhookEventEnum": "models_store.models.WebhookEvent",
+    },
 }
 
 # --- Inference -------------------------------------------------------------
@@ -280,6 +286,19 @@ CELERY_WORKER_DISABLE_RATE_LIMITS = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # LOGGING below applies; Celery's per-task lines are quieted there
 CELERY_TASK_PUBLISH_RETRY = False
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 3, "socket_timeout": 10}
+
+# --- Webhooks (models_store/webhooks.py, docs/webhooks.md) ----------------------------
+#: Hosts (names or IP addresses, as in the URL) a webhook may target even though they
+#: resolve to a private, loopback or link-local address (by default such targets are refused).
+WEBHOOK_ALLOWED_HOSTS = env.list("WEBHOOK_ALLOWED_HOSTS", default=[])
+#: A failed delivery is retried after this many seconds, doubling up to the maximum, ...
+WEBHOOK_RETRY_SECONDS = env.float("WEBHOOK_RETRY_SECONDS", default=5.0)
+WEBHOOK_RETRY_MAX_SECONDS = env.float("WEBHOOK_RETRY_MAX_SECONDS", default=3600.0)
+#: ... for this long after the event (s); then the delivery is FAILED (a redeliver sends it again).
+WEBHOOK_RETRY_WINDOW_SECONDS = env.float("WEBHOOK_RETRY_WINDOW_SECONDS", default=24 * 3600.0)
+#: Seconds an attempt may take (connect and answer); bytes of the answer kept with it.
+WEBHOOK_TIMEOUT_SECONDS = env.float("WEBHOOK_TIMEOUT_SECONDS", default=10.0)
+WEBHOOK_RESPONSE_BODY_BYTES = env.int("WEBHOOK_RESPONSE_BODY_BYTES", default=2048)
 
 # --- Outages: validation retries, the reaper, the scheduled cleanup -------------
 #: A validation interrupted by a dependency (database, S3, broker, disk space)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from models_store import accounts, selectors, services
+from models_store import accounts, selectors, services, webhooks
 from models_store.config import ConfigError, TritonConfig, parse_config
 from models_store.models import ApiToken, ModelVersion, RegisteredModel
 from models_store.permissions import AccessDenied, can_see_model, require_change_model, require_team
@@ -29,6 +29,8 @@ from models_store.uploads import StagedFile, UploadRefused
 
 #: The registry's version numbers are 32-bit (PositiveIntegerField).
 MAX_VERSION_NUMBER = 2**31 - 1
+#: Row ids (webhooks, deliveries) are 64-bit (BigAutoField).
+MAX_ROW_ID = 2**63 - 1
 
 __all__ = ["AccessDenied", "Conflict", "DuplicateVersion", "NotFound", "RegistryError", "UploadRefused", "http_status"]
 
@@ -44,7 +46,10 @@ def http_status(exc: Exception) -> int | None:
     """The HTTP status of an action error, or None for another exception."""
     if isinstance(exc, UploadRefused):
         return exc.status
-    for kind, status in ((NotFound, 404), (AccessDenied, 403), (Conflict, 409), (RegistryError, 400)):
+    kinds = (
+        (NotFound, 404), (AccessDenied, 403), (Conflict, 409), (RegistryError, 400), (webhooks.SubscriptionRefused, 400)
+    )  # fmt: skip
+    for kind, status in kinds:
         if isinstance(exc, kind):
             return status
     return None
@@ -234,3 +239,47 @@ def revoke_token(user, token_id: int):
     if token is None or (token.user_id != user.pk and not user.is_superuser):
         raise NotFound("no such API token")
     return accounts.token_revoke(token, user)
+
+
+# -- webhooks -------------------------------------------------------------------------
+def webhook_team(user, token: ApiToken | None, team_name: str):
+    """The team ``team_name`` if ``user`` (through ``token``) may see and
+    change its webhooks (its members, operators): NotFound for no such team,
+    AccessDenied for another team's."""
+    team = selectors.team_get(team_name)
+    if team is None:
+        raise NotFound(f"unknown team '{team_name}'")
+    require_team(user, team, token)
+    return team
+
+
+def webhook_get(user, token, team_name: str, webhook_id: int):
+    """One of the team's subscriptions (NotFound: none with this id in this team)."""
+    team = webhook_team(user, token, team_name)
+    found = team.webhooks.filter(pk=webhook_id).first() if 0 < webhook_id <= MAX_ROW_ID else None
+    if found is None:
+        raise NotFound(f"team {team.name} has no webhook {webhook_id}")
+    return found
+
+
+def webhook_create(user, token, team_name: str, url: str, events: list[str], description: str = ""):
+    team = webhook_team(user, token, team_name)
+    return webhooks.subscription_create(team, url, events, user, description)
+
+
+def webhook_update(user, token, team_name: str, webhook_id: int, **changes):
+    """Pause or resume a subscription, or change its events or description (see webhooks.subscription_update)."""
+    return webhooks.subscription_update(webhook_get(user, token, team_name, webhook_id), user, **changes)
+
+
+def webhook_delete(user, token, team_name: str, webhook_id: int) -> None:
+    webhooks.subscription_delete(webhook_get(user, token, team_name, webhook_id), user)
+
+
+def webhook_redeliver(user, token, team_name: str, webhook_id: int, delivery_id: int):
+    """Send one of the subscription's deliveries again (NotFound: not one of its deliveries)."""
+    subscription = webhook_get(user, token, team_name, webhook_id)
+    found = subscription.deliveries.filter(pk=delivery_id).first() if 0 < delivery_id <= MAX_ROW_ID else None
+    if found is None:
+        raise NotFound(f"webhook {webhook_id} has no delivery {delivery_id}")
+    return webhooks.redeliver(found, user)

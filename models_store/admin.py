@@ -9,7 +9,9 @@ sends requests to cannot be deleted (the admin lists the split as what
 protects it), nor a label of the split renamed, and the split itself is set
 on the model page or the management API (audited ``traffic.set``), not here.
 Tokens can only be revoked here (they are created on the web UI, which shows
-them once).
+them once). Webhooks are read-only here (their secrets never shown; they
+are made and deleted on the web UI or the management API, audited), and
+their deliveries can be sent again (the "Redeliver" action, audited).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.db import transaction
 
-from models_store import accounts, services
+from models_store import accounts, services, webhooks
 from models_store.models import (
     ApiToken,
     AuditEvent,
@@ -28,6 +30,9 @@ from models_store.models import (
     Team,
     TeamMembership,
     VersionLabel,
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookSubscription,
 )
 
 
@@ -201,3 +206,42 @@ class RegistryStampAdmin(ReadOnlyAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+@admin.register(WebhookSubscription)
+class WebhookSubscriptionAdmin(ReadOnlyAdmin):
+    list_display = ["team", "url", "events", "active", "created_by", "created_at"]
+    list_filter = ["team", "active"]
+    exclude = ["secret"]
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # on the web UI or the management API (audited)
+
+
+class WebhookAttemptInline(admin.TabularInline):
+    model = WebhookAttempt
+    extra = 0
+    can_delete = False
+    fields = ["number", "started_at", "status_code", "duration_ms", "response_body", "error", "requested_by"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(ReadOnlyAdmin):
+    list_display = ["created_at", "event", "model_name", "subscription", "state", "attempt_count", "next_attempt_at"]
+    list_filter = ["state", "event", "subscription__team"]
+    search_fields = ["message_id", "model_name"]
+    inlines = [WebhookAttemptInline]
+    actions = ["redeliver"]
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.action(description="Redeliver the selected deliveries (same webhook-id)")
+    def redeliver(self, request, queryset):
+        for delivery in queryset.select_related("subscription__team"):
+            webhooks.redeliver(delivery, request.user)
+        self.message_user(request, f"Sending {queryset.count()} delivery(ies) again.", messages.SUCCESS)

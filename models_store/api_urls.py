@@ -3,10 +3,11 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from models_store import apis
+from models_store import apis, webhook_apis
 
 _MODEL = "models/<str:name>"
 _VERSION = "models/<str:name>/versions/<int:number>"
+_WEBHOOK = "teams/<str:team>/webhooks/<int:webhook>"
 
 urlpatterns = [
     path("models/", apis.ModelListView.as_view(), name="api-model-list"),
@@ -20,6 +21,14 @@ urlpatterns = [
     path(f"{_MODEL}/traffic/", apis.TrafficView.as_view(), name="api-traffic"),
     path(f"{_MODEL}/traffic/promote", apis.TrafficPromoteView.as_view(), name="api-traffic-promote"),
     path(f"{_MODEL}/traffic/rollback", apis.TrafficRollbackView.as_view(), name="api-traffic-rollback"),
+    path("teams/<str:team>/webhooks/", webhook_apis.WebhookListView.as_view(), name="api-webhook-list"),
+    path(f"{_WEBHOOK}/", webhook_apis.WebhookDetailView.as_view(), name="api-webhook-detail"),
+    path(f"{_WEBHOOK}/deliveries/", webhook_apis.DeliveryListView.as_view(), name="api-webhook-deliveries"),
+    path(
+        f"{_WEBHOOK}/deliveries/<int:delivery>/redeliver",
+        webhook_apis.RedeliverView.as_view(),
+        name="api-webhook-redeliver",
+    ),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

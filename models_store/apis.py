@@ -267,6 +267,10 @@ class ModelListView(ManagementView):
         filtered by ``name``, ``team`` and ``state`` and sorted by ``order``
         (with INFERENCE_REQUIRE_TOKEN, only the models of the caller's teams;
         every model for operators)."""
+        # One of the schema's values (a state in any case), not empty (the web UI's form sends "" for any).
+        for key in ("state", "order"):
+            if key in request.query_params and not request.query_params[key].strip():
+                raise ParseError(f"{key} is empty: leave it out for any")
         try:
             where = selectors.ModelFilter.from_params(request.query_params)
         except ValueError as exc:

@@ -7,7 +7,7 @@ from django.core.validators import RegexValidator
 
 from inference import instance_groups
 from models_store.config import MAX_CONFIG_CHARS
-from models_store.models import MODEL_NAME_RE, VersionPolicy, label_validator
+from models_store.models import MODEL_NAME_RE, VersionPolicy, WebhookEvent, label_validator
 
 
 def parse_version_numbers(text: str) -> list[int]:
@@ -148,3 +148,23 @@ class TokenForm(forms.Form):
     def __init__(self, *args, teams: list[str] = (), **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["team"].choices = [("", "all my teams"), *((t, t) for t in teams)]
+
+
+class WebhookForm(forms.Form):
+    """A new webhook subscription of one of the user's teams."""
+
+    team = forms.ChoiceField(choices=(), help_text="whose models' events are sent")
+    url = forms.URLField(
+        max_length=2048,
+        label="URL",
+        assume_scheme="https",
+        help_text="http(s); its host must resolve to public addresses",
+    )
+    events = forms.MultipleChoiceField(
+        choices=WebhookEvent.choices, widget=forms.CheckboxSelectMultiple, help_text="the events to send"
+    )
+    description = forms.CharField(max_length=200, required=False)
+
+    def __init__(self, *args, teams: list[str] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].choices = [(t, t) for t in teams]

@@ -9,7 +9,9 @@ and of every inference worker that takes validation tasks (``runworker``):
 - the cleanup: what an upload that failed half-way left behind (staging
   files, local artifact copies and storage-backend objects no version row
   references, a worker's cached artifacts no version uses), older than
-  ORPHAN_MIN_AGE_SECONDS (the same sweep as ``manage.py cleanup_store``).
+  ORPHAN_MIN_AGE_SECONDS (the same sweep as ``manage.py cleanup_store``);
+- webhook deliveries whose attempt is overdue (the process that would have
+  made it ended) are scheduled again (:func:`webhooks.reschedule_stale`).
 
 Every MAINTENANCE_SECONDS; several processes doing it at once is harmless
 (a version is re-queued by one reaper only; removing an orphan twice is a
@@ -30,7 +32,7 @@ from django.db import close_old_connections
 
 from inference import rollups_db
 from inference.outage import DependencyWatch
-from models_store import outages, storage, validating
+from models_store import outages, storage, validating, webhooks
 from models_store.models import ModelVersion
 
 logger = logging.getLogger(__name__)
@@ -71,6 +73,7 @@ def run_once(cache_dir: Path | None = None) -> tuple[list[int], list[str]]:
     rollups_db.prune(settings.CHART_RETENTION_DAYS, time.time())
     rollups_db.compact(time.time())
     removed = list(sweep(settings.ORPHAN_MIN_AGE_SECONDS, cache_dir))
+    webhooks.reschedule_stale(max(60.0, settings.MAINTENANCE_SECONDS))
     if removed:
         logger.warning("removed %d orphan(s) of interrupted uploads: %s", len(removed), ", ".join(removed[:10]))
     return requeued, removed

@@ -14,8 +14,8 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 from uritemplate import variables
 
-from models_store.actions import MAX_VERSION_NUMBER
-from models_store.models import MODEL_NAME_RE, label_validator
+from models_store.actions import MAX_ROW_ID, MAX_VERSION_NUMBER
+from models_store.models import MODEL_NAME_RE, label_validator, team_name_validator
 from models_store.serializers import ErrorSerializer
 
 API_PREFIX = "/api/"
@@ -49,6 +49,21 @@ PATH_PARAMETERS = {
     ),
     "label": OpenApiParameter(
         "label", str, OpenApiParameter.PATH, pattern=label_validator.regex.pattern, description="Version label."
+    ),
+    "team": OpenApiParameter(
+        "team", str, OpenApiParameter.PATH, pattern=team_name_validator.regex.pattern, description="Team name."
+    ),
+    "webhook": OpenApiParameter(
+        "webhook",
+        {"type": "integer", "minimum": 1, "maximum": MAX_ROW_ID},
+        OpenApiParameter.PATH,
+        description="Webhook subscription id.",
+    ),
+    "delivery": OpenApiParameter(
+        "delivery",
+        {"type": "integer", "minimum": 1, "maximum": MAX_ROW_ID},
+        OpenApiParameter.PATH,
+        description="Webhook delivery id.",
     ),
 }
 

@@ -18,7 +18,7 @@ from kombu.exceptions import OperationalError
 
 from inference import instance_groups
 from inference.serving_state import served_versions
-from models_store import audit, signature_guard, storage, validating
+from models_store import audit, signature_guard, storage, validating, webhooks
 from models_store.config import ConfigError, TritonConfig, parse_config_json, same_config
 from models_store.config.signatures import check_against_versions
 from models_store.models import (
@@ -510,6 +510,30 @@ def _version_remove(version: ModelVersion, actor, labels: list[str]) -> None:
         transaction.on_commit(lambda: storage.remove_artifact(artifact))
 
 
+# -- webhooks (models_store/webhooks.py) -----------------------------------------
+def _actor_name(actor) -> str:
+    return actor.get_username() if actor is not None else audit.SYSTEM
+
+
+def _label_moved(model: RegisteredModel, label: str, previous, version, actor, forced: bool = False) -> None:
+    """The ``label.moved`` event: ``version`` None when the label was removed, ``previous`` None when it is new."""
+    if previous != version:
+        webhooks.model_event(
+            model, "label.moved", label=label, version=version, previous_version=previous, forced=forced,
+            actor=_actor_name(actor),
+        )  # fmt: skip
+
+
+def _traffic_changed(model: RegisteredModel, action: str, before: dict, actor, forced: bool = False) -> None:
+    """The ``traffic.changed`` event (``action``: set, promote, rollback, or dropped: labels left the split)."""
+    traffic = model.traffic or {}
+    if traffic != before:
+        webhooks.model_event(
+            model, "traffic.changed", action=action, traffic=traffic, before=before,
+            versions=_traffic_versions(model, traffic), forced=forced, actor=_actor_name(actor),
+        )  # fmt: skip
+
+
 # -- version labels -----------------------------------------------------------
 @transaction.atomic
 def label_set(model: RegisteredModel, name: str, number: int, actor=None, force: bool = False) -> VersionLabel:
@@ -538,6 +562,7 @@ def label_set(model: RegisteredModel, name: str, number: int, actor=None, force:
         forced = _guard(model, what, f"label '{name}'", [current.version], [version], force)
     label, _ = VersionLabel.objects.update_or_create(model=model, name=name, defaults={"version": version})
     audit.record(actor, "label.set", model, number, label=name, **forced)
+    _label_moved(model, name, current.version.number if current else None, number, actor, bool(forced))
     bump_stamp()
     return label
 
@@ -553,8 +578,10 @@ def label_delete(model: RegisteredModel, name: str, actor=None) -> bool:
     if label is None:
         return False
     _release_from_split(model, [name], actor)
+    previous = label.version.number
     label.delete()
     audit.record(actor, "label.delete", model, label=name)
+    _label_moved(model, name, previous, None, actor)
     bump_stamp()
     return True
 
@@ -597,6 +624,7 @@ def model_delete(model: RegisteredModel, actor=None) -> None:
     for version in list(model.versions.all()):
         _version_remove(version, actor, sorted(version.labels.values_list("name", flat=True)))
     audit.record(actor, "model.delete", model, team=model.team.name if model.team else "")
+    webhooks.model_event(model, "model.deleted", actor=_actor_name(actor))
     model.delete()
     bump_stamp()
 
@@ -682,6 +710,7 @@ def _release_from_split(locked: RegisteredModel, labels, actor, what: str = "") 
         actor, "traffic.set", locked, traffic=locked.traffic, before=before,
         versions=_traffic_versions(locked, locked.traffic), dropped=dropped,
     )  # fmt: skip
+    _traffic_changed(locked, "dropped", before, actor)
     bump_stamp()
 
 
@@ -704,6 +733,7 @@ def traffic_set(model: RegisteredModel, weights: dict[str, int], actor=None, for
         actor, "traffic.set", locked, traffic=traffic, before=before, versions=_traffic_versions(locked, traffic),
         **forced,
     )  # fmt: skip
+    _traffic_changed(locked, "set", before, actor, bool(forced))
     bump_stamp()
     return locked
 
@@ -742,6 +772,8 @@ def traffic_promote(model: RegisteredModel, actor=None, force: bool = False) -> 
         stable_before=stable.number if stable else None, stable=canary.number, before=before, traffic=locked.traffic,
         **forced,
     )  # fmt: skip
+    _label_moved(locked, STABLE, stable.number if stable else None, canary.number, actor, bool(forced))
+    _traffic_changed(locked, "promote", before, actor, bool(forced))
     bump_stamp()
     return locked
 
@@ -762,6 +794,7 @@ def traffic_rollback(model: RegisteredModel, actor=None) -> RegisteredModel:
         actor, "traffic.rollback", locked, stable.number,
         canary=canary.number if canary else None, before=before, traffic=locked.traffic,
     )  # fmt: skip
+    _traffic_changed(locked, "rollback", before, actor)
     bump_stamp()
     return locked
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from models_store import outages, validating
+from models_store import outages, validating, webhooks
 
 
 @shared_task(
@@ -40,3 +40,10 @@ def validate_version(self, version_id: int, resume: bool = False) -> str | None:
         validating.note_interrupted(version_id, exc, delay)
         raise self.retry(args=(version_id,), kwargs={"resume": True}, countdown=delay) from None
     return version.state if version is not None else None
+
+
+@shared_task(name="models_store.deliver_webhook", ignore_result=True, acks_late=True, reject_on_worker_lost=True)
+def deliver_webhook(delivery_id: int) -> None:
+    """Make the due attempt of a webhook delivery and schedule the next one
+    when it failed (see webhooks.run; a delivery not due is left alone)."""
+    webhooks.run(delivery_id)

@@ -1,10 +1,10 @@
-"""Routes of the web UI (``/models/``, ``/upload/``, ``/tokens/``, sign in and out)."""
+"""Routes of the web UI (``/models/``, ``/upload/``, ``/tokens/``, ``/webhooks/``, sign in and out)."""
 
 from django.contrib.auth import views as auth_views
 from django.urls import path
 from django.views.generic import RedirectView
 
-from models_store import views
+from models_store import views, webhook_views
 
 _MODEL = "models/<str:name>"
 _VERSION = "models/<str:name>/versions/<int:number>"
@@ -27,4 +27,13 @@ urlpatterns = [
     path(f"{_VERSION}/<str:action>", views.version_action, name="version-action"),
     path("tokens/", views.token_list, name="token-list"),
     path("tokens/<int:token_id>/revoke", views.token_revoke, name="token-revoke"),
+    path("webhooks/", webhook_views.webhook_list, name="webhook-list"),
+    path("webhooks/<int:webhook_id>/", webhook_views.webhook_detail, name="webhook-detail"),
+    path("webhooks/<int:webhook_id>/delete", webhook_views.webhook_delete, name="webhook-delete"),
+    path("webhooks/<int:webhook_id>/pause", webhook_views.webhook_pause, name="webhook-pause"),
+    path(
+        "webhooks/<int:webhook_id>/deliveries/<int:delivery_id>/redeliver",
+        webhook_views.webhook_redeliver,
+        name="webhook-redeliver",
+    ),
 ]

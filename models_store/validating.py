@@ -27,7 +27,7 @@ from django.db import close_old_connections, transaction
 from django.utils import timezone
 
 from inference.outage import DependencyWatch
-from models_store import audit, outages, storage, validation
+from models_store import audit, outages, storage, validation, webhooks
 from models_store.config import config_from_raw
 from models_store.models import ModelVersion
 from models_store.stamp import bump_stamp
@@ -306,6 +306,10 @@ def _version_validated(version_id: int, state: str, *, log: list[str], reason: s
     version.save()
     action = "version.ready" if state == State.READY else "version.failed"
     audit.record(None, action, version.model, version.number, reason=reason)
+    webhooks.model_event(
+        version.model, action, version=version.number, state=state, reason=reason, sha256=version.sha256,
+        inputs=version.inputs, outputs=version.outputs,
+    )  # fmt: skip
     bump_stamp()
     return version
 

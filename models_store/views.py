@@ -22,7 +22,18 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_POST
 
 from inference import instance_groups
-from models_store import accounts, actions, charts, outages, permissions, selectors, signature_guard, snippets, uploads
+from models_store import (
+    accounts,
+    actions,
+    charts,
+    outages,
+    permissions,
+    selectors,
+    signature_guard,
+    snippets,
+    uploads,
+    webhook_views,
+)
 from models_store.forms import LabelForm, ModelSettingsForm, TokenForm, UploadForm
 from models_store.models import ModelVersion, RegisteredModel
 
@@ -178,6 +189,7 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
         "dynamic_batching": describe_batching(model),
         "label_form": label_form or LabelForm(ready_versions=ready),
         "audit": selectors.audit_for_model(model)[:AUDIT_ON_PAGE],
+        "webhook_deliveries": webhook_views.deliveries_for_model(request.user, model),
         "traffic": _traffic_rows(model),
         "snippets": _snippets(request, model, shown),
         "error": error,

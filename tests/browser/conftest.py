@@ -38,16 +38,18 @@ DOCS = ROOT / "docs" / "screenshots"
 @pytest.fixture(scope="session")
 def ui_server(tmp_path_factory):
     """``serve`` with an operator-owned model (scikit-learn digits, imported
-    from a repository) and user alice (team ml) with a random password."""
+    from a repository) and user alice (team ml) with a random password;
+    webhooks to 127.0.0.1 allowed, retried after 0.2 s."""
     from models_store.management.commands.build_demo_repository import CONFIG, build_models
 
     repository = tmp_path_factory.mktemp("ui-repository")
     payload, features = build_models()["digits"]
     m.write_model(repository, "digits", payload, config=CONFIG.format(name="digits", features=features))
+    hooks = {"WEBHOOK_ALLOWED_HOSTS": "127.0.0.1", "WEBHOOK_RETRY_SECONDS": "0.2", "WEBHOOK_RETRY_MAX_SECONDS": "0.5"}
     server = LiveServer(
         repository,
         tmp_path_factory.mktemp("ui-live"),
-        extra_env={"REGISTRY_POLL_SECONDS": "0.2", "CHART_FLUSH_SECONDS": "1"},
+        extra_env={"REGISTRY_POLL_SECONDS": "0.2", "CHART_FLUSH_SECONDS": "1", **hooks},
     )
     server.start()
     password = secrets.token_urlsafe(16)

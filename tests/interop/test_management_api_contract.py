@@ -57,11 +57,22 @@ def _schema_url(server) -> str:
     return f"http://{server.http_url}/api/schema/?format=json"
 
 
-def schemathesis(server, report: Path, token: str | None, *options: str) -> dict:
+def schemathesis(
+    server, report: Path, token: str | None, *options: str, ids: dict | None = None, operations: int = 22
+) -> dict:
     """Run the schemathesis CLI against ``server`` (with ``token``, or none);
-    its JSON run report (the requests it sent are in ``report`` .har)."""
+    its JSON run report (the requests it sent are in ``report`` .har).
+    ``ids``: path parameter -> row ids that exist (a webhook and its
+    deliveries), added to the configuration as dictionaries of those parameters."""
+    config = CONFIG
+    if ids:
+        config = report.with_suffix(".toml")
+        lines = [CONFIG.read_text()]  # [parameters] is its last table: the first lines below extend it
+        lines += [f'"path.{name}" = {{ dictionary = "{name}", probability = 0.5 }}' for name in ids]
+        lines += [f"[dictionaries.{name}]\nvalues = {json.dumps(values)}" for name, values in ids.items()]
+        config.write_text("\n".join(lines) + "\n")
     command = [
-        str(BIN / "schemathesis"), "--config-file", str(CONFIG), "run", _schema_url(server), "--checks", "all",
+        str(BIN / "schemathesis"), "--config-file", str(config), "run", _schema_url(server), "--checks", "all",
         "--report", "json,har", "--report-json-path", str(report), "--report-har-path", str(report.with_suffix(".har")),
         *options, *(("--header", f"Authorization: Bearer {token}") if token else ()),
     ]  # fmt: skip
@@ -73,7 +84,7 @@ def schemathesis(server, report: Path, token: str | None, *options: str) -> dict
     assert summary["complete"] and summary["stop_reason"] == "completed", output
     assert summary["failures"] == [] and summary["errors"] == [], output
     assert summary["test_cases"]["with_failures"] == 0 and summary["test_cases"]["errored"] == 0, output
-    assert summary["operations"]["tested"] == summary["operations"]["total"] == 15, output
+    assert summary["operations"]["tested"] == operations and summary["operations"]["total"] == 22, output
     return summary
 
 
@@ -100,11 +111,21 @@ def operations_answered(har: Path, schema: dict, statuses: range) -> set[str]:
 
 
 def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
-    def prepare(scale: float) -> None:
+    def prepare(scale: float) -> dict[str, list[int]]:
         """A version of "affine" (team ml; the fuzzer also creates its own
         models) for the team token to change, with the labels the traffic
-        split's promote (canary) and rollback (stable) look for: each run
-        starts with them, whatever the run before deleted."""
+        split's promote (canary) and rollback (stable) look for, and a webhook
+        of team ml with deliveries: each run starts with them, whatever the
+        run before deleted."""
+        # A webhook of team ml, subscribed before the labels move: its deliveries (label.moved) are
+        # there for the deliveries list and the redeliver to reach (nothing listens: they are retried).
+        status, answer = request(
+            server, "POST", "/api/teams/ml/webhooks/",
+            json.dumps({"url": "http://127.0.0.1:9/hooks", "events": ["label.moved"]}).encode(),
+            {**bearer(tokens["alice"]), "Content-Type": "application/json"},
+        )  # fmt: skip
+        assert status == 201, answer
+        webhook = answer["id"]
         body, kind = multipart({"team": "ml"}, m.affine(scale, 1.0))
         headers = {**bearer(tokens["alice"]), "Content-Type": kind}
         status, version = request(server, "POST", "/api/models/affine/versions/", body, headers)
@@ -115,26 +136,38 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
                 {**bearer(tokens["alice"]), "Content-Type": "application/json"},
             )  # fmt: skip
             assert status == 200, answer
+        status, page = request(
+            server, "GET", f"/api/teams/ml/webhooks/{webhook}/deliveries/", b"", bearer(tokens["alice"])
+        )
+        assert status == 200 and page["count"] == 2, page  # label.moved twice
+        return {"webhook": [webhook], "delivery": [d["id"] for d in page["results"]]}
 
     status, schema = request(server, "GET", "/api/schema/?format=json")
     schema = schema if isinstance(schema, dict) else json.loads(schema)  # application/vnd.oai.openapi+json
-    assert status == 200 and len(schema["paths"]) == 11
+    assert status == 200 and len(schema["paths"]) == 15
     every_operation = {
         f"{method.upper()} {path}" for path, operations in schema["paths"].items() for method in operations
     }
     phases = ("--phases", ",".join(PHASES))
     for who, scale in (("alice", 2.0), ("root", 3.0)):
-        prepare(scale)
-        summary = schemathesis(server, tmp_path / f"{who}.json", tokens[who], *phases)
+        ids = prepare(scale)
+        summary = schemathesis(server, tmp_path / f"{who}.json", tokens[who], *phases, ids=ids)
         assert {phase: summary["phases"][phase]["status"] for phase in PHASES} == dict.fromkeys(PHASES, "success")
         assert summary["seed"] == 18 and summary["test_cases"]["generated"] > 500
+        # The run deletes the webhook it was given before it redelivers (the operations go in path order):
+        # the redeliver gets a run of its own, on a fresh webhook with deliveries.
+        ids = prepare(scale + 0.5)
+        alone = ("--phases", "fuzzing", "--include-path-regex", "redeliver$")
+        schemathesis(server, tmp_path / f"{who}-redeliver.json", tokens[who], *alone, ids=ids, operations=1)
         # The links and the test's names let it reach every operation, not only its refusals.
-        assert operations_answered(tmp_path / f"{who}.har", schema, range(200, 300)) == every_operation
+        answered = operations_answered(tmp_path / f"{who}.har", schema, range(200, 300))
+        answered |= operations_answered(tmp_path / f"{who}-redeliver.har", schema, range(200, 300))
+        assert answered == every_operation
     # No token: every operation answers its declared 401 (error body, WWW-Authenticate) and nothing else.
     anonymous = ("--phases", "fuzzing", "--mode", "positive", "--max-examples", "5")
     summary = schemathesis(server, tmp_path / "anonymous.json", None, *anonymous)
     assert summary["phases"]["fuzzing"]["status"] == "success"
-    assert len(summary["warnings"]["missing_auth"]) == 15
+    assert len(summary["warnings"]["missing_auth"]) == 22
     assert operations_answered(tmp_path / "anonymous.har", schema, range(401, 402)) == every_operation
 
     # The registry after the runs: both models still listed, the operator-owned one without a team.

@@ -1,5 +1,6 @@
 """Validation in a Celery worker (REDIS_URL set): the upload answers 202 with
-the version UPLOADED, and the worker takes it to READY or FAILED."""
+the version UPLOADED, and the worker takes it to READY or FAILED; webhook
+deliveries are attempted there too (the Celery task ``deliver_webhook``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from tests.support import onnx_models as m
 from tests.support import redis_db
 from tests.support.live import bearer, manage, multipart, request, wait_for
 from tests.support.server import ROOT, LiveServer, free_port
+from tests.support.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.interop
 
@@ -37,7 +39,8 @@ def redis_url():
 @pytest.fixture(scope="module")
 def worker_server(redis_url, tmp_path_factory):
     repository = tmp_path_factory.mktemp("worker-repository")
-    live = LiveServer(repository, tmp_path_factory.mktemp("worker-live"), extra_env={"REDIS_URL": redis_url})
+    hooks = {"WEBHOOK_ALLOWED_HOSTS": "127.0.0.1", "WEBHOOK_RETRY_SECONDS": "0.3"}
+    live = LiveServer(repository, tmp_path_factory.mktemp("worker-live"), extra_env={"REDIS_URL": redis_url, **hooks})
     live.start()
     log = open(live.var_dir / "worker.log", "wb")  # closed at teardown
     worker = subprocess.Popen(
@@ -152,3 +155,37 @@ def test_the_server_validates_itself_when_no_worker_takes_validation_tasks(tmp_p
     finally:
         stopped = live.stop()
     assert stopped == 0, live.log()
+
+
+def test_a_worker_delivers_webhooks(worker_server):
+    """The worker validates, emits version.ready and makes the attempts (500,
+    then 200 after the back-off); a redeliver from the API is queued as the
+    Celery task: the worker's log has every attempt, the server's none."""
+    server = worker_server
+    from standardwebhooks import Webhook
+
+    headers = {**bearer(server.token), "Content-Type": "application/json"}
+    with Receiver([500]) as hooks:
+        body = json.dumps({"url": hooks.url, "events": ["version.ready"]}).encode()
+        status, created = request(server, "POST", "/api/teams/ml/webhooks/", body, headers)
+        assert status == 201, created
+        upload, kind = multipart({"team": "ml"}, m.affine(7.0, 1.0))
+        status, version = request(
+            server, "POST", "/api/models/hooked/versions/", upload, {**bearer(server.token), "Content-Type": kind}
+        )
+        assert status == 202, version
+        received = hooks.wait_for(2, timeout=60)
+        message_id = received[0].headers["webhook-id"]
+        assert received[1].headers["webhook-id"] == message_id
+        assert Webhook(created["secret"]).verify(received[1].body, received[1].headers)["data"]["model"] == "hooked"
+        path = f"/api/teams/ml/webhooks/{created['id']}/deliveries/"
+        (delivery,) = request(server, "GET", path, headers=bearer(server.token))[1]["results"]
+        status, _ = request(server, "POST", f"{path}{delivery['id']}/redeliver", b"", headers)
+        assert status == 202
+        assert hooks.wait_for(3, timeout=60)[2].headers["webhook-id"] == message_id
+    worker_log = (server.var_dir / "worker.log").read_text()
+    assert wait_for(lambda: f"webhook {message_id} (version.ready) attempt 3" in
+                    (server.var_dir / "worker.log").read_text()), worker_log  # fmt: skip
+    for number in (1, 2):
+        assert f"webhook {message_id} (version.ready) attempt {number}" in worker_log
+    assert message_id not in server.log()

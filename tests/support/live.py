@@ -96,7 +96,8 @@ def wait_for(predicate, timeout: float = 15.0, interval: float = 0.05) -> bool:
 def token_server(tmp_path_factory, poll_seconds: float):
     """A live server requiring API tokens for inference, following the
     registry every ``poll_seconds``, with one operator-owned model ("legacy":
-    y = x + 1); a generator for a module fixture (stops the server after)."""
+    y = x + 1), webhooks to 127.0.0.1 allowed; a generator for a module
+    fixture (stops the server after)."""
     from tests.support import onnx_models as m
 
     repository = tmp_path_factory.mktemp("token-repository")
@@ -104,7 +105,11 @@ def token_server(tmp_path_factory, poll_seconds: float):
     live = LiveServer(
         repository,
         tmp_path_factory.mktemp("token-live"),
-        extra_env={"INFERENCE_REQUIRE_TOKEN": "true", "REGISTRY_POLL_SECONDS": str(poll_seconds)},
+        extra_env={
+            "INFERENCE_REQUIRE_TOKEN": "true",
+            "REGISTRY_POLL_SECONDS": str(poll_seconds),
+            "WEBHOOK_ALLOWED_HOSTS": "127.0.0.1",
+        },
     )
     live.start()
     yield live

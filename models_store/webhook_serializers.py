@@ -1,0 +1,98 @@
+"""Serializers of the management API's webhooks (docs/webhooks.md)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from models_store.models import WebhookAttempt, WebhookDelivery, WebhookEvent, WebhookSubscription
+from models_store.serializers import Boolean, TextField
+
+
+class WebhookCreateSerializer(serializers.Serializer):
+    """A new subscription: ``url`` (http or https, a host whose addresses are
+    public unless WEBHOOK_ALLOWED_HOSTS lists it) and the ``events`` it gets."""
+
+    url = serializers.URLField(max_length=2048, help_text="Where the events are POSTed.")
+    events = serializers.ListField(
+        child=serializers.ChoiceField(choices=WebhookEvent.values),
+        min_length=1,
+        max_length=len(WebhookEvent.values),
+        help_text="The events to send.",
+    )
+    description = TextField(max_length=200, required=False, allow_blank=True, default="")
+
+    def validate_url(self, value: str) -> str:
+        if "\x00" in value:
+            raise serializers.ValidationError("Null characters are not allowed.")
+        return value
+
+
+class WebhookUpdateSerializer(serializers.Serializer):
+    """What may change on a subscription (each optional): ``active`` (false:
+    paused, no new deliveries), ``events``, ``description``. To change the
+    URL, make a new subscription (it gets a new secret)."""
+
+    active = Boolean(required=False)
+    events = serializers.ListField(
+        child=serializers.ChoiceField(choices=WebhookEvent.values),
+        min_length=1,
+        max_length=len(WebhookEvent.values),
+        required=False,
+    )
+    description = TextField(max_length=200, required=False, allow_blank=True)
+
+
+class WebhookSerializer(serializers.ModelSerializer):
+    """A team's webhook subscription (its secret is only in the creation's answer)."""
+
+    team = serializers.CharField(source="team.name", read_only=True)
+    events = serializers.ListField(child=serializers.ChoiceField(choices=WebhookEvent.values), read_only=True)
+    created_by = serializers.SerializerMethodField()
+
+    class Meta:
+        model = WebhookSubscription
+        fields = ["id", "team", "url", "events", "description", "active", "created_by", "created_at"]
+        read_only_fields = fields
+
+    def get_created_by(self, subscription) -> str | None:
+        """Who created it (null: the user is gone)."""
+        return subscription.created_by.get_username() if subscription.created_by else None
+
+
+class WebhookCreatedSerializer(WebhookSerializer):
+    """The new subscription with its signing ``secret`` (``whsec_...``): shown this once."""
+
+    secret = serializers.CharField(read_only=True, help_text="The Standard Webhooks signing secret; shown once.")
+
+    class Meta(WebhookSerializer.Meta):
+        fields = [*WebhookSerializer.Meta.fields, "secret"]
+        read_only_fields = fields
+
+
+class WebhookAttemptSerializer(serializers.ModelSerializer):
+    """One attempt: the answer's ``status_code`` (null: none, see ``error``),
+    the first bytes of its body, ``duration_ms``, and who asked for it
+    (``requested_by``: empty for the event's own attempts and retries)."""
+
+    class Meta:
+        model = WebhookAttempt
+        fields = ["number", "started_at", "status_code", "response_body", "duration_ms", "error", "requested_by"]
+        read_only_fields = fields
+
+
+class WebhookDeliverySerializer(serializers.ModelSerializer):
+    """One event sent to one subscription: ``message_id`` is its
+    ``webhook-id`` header (the same on every attempt); ``state`` PENDING
+    (``next_attempt_at`` says when), SUCCEEDED or FAILED; ``payload`` the body sent."""
+
+    model = serializers.CharField(source="model_name", read_only=True)
+    payload = serializers.DictField(read_only=True)
+    attempts = WebhookAttemptSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = WebhookDelivery
+        fields = [
+            "id", "message_id", "event", "model", "state", "attempt_count", "next_attempt_at", "created_at",
+            "payload", "attempts",
+        ]  # fmt: skip
+        read_only_fields = fields

@@ -1,0 +1,251 @@
+"""Webhooks of teams: each event emitted by the change that causes it, with
+its payload; Standard Webhooks signatures verified by the
+``standardwebhooks`` library; retries with back-off and the same
+``webhook-id`` (at-least-once), giving up after the retry window, the
+redeliver; targets on private addresses refused unless
+WEBHOOK_ALLOWED_HOSTS lists them. Deliveries go to a real HTTP receiver on
+127.0.0.1; the attempts run inline (the timer's thread replaced by a
+sleep), so the test database sees one writer."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+
+import pytest
+from standardwebhooks import Webhook
+from standardwebhooks.webhooks import WebhookVerificationError
+
+from models_store import selectors, services, webhooks
+from models_store.models import AuditEvent, ModelVersion, WebhookDelivery
+from tests.support import onnx_models as m
+from tests.support.store import person, stage
+from tests.support.webhook_receiver import Receiver
+
+pytestmark = [pytest.mark.db, pytest.mark.django_db(transaction=True)]
+
+ALL = list(webhooks.EVENTS)
+
+
+@pytest.fixture(autouse=True)
+def _inline(settings, monkeypatch):
+    """Small back-off, 127.0.0.1 allowed, attempts inline after their delay."""
+    settings.WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
+    settings.WEBHOOK_RETRY_SECONDS = 0.05
+    settings.WEBHOOK_RETRY_MAX_SECONDS = 0.2
+    settings.WEBHOOK_TIMEOUT_SECONDS = 5.0
+
+    def inline(delay: float, delivery_id: int) -> None:
+        time.sleep(delay)
+        webhooks.run(delivery_id)
+
+    monkeypatch.setattr(webhooks, "_start_timer", inline)
+    monkeypatch.setattr(webhooks, "_delivers_here", lambda: True)
+
+
+@pytest.fixture
+def alice():
+    return person("alice", "ml")
+
+
+def _subscribe(user, url: str, events=ALL):
+    return webhooks.subscription_create(user.teams.get(name="ml"), url, events, user)
+
+
+def _verified(subscription, received) -> dict:
+    """The payload of a received request, after verifying its signature."""
+    return Webhook(subscription.secret).verify(received.body, received.headers)
+
+
+def test_version_ready_and_failed_are_signed_with_their_payloads(alice):
+    with Receiver() as hooks:
+        subscription = _subscribe(alice, hooks.url, ["version.ready", "version.failed"])
+        assert subscription.secret.startswith("whsec_")
+        services.version_upload("m", stage(m.affine(2.0, 0.0)), alice, team=alice.teams.get())
+        services.version_upload("m", stage(m.failing_model()), alice)
+        received = hooks.wait_for(2)
+    ready, failed = (ModelVersion.objects.get(model__name="m", number=n) for n in (1, 2))
+    assert (ready.state, failed.state) == ("READY", "FAILED")
+    first, second = (_verified(subscription, r) for r in received)
+    assert first["type"] == "version.ready" and second["type"] == "version.failed"
+    assert first["data"] == {
+        "model": "m", "team": "ml", "version": 1, "state": "READY", "reason": "", "sha256": ready.sha256,
+        "inputs": ready.inputs, "outputs": ready.outputs,
+    }  # fmt: skip
+    assert second["data"]["version"] == 2 and second["data"]["reason"] == failed.reason != ""
+    assert received[0].path == "/hooks" and received[0].headers["content-type"] == "application/json"
+    assert received[0].headers["webhook-id"] != received[1].headers["webhook-id"]
+    # Another secret, or a changed body, does not verify.
+    with pytest.raises(WebhookVerificationError):
+        Webhook(webhooks.new_secret()).verify(received[0].body, received[0].headers)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(subscription.secret).verify(received[0].body.replace(b'"m"', b'"n"'), received[0].headers)
+
+
+@pytest.fixture
+def two_versions(alice):
+    team = alice.teams.get()
+    for scale in (1.0, 2.0):
+        services.version_upload("m", stage(m.affine(scale, 0.0)), alice, team=team)
+    return selectors.model_get("m")
+
+
+def _events(hooks: Receiver, subscription, count: int) -> list[dict]:
+    return [_verified(subscription, r) for r in hooks.wait_for(count)]
+
+
+def test_label_moves_and_traffic_changes(alice, two_versions):
+    with Receiver() as hooks:
+        subscription = _subscribe(alice, hooks.url, ["label.moved", "traffic.changed"])
+        model = two_versions
+        services.label_set(model, "stable", 1, alice)
+        services.label_set(model, "canary", 2, alice)
+        services.label_set(model, "canary", 2, alice)  # no move: no event
+        services.traffic_set(model, {"stable": 90, "canary": 10}, alice)
+        services.traffic_promote(model, alice)
+        services.traffic_rollback(model, alice)  # the split is already stable 100: no change, no event
+        services.traffic_set(model, {}, alice)
+        services.label_delete(model, "canary", alice)
+        events = _events(hooks, subscription, 7)
+        time.sleep(0.2)
+        assert len(hooks.received) == 7
+    moved = [(e["data"]["label"], e["data"]["previous_version"], e["data"]["version"]) for e in events
+             if e["type"] == "label.moved"]  # fmt: skip
+    assert moved == [("stable", None, 1), ("canary", None, 2), ("stable", 1, 2), ("canary", 2, None)]
+    traffic = [e["data"] for e in events if e["type"] == "traffic.changed"]
+    assert [(t["action"], t["before"], t["traffic"]) for t in traffic] == [
+        ("set", {}, {"canary": 10, "stable": 90}),
+        ("promote", {"canary": 10, "stable": 90}, {"canary": 0, "stable": 100}),
+        ("set", {"canary": 0, "stable": 100}, {}),
+    ]
+    assert traffic[0]["versions"] == {"canary": 2, "stable": 1} and traffic[1]["versions"] == {"canary": 2, "stable": 2}
+    assert {e["data"]["actor"] for e in events} == {"alice"} and {e["data"]["model"] for e in events} == {"m"}
+
+
+def test_model_deleted_and_only_the_events_asked_for(alice, two_versions):
+    with Receiver() as hooks:
+        subscription = _subscribe(alice, hooks.url, ["model.deleted"])
+        services.label_set(two_versions, "stable", 1, alice)  # not asked for
+        services.model_delete(two_versions, alice)
+        (event,) = _events(hooks, subscription, 1)
+        time.sleep(0.2)
+        assert len(hooks.received) == 1
+    assert event["type"] == "model.deleted" and event["data"] == {"model": "m", "team": "ml", "actor": "alice"}
+    assert WebhookDelivery.objects.get().model_name == "m"
+
+
+def test_other_teams_events_are_not_sent(alice, two_versions):
+    bob = person("bob", "ops")
+    with Receiver() as hooks:
+        webhooks.subscription_create(bob.teams.get(), hooks.url, ALL, bob)
+        services.label_set(two_versions, "stable", 1, alice)
+        time.sleep(0.3)
+        assert hooks.received == []
+    assert not WebhookDelivery.objects.exists()
+
+
+def test_500_three_times_then_200_is_delivered_once_more_with_the_same_id(alice, two_versions, settings):
+    with Receiver([500, 500, 500]) as hooks:
+        subscription = _subscribe(alice, hooks.url, ["label.moved"])
+        services.label_set(two_versions, "stable", 1, alice)
+        received = hooks.wait_for(4)
+        time.sleep(0.5)
+        assert len(hooks.received) == 4  # exactly once more after the failures
+    assert len({r.headers["webhook-id"] for r in received}) == 1
+    payloads = [_verified(subscription, r) for r in received]  # each attempt signed anew, all verify
+    assert all(p == payloads[0] for p in payloads)
+    gaps = [b.at - a.at for a, b in itertools.pairwise(received)]
+    expected = [webhooks.retry_delay(n) for n in (1, 2, 3)]
+    assert expected == [0.05, 0.1, 0.2] and all(gap >= want * 0.9 for gap, want in zip(gaps, expected, strict=True))
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.message_id == received[0].headers["webhook-id"] and delivery.state == "SUCCEEDED"
+    attempts = list(delivery.attempts.order_by("number"))
+    assert [(a.number, a.status_code) for a in attempts] == [(1, 500), (2, 500), (3, 500), (4, 200)]
+    assert [a.response_body for a in attempts] == [f"answer {s} to request {n}" for n, s in
+                                                   ((1, 500), (2, 500), (3, 500), (4, 200))]  # fmt: skip
+    assert all(a.duration_ms > 0 and a.error == "" for a in attempts)
+
+
+def test_retries_end_after_the_window_and_a_redeliver_sends_it_again(alice, two_versions, settings):
+    settings.WEBHOOK_RETRY_WINDOW_SECONDS = 0.3
+    with Receiver([503] * 50) as hooks:
+        subscription = _subscribe(alice, hooks.url, ["label.moved"])
+        services.label_set(two_versions, "stable", 1, alice)
+        delivery = WebhookDelivery.objects.get()
+        assert delivery.state == "FAILED" and delivery.next_attempt_at is None
+        failed = len(hooks.received)
+        assert 2 <= failed == delivery.attempt_count <= 5
+        hooks.statuses = []
+        webhooks.redeliver(delivery, alice)
+        received = hooks.wait_for(failed + 1)
+    delivery.refresh_from_db()
+    assert delivery.state == "SUCCEEDED" and len({r.headers["webhook-id"] for r in received}) == 1
+    last = delivery.attempts.order_by("-number").first()
+    assert (last.status_code, last.requested_by, last.number) == (200, "alice", failed + 1)
+    _verified(subscription, received[-1])
+    event = AuditEvent.objects.get(action="webhook.redeliver")
+    assert event.actor_name == "alice" and event.detail["delivery"] == delivery.message_id
+
+
+def test_a_private_address_is_refused_without_the_allow_list(alice, settings):
+    settings.WEBHOOK_ALLOWED_HOSTS = []
+    team = alice.teams.get()
+    for url in ("http://127.0.0.1:9/x", "http://localhost/", "http://10.0.0.8/", "http://169.254.169.254/latest",
+                "http://[::1]:8080/", "http://192.168.1.1/", "ftp://example.com/"):  # fmt: skip
+        with pytest.raises(webhooks.SubscriptionRefused):
+            webhooks.subscription_create(team, url, ALL, alice)
+    assert not team.webhooks.exists() and not AuditEvent.objects.filter(action="webhook.create").exists()
+    with pytest.raises(webhooks.SubscriptionRefused, match="events are one or more of"):
+        webhooks.subscription_create(team, "http://127.0.0.1/", ["version.deleted"], alice)
+
+
+def test_the_address_is_checked_again_at_delivery_time(alice, two_versions, settings):
+    with Receiver() as hooks:
+        subscription = _subscribe(alice, hooks.url, ["label.moved"])  # allowed now ...
+        settings.WEBHOOK_ALLOWED_HOSTS = []  # ... not any more (as when a name resolves elsewhere later)
+        settings.WEBHOOK_RETRY_WINDOW_SECONDS = 0.1
+        services.label_set(two_versions, "stable", 1, alice)
+        time.sleep(0.2)
+        assert hooks.received == []
+    attempt = WebhookDelivery.objects.get(subscription=subscription).attempts.first()
+    assert attempt.status_code is None and "loopback" in attempt.error and attempt.error.startswith("refused")
+
+
+def test_subscriptions_are_audited_with_their_actor(alice):
+    subscription = _subscribe(alice, "http://127.0.0.1:9/x")
+    created = AuditEvent.objects.get(action="webhook.create")
+    assert created.actor_name == "alice" and created.detail["team"] == "ml" and created.detail["events"] == ALL
+    assert subscription.secret not in json.dumps(created.detail)
+    webhooks.subscription_delete(subscription, alice)
+    assert AuditEvent.objects.get(action="webhook.delete").actor_name == "alice"
+
+
+def test_a_celery_worker_delivers_in_worker_mode(alice, two_versions, monkeypatch, settings):
+    """Where no thread delivers, the Celery task does (eager here: no broker in
+    this test, and an eager task does not wait for its countdown: no back-off)."""
+    settings.WEBHOOK_RETRY_SECONDS = 0
+    monkeypatch.setattr(webhooks, "_delivers_here", lambda: False)
+    monkeypatch.setattr(webhooks, "_start_timer", lambda *a: pytest.fail("a thread was started"))
+    with Receiver([500]) as hooks:
+        subscription = _subscribe(alice, hooks.url, ["label.moved"])
+        services.label_set(two_versions, "stable", 1, alice)
+        received = hooks.wait_for(2)
+    assert received[0].headers["webhook-id"] == received[1].headers["webhook-id"]
+    _verified(subscription, received[1])
+    assert WebhookDelivery.objects.get().state == "SUCCEEDED"
+
+
+def test_a_paused_subscription_gets_no_new_deliveries(alice, two_versions):
+    with Receiver() as hooks:
+        subscription = _subscribe(alice, hooks.url, ["label.moved"])
+        webhooks.subscription_update(subscription, alice, active=False)
+        services.label_set(two_versions, "stable", 1, alice)
+        time.sleep(0.2)
+        assert hooks.received == [] and not WebhookDelivery.objects.exists()
+        webhooks.subscription_update(subscription, alice, active=True)
+        services.label_set(two_versions, "stable", 2, alice)
+        (event,) = _events(hooks, subscription, 1)
+    assert event["data"]["previous_version"] == 1 and event["data"]["version"] == 2
+    updates = AuditEvent.objects.filter(action="webhook.update").order_by("id")
+    assert [(e.actor_name, e.detail["active"]) for e in updates] == [("alice", False), ("alice", True)]
