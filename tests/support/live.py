@@ -137,7 +137,33 @@ def people_with_tokens(server: LiveServer, **teams) -> dict[str, str]:
         for name, team in teams.items()
     }
     output = manage(server, "shell", "-c", _PEOPLE_SCRIPT, env={"MODELHOST_TEST_PEOPLE": json.dumps(wanted)})
-    return json.loads(output.strip().splitlines()[-1])
+    tokens = json.loads(output.strip().splitlines()[-1])
+    for token in tokens.values():
+        assert wait_for(lambda token=token: _known_everywhere(server, token), timeout=30), "a new token stays unknown"
+    return tokens
+
+
+def _known_everywhere(server: LiveServer, token: str, tries: int = 4) -> bool:
+    """Whether REST and gRPC processes accept ``token`` (a read that checks
+    any token: the shared-memory status; ``tries`` calls each, on new
+    connections, so that every process answers). A process that reloaded its
+    tokens for an unknown one less than MISS_RELOAD_SECONDS ago learns of a
+    new token at its next registry poll, by design."""
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb
+    from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
+    for _ in range(tries):
+        if request(server, "GET", "/v2/systemsharedmemory/status", b"", bearer(token))[0] != 200:
+            return False
+        with grpc.insecure_channel(server.grpc_url) as channel:
+            try:
+                pb_grpc.GRPCInferenceServiceStub(channel).SystemSharedMemoryStatus(
+                    pb.SystemSharedMemoryStatusRequest(), metadata=(("authorization", f"Bearer {token}"),), timeout=10
+                )
+            except grpc.RpcError:
+                return False
+    return True
 
 
 def run_coroutine(coroutine):
