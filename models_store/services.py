@@ -19,7 +19,7 @@ from kombu.exceptions import OperationalError
 from inference import instance_groups
 from inference.serving_state import served_versions
 from models_store import audit, signature_guard, storage, validating, webhooks
-from models_store.config import ConfigError, TritonConfig, parse_config_json, same_config
+from models_store.config import ENSEMBLE, ConfigError, TritonConfig, parse_config_json, same_config
 from models_store.config.signatures import check_against_versions
 from models_store.models import (
     ModelVersion,
@@ -151,11 +151,18 @@ def model_set_config(
     latest 1, no dynamic batching, one instance, no parameters, no output
     labels); inputs and outputs are completed from the versions'
     signatures. Audited as ``model.config`` (with ``source``). Raises
-    ConfigError when the config names another model or does not fit the
+    ConfigError when the config names another model, is an ensemble's (or
+    the model is an ensemble: its versions carry its configuration,
+    models_store/ensembles.py), or does not fit the
     validated versions (:func:`check_against_versions`; ``validating``: a
     new version will be validated with it), or its version policy would
     serve nothing."""
     locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+    if config.ensemble or locked.platform == ENSEMBLE:
+        raise ConfigError(
+            "an ensemble's configuration comes with its versions: upload its config.pbtxt alone (no model file) "
+            "as a new version of an ensemble model"
+        )
     if config.name and config.name != locked.name:
         raise ConfigError(f"the config names the model {config.name!r}, not {locked.name!r}")
     validated = locked.versions.filter(state__in=(State.READY, State.UNAVAILABLE)).order_by("number")
