@@ -304,8 +304,10 @@ class UploadSerializer(serializers.Serializer):
     404) with ``description``; for an existing model both are ignored."""
 
     file = serializers.FileField(
+        required=False,  # an ensemble's upload is its config alone; otherwise refused with the upload's message
         allow_empty_file=True,  # refused by the upload's own checks, with their message
-        help_text="The ONNX model file; with its external data files (field data), at most MAX_UPLOAD_BYTES in all.",
+        help_text="The ONNX model file; with its external data files (field data), at most MAX_UPLOAD_BYTES in all. "
+        'Not given for an ensemble (config with platform: "ensemble").',
     )
     data = serializers.ListField(
         child=serializers.FileField(allow_empty_file=True),

@@ -411,7 +411,7 @@ def _upload(request, name: str | None, handler) -> HttpResponse:
             if outages.no_space(exc):
                 raise  # 507 below, not the client's fault
             raise actions.UploadRefused(f"the upload was interrupted: {exc}") from None
-        staged = handler.result()
+        staged = handler.result(required=False)  # an ensemble's upload is its config alone
         if not form.is_valid():
             return _upload_failed(request, model, form, _form_errors(form), 400)
         data = form.cleaned_data

@@ -31,8 +31,8 @@ from inference.grpc.proto import model_config_pb2 as pb
 from inference.runtime.sequences import SequenceConfigError, SequencePolicy
 
 __all__ = [
-    "MAX_CONFIG_CHARS",
     "ENSEMBLE",
+    "MAX_CONFIG_CHARS",
     "ConfigError",
     "EnsembleStepConfig",
     "TensorConfig",
@@ -337,7 +337,7 @@ def _ensemble_steps(message: pb.ModelConfig, source: str) -> tuple[EnsembleStepC
     scheduled = message.HasField("ensemble_scheduling")
     if message.platform != ENSEMBLE:
         if scheduled:
-            raise ConfigError(f"{source}: ensemble_scheduling is for platform \"ensemble\" only")
+            raise ConfigError(f'{source}: ensemble_scheduling is for platform "ensemble" only')
         return ()
     if not scheduled or not message.ensemble_scheduling.step:
         raise ConfigError(f"{source}: an ensemble needs ensemble_scheduling with at least one step")
@@ -350,7 +350,7 @@ def _ensemble_steps(message: pb.ModelConfig, source: str) -> tuple[EnsembleStepC
         if not tensors:
             raise ConfigError(f"{source}: an ensemble declares its {kind}s (name, data_type, dims)")
         for tensor in tensors:
-            if tensor.data_type == pb.TYPE_INVALID or not tensor.dims:
+            if tensor.data_type == pb.TYPE_INVALID or not (tensor.dims or message.max_batch_size > 0):
                 raise ConfigError(f"{source}: ensemble {kind} '{tensor.name}' needs its data_type and dims")
     steps = []
     for number, step in enumerate(message.ensemble_scheduling.step, 1):

@@ -116,7 +116,9 @@ def test_other_failures_keep_their_class_or_become_internal():
     def broken(step, inputs):
         raise KeyError("boom")
 
-    with pytest.raises(ensembles.InferenceError, match=r"step 1 \(model 'only' version 7\): internal error \(KeyError\)"):
+    with pytest.raises(
+        ensembles.InferenceError, match=r"step 1 \(model 'only' version 7\): internal error \(KeyError\)"
+    ):
         ensembles.run("e", plan, {"X": np.zeros(1)}, broken)
 
     with pytest.raises(ensembles.InferenceError, match="it returned no output 'out'"):
