@@ -133,6 +133,13 @@ def upload(
             "no model file in the upload: send the ONNX file as multipart field 'file' "
             '(or, for an ensemble, a config.pbtxt with platform: "ensemble" alone)'
         )
+    _model, team = _upload_target(user, token, model_name, team_name)
+    return services.version_upload(model_name, staged, user, team=team, description=description, config=parsed)
+
+
+def _upload_target(user, token, model_name: str, team_name: str):
+    """(the existing model the user may upload to, None) or (None, the team
+    a new model is created for); NotFound, AccessDenied or Conflict otherwise."""
     model = selectors.model_get(model_name)
     team = None
     if model is not None:
@@ -146,25 +153,13 @@ def upload(
         if team is None:
             raise NotFound(f"unknown team '{team_name}'")
         require_team(user, team, token)
-    return services.version_upload(model_name, staged, user, team=team, description=description, config=parsed)
+    return model, team
 
 
 def _upload_ensemble(user, token, model_name: str, config, team_name: str, description: str) -> ModelVersion:
     """An ensemble's config.pbtxt as a new version of ``model_name`` (created
     for ``team_name`` when new, as :func:`upload` creates one)."""
-    model = selectors.model_get(model_name)
-    team = None
-    if model is not None:
-        _require_upload_to(user, token, model)
-    else:
-        if not team_name:
-            raise NotFound(
-                f"unknown model '{model_name}': to create it with this upload, give the team that will own it"
-            )
-        team = selectors.team_get(team_name)
-        if team is None:
-            raise NotFound(f"unknown team '{team_name}'")
-        require_team(user, team, token)
+    model, team = _upload_target(user, token, model_name, team_name)
     try:
         with transaction.atomic():
             if model is None:
