@@ -92,12 +92,14 @@ class VersionSerializer(serializers.ModelSerializer):
     """A model version. ``state``: UPLOADED, VALIDATING, READY, FAILED, or
     UNAVAILABLE (retired); ``reason`` says why it is FAILED/UNAVAILABLE;
     ``log`` lists the validation steps; ``size`` is in bytes;
-    ``properties`` are the ONNX model's metadata properties."""
+    ``properties`` are the ONNX model's metadata properties (strings); an
+    ensemble's version has its plan instead: ``ensemble`` (the steps with
+    their pinned versions, as JSON) and ``config_sha256``."""
 
     model = serializers.CharField(source="model.name", read_only=True)
     inputs = TensorSerializer(many=True, read_only=True)
     outputs = TensorSerializer(many=True, read_only=True)
-    properties = serializers.DictField(child=serializers.CharField(), read_only=True)
+    properties = serializers.DictField(child=serializers.JSONField(), read_only=True)
     log = serializers.ListField(child=serializers.CharField(), read_only=True)
     labels = serializers.SerializerMethodField()
     serving = serializers.SerializerMethodField()
