@@ -235,12 +235,13 @@ def model_record(model: RegisteredModel, pins: dict[str, set[int]] | None = None
     )
 
 
-def serving(model: RegisteredModel) -> ServingState:
+def serving(model: RegisteredModel, pins: dict[str, set[int]] | None = None) -> ServingState:
     """What of ``model`` serves now: its versions that serve (highest first)
     and its default version, computed as the serving registry computes them
     (:func:`inference.serving_state.serving_state`: version policy, traffic
-    split, loaded or unloaded)."""
-    return serving_state(model_record(model))
+    split, the versions READY ensembles pin, loaded or unloaded). ``pins``:
+    :func:`ensemble_pins` of every model, for a list (None: read)."""
+    return serving_state(model_record(model, pins))
 
 
 def label_numbers(model: RegisteredModel) -> dict[str, int]:

@@ -88,6 +88,15 @@ class TensorSerializer(serializers.Serializer):
     shape = serializers.ListField(child=serializers.IntegerField())
 
 
+def _serving(serializer, model):
+    """:func:`selectors.serving` with the ensembles' pins read once per answer
+    (kept in the root serializer's context: one query for a whole list)."""
+    context = serializer.context
+    if "_ensemble_pins" not in context:
+        context["_ensemble_pins"] = selectors.ensemble_pins()
+    return selectors.serving(model, context["_ensemble_pins"])
+
+
 class VersionSerializer(serializers.ModelSerializer):
     """A model version. ``state``: UPLOADED, VALIDATING, READY, FAILED, or
     UNAVAILABLE (retired); ``reason`` says why it is FAILED/UNAVAILABLE;
@@ -120,7 +129,7 @@ class VersionSerializer(serializers.ModelSerializer):
     def get_serving(self, version) -> bool:
         """Whether this version serves now (its model loaded, the version
         READY and served by the version policy or the traffic split)."""
-        return selectors.serving(version.model).serves(version.number)
+        return _serving(self, version.model).serves(version.number)
 
     def get_uploaded_by(self, version) -> str | None:
         """Who uploaded the version (null: imported from a model repository, or the user is gone)."""
@@ -178,13 +187,13 @@ class ModelSerializer(serializers.ModelSerializer):
         """The version numbers that serve now, highest first: those the version
         policy and the traffic split serve, none while the model is unloaded
         (``loaded``: false after ``POST /v2/repository/models/<m>/unload``)."""
-        return list(selectors.serving(model).served)
+        return list(_serving(self, model).served)
 
     def get_default_version(self, model) -> int | None:
         """The version a request that names none sees in metadata and readiness:
         the traffic split's heaviest route, else the highest served version;
         null when nothing serves."""
-        return selectors.serving(model).default
+        return _serving(self, model).default
 
     def get_labels(self, model) -> dict[str, int]:
         """Version labels: label name -> version number."""

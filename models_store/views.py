@@ -119,9 +119,10 @@ def model_list(request):
     teams = permissions.visible_team_ids(request.user)
     page = Paginator(selectors.model_listing(teams, where), MODELS_PER_PAGE).get_page(request.GET.get("page"))
     rows = []
+    pins = selectors.ensemble_pins()  # one query for the page
     for model in page:
         versions = _versions_with_labels(model)
-        state = selectors.serving(model)
+        state = selectors.serving(model, pins)
         rows.append(
             {"model": model, "versions": versions, "served": state.served, "size": sum(v.size for v in versions)}
         )
