@@ -123,3 +123,38 @@ def test_other_failures_keep_their_class_or_become_internal():
 
     with pytest.raises(ensembles.InferenceError, match="it returned no output 'out'"):
         ensembles.run("e", plan, {"X": np.zeros(1)}, lambda step, inputs: {})
+
+
+def _record(name, versions, platform="onnxruntime_onnx", pinned=(), loaded=True):
+    from inference.ports import ModelRecord, VersionRecord
+
+    tensor = [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]
+    rows = tuple(
+        VersionRecord(number, state, "", f"{name}{number}", "", 0, tensor, tensor, properties)
+        for number, state, properties in versions
+    )
+    return ModelRecord(name, platform, 0, "latest", 1, (), loaded, versions=rows, pinned=tuple(pinned))
+
+
+def test_the_snapshot_serves_an_ensemble_while_what_it_pins_serves():
+    """A pinned version serves whatever the policy says; an ensemble whose step
+    does not serve does not serve either, its reason naming the step."""
+    from inference.snapshot import build_snapshot
+
+    plan = Plan(("X",), ("Y",), (Step(1, "a", 1, {"x": "X"}, {"y": "t"}), Step(2, "b", 1, {"x": "t"}, {"y": "Y"})))
+    ensemble = _record("e", [(1, "READY", {"ensemble": plan.as_json()})], platform="ensemble")
+    a = _record("a", [(1, "READY", {}), (2, "READY", {})], pinned=[1])  # latest 1 alone would serve only 2
+    b = _record("b", [(1, "READY", {})])
+    snapshot = build_snapshot([ensemble, a, b])
+    assert snapshot["a"].served == (2, 1)
+    entry = snapshot["e"].versions[1]
+    assert entry.serving and entry.target is None and entry.ensemble == plan
+
+    unloaded = _record("b", [(1, "READY", {})], loaded=False)
+    entry = build_snapshot([ensemble, a, unloaded])["e"].versions[1]
+    assert not entry.serving
+    assert entry.reason.startswith("step 2: version 1 of model 'b' does not serve (the model is unloaded")
+    entry = build_snapshot([ensemble, a])["e"].versions[1]
+    assert (entry.serving, entry.reason) == (False, "step 2: version 1 of model 'b' does not exist")
+    broken = _record("e", [(1, "READY", {"ensemble": {"steps": []}})], platform="ensemble")
+    assert "plan does not read" in build_snapshot([broken, a, b])["e"].versions[1].reason
