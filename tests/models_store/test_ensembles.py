@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from models_store import accounts, selectors, services
+from models_store import accounts, selectors, services, storage
 from models_store.models import AuditEvent, ModelVersion, RegisteredModel
 from models_store.repository import import_repository
 from tests.models_store.test_api import Api, _error
@@ -163,3 +163,13 @@ def test_deleting_retiring_unloading_what_a_ready_ensemble_runs_is_refused(repo,
     assert ops_api.client.delete("/api/models/ens_postprocess/versions/1/", **ops_api.auth).status_code == 204
     # the ensemble's own version goes like any other (it has no artifact to remove)
     assert ops_api.client.delete("/api/models/ens_stats/versions/1/", **ops_api.auth).status_code == 204
+
+
+def test_cleanup_store_leaves_ensembles_alone(repo, capsys):
+    """An ensemble version has no artifact: not a missing one, and its composing models' files stay."""
+    from django.core.management import call_command
+
+    import_repository(repo)
+    call_command("cleanup_store", "--min-age", "0")
+    assert capsys.readouterr().out.splitlines()[-1] == "0 orphan(s) removed, 0 missing artifact(s)"
+    assert all(storage.artifact_path(v.artifact).is_file() for v in ModelVersion.objects.exclude(artifact=""))
