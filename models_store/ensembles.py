@@ -11,7 +11,8 @@ when it is created, so it is READY at once or refused:
 
 - every step's model exists and is visible to the ensemble's team (the
   same team or an operator-owned model; an operator-owned ensemble may
-  compose any model), and is not an ensemble itself;
+  compose any model), and is neither an ensemble itself nor a model with
+  sequence batching (a step's request belongs to no sequence);
 - ``model_version: -1`` pins the version that serves then (the one a
   request naming no version gets); a number must name a READY version;
 - the graph is acyclic, every tensor a step reads is an ensemble input or
@@ -81,6 +82,8 @@ def _composing_model(name: str, team: Team | None, where: str) -> RegisteredMode
         raise EnsembleRefused(f"{where}: unknown model '{name}' (an ensemble of {owner} composes its own models)")
     if model.platform == PLATFORM:
         raise EnsembleRefused(f"{where}: model '{name}' is an ensemble; ensembles of ensembles are not supported")
+    if (model.config or {}).get("sequence_batching") is not None:
+        raise EnsembleRefused(f"{where}: model '{name}' has sequence batching; it cannot be an ensemble's step")
     return model
 
 

@@ -173,3 +173,19 @@ def test_cleanup_store_leaves_ensembles_alone(repo, capsys):
     call_command("cleanup_store", "--min-age", "0")
     assert capsys.readouterr().out.splitlines()[-1] == "0 orphan(s) removed, 0 missing artifact(s)"
     assert all(storage.artifact_path(v.artifact).is_file() for v in ModelVersion.objects.exclude(artifact=""))
+
+
+def test_a_step_with_sequence_batching_is_refused(alice_api):
+    """A step's request belongs to no sequence: such a model cannot be a step."""
+    assert alice_api.upload("seq", m.affine(1.0, 0.0), team="ml").status_code == 201
+    RegisteredModel.objects.filter(name="seq").update(
+        config={"sequence_batching": {"max_sequence_idle_microseconds": 5}}
+    )
+    config = _ensemble(
+        "e",
+        '{ name: "X" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        '{ name: "Y" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        [("seq", -1, {"x": "X"}, {"y": "Y"})],
+    )
+    error = _error(_upload_config(alice_api, "e", config, team="ml"), 400)
+    assert error == "step 1: model 'seq' has sequence batching; it cannot be an ensemble's step"
