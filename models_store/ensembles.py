@@ -39,7 +39,7 @@ import json
 from django.db import transaction
 
 from inference.ensembles import PLATFORM, EnsembleError, Plan, Step
-from models_store import audit, selectors, services
+from models_store import audit, selectors, services, webhooks
 from models_store.config import TritonConfig
 from models_store.models import ModelVersion, RegisteredModel, Team
 from models_store.stamp import bump_stamp
@@ -205,7 +205,8 @@ def version_create(
 ) -> ModelVersion:
     """Check and create an ensemble version of ``model`` (READY), applying
     ``config`` to the model (its platform becomes ``ensemble``; audited as
-    ``model.config`` when it changes). Raises EnsembleRefused, and
+    ``model.config`` when it changes; an upload's announced to the team's
+    webhooks as ``version.ready``). Raises EnsembleRefused, and
     DuplicateVersion (services) when the model has this plan already.
     The guards against deleting, retiring or unloading what it runs are
     the services' (:func:`models_store.services.ensemble_blockers`)."""
@@ -227,4 +228,9 @@ def version_create(
     )  # fmt: skip
     ModelVersion.objects.filter(pk=version.pk).update(platform=PLATFORM)
     version.platform = PLATFORM
+    if action == "version.upload":  # READY at once: what a validated upload announces (an import announces none)
+        webhooks.model_event(
+            locked, "version.ready", version=version.number, state=version.state, reason="", sha256=version.sha256,
+            inputs=inputs, outputs=outputs,
+        )  # fmt: skip
     return version
