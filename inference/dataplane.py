@@ -22,7 +22,7 @@ import threading
 import time
 
 from inference import admission as admissions
-from inference import jobs, response_cache, runtime_settings, tracing
+from inference import ensemble_runs, jobs, response_cache, runtime_settings, tracing
 from inference import shared_memory as shm
 from inference.admission import Admission
 from inference.ports import container
@@ -157,12 +157,15 @@ class DataPlane:
         """Run ``request`` on the resolved model version (``version``, when the adapter resolved it already
         for this request) for a caller ``admission`` (:meth:`admit`) admitted to its model, once checked
         (:mod:`inference.request_checks`, :mod:`inference.jobs`). Outputs requested with ``classification:
-        N`` come back as their top N (Triton's classification extension). Raises PermissionDenied (an
+        N`` come back as their top N (Triton's classification extension). An ensemble's version runs its
+        graph (:mod:`inference.ensemble_runs`). Raises PermissionDenied (an
         admission to another model), InvalidInput, ModelNotFound, ModelNotReady or DeadlineExceeded."""
         started = _now()
         admission.check(request)
         runtime_settings.follow()  # the machine's trace and log settings (one memory read)
         entry = self._route(admission, request, version)
+        if entry.ensemble is not None:  # a graph of other versions (inference/ensemble_runs.py)
+            return ensemble_runs.infer(self, admission, request, entry, started)
         try:
             job, cached = self._prepare(entry, request, started, admission)
             if isinstance(cached, response_cache.CachedRun):
@@ -186,6 +189,8 @@ class DataPlane:
         selector, no thread per request)."""
         admission.check(request)
         entry = self._route(admission, request)
+        if entry.ensemble is not None:  # its steps may wait on batches or workers: in a thread
+            return await asyncio.to_thread(self.infer, admission, request, ServedVersion.of(entry))
         if not self.executor.blocks(entry.target):
             return self.infer(admission, request, ServedVersion.of(entry))
         if not self._runs_on_loop or (tracing.ENABLED and tracing.recording()):

@@ -75,7 +75,8 @@ def prepare(
     feeds, rows = request_checks.check_inputs(entry, request)
     names, classify = request_checks.check_outputs(entry, request)
     written = _output_regions(shared_memory, request, regions, plan) if request.outputs else None
-    sequence = sequences.request_for(entry.target.sequence, entry.model_name, ids, rows, owner)
+    policy = entry.target.sequence if entry.target is not None else None  # an ensemble's version has no target
+    sequence = sequences.request_for(policy, entry.model_name, ids, rows, owner)
     plan = plan if plan is not None and (plan.inputs or plan.outputs) else None
     return Job(started, deadline, feeds, rows, names, classify, _now(), sequence, written, plan)
 

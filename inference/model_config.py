@@ -27,7 +27,10 @@ module builds the same from three sources:
   ``default_model_filename`` (``model.onnx`` when not given),
   ``model_transaction_policy`` (off) and ``response_cache`` (as configured, else off);
 - the registry's sequence batching policy, normalized as Triton does
-  (``sequence_batching``: inference/runtime/sequences.py).
+  (``sequence_batching``: inference/runtime/sequences.py);
+- for an ensemble (``platform: "ensemble"``): its ``ensemble_scheduling``
+  with the version each step pins (inference/ensembles.py), no backend,
+  instance group or model file.
 
 No protobuf here (the data plane's layer may not import the gRPC adapter's
 messages): the gRPC adapter parses this dict into its ModelConfig message.
@@ -38,6 +41,7 @@ from __future__ import annotations
 import copy
 
 from inference import instance_groups
+from inference.ensembles import PLATFORM as ENSEMBLE
 from inference.protocol.datatypes import BY_NAME
 
 #: Defaults Triton prints for the messages built here (fields without presence).
@@ -166,4 +170,30 @@ def render(model, entry, gpus=()) -> dict:
         config["sequence_batching"] = model.sequence.echo()
     config.setdefault("model_transaction_policy", {"decoupled": False})
     config.setdefault("response_cache", {"enable": False})
+    if model.platform == ENSEMBLE:
+        _as_ensemble(config, entry)
     return {key: config[key] for key in ORDER if key in config}
+
+
+def _as_ensemble(config: dict, entry) -> None:
+    """An ensemble's configuration as Triton reports one (no backend, no
+    instance groups, no model file), its steps with the versions ``entry``
+    (an ensemble version) pins in ``model_version``."""
+    config["backend"] = ""
+    config["instance_group"] = []
+    config["default_model_filename"] = ""
+    plan = entry.ensemble if entry is not None else None
+    if plan is None:
+        return
+    config["ensemble_scheduling"] = {
+        "step": [
+            {
+                "model_name": step.model,
+                "model_version": step.version,
+                "input_map": dict(step.input_map),
+                "output_map": dict(step.output_map),
+                "model_namespace": "",
+            }
+            for step in plan.steps
+        ]
+    }

@@ -50,7 +50,8 @@ class ModelRecord:
     (protobuf's ``MessageToDict``), or None when the model keeps no sequences.
     ``team``: the owning team's name ("" for operator-owned models).
     ``traffic``: the traffic split of requests that name no version, version
-    label -> weight (integers summing to 100; {}: none).
+    label -> weight (integers summing to 100; {}: none). ``pinned``: the
+    version numbers READY ensembles run (inference/ensembles.py).
     """
 
     name: str
@@ -71,6 +72,8 @@ class ModelRecord:
     payload_log_rate: float = 0.0  # share of inferences whose request and response are logged
     payload_log_max_bytes: int = 65536  # tensor bytes a logged pair may hold
     output_labels: dict = field(default_factory=dict)  # output name -> class labels (config label files)
+    #: Versions that READY ensembles (of loaded models) run: they serve whatever the version policy says.
+    pinned: tuple[int, ...] = ()
 
 
 class RegistrySource(Protocol):
@@ -90,7 +93,8 @@ class RegistrySource(Protocol):
 
     def set_loaded(self, name: str, loaded: bool, actor: Any = None) -> None:
         """Load or unload a model in every process (audited as ``actor``).
-        Raises ModelNotFound."""
+        Raises ModelNotFound; InUse when unloading a model that a ready
+        ensemble runs (naming the ensemble)."""
 
     def set_config(self, name: str, config: str, actor: Any = None) -> None:
         """Replace a model's Triton configuration by ``config`` (its JSON

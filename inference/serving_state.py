@@ -16,6 +16,8 @@ repository semantics:
   a failed upload therefore never takes the serving version offline;
 - a traffic split (version label -> weight) keeps the versions it routes to
   serving whatever the policy says, as a canary rollout keeps both;
+- so does a READY ensemble (of a loaded model) for the versions it pins
+  (inference/ensembles.py): an ensemble keeps running what it was built on;
 - the *default version* (metadata, configuration and readiness of a request
   naming no version) is the split's heaviest route, else the highest
   version served;
@@ -131,7 +133,8 @@ def serving_state(record) -> ServingState:
         ready = []
     served = served_versions(record.version_policy, ready, record.latest_versions, record.specific_versions)
     routes = traffic_routes(record.traffic or {}, record.labels, ready)
-    served = sorted(set(served) | {number for _label, number, _weight in routes}, reverse=True)
+    pinned = set(getattr(record, "pinned", ())) & set(ready)
+    served = sorted(set(served) | {number for _label, number, _weight in routes} | pinned, reverse=True)
     default = served[0] if served else None
     if routes:  # the heaviest route (the first by label on a tie)
         default = max(routes, key=lambda route: route[2])[1]

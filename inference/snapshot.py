@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from inference import ensembles
 from inference.instance_groups import total_instances
 from inference.ports import ModelRecord
 from inference.protocol.datatypes import BY_NAME, Datatype
@@ -35,7 +36,10 @@ class VersionEntry:
     """One model version as the data plane sees it.
 
     ``serving`` is true when the version is READY and the version policy
-    serves it; ``reason`` explains why it does not serve otherwise.
+    serves it; ``reason`` explains why it does not serve otherwise. An
+    ensemble's version has no ``target`` (no model file) but its
+    ``ensemble`` plan (inference/ensembles.py); it serves only while every
+    version it pins serves.
     """
 
     model_name: str
@@ -59,6 +63,7 @@ class VersionEntry:
     output_labels: dict = field(default_factory=dict)  # the model's: output name -> class labels
     optional_inputs: frozenset = frozenset()  # inputs a request may leave out (config.pbtxt ``optional``)
     response_cache: bool = False  # config.pbtxt ``response_cache { enable: true }``
+    ensemble: ensembles.Plan | None = None  # an ensemble's version: the graph it runs
 
     def __post_init__(self) -> None:
         self.input_specs = {t.name: InputSpec(t.name, BY_NAME[t.datatype], t.shape) for t in self.inputs}
@@ -162,6 +167,7 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
         cached = bool(((model.config or {}).get("response_cache") or {}).get("enable"))
         extensions = asks_for_extensions((model.config or {}).get("parameters") or {})
         versions = {}
+        ensemble = model.platform == ensembles.PLATFORM
         for row in model.versions:
             versions[row.number] = VersionEntry(
                 model_name=model.name,
@@ -176,7 +182,9 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
                 inputs=_visible(_tensors(row.inputs), hidden_in),
                 outputs=_visible(_tensors(row.outputs), hidden_out),
                 properties=row.properties,
-                target=RunTarget(
+                target=None
+                if ensemble
+                else RunTarget(
                     model.name,
                     row.number,
                     row.sha256,
@@ -187,6 +195,7 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
                     sequence,
                     extensions,
                 ),
+                ensemble=ensembles.plan_of(row.properties) if ensemble else None,
                 instance_group=tuple(model.instance_group),
                 payload_log=(model.payload_log_rate, model.payload_log_max_bytes),
                 output_labels=model.output_labels,
@@ -218,7 +227,30 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
             traffic=dict(model.traffic),
             state=state,
         )
+    _ensembles_follow_their_steps(snapshot)
     return snapshot
+
+
+def _ensembles_follow_their_steps(snapshot: dict[str, ModelEntry]) -> None:
+    """An ensemble's version serves only while it has a plan and every
+    version it pins serves; otherwise its reason names the step."""
+    for model in snapshot.values():
+        if model.platform != ensembles.PLATFORM:
+            continue
+        for entry in model.versions.values():
+            if not entry.serving:
+                continue
+            if entry.ensemble is None:
+                entry.serving, entry.reason = False, "its ensemble plan does not read (upload the ensemble again)"
+                continue
+            for step in entry.ensemble.steps:
+                composing = snapshot.get(step.model)
+                version = composing.versions.get(step.version) if composing is not None else None
+                if version is None or not version.serving:
+                    why = "does not exist" if version is None else f"does not serve ({version.reason or version.state})"
+                    entry.serving = False
+                    entry.reason = f"step {step.number}: version {step.version} of model '{step.model}' {why}"
+                    break
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,7 @@ class WorkerRuntime:
         for model in snapshot.values():
             instances = instances_on(device_name(self.device), model.instance_group, self.cpu_instances)
             for version in model.versions.values():
-                if version.serving:
+                if version.serving and version.target is not None:  # an ensemble's has none: its steps run
                     targets[version.key] = dataclasses.replace(version.target, instances=instances)
         now = time.monotonic()
         until = now + self.runner.drain_seconds

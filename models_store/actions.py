@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from models_store import accounts, selectors, services, webhooks
+from models_store import accounts, ensembles, selectors, services, webhooks
 from models_store.config import ConfigError, TritonConfig, parse_config
 from models_store.models import ApiToken, ModelVersion, RegisteredModel
 from models_store.permissions import AccessDenied, can_see_model, require_change_model, require_team
@@ -108,7 +108,7 @@ def upload(
     user,
     token: ApiToken | None,
     model_name: str,
-    staged: StagedFile,
+    staged: StagedFile | None,
     team_name: str = "",
     description: str = "",
     config: str = "",
@@ -118,8 +118,28 @@ def upload(
     team that does not exist, NotFound. ``config``: a config.pbtxt for the
     model (replacing its configuration; the new version is validated with
     it); RegistryError (400) naming what it cannot take, before anything is
-    stored."""
+    stored. An ensemble's config.pbtxt (``platform: "ensemble"``) comes
+    without a file (``staged`` None): it becomes a READY version pinning
+    the versions it composes (models_store/ensembles.py), or is refused
+    (RegistryError 400, Conflict 409); without a file and without an
+    ensemble's config, UploadRefused."""
     parsed = parse_upload_config(config)
+    if parsed is not None and parsed.ensemble:
+        if staged is not None:
+            raise RegistryError("an ensemble is its config.pbtxt alone: send no model file with it")
+        return _upload_ensemble(user, token, model_name, parsed, team_name, description)
+    if staged is None:
+        raise UploadRefused(
+            "no model file in the upload: send the ONNX file as multipart field 'file' "
+            '(or, for an ensemble, a config.pbtxt with platform: "ensemble" alone)'
+        )
+    _model, team = _upload_target(user, token, model_name, team_name)
+    return services.version_upload(model_name, staged, user, team=team, description=description, config=parsed)
+
+
+def _upload_target(user, token, model_name: str, team_name: str):
+    """(the existing model the user may upload to, None) or (None, the team
+    a new model is created for); NotFound, AccessDenied or Conflict otherwise."""
     model = selectors.model_get(model_name)
     team = None
     if model is not None:
@@ -133,7 +153,24 @@ def upload(
         if team is None:
             raise NotFound(f"unknown team '{team_name}'")
         require_team(user, team, token)
-    return services.version_upload(model_name, staged, user, team=team, description=description, config=parsed)
+    return model, team
+
+
+def _upload_ensemble(user, token, model_name: str, config, team_name: str, description: str) -> ModelVersion:
+    """An ensemble's config.pbtxt as a new version of ``model_name`` (created
+    for ``team_name`` when new, as :func:`upload` creates one)."""
+    model, team = _upload_target(user, token, model_name, team_name)
+    try:
+        with transaction.atomic():
+            if model is None:
+                services.validate_model_name(model_name)
+                ensembles.check_model(None, model_name, config)
+                model = services.model_get_or_create(model_name, team, user, description)
+            return ensembles.version_create(
+                model, config, actor=user, source="upload: config.pbtxt", action="version.upload"
+            )
+    except ensembles.EnsembleRefused as exc:
+        raise (Conflict if exc.conflict else RegistryError)(str(exc)) from None
 
 
 def parse_upload_config(text: str) -> TritonConfig | None:

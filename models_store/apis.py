@@ -382,7 +382,10 @@ class VersionListView(ManagementView):
         ],
     )  # fmt: skip
     def post(self, request, name: str):
-        """Upload an ONNX file as the next version of model ``name``. When
+        """Upload an ONNX file as the next version of model ``name``, or an
+        ensemble's config.pbtxt alone (``platform: "ensemble"``, no file: a
+        READY version pinning the versions it composes; 400 or 409 naming
+        the step it refuses). When
         the model does not exist yet the upload creates it for ``team``
         (required then; without it the answer is 404). With ``config`` (a
         Triton config.pbtxt) it replaces the model's configuration, and a
@@ -397,7 +400,7 @@ class VersionListView(ManagementView):
             if outages.no_space(exc):
                 raise  # 507, not the client's fault
             raise ParseError(f"the upload was interrupted: {exc}") from None
-        staged = self.upload_handler.result()
+        staged = self.upload_handler.result(required=False)  # an ensemble's upload is its config alone
         fields = UploadSerializer(data=data)
         fields.is_valid(raise_exception=True)
         team = fields.validated_data.get("team", "")

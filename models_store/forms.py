@@ -99,8 +99,9 @@ CONFIG_PLACEHOLDER = 'max_batch_size: 8\ninput [ { name: "x" format: FORMAT_NCHW
 
 
 class UploadForm(forms.Form):
-    """A model file (and its model's config.pbtxt, optional), and for a new
-    model its name, team and description."""
+    """A model file (and its model's config.pbtxt, optional), or an
+    ensemble's config.pbtxt alone, and for a new model its name, team and
+    description."""
 
     name = forms.CharField(
         max_length=128,
@@ -117,7 +118,9 @@ class UploadForm(forms.Form):
         max_length=MAX_CONFIG_CHARS,
         help_text="replaces the model's configuration; a field this server does not support is refused by name",
     )
-    file = forms.FileField(help_text="an ONNX model (.onnx)")
+    file = forms.FileField(
+        required=False, help_text='an ONNX model (.onnx); none for an ensemble (config.pbtxt with platform: "ensemble")'
+    )
 
     def __init__(self, *args, teams: list[str] = (), existing_model: str | None = None, **kwargs):
         super().__init__(*args, **kwargs)

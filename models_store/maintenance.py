@@ -44,7 +44,7 @@ def sweep(min_age: float, cache_dir: Path | None, dry_run: bool = False) -> Iter
     and in the worker cache ``cache_dir`` when it exists here. Yields one
     line per orphan ("<path>", "<prefix>/ from the storage backend", "<path>
     from the worker cache")."""
-    rows = list(ModelVersion.objects.values_list("artifact", "sha256"))
+    rows = list(ModelVersion.objects.exclude(artifact="").values_list("artifact", "sha256"))  # ensembles have none
     referenced = {artifact for artifact, _ in rows}
     root = storage.store_root()
     for path in storage.find_orphans(referenced, min_age):

@@ -8,6 +8,14 @@ when that number is above every number the model has used, otherwise the
 next free number (numbers are never reused). A file that fails validation
 becomes a FAILED version with its reason; other models and versions still
 import and serve.
+
+An ensemble (config.pbtxt with ``platform: "ensemble"``, its version
+directory empty, as in Triton's repositories) is imported after every
+other model, so that the versions it composes exist: each version
+directory becomes a READY ensemble version pinning them
+(models_store/ensembles.py), or a failed result with the reason (nothing
+is stored). It is unchanged while the model has a version made from the
+same config.pbtxt.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from pathlib import Path
 import onnx
 from django.conf import settings
 
-from models_store import selectors, services, storage, validation
+from models_store import ensembles, selectors, services, storage, validation
 from models_store.accounts import team_get_or_create
 from models_store.config import ConfigError, TritonConfig, parse_config
 from models_store.models import ModelVersion, model_name_validator
@@ -146,6 +154,7 @@ def import_repository(root: Path, team: str | None = None) -> list[ImportResult]
         raise FileNotFoundError(f"model repository {root} is not a directory")
     owner = _import_team(team)
     results: list[ImportResult] = []
+    deferred = []
     for model_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         try:
             model_name_validator(model_dir.name)
@@ -153,6 +162,9 @@ def import_repository(root: Path, team: str | None = None) -> list[ImportResult]
             results.append(ImportResult(model_dir.name, "", "skipped", message="not a valid model name"))
             continue
         config, labels, config_error = _read_config(model_dir)
+        if config is not None and config.ensemble:
+            deferred.append((model_dir, config))
+            continue
         model = services.model_upsert(model_dir.name, config, owner, labels)
         filename = (config.default_model_filename if config else "") or storage.MODEL_FILENAME
         versions = _version_dirs(model_dir)
@@ -162,4 +174,38 @@ def import_repository(root: Path, team: str | None = None) -> list[ImportResult]
             results.append(ImportResult(model.name, "", "skipped", message="no numbered version directories"))
         for version_dir in versions:
             results.append(_import_version(model, version_dir, filename, config, config_error))
+    for model_dir, config in deferred:
+        results.extend(_import_ensemble(model_dir, config, owner))
+    return results
+
+
+def _import_ensemble(model_dir: Path, config: TritonConfig, owner) -> list[ImportResult]:
+    """The results of an ensemble's directory: one per version directory."""
+    name = model_dir.name
+    versions = _version_dirs(model_dir)
+    if not versions:
+        return [ImportResult(name, "", "skipped", message="no numbered version directories")]
+    model = selectors.model_get(name)
+    try:
+        ensembles.check_model(model, name, config)
+    except ensembles.EnsembleRefused as exc:
+        return [ImportResult(name, "", "failed", message=str(exc))]
+    if model is None:
+        model = services.model_upsert(name, None, owner)
+    made_from = ensembles.config_sha256(config)
+    results = []
+    for version_dir in versions:
+        existing = model.versions.filter(properties__config_sha256=made_from).order_by("-number").first()
+        if existing is not None:
+            results.append(ImportResult(name, version_dir.name, "unchanged", existing.number))
+            continue
+        try:
+            version = ensembles.version_create(
+                model, config, source=str(version_dir.resolve()), action="version.import",
+                preferred_number=int(version_dir.name),
+            )  # fmt: skip
+        except (ensembles.EnsembleRefused, services.RegistryError) as exc:
+            results.append(ImportResult(name, version_dir.name, "failed", message=str(exc)))
+            continue
+        results.append(ImportResult(name, version_dir.name, "created", version.number))
     return results

@@ -8,6 +8,8 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Exists, OuterRef, Prefetch, QuerySet
 
+from inference.ensembles import PLATFORM as ENSEMBLE
+from inference.ensembles import plan_of
 from inference.ports import ModelRecord, VersionRecord
 from inference.serving_state import ServingState, serving_state
 from models_store.models import (
@@ -157,10 +159,46 @@ def model_detail(name: str) -> RegisteredModel | None:
     return _models_with_versions().filter(name=name).first()
 
 
-def model_record(model: RegisteredModel) -> ModelRecord:
+def ensemble_pins(model_name: str | None = None) -> dict[str, set[int]]:
+    """Model name -> the version numbers that READY ensemble versions of
+    loaded models run (of ``model_name`` only, when given): they serve
+    whatever their model's version policy says (:mod:`inference.serving_state`).
+    One query."""
+    pins: dict[str, set[int]] = {}
+    rows = ModelVersion.objects.filter(
+        platform=ENSEMBLE, state=ModelVersion.State.READY, model__loaded=True
+    ).values_list("properties", flat=True)
+    for properties in rows:
+        plan = plan_of(properties)
+        for name, number in plan.pins() if plan is not None else ():
+            if model_name is None or name == model_name:
+                pins.setdefault(name, set()).add(number)
+    return pins
+
+
+def ensemble_users(model_name: str, numbers=None) -> list[tuple[str, int, int, int]]:
+    """The READY ensemble versions of loaded models that run a version of
+    ``model_name`` (one of ``numbers``, when given), as (ensemble, its
+    version, step number, the pinned version), sorted."""
+    users = []
+    rows = ModelVersion.objects.filter(
+        platform=ENSEMBLE, state=ModelVersion.State.READY, model__loaded=True
+    ).values_list("model__name", "number", "properties")
+    for ensemble, number, properties in rows:
+        plan = plan_of(properties)
+        for step in plan.steps if plan is not None else ():
+            if step.model == model_name and (numbers is None or step.version in numbers):
+                users.append((ensemble, number, step.number, step.version))
+    return sorted(users)
+
+
+def model_record(model: RegisteredModel, pins: dict[str, set[int]] | None = None) -> ModelRecord:
     """A model as the serving side reads it (:class:`inference.ports.ModelRecord`;
-    uses prefetched versions and labels when there are)."""
+    uses prefetched versions and labels when there are). ``pins``:
+    :func:`ensemble_pins` of every model (None: read for this model)."""
     config = model.config or {}
+    if pins is None:
+        pins = ensemble_pins(model.name)
     return ModelRecord(
         name=model.name,
         platform=model.platform,
@@ -179,6 +217,7 @@ def model_record(model: RegisteredModel) -> ModelRecord:
         payload_log_rate=model.payload_log_rate,
         payload_log_max_bytes=model.payload_log_max_bytes,
         output_labels=dict(model.output_labels or {}),
+        pinned=tuple(sorted(pins.get(model.name, ()))),
         versions=tuple(
             VersionRecord(
                 number=v.number,
@@ -196,12 +235,13 @@ def model_record(model: RegisteredModel) -> ModelRecord:
     )
 
 
-def serving(model: RegisteredModel) -> ServingState:
+def serving(model: RegisteredModel, pins: dict[str, set[int]] | None = None) -> ServingState:
     """What of ``model`` serves now: its versions that serve (highest first)
     and its default version, computed as the serving registry computes them
     (:func:`inference.serving_state.serving_state`: version policy, traffic
-    split, loaded or unloaded)."""
-    return serving_state(model_record(model))
+    split, the versions READY ensembles pin, loaded or unloaded). ``pins``:
+    :func:`ensemble_pins` of every model, for a list (None: read)."""
+    return serving_state(model_record(model, pins))
 
 
 def label_numbers(model: RegisteredModel) -> dict[str, int]:

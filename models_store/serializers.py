@@ -88,16 +88,27 @@ class TensorSerializer(serializers.Serializer):
     shape = serializers.ListField(child=serializers.IntegerField())
 
 
+def _serving(serializer, model):
+    """:func:`selectors.serving` with the ensembles' pins read once per answer
+    (kept in the root serializer's context: one query for a whole list)."""
+    context = serializer.context
+    if "_ensemble_pins" not in context:
+        context["_ensemble_pins"] = selectors.ensemble_pins()
+    return selectors.serving(model, context["_ensemble_pins"])
+
+
 class VersionSerializer(serializers.ModelSerializer):
     """A model version. ``state``: UPLOADED, VALIDATING, READY, FAILED, or
     UNAVAILABLE (retired); ``reason`` says why it is FAILED/UNAVAILABLE;
     ``log`` lists the validation steps; ``size`` is in bytes;
-    ``properties`` are the ONNX model's metadata properties."""
+    ``properties`` are the ONNX model's metadata properties (strings); an
+    ensemble's version has its plan instead: ``ensemble`` (the steps with
+    their pinned versions, as JSON) and ``config_sha256``."""
 
     model = serializers.CharField(source="model.name", read_only=True)
     inputs = TensorSerializer(many=True, read_only=True)
     outputs = TensorSerializer(many=True, read_only=True)
-    properties = serializers.DictField(child=serializers.CharField(), read_only=True)
+    properties = serializers.DictField(child=serializers.JSONField(), read_only=True)
     log = serializers.ListField(child=serializers.CharField(), read_only=True)
     labels = serializers.SerializerMethodField()
     serving = serializers.SerializerMethodField()
@@ -118,7 +129,7 @@ class VersionSerializer(serializers.ModelSerializer):
     def get_serving(self, version) -> bool:
         """Whether this version serves now (its model loaded, the version
         READY and served by the version policy or the traffic split)."""
-        return selectors.serving(version.model).serves(version.number)
+        return _serving(self, version.model).serves(version.number)
 
     def get_uploaded_by(self, version) -> str | None:
         """Who uploaded the version (null: imported from a model repository, or the user is gone)."""
@@ -176,13 +187,13 @@ class ModelSerializer(serializers.ModelSerializer):
         """The version numbers that serve now, highest first: those the version
         policy and the traffic split serve, none while the model is unloaded
         (``loaded``: false after ``POST /v2/repository/models/<m>/unload``)."""
-        return list(selectors.serving(model).served)
+        return list(_serving(self, model).served)
 
     def get_default_version(self, model) -> int | None:
         """The version a request that names none sees in metadata and readiness:
         the traffic split's heaviest route, else the highest served version;
         null when nothing serves."""
-        return selectors.serving(model).default
+        return _serving(self, model).default
 
     def get_labels(self, model) -> dict[str, int]:
         """Version labels: label name -> version number."""
@@ -304,8 +315,10 @@ class UploadSerializer(serializers.Serializer):
     404) with ``description``; for an existing model both are ignored."""
 
     file = serializers.FileField(
+        required=False,  # an ensemble's upload is its config alone; otherwise refused with the upload's message
         allow_empty_file=True,  # refused by the upload's own checks, with their message
-        help_text="The ONNX model file; with its external data files (field data), at most MAX_UPLOAD_BYTES in all.",
+        help_text="The ONNX model file; with its external data files (field data), at most MAX_UPLOAD_BYTES in all. "
+        'Not given for an ensemble (config with platform: "ensemble").',
     )
     data = serializers.ListField(
         child=serializers.FileField(allow_empty_file=True),

@@ -18,8 +18,8 @@ from kombu.exceptions import OperationalError
 
 from inference import instance_groups
 from inference.serving_state import served_versions
-from models_store import audit, signature_guard, storage, validating, webhooks
-from models_store.config import ConfigError, TritonConfig, parse_config_json, same_config
+from models_store import audit, selectors, signature_guard, storage, validating, webhooks
+from models_store.config import ENSEMBLE, ConfigError, TritonConfig, parse_config_json, same_config
 from models_store.config.signatures import check_against_versions
 from models_store.models import (
     ModelVersion,
@@ -68,6 +68,25 @@ class SignatureConflict(Conflict):
             f"{what} would break its callers: {'; '.join(differences)}. "
             'To do it anyway, send "force": true (audited as forced).'
         )
+
+
+def ensemble_blockers(model: RegisteredModel, numbers=None, doing: str = "") -> list[str]:
+    """Why versions of ``model`` (``numbers``; None: any version) may not be
+    deleted, retired or unloaded now: one sentence per READY ensemble
+    version of a loaded model that runs one (models_store/ensembles.py);
+    [] when none. ``doing``: what is refused, e.g. "delete it"."""
+    users = selectors.ensemble_users(model.name, None if numbers is None else set(numbers))
+    return [
+        f"version {pinned} of model '{model.name}' is step {step} of ensemble '{ensemble}' (version {number}, "
+        f"READY); to {doing or 'change it'}, delete, retire or unload the ensemble first"
+        for ensemble, number, step, pinned in users
+    ]
+
+
+def _refuse_if_ensembles_use(model: RegisteredModel, numbers, doing: str) -> None:
+    blockers = ensemble_blockers(model, numbers, doing)
+    if blockers:
+        raise Conflict(" ".join(blockers))
 
 
 def _ready_versions(model: RegisteredModel) -> dict[int, ModelVersion]:
@@ -151,11 +170,18 @@ def model_set_config(
     latest 1, no dynamic batching, one instance, no parameters, no output
     labels); inputs and outputs are completed from the versions'
     signatures. Audited as ``model.config`` (with ``source``). Raises
-    ConfigError when the config names another model or does not fit the
+    ConfigError when the config names another model, is an ensemble's (or
+    the model is an ensemble: its versions carry its configuration,
+    models_store/ensembles.py), or does not fit the
     validated versions (:func:`check_against_versions`; ``validating``: a
     new version will be validated with it), or its version policy would
     serve nothing."""
     locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+    if config.ensemble or locked.platform == ENSEMBLE:
+        raise ConfigError(
+            "an ensemble's configuration comes with its versions: upload its config.pbtxt alone (no model file) "
+            "as a new version of an ensemble model"
+        )
     if config.name and config.name != locked.name:
         raise ConfigError(f"the config names the model {config.name!r}, not {locked.name!r}")
     validated = locked.versions.filter(state__in=(State.READY, State.UNAVAILABLE)).order_by("number")
@@ -219,6 +245,19 @@ def _model_get_or_create(name: str, team: Team, actor, description: str = "") ->
             raise RegistryError(f"a model named '{name}' already exists and belongs to {owner}, not team {team.name}")
         return model
     raise RegistryError(f"a model named '{name}' already exists")
+
+
+def validate_model_name(name: str) -> None:
+    """Raise RegistryError unless ``name`` is a well-formed model name."""
+    try:
+        _validate_whole(model_name_validator, name)
+    except DjangoValidationError as exc:
+        raise RegistryError(exc.messages[0]) from None
+
+
+def model_get_or_create(name: str, team: Team, actor, description: str = "") -> RegisteredModel:
+    """:func:`_model_get_or_create` for other modules of the registry (an ensemble's first upload)."""
+    return _model_get_or_create(name, team, actor, description)
 
 
 @transaction.atomic
@@ -380,6 +419,10 @@ def version_upload(
         # Created a moment ago by another team's upload (the caller found no model): not theirs.
         owner = model.team.name if model.team else "the operators"
         raise RegistryError(f"a model named '{model_name}' already exists and belongs to {owner}, not team {team.name}")
+    if model is not None and model.platform == ENSEMBLE:
+        raise RegistryError(
+            f"model '{model_name}' is an ensemble: upload its config.pbtxt alone (no model file) as a new version"
+        )
     if model is not None:
         duplicate = model.versions.filter(sha256=staged.sha256).first()
         if duplicate is not None:
@@ -459,10 +502,12 @@ def _remove_if_unreferenced(relpath: str) -> None:
 @transaction.atomic
 def version_retire(version: ModelVersion, actor) -> ModelVersion:
     """Stop serving a READY version (state UNAVAILABLE); it can be restored.
-    Raises Conflict when it is not READY or a version label points at it."""
+    Raises Conflict when it is not READY, a version label points at it, or
+    a READY ensemble runs it (naming the ensemble)."""
     version = ModelVersion.objects.select_for_update().select_related("model").get(pk=version.pk)
     if version.state != State.READY:
         raise Conflict(f"only a READY version can be retired; version {version.number} is {version.state}")
+    _refuse_if_ensembles_use(version.model, [version.number], "retire it")
     labels = sorted(version.labels.values_list("name", flat=True))
     if labels:
         raise Conflict(
@@ -491,11 +536,13 @@ def version_restore(version: ModelVersion, actor) -> ModelVersion:
 def version_delete(version: ModelVersion, actor=None) -> None:
     """Delete a version row (and the labels pointing at it); its artifact
     directory is removed after commit unless another version still uses it.
-    The number is not reused. Raises Conflict, naming the split, while the
+    The number is not reused. Raises Conflict, naming the ensemble, while
+    a READY ensemble runs it, and, naming the split, while the
     model's traffic split sends requests to a label on it; a label on it
     that the split gives weight 0 leaves the split (audited ``traffic.set``),
     so that a split never names a label that does not exist."""
     model = RegisteredModel.objects.select_for_update().get(pk=version.model_id)
+    _refuse_if_ensembles_use(model, [version.number], "delete it")
     labels = sorted(version.labels.values_list("name", flat=True))
     _release_from_split(model, labels, actor, f"version {version.number}")
     _version_remove(version, actor, labels)
@@ -506,7 +553,7 @@ def _version_remove(version: ModelVersion, actor, labels: list[str]) -> None:
     audit.record(actor, "version.delete", version.model, version.number, sha256=version.sha256, labels=labels)
     version.delete()
     bump_stamp()
-    if not ModelVersion.objects.filter(artifact=artifact).exists():
+    if artifact and not ModelVersion.objects.filter(artifact=artifact).exists():  # an ensemble's has none
         transaction.on_commit(lambda: storage.remove_artifact(artifact))
 
 
@@ -589,8 +636,12 @@ def label_delete(model: RegisteredModel, name: str, actor=None) -> bool:
 @transaction.atomic
 def model_set_loaded(model: RegisteredModel, loaded: bool, actor=None) -> RegisteredModel:
     """Load or unload a model (Triton's repository extension): an unloaded
-    model serves no version in any process; its versions stay stored."""
+    model serves no version in any process; its versions stay stored.
+    Raises Conflict (naming the ensembles) when unloading a model that a
+    READY ensemble runs."""
     locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+    if not loaded and locked.loaded:
+        _refuse_if_ensembles_use(locked, None, "unload it")
     if locked.loaded != loaded:
         locked.loaded = loaded
         locked.save(update_fields=["loaded", "updated_at"])
@@ -620,7 +671,9 @@ def model_set_instance_group(model: RegisteredModel, groups: list[dict], actor=N
 @transaction.atomic
 def model_delete(model: RegisteredModel, actor=None) -> None:
     """Delete a model with its versions (their artifacts are removed after
-    commit), labels and traffic split."""
+    commit), labels and traffic split. Raises Conflict (naming the
+    ensembles) while a READY ensemble runs one of its versions."""
+    _refuse_if_ensembles_use(model, None, "delete the model")
     for version in list(model.versions.all()):
         _version_remove(version, actor, sorted(version.labels.values_list("name", flat=True)))
     audit.record(actor, "model.delete", model, team=model.team.name if model.team else "")

@@ -12,7 +12,7 @@ from pathlib import Path
 from django.db import close_old_connections
 
 from inference.ports import ModelRecord
-from inference.protocol.errors import InvalidInput, ModelNotFound
+from inference.protocol.errors import InUse, InvalidInput, ModelNotFound
 from models_store import audit, outages, selectors, services, storage
 from models_store.config import ConfigError
 from models_store.stamp import registry_changed
@@ -27,7 +27,9 @@ class StoreRegistrySource:
         self._receivers: dict = {}
 
     def models(self) -> list[ModelRecord]:
-        return [selectors.model_record(m) for m in selectors.registry_snapshot()]
+        models = selectors.registry_snapshot()
+        pins = selectors.ensemble_pins()
+        return [selectors.model_record(m, pins) for m in models]
 
     def stamp(self) -> int:
         return selectors.stamp_get()
@@ -56,7 +58,10 @@ class StoreRegistrySource:
 
     def set_loaded(self, name: str, loaded: bool, actor=None) -> None:
         with outages.as_unavailable():
-            services.model_set_loaded(self._model(name), loaded, actor)
+            try:
+                services.model_set_loaded(self._model(name), loaded, actor)
+            except services.Conflict as exc:  # a READY ensemble runs one of its versions
+                raise InUse(str(exc)) from None
 
     def set_config(self, name: str, config: str, actor=None) -> None:
         with outages.as_unavailable():
@@ -112,7 +117,7 @@ class CacheJanitor:
 
     def on_snapshot(self, snapshot: dict) -> None:
         """Registry listener (``snapshot``: model name -> entry with ``versions``)."""
-        keep = {self._directory(v) for model in snapshot.values() for v in model.versions.values()}
+        keep = {self._directory(v) for model in snapshot.values() for v in model.versions.values() if v.artifact}
         try:
             if self._known is None:
                 self._sweep(keep)

@@ -186,12 +186,15 @@ class StagingUploadHandler(FileUploadHandler):
         """Delete what is still staged (a no-op once it moved into the store)."""
         self._drop()
 
-    def result(self) -> StagedFile:
-        """The staged upload; raises UploadRefused when there is none."""
+    def result(self, required: bool = True) -> StagedFile | None:
+        """The staged upload; raises UploadRefused when there is none (None
+        instead when not ``required``: an ensemble's upload has no file)."""
         if self.too_large:
             raise UploadRefused(too_large_message(), status=413)
         if self.refused:
             raise UploadRefused(self.refused)
+        if self.staged is None and not required:
+            return None
         if self.staged is None:
             raise UploadRefused(f"no model file in the upload: send the ONNX file as multipart field '{FIELD_NAME}'")
         return self.staged

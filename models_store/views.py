@@ -119,9 +119,10 @@ def model_list(request):
     teams = permissions.visible_team_ids(request.user)
     page = Paginator(selectors.model_listing(teams, where), MODELS_PER_PAGE).get_page(request.GET.get("page"))
     rows = []
+    pins = selectors.ensemble_pins()  # one query for the page
     for model in page:
         versions = _versions_with_labels(model)
-        state = selectors.serving(model)
+        state = selectors.serving(model, pins)
         rows.append(
             {"model": model, "versions": versions, "served": state.served, "size": sum(v.size for v in versions)}
         )
@@ -411,7 +412,7 @@ def _upload(request, name: str | None, handler) -> HttpResponse:
             if outages.no_space(exc):
                 raise  # 507 below, not the client's fault
             raise actions.UploadRefused(f"the upload was interrupted: {exc}") from None
-        staged = handler.result()
+        staged = handler.result(required=False)  # an ensemble's upload is its config alone
         if not form.is_valid():
             return _upload_failed(request, model, form, _form_errors(form), 400)
         data = form.cleaned_data

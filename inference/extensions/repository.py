@@ -80,10 +80,11 @@ def load(plane: DataPlane, name: str, parameters: dict | None = None, token: str
 
 def unload(plane: DataPlane, name: str, parameters: dict | None = None, token: str | None = None) -> None:
     """Unload ``name`` in every server process before returning; stored
-    versions stay. ``unload_dependents`` is accepted (there are no
-    ensembles to unload). Needs a token like :func:`load`; an unknown
+    versions stay. ``unload_dependents`` is accepted; a model that a READY
+    ensemble runs is not unloaded (InUse, HTTP 409, naming the ensemble:
+    unload the ensemble first). Needs a token like :func:`load`; an unknown
     model is NOT_FOUND only for callers that could change it (operators).
-    Raises Unauthenticated, PermissionDenied, ModelNotFound, InvalidInput."""
+    Raises Unauthenticated, PermissionDenied, ModelNotFound, InvalidInput, InUse."""
     follow_scopes(plane)
     caller = auth.authorize_control(token, name)
     plane.registry.model(name)

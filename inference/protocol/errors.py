@@ -130,10 +130,19 @@ class RateLimited(InferenceError):
         return str(max(1, math.ceil(self.retry_after)))
 
 
+class InUse(InferenceError):
+    """A change refused because something that serves depends on its target
+    (e.g. unloading a model that a ready ensemble composes; HTTP 409)."""
+
+    code = "FAILED_PRECONDITION"
+    http_status = 409
+    grpc_status = "FAILED_PRECONDITION"
+
+
 _BY_CODE: dict[str, type[InferenceError]] = {}
 for _cls in (
     InferenceError, InvalidInput, ModelNotFound, ModelNotReady, RequestTooLarge, DeadlineExceeded, Unsupported,
-    Unauthenticated, PermissionDenied, RateLimited,
+    Unauthenticated, PermissionDenied, RateLimited, InUse,
 ):  # fmt: skip
     _BY_CODE.setdefault(_cls.code, _cls)
 

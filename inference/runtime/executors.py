@@ -73,4 +73,6 @@ class InProcessExecutor:
 
     def on_snapshot(self, snapshot: dict) -> None:
         """Keep only sessions of versions that still serve."""
-        self.runner.retain({v.key for m in snapshot.values() for v in m.versions.values() if v.serving})
+        self.runner.retain(
+            {v.key for m in snapshot.values() for v in m.versions.values() if v.serving and v.target is not None}
+        )

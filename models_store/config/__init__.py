@@ -31,8 +31,10 @@ from inference.grpc.proto import model_config_pb2 as pb
 from inference.runtime.sequences import SequenceConfigError, SequencePolicy
 
 __all__ = [
+    "ENSEMBLE",
     "MAX_CONFIG_CHARS",
     "ConfigError",
+    "EnsembleStepConfig",
     "TensorConfig",
     "TritonConfig",
     "config_from_raw",
@@ -50,6 +52,13 @@ MAX_CONFIG_CHARS = 1 << 20
 #: The platform and backend names of an ONNX Runtime model (empty: not given).
 PLATFORMS = ("", "onnxruntime_onnx")
 BACKENDS = ("", "onnxruntime")
+#: The platform of an ensemble (Triton's): a graph of other models' versions, no model file.
+ENSEMBLE = "ensemble"
+#: What an ensemble's configuration may not have (Triton refuses these for ensembles too, or they need a model file).
+NOT_FOR_ENSEMBLES = (
+    "dynamic_batching", "sequence_batching", "instance_group", "default_model_filename", "model_warmup",
+    "response_cache", "backend",
+)  # fmt: skip
 
 
 class ConfigError(ValueError):
@@ -77,6 +86,8 @@ SUPPORTED: dict = {
     "model_warmup": ALL,
     "model_transaction_policy": {},  # decoupled: false only
     "response_cache": ALL,  # enable: the response cache (inference/response_cache.py)
+    # platform "ensemble": the steps (inference/ensembles.py; models_store/ensembles.py pins their versions)
+    "ensemble_scheduling": {"step": {"model_name": ALL, "model_version": ALL, "input_map": ALL, "output_map": ALL}},
 }
 
 #: Why a field is not supported, for the fields a Triton user is likely to write.
@@ -92,7 +103,7 @@ WHY = {
     "output.is_non_linear_format_io": "non-linear formats are a TensorRT feature",
     "input.reshape": "give the model's own shape in dims",
     "output.reshape": "give the model's own shape in dims",
-    "ensemble_scheduling": "ensembles are not supported",
+    "ensemble_scheduling.step.model_namespace": "model namespaces are not supported",
     "model_transaction_policy.decoupled": "decoupled models are not supported: one response per request",
     "dynamic_batching.priority_levels": "priority queues are not supported: requests are served in arrival order",
     "dynamic_batching.default_priority_level": "priority queues are not supported",
@@ -122,6 +133,20 @@ class TensorConfig:
 
 
 @dataclass(frozen=True)
+class EnsembleStepConfig:
+    """One step of ``ensemble_scheduling`` as configured: ``model_version``
+    -1 means the version serving when the ensemble version is created;
+    ``input_map``: the step model's input name -> the ensemble tensor it
+    reads; ``output_map``: the step model's output name -> the ensemble
+    tensor it writes."""
+
+    model_name: str
+    model_version: int
+    input_map: dict
+    output_map: dict
+
+
+@dataclass(frozen=True)
 class TritonConfig:
     name: str = ""
     platform: str = ""
@@ -137,6 +162,7 @@ class TritonConfig:
     parameters: dict = field(default_factory=dict)
     sequence_batching: dict | None = None  # Triton's message as JSON (MessageToDict); None: no sequences
     response_cache: bool = False  # response_cache { enable: true }
+    ensemble: tuple[EnsembleStepConfig, ...] = ()  # platform "ensemble": its steps, in config order
     raw: dict = field(default_factory=dict)  # the whole parsed message, as JSON
 
 
@@ -244,9 +270,13 @@ def _checked(message: pb.ModelConfig, source: str, refuse: bool = True) -> Trito
     shares (with ``refuse``: the supported fields too)."""
     if refuse:
         _refuse_unsupported(message, source)
-    if message.platform not in PLATFORMS or message.backend not in BACKENDS:
+    steps = _ensemble_steps(message, source)
+    if not steps and (message.platform not in PLATFORMS or message.backend not in BACKENDS):
         what = message.platform or message.backend
-        raise ConfigError(f"{source} asks for {what!r}; this server runs ONNX models (platform onnxruntime_onnx)")
+        raise ConfigError(
+            f"{source} asks for {what!r}; this server runs ONNX models (platform onnxruntime_onnx) "
+            "and ensembles of them (platform ensemble)"
+        )
     if message.max_batch_size < 0:
         raise ConfigError(f"{source}: max_batch_size must not be negative")
     for tensor in message.input:
@@ -292,8 +322,49 @@ def _checked(message: pb.ModelConfig, source: str, refuse: bool = True) -> Trito
         parameters={k: v.string_value for k, v in message.parameters.items()},
         sequence_batching=sequence,
         response_cache=message.response_cache.enable,
+        ensemble=steps,
         raw=triton_json(message),
     )
+
+
+_MESSAGE_FIELDS = ("dynamic_batching", "sequence_batching", "response_cache")
+_LISTS = ("instance_group", "model_warmup")
+
+
+def _ensemble_steps(message: pb.ModelConfig, source: str) -> tuple[EnsembleStepConfig, ...]:
+    """The steps of an ensemble's configuration (() for another platform),
+    after Triton's checks of an ensemble's own fields. Raises ConfigError."""
+    scheduled = message.HasField("ensemble_scheduling")
+    if message.platform != ENSEMBLE:
+        if scheduled:
+            raise ConfigError(f'{source}: ensemble_scheduling is for platform "ensemble" only')
+        return ()
+    if not scheduled or not message.ensemble_scheduling.step:
+        raise ConfigError(f"{source}: an ensemble needs ensemble_scheduling with at least one step")
+    for name in NOT_FOR_ENSEMBLES:
+        value = getattr(message, name)
+        given = message.HasField(name) if name in _MESSAGE_FIELDS else bool(len(value) if name in _LISTS else value)
+        if given:
+            raise ConfigError(f"{source}: an ensemble may not set '{name}' (its steps' models have their own)")
+    for kind, tensors in (("input", message.input), ("output", message.output)):
+        if not tensors:
+            raise ConfigError(f"{source}: an ensemble declares its {kind}s (name, data_type, dims)")
+        for tensor in tensors:
+            if tensor.data_type == pb.TYPE_INVALID or not (tensor.dims or message.max_batch_size > 0):
+                raise ConfigError(f"{source}: ensemble {kind} '{tensor.name}' needs its data_type and dims")
+    steps = []
+    for number, step in enumerate(message.ensemble_scheduling.step, 1):
+        where = f"{source}: ensemble step {number}"
+        if not step.model_name:
+            raise ConfigError(f"{where} names no model (model_name)")
+        if step.model_version < -1 or step.model_version == 0:
+            raise ConfigError(f"{where}: model_version is -1 (the version serving now) or a version number")
+        if not step.input_map or not step.output_map:
+            raise ConfigError(f"{where} (model '{step.model_name}') needs an input_map and an output_map")
+        steps.append(
+            EnsembleStepConfig(step.model_name, int(step.model_version), dict(step.input_map), dict(step.output_map))
+        )
+    return tuple(steps)
 
 
 def parse_config(text: str, source: str = "config.pbtxt") -> TritonConfig:

@@ -205,6 +205,40 @@ def test_a_model_with_external_data_uploads_from_the_page(page, ui_server):
     np.testing.assert_array_equal(np.array(got, np.float32), np.array(x, np.float32) + w)
 
 
+def test_an_ensemble_uploads_from_the_page_as_its_config_alone(page, ui_server):
+    """No file, the ensemble's config.pbtxt pasted: READY, its steps listed,
+    and the page's "try it" answers what the two steps chained give."""
+    from tests.support.repository import _ensemble
+
+    _api_upload(ui_server, "ui_double", m.affine(2.0, 1.0))
+    _api_upload(ui_server, "ui_shift", m.affine(1.0, -3.0))
+    page.goto("/upload/")
+    page.fill("#id_name", "ui_chain")
+    page.select_option("#id_team", "ml")
+    page.click("#upload-submit")  # neither a file nor an ensemble's config: said at once
+    expect(page.locator("#upload-error")).to_contain_text("Choose a model file (or, for an ensemble")
+    page.fill(
+        "#id_config",
+        _ensemble(
+            "ui_chain",
+            '{ name: "X" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+            '{ name: "Y" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+            [("ui_double", -1, {"x": "X"}, {"y": "t"}), ("ui_shift", -1, {"x": "t"}, {"y": "Y"})],
+        ),
+    )
+    page.click("#upload-submit")
+    expect(page).to_have_url(re.compile(r"/models/ui_chain/versions/1/$"))
+    expect(page.locator("#version-state [data-state]")).to_have_attribute("data-state", "READY")
+    expect(page.locator("#ensemble-steps")).to_contain_text("ui_shift")
+    x = [[1.0, 2.0, 3.0, 4.0]]
+    page.fill("#tryit-body", json.dumps({"inputs": [{"name": "X", "shape": [1, 4], "datatype": "FP32", "data": x}]}))
+    page.click("#tryit-send")
+    answer_box = page.locator("#tryit-response")
+    expect(answer_box).to_have_attribute("data-status", "200")
+    got = json.loads(answer_box.inner_text())["outputs"][0]["data"]
+    np.testing.assert_array_equal(np.array(got, np.float32), (np.array(x, np.float32) * 2 + 1 - 3).ravel())
+
+
 def _big_model(megabytes: int) -> bytes:
     """y = x + w with a ``megabytes`` MB FP32 weight (a real, servable model)."""
     count = megabytes * 1024 * 1024 // 4

@@ -93,7 +93,33 @@ def test_every_supported_field_parses_in_every_syntax():
         ('input [ { name: "a" reshape: { shape: [ 2 ] } } ]', "'input.reshape': give the model's own shape in dims"),
         ("dynamic_batching { priority_levels: 2 }", "'dynamic_batching.priority_levels': priority queues"),
         ("instance_group [ { count: 1 rate_limiter { priority: 2 } } ]", "'instance_group.rate_limiter'"),
-        ('ensemble_scheduling { step [ { model_name: "a" } ] }', "'ensemble_scheduling': ensembles are not supported"),
+        ('ensemble_scheduling { step [ { model_name: "a" } ] }', 'ensemble_scheduling is for platform "ensemble" only'),
+        ('platform: "ensemble"', "an ensemble needs ensemble_scheduling with at least one step"),
+        (
+            'platform: "ensemble" ensemble_scheduling { step [ { model_name: "a" model_namespace: "n" } ] }',
+            "'ensemble_scheduling.step.model_namespace': model namespaces are not supported",
+        ),
+        (
+            'platform: "ensemble" response_cache { enable: true } ensemble_scheduling { step [ { model_name: "a" } ] }',
+            "an ensemble may not set 'response_cache'",
+        ),
+        (
+            'platform: "ensemble" input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ] '
+            'output [ { name: "Y" data_type: TYPE_FP32 } ] ensemble_scheduling { step [ { model_name: "a" } ] }',
+            "ensemble output 'Y' needs its data_type and dims",
+        ),
+        (
+            'platform: "ensemble" input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ] '
+            'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ] '
+            'ensemble_scheduling { step [ { model_name: "a" model_version: 0 } ] }',
+            "ensemble step 1: model_version is -1 (the version serving now) or a version number",
+        ),
+        (
+            'platform: "ensemble" input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ] '
+            'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ] '
+            'ensemble_scheduling { step [ { model_name: "a" model_version: -1 input_map { key: "x" value: "X" } } ] }',
+            "ensemble step 1 (model 'a') needs an input_map and an output_map",
+        ),
         ('runtime: "model.py"', "'runtime': this server runs ONNX models"),
         ('metric_tags { key: "a" value: "b" }', "'metric_tags'"),
         (

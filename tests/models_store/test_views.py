@@ -440,3 +440,26 @@ def test_with_tokens_required_the_web_ui_shows_a_team_only_its_models(alice, set
     taken = _post(bob, "/upload/", {"name": "iris", "team": "vision", "file": _file(m.affine(2, 2))})
     assert taken.status_code == 409 and "is taken (by a model of another team)" in _text(taken)
     assert ModelVersion.objects.count() == 1
+
+
+def test_an_ensemble_is_uploaded_as_its_config_alone(alice):
+    """The upload page takes an ensemble's config.pbtxt without a file; its
+    version page lists the steps with their pinned versions; without a
+    file and without an ensemble's config, the page says what is missing."""
+    from tests.support.repository import _ensemble
+
+    assert _upload(alice, "pre", m.standardize()).status_code == 302
+    config = _ensemble(
+        "pipe",
+        '{ name: "RAW" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        '{ name: "F" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        [("pre", -1, {"raw": "RAW"}, {"features": "F"})],
+    )
+    response = _post(alice, "/upload/", {"name": "pipe", "team": "ml", "description": "", "config": config})
+    assert (response.status_code, response["Location"]) == (302, "/models/pipe/versions/1/")
+    page = _text(alice.get("/models/pipe/versions/1/"))
+    assert 'id="ensemble-steps"' in page and 'href="/models/pre/versions/1/"' in page and "raw ← RAW" in page
+    assert "step 1: model &#x27;pre&#x27; version 1 (the version serving now)" in page  # the log
+    missing = _post(alice, "/upload/", {"name": "nothing", "team": "ml", "description": "", "config": ""})
+    assert missing.status_code == 400 and "no model file in the upload" in _text(missing)
+    assert not RegisteredModel.objects.filter(name="nothing").exists()

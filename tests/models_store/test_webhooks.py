@@ -249,3 +249,27 @@ def test_a_paused_subscription_gets_no_new_deliveries(alice, two_versions):
     assert event["data"]["previous_version"] == 1 and event["data"]["version"] == 2
     updates = AuditEvent.objects.filter(action="webhook.update").order_by("id")
     assert [(e.actor_name, e.detail["active"]) for e in updates] == [("alice", False), ("alice", True)]
+
+
+def test_an_ensemble_upload_is_announced_ready(alice):
+    """An ensemble's version is READY at once (its checks run in the upload): version.ready, its signature."""
+    from models_store import actions
+    from tests.support.repository import _ensemble
+
+    services.version_upload("pre", stage(m.standardize()), alice, team=alice.teams.get())
+    config = _ensemble(
+        "pipe",
+        '{ name: "RAW" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        '{ name: "F" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        [("pre", -1, {"raw": "RAW"}, {"features": "F"})],
+    )
+    with Receiver() as hooks:
+        subscription = _subscribe(alice, hooks.url, ["version.ready"])
+        version = actions.upload(alice, None, "pipe", None, "ml", "", config)
+        (event,) = _events(hooks, subscription, 1)
+    assert event["type"] == "version.ready"
+    assert event["data"] == {
+        "model": "pipe", "team": "ml", "version": 1, "state": "READY", "reason": "", "sha256": version.sha256,
+        "inputs": [{"name": "RAW", "datatype": "FP32", "shape": [-1, 4]}],
+        "outputs": [{"name": "F", "datatype": "FP32", "shape": [-1, 4]}],
+    }  # fmt: skip

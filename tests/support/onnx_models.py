@@ -450,3 +450,63 @@ def scaled_by_default(default: float = 2.0) -> bytes:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="tests")
     model.ir_version = 8
     return model.SerializeToString()
+
+
+# -- ensembles (tests/interop/test_ensembles.py): preprocess -> classifier -> postprocess, and a join --
+#: The preprocessing step's constants: features = (raw - MEAN) / SCALE.
+ENSEMBLE_MEAN = np.array([5.8, 3.0, 3.8, 1.2], dtype=np.float32)
+ENSEMBLE_SCALE = np.array([0.8, 0.4, 1.8, 0.8], dtype=np.float32)
+#: The classifier step's weights: logits = features @ WEIGHTS + BIAS (4 features, 3 classes).
+ENSEMBLE_WEIGHTS = np.array(
+    [[-1.0, 0.2, 0.9], [1.1, -0.6, -0.4], [-1.7, 0.3, 1.5], [-1.6, -0.1, 1.8]], dtype=np.float32
+)
+ENSEMBLE_BIAS = np.array([0.3, 0.9, -1.1], dtype=np.float32)
+
+
+def standardize(batch=("N",)) -> bytes:
+    """FP32 ``raw`` [batch, 4] -> ``features`` = (raw - ENSEMBLE_MEAN) / ENSEMBLE_SCALE."""
+    init = [numpy_helper.from_array(ENSEMBLE_MEAN, "mean"), numpy_helper.from_array(ENSEMBLE_SCALE, "scale")]
+    return _model(
+        [
+            helper.make_node("Sub", ["raw", "mean"], ["centred"]),
+            helper.make_node("Div", ["centred", "scale"], ["features"]),
+        ],
+        [_vi("raw", "FP32", (*batch, 4))],
+        [_vi("features", "FP32", (*batch, 4))],
+        initializers=init,
+    )
+
+
+def linear_classifier(batch="N") -> bytes:
+    """FP32 ``features`` [batch, 4] -> ``logits`` [batch, 3] = features @ ENSEMBLE_WEIGHTS + ENSEMBLE_BIAS."""
+    init = [numpy_helper.from_array(ENSEMBLE_WEIGHTS, "w"), numpy_helper.from_array(ENSEMBLE_BIAS, "b")]
+    return _model(
+        [
+            helper.make_node("MatMul", ["features", "w"], ["product"]),
+            helper.make_node("Add", ["product", "b"], ["logits"]),
+        ],
+        [_vi("features", "FP32", (batch, 4))],
+        [_vi("logits", "FP32", (batch, 3))],
+        initializers=init,
+    )
+
+
+def softmax_argmax() -> bytes:
+    """FP32 ``logits`` [N, 3] -> ``probabilities`` (softmax over the last axis) and INT64 ``label`` [N] (argmax)."""
+    return _model(
+        [
+            helper.make_node("Softmax", ["logits"], ["probabilities"], axis=-1),
+            helper.make_node("ArgMax", ["logits"], ["label"], axis=-1, keepdims=0),
+        ],
+        [_vi("logits", "FP32", ("N", 3))],
+        [_vi("probabilities", "FP32", ("N", 3)), _vi("label", "INT64", ("N",))],
+    )
+
+
+def add_pair(width: int = 4) -> bytes:
+    """FP32 ``a`` + ``b`` -> ``sum``, shape [N, width] (the join of a diamond)."""
+    return _model(
+        [helper.make_node("Add", ["a", "b"], ["sum"])],
+        [_vi("a", "FP32", ("N", width)), _vi("b", "FP32", ("N", width))],
+        [_vi("sum", "FP32", ("N", width))],
+    )

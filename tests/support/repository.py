@@ -129,11 +129,88 @@ def diabetes_regressor() -> bytes:
     return onnx_model.SerializeToString()
 
 
+def _ensemble(name: str, inputs: str, outputs: str, steps: list[tuple], max_batch_size: int = 0) -> str:
+    """An ensemble's config.pbtxt; ``steps``: (model, version, {input: tensor}, {output: tensor})."""
+
+    def pairs(mapping: dict) -> str:
+        return ", ".join(f'{{ key: "{k}" value: "{v}" }}' for k, v in mapping.items())
+
+    lines = [
+        f'  {{ model_name: "{model}" model_version: {version} input_map [ {pairs(ins)} ] output_map [ {pairs(outs)} ] }}'
+        for model, version, ins, outs in steps
+    ]
+    return (
+        f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: {max_batch_size}\n'
+        f"input [ {inputs} ]\noutput [ {outputs} ]\n"
+        "ensemble_scheduling { step [\n" + ",\n".join(lines) + "\n] }\n"
+    )
+
+
+#: Ensembles (tests/interop/test_ensembles.py): each directory holds config.pbtxt and an empty "1/", as in Triton.
+ENSEMBLES = {
+    # preprocess -> classifier -> postprocess (the first two pinned at import: -1)
+    "ens_pipeline": _ensemble(
+        "ens_pipeline",
+        '{ name: "RAW" data_type: TYPE_FP32 dims: [ 4 ] }',
+        '{ name: "PROBABILITIES" data_type: TYPE_FP32 dims: [ 3 ] }, { name: "LABEL" data_type: TYPE_INT64 dims: [ ] }',
+        [
+            ("ens_preprocess", -1, {"raw": "RAW"}, {"features": "features"}),
+            ("ens_classifier", -1, {"features": "features"}, {"logits": "logits"}),
+            ("ens_postprocess", 1, {"logits": "logits"}, {"probabilities": "PROBABILITIES", "label": "LABEL"}),
+        ],
+        max_batch_size=8,
+    ),
+    # a diamond: preprocess, then two independent steps, then their join
+    "ens_diamond": _ensemble(
+        "ens_diamond",
+        '{ name: "RAW" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        '{ name: "SUM" data_type: TYPE_FP32 dims: [ -1, 4 ] }, { name: "LEFT" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        [
+            ("ens_preprocess", -1, {"raw": "RAW"}, {"features": "f"}),
+            ("ens_double", -1, {"x": "f"}, {"y": "LEFT"}),
+            ("ens_negate", -1, {"x": "f"}, {"y": "right"}),
+            ("ens_join", -1, {"a": "LEFT", "b": "right"}, {"sum": "SUM"}),
+        ],
+    ),
+    # its second step takes batches of exactly 2: other batches fail there
+    "ens_failing": _ensemble(
+        "ens_failing",
+        '{ name: "RAW" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        '{ name: "OUT" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        [("ens_preprocess", -1, {"raw": "RAW"}, {"features": "f"}), ("ens_fixed_batch", -1, {"x": "f"}, {"y": "OUT"})],
+    ),
+    # used by the statistics test only, so that its counts are exact
+    "ens_stats": _ensemble(
+        "ens_stats",
+        '{ name: "X" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        '{ name: "Y" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        [("ens_stats_a", -1, {"x": "X"}, {"y": "t"}), ("ens_stats_b", -1, {"x": "t"}, {"y": "Y"})],
+    ),
+}
+
+
+def write_ensembles(root: Path) -> None:
+    """The composing models of :data:`ENSEMBLES` and the ensembles themselves."""
+    m.write_model(root, "ens_preprocess", m.standardize())
+    m.write_model(root, "ens_classifier", m.linear_classifier())
+    m.write_model(root, "ens_postprocess", m.softmax_argmax())
+    m.write_model(root, "ens_double", m.affine(2.0, 1.0))
+    m.write_model(root, "ens_negate", m.affine(-1.0, 3.0))
+    m.write_model(root, "ens_join", m.add_pair())
+    m.write_model(root, "ens_fixed_batch", m.affine(1.0, 0.5, batch=2))
+    m.write_model(root, "ens_stats_a", m.affine(1.0, 1.0))
+    m.write_model(root, "ens_stats_b", m.affine(2.0, 0.0))
+    for name, config in ENSEMBLES.items():
+        (root / name / "1").mkdir(parents=True, exist_ok=True)
+        (root / name / "config.pbtxt").write_text(config)
+
+
 def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
     """identity_<datatype> for all 13 datatypes, simple (INT32 add/sub),
     simple_string (the same on integers in text), affine (y = 2x + 1, max_batch_size 8), versioned (v1: x + 1, v2: x + 2,
     policy all), strings (text + "!"), image ([1,3,224,224] -> channel means),
-    broken (not ONNX), cached (y = 4x - 2 with the response cache), the demo
+    broken (not ONNX), cached (y = 4x - 2 with the response cache), the
+    ensembles of ENSEMBLES with their composing models, the demo
     sentence_embedding (ONNX Runtime Extensions' tokenizer inside), the
     stateful models of SEQUENCE_MODELS, and iris/digits
     from scikit-learn when ``with_sklearn``."""
@@ -173,6 +250,7 @@ def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
     m.write_model(root, "cached", m.affine(4.0, -2.0), config="response_cache { enable: true }\n")
     # Text in, embedding out, the tokenizer inside (ONNX Runtime Extensions; tests/interop/test_ort_extensions.py).
     m.write_model(root, "sentence_embedding", demo_text.build_sentence_encoder(), config=demo_text.CONFIG)
+    write_ensembles(root)  # tests/interop/test_ensembles.py
     if with_sklearn:
         from models_store.management.commands.build_demo_repository import CONFIG, build_models
 

@@ -39,7 +39,7 @@ class Command(BaseCommand):
         for line in sweep(min_age, settings.WORKER_CACHE_DIR, dry_run):
             self.stdout.write(f"{verb} {line}")
             removed += 1
-        referenced = set(ModelVersion.objects.values_list("artifact", flat=True))
+        referenced = set(ModelVersion.objects.exclude(artifact="").values_list("artifact", flat=True))  # not ensembles
         missing = storage.missing_artifacts(referenced)
         for relpath in missing:
             self.stdout.write(self.style.WARNING(f"missing artifact of a version: {relpath}"))

@@ -44,7 +44,9 @@ if (form) {
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     const file = input.files[0];
-    if (!file) { showError("Choose a model file."); return; }
+    const config = form.querySelector("[name=config]");
+    const ensemble = config && /platform\s*:\s*"ensemble"/.test(config.value);  // an ensemble: its config alone
+    if (!file && !ensemble) { showError("Choose a model file (or, for an ensemble, give its config.pbtxt alone)."); return; }
     if (total() > maxBytes) { showError(tooLarge()); return; }
     showError("");
     submit.disabled = true;

@@ -1,0 +1,167 @@
+"""Ensembles (issue 28 item 1) driven with tritonclient over HTTP and gRPC,
+in process and (in the worker-mode pass) on workers: a three-step pipeline
+against the steps chained by hand with onnxruntime, a diamond, a failing
+step, metadata/config/readiness, exact statistics, and the management API
+refusing to delete a composing version (409, the ensemble named).
+
+The models: tests/support/repository.py ``ENSEMBLES`` (imported from the
+repository as Triton lays one out: config.pbtxt and an empty ``1/``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.support import onnx_models as m
+from tests.support.live import bearer, people_with_tokens, request
+
+pytestmark = pytest.mark.interop
+
+CLIENTS = {"http": httpclient, "grpc": grpcclient}
+
+
+@pytest.fixture(scope="module", params=sorted(CLIENTS))
+def client(request, model_server):
+    module = CLIENTS[request.param]
+    url = model_server.http_url if request.param == "http" else model_server.grpc_url
+    c = module.InferenceServerClient(url)
+    yield module, c
+    c.close()
+
+
+def _session(payload: bytes) -> ort.InferenceSession:
+    return ort.InferenceSession(payload, providers=["CPUExecutionProvider"])
+
+
+def _infer(module, c, model: str, name: str, array: np.ndarray, outputs=None):
+    inp = module.InferInput(name, list(array.shape), "FP32")
+    inp.set_data_from_numpy(array)
+    wanted = [module.InferRequestedOutput(o) for o in outputs] if outputs else None
+    return c.infer(model, [inp], outputs=wanted)
+
+
+def test_three_steps_equal_the_steps_chained_by_hand(client):
+    module, c = client
+    raw = np.array([[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3], [5.9, 3.0, 4.2, 1.5]], dtype=np.float32)
+    (features,) = _session(m.standardize()).run(None, {"raw": raw})
+    (logits,) = _session(m.linear_classifier()).run(None, {"features": features})
+    probabilities, label = _session(m.softmax_argmax()).run(None, {"logits": logits})
+    assert len(set(label.tolist())) == 3  # the three rows land in three classes: the graph is not trivial
+
+    result = _infer(module, c, "ens_pipeline", "RAW", raw)
+    np.testing.assert_allclose(result.as_numpy("PROBABILITIES"), probabilities, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(result.as_numpy("LABEL"), label)
+    response = result.get_response()
+    version = response["model_version"] if module is httpclient else response.model_version
+    assert version == "1"
+    only = _infer(module, c, "ens_pipeline", "RAW", raw, outputs=["LABEL"])
+    np.testing.assert_array_equal(only.as_numpy("LABEL"), label)
+    assert only.as_numpy("PROBABILITIES") is None
+
+
+def test_a_diamond_runs_both_middle_steps(client):
+    module, c = client
+    raw = np.arange(8, dtype=np.float32).reshape(2, 4)
+    (features,) = _session(m.standardize()).run(None, {"raw": raw})
+    left = 2.0 * features + 1.0
+    right = -1.0 * features + 3.0
+    result = _infer(module, c, "ens_diamond", "RAW", raw)
+    np.testing.assert_allclose(result.as_numpy("LEFT"), left, rtol=1e-6)
+    np.testing.assert_allclose(result.as_numpy("SUM"), left + right, rtol=1e-6)
+
+
+def test_a_failing_step_is_named_with_its_status(client):
+    module, c = client
+    ok = _infer(module, c, "ens_failing", "RAW", np.ones((2, 4), dtype=np.float32))
+    (features,) = _session(m.standardize()).run(None, {"raw": np.ones((2, 4), dtype=np.float32)})
+    np.testing.assert_allclose(ok.as_numpy("OUT"), features + 0.5, rtol=1e-6)
+    with pytest.raises(InferenceServerException) as info:
+        _infer(module, c, "ens_failing", "RAW", np.ones((3, 4), dtype=np.float32))
+    message = info.value.message()
+    assert "ensemble 'ens_failing' step 2 (model 'ens_fixed_batch' version 1): input 'x' has shape [3, 4]" in message
+    assert info.value.status() == ("400" if module is httpclient else "StatusCode.INVALID_ARGUMENT")
+    # the ensemble's own inputs are checked first, as any model's
+    with pytest.raises(InferenceServerException) as info:
+        _infer(module, c, "ens_failing", "RAW", np.ones((2, 3), dtype=np.float32))
+    assert "input 'RAW' has shape [2, 3], but model 'ens_failing' expects [-1, 4]" in info.value.message()
+
+
+def test_metadata_config_and_readiness(client):
+    module, c = client
+    assert c.is_model_ready("ens_pipeline") and c.is_model_ready("ens_pipeline", "1")
+    metadata = c.get_model_metadata("ens_pipeline")
+    config = c.get_model_config("ens_pipeline")
+    if module is grpcclient:
+        from google.protobuf import json_format
+
+        metadata = json_format.MessageToDict(metadata, preserving_proto_field_name=True)
+        config = json_format.MessageToDict(config.config, preserving_proto_field_name=True)
+    assert metadata["platform"] == "ensemble" and metadata["versions"] == ["1"]
+    assert [(t["name"], t["datatype"], [int(d) for d in t["shape"]]) for t in metadata["inputs"]] == [
+        ("RAW", "FP32", [-1, 4])
+    ]
+    assert [(t["name"], t["datatype"]) for t in metadata["outputs"]] == [("PROBABILITIES", "FP32"), ("LABEL", "INT64")]
+    assert config["platform"] == "ensemble" and int(config["max_batch_size"]) == 8
+    steps = config["ensemble_scheduling"]["step"]
+    assert [(s["model_name"], int(s["model_version"])) for s in steps] == [
+        ("ens_preprocess", 1),
+        ("ens_classifier", 1),
+        ("ens_postprocess", 1),
+    ]
+    assert steps[2]["output_map"] == {"probabilities": "PROBABILITIES", "label": "LABEL"}
+    assert c.is_model_ready("ens_classifier", "1")  # composing models are models of their own
+
+
+def test_statistics_count_the_ensemble_and_each_composing_model(model_server):
+    """Triton: the ensemble counts its requests, each composing model its own inferences."""
+    http = httpclient.InferenceServerClient(model_server.http_url)
+    grpc = grpcclient.InferenceServerClient(model_server.grpc_url)
+
+    def read():
+        counts = {}
+        for name in ("ens_stats", "ens_stats_a", "ens_stats_b"):
+            (stats,) = http.get_inference_statistics(name)["model_stats"]
+            counts[name] = (
+                stats["inference_count"],
+                stats["execution_count"],
+                stats["inference_stats"]["success"]["count"],
+                stats["inference_stats"]["fail"]["count"],
+            )
+        return counts
+
+    before = read()
+    rows = 0
+    for i, batch in enumerate((1, 3, 2)):
+        module, c = (httpclient, http) if i % 2 else (grpcclient, grpc)
+        x = np.full((batch, 4), float(i), dtype=np.float32)
+        np.testing.assert_allclose(_infer(module, c, "ens_stats", "X", x).as_numpy("Y"), (x + 1.0) * 2.0)
+        rows += batch
+    with pytest.raises(InferenceServerException):  # refused before any step: counted as the ensemble's failure
+        _infer(httpclient, http, "ens_stats", "X", np.ones((1, 3), dtype=np.float32))
+    after = read()
+    delta = {name: tuple(a - b for a, b in zip(after[name], before[name])) for name in after}
+    assert rows == 6  # max_batch_size 0: each request is one inference whatever its first dimension (Triton)
+    assert delta == {
+        "ens_stats": (3, 3, 3, 1),
+        "ens_stats_a": (3, 3, 3, 0),
+        "ens_stats_b": (3, 3, 3, 0),
+    }
+    http.close()
+    grpc.close()
+
+
+def test_deleting_a_composing_version_is_refused_naming_the_ensemble(model_server):
+    token = people_with_tokens(model_server, ens_ops="superuser")["ens_ops"]
+    status, body = request(model_server, "DELETE", "/api/models/ens_classifier/versions/1/", headers=bearer(token))
+    assert status == 409, body
+    assert "step 2 of ensemble 'ens_pipeline' (version 1, READY)" in body["error"]
+    status, body = request(model_server, "POST", "/v2/repository/models/ens_join/unload", headers=bearer(token))
+    assert status == 409, body
+    assert "ensemble 'ens_diamond'" in body["error"]
+    c = httpclient.InferenceServerClient(model_server.http_url)
+    assert c.is_model_ready("ens_classifier", "1") and c.is_model_ready("ens_diamond")
+    c.close()

@@ -1,0 +1,191 @@
+"""Ensembles in the registry: imported from a repository, uploaded through
+the management API as a config alone, pinned, checked, and guarded (409)."""
+
+from __future__ import annotations
+
+import pytest
+
+from models_store import accounts, selectors, services, storage
+from models_store.models import AuditEvent, ModelVersion, RegisteredModel
+from models_store.repository import import_repository
+from tests.models_store.test_api import Api, _error
+from tests.support import onnx_models as m
+from tests.support.repository import ENSEMBLES, _ensemble, write_ensembles
+from tests.support.store import person
+
+pytestmark = [pytest.mark.db, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def repo(tmp_path):
+    root = tmp_path / "repo"
+    write_ensembles(root)
+    return root
+
+
+@pytest.fixture
+def alice_api():
+    return Api(accounts.token_create(person("alice", "ml"), "script")[1])
+
+
+@pytest.fixture
+def bob_api():
+    return Api(accounts.token_create(person("bob", "vision"), "script")[1])
+
+
+@pytest.fixture
+def ops_api():
+    user = person("ops", superuser=True)
+    return Api(accounts.token_create(user, "script")[1])
+
+
+def _upload_config(api: Api, model: str, config: str, **fields):
+    return api.client.post(f"/api/models/{model}/versions/", {"config": config, **fields}, **api.auth)
+
+
+def test_import_pins_the_serving_versions_and_is_idempotent(repo):
+    results = {(r.model, r.directory): r for r in import_repository(repo)}
+    for name in ENSEMBLES:
+        assert results[(name, "1")].outcome == "created", results[(name, "1")]
+    version = ModelVersion.objects.get(model__name="ens_pipeline", number=1)
+    assert version.state == "READY" and version.platform == "ensemble" and version.artifact == ""
+    assert version.model.platform == "ensemble"
+    steps = version.properties["ensemble"]["steps"]
+    assert [(s["model_name"], s["model_version"], s["configured_version"]) for s in steps] == [
+        ("ens_preprocess", 1, -1),
+        ("ens_classifier", 1, -1),
+        ("ens_postprocess", 1, 1),
+    ]
+    assert version.inputs == [{"name": "RAW", "datatype": "FP32", "shape": [-1, 4]}]
+    assert version.outputs == [
+        {"name": "PROBABILITIES", "datatype": "FP32", "shape": [-1, 3]},
+        {"name": "LABEL", "datatype": "INT64", "shape": [-1]},
+    ]
+    again = {(r.model, r.directory): r.outcome for r in import_repository(repo)}
+    assert all(again[(name, "1")] == "unchanged" for name in ENSEMBLES)
+
+
+def test_upload_through_the_api_pins_minus_one_to_the_version_serving_then(alice_api):
+    for name, payload in (("pre", m.standardize()), ("clf", m.linear_classifier())):
+        assert alice_api.upload(name, payload, team="ml").status_code == 201
+    assert alice_api.upload("clf", m.linear_classifier(batch="B"), team="ml").status_code == 201  # version 2 serves
+    config = _ensemble(
+        "pipe",
+        '{ name: "RAW" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        '{ name: "LOGITS" data_type: TYPE_FP32 dims: [ -1, 3 ] }',
+        [("pre", -1, {"raw": "RAW"}, {"features": "f"}), ("clf", -1, {"features": "f"}, {"logits": "LOGITS"})],
+    )
+    response = _upload_config(alice_api, "pipe", config, team="ml")
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["state"] == "READY" and body["number"] == 1
+    version = ModelVersion.objects.get(model__name="pipe")
+    assert [(s["model_name"], s["model_version"]) for s in version.properties["ensemble"]["steps"]] == [
+        ("pre", 1),
+        ("clf", 2),
+    ]
+    event = AuditEvent.objects.filter(action="version.upload", model_name="pipe").get()
+    assert event.actor_name == "alice"
+    # the same plan again is a duplicate; an ONNX file for an ensemble model is refused
+    assert "already has these bytes" in _error(_upload_config(alice_api, "pipe", config), 409)
+    assert "is an ensemble" in _error(alice_api.upload("pipe", m.standardize()), 400)
+    # a pinned version serves whatever the policy says (latest 1 serves only version 2 of clf otherwise)
+    assert alice_api.upload("pre", m.standardize(batch=("B",)), team="ml").status_code == 201
+    assert selectors.serving(RegisteredModel.objects.get(name="pre")).served == (2, 1)
+
+
+@pytest.mark.parametrize(
+    "steps, status, message",
+    [
+        ([("nope", -1, {"raw": "RAW"}, {"features": "OUT"})], 400, "step 1: unknown model 'nope'"),
+        ([("pre", 5, {"raw": "RAW"}, {"features": "OUT"})], 409, "step 1: model 'pre' has no version 5"),
+        ([("pre", -1, {"wrong": "RAW"}, {"features": "OUT"})], 400, "has no input 'wrong' (inputs: raw)"),
+        ([("pre", -1, {"raw": "RAW"}, {"other": "OUT"})], 400, "has no output 'other' (outputs: features)"),
+        (
+            [("pre", -1, {"raw": "RAW"}, {"features": "t"}), ("pre", -1, {"raw": "t2"}, {"features": "OUT"})],
+            400,
+            "step 2 (model 'pre') reads 't2' (into its input 'raw'), which is neither",
+        ),
+        ([("pre", -1, {"raw": "RAW"}, {"features": "t"})], 400, "no step writes the ensemble output(s) OUT"),
+        (
+            [("labels", -1, {"logits": "RAW"}, {"label": "OUT"})],
+            400,
+            "input 'logits' is FP32 [-1, 3], but 'RAW' (the ensemble's input) is FP32 [-1, 4]",
+        ),
+        (
+            [("pre", -1, {"raw": "RAW"}, {"features": "t"}), ("labels", -1, {"logits": "t"}, {"label": "OUT"})],
+            400,
+            "input 'logits' is FP32 [-1, 3], but 't' (output 'features' of step 1) is FP32 [-1, 4]",
+        ),
+        ([("join", -1, {"a": "RAW"}, {"sum": "OUT"})], 400, "(model 'join' version 1): input(s) b not mapped"),
+        (
+            [("pre", -1, {"raw": "RAW"}, {"features": "OUT"}), ("pre", -1, {"raw": "RAW"}, {"features": "OUT"})],
+            400,
+            "step 2 (model 'pre') writes 'OUT', which step 1 writes too",
+        ),
+        ([("other_team", -1, {"x": "RAW"}, {"y": "OUT"})], 400, "step 1: unknown model 'other_team'"),
+    ],
+)
+def test_malformed_ensembles_are_refused_naming_the_step(alice_api, bob_api, steps, status, message):
+    assert alice_api.upload("pre", m.standardize(), team="ml").status_code == 201
+    assert alice_api.upload("labels", m.softmax_argmax(), team="ml").status_code == 201
+    assert alice_api.upload("join", m.add_pair(), team="ml").status_code == 201
+    assert bob_api.upload("other_team", m.affine(1.0, 0.0), team="vision").status_code == 201
+    config = _ensemble(
+        "e",
+        '{ name: "RAW" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        '{ name: "OUT" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        steps,
+    )
+    error = _error(_upload_config(alice_api, "e", config, team="ml"), status)
+    assert message in error
+    assert not RegisteredModel.objects.filter(name="e").exists()
+
+
+def test_deleting_retiring_unloading_what_a_ready_ensemble_runs_is_refused(repo, ops_api):
+    import_repository(repo)
+    for path, method in (
+        ("/api/models/ens_postprocess/versions/1/", "delete"),
+        ("/api/models/ens_postprocess/versions/1/retire", "post"),
+        ("/api/models/ens_postprocess/", "delete"),
+    ):
+        response = getattr(ops_api.client, method)(path, **ops_api.auth)
+        if response.status_code == 405:
+            continue  # no such route (a model is deleted in the web UI or the admin)
+        error = _error(response, 409)
+        assert "step 3 of ensemble 'ens_pipeline' (version 1, READY)" in error, error
+    model = RegisteredModel.objects.get(name="ens_preprocess")
+    with pytest.raises(services.Conflict, match="ensemble 'ens_diamond'"):
+        services.model_set_loaded(model, False)
+    assert ModelVersion.objects.get(model__name="ens_postprocess", number=1).state == "READY"
+    # once the ensemble is unloaded, its composing versions may go
+    services.model_set_loaded(RegisteredModel.objects.get(name="ens_pipeline"), False)
+    assert ops_api.client.delete("/api/models/ens_postprocess/versions/1/", **ops_api.auth).status_code == 204
+    # the ensemble's own version goes like any other (it has no artifact to remove)
+    assert ops_api.client.delete("/api/models/ens_stats/versions/1/", **ops_api.auth).status_code == 204
+
+
+def test_cleanup_store_leaves_ensembles_alone(repo, capsys):
+    """An ensemble version has no artifact: not a missing one, and its composing models' files stay."""
+    from django.core.management import call_command
+
+    import_repository(repo)
+    call_command("cleanup_store", "--min-age", "0")
+    assert capsys.readouterr().out.splitlines()[-1] == "0 orphan(s) removed, 0 missing artifact(s)"
+    assert all(storage.artifact_path(v.artifact).is_file() for v in ModelVersion.objects.exclude(artifact=""))
+
+
+def test_a_step_with_sequence_batching_is_refused(alice_api):
+    """A step's request belongs to no sequence: such a model cannot be a step."""
+    assert alice_api.upload("seq", m.affine(1.0, 0.0), team="ml").status_code == 201
+    RegisteredModel.objects.filter(name="seq").update(
+        config={"sequence_batching": {"max_sequence_idle_microseconds": 5}}
+    )
+    config = _ensemble(
+        "e",
+        '{ name: "X" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        '{ name: "Y" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        [("seq", -1, {"x": "X"}, {"y": "Y"})],
+    )
+    error = _error(_upload_config(alice_api, "e", config, team="ml"), 400)
+    assert error == "step 1: model 'seq' has sequence batching; it cannot be an ensemble's step"
