@@ -140,7 +140,17 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
             server, "GET", f"/api/teams/ml/webhooks/{webhook}/deliveries/", b"", bearer(tokens["alice"])
         )
         assert status == 200 and page["count"] == 2, page  # label.moved twice
-        return {"webhook": [webhook], "delivery": [d["id"] for d in page["results"]]}
+        # A retired version, for the restore to find (whatever the seed's order of operations does first).
+        body, kind = multipart({}, m.affine(scale + 0.25, 1.0))
+        status, retired = request(
+            server, "POST", "/api/models/affine/versions/", body, {**headers, "Content-Type": kind}
+        )
+        assert status == 201, retired
+        status, answer = request(
+            server, "POST", f"/api/models/affine/versions/{retired['number']}/retire", b"", bearer(tokens["alice"])
+        )
+        assert status == 200, answer
+        return {"webhook": [webhook], "delivery": [d["id"] for d in page["results"]], "number": [retired["number"]]}
 
     status, schema = request(server, "GET", "/api/schema/?format=json")
     schema = schema if isinstance(schema, dict) else json.loads(schema)  # application/vnd.oai.openapi+json

@@ -112,9 +112,9 @@ def _refused_config(response) -> bool:
     except (ValueError, KeyError, TypeError):
         return False
     # The schema says an upload's ``data`` parts are files; not that their names are distinct and each one
-    # a name the model references.
+    # a name the model references. Nor can it say that ``file`` may be left out only by an ensemble's config.
     return isinstance(error, str) and error.startswith(
-        ("config.pbtxt", "the model does not reference the data file", "external data file")
+        ("config.pbtxt", "the model does not reference the data file", "external data file", "no model file")
     )
 
 

@@ -87,14 +87,24 @@ class LiveServer:
     def grpc_url(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
 
-    def start(self, timeout: float = 90) -> LiveServer:
+    def start(self, timeout: float = 90, attempts: int = 3) -> LiveServer:
+        """Start serve and wait until both transports answer. A port that
+        another process took between :func:`free_port` and the bind (another
+        pytest worker's server, or a client connection's ephemeral port) is
+        retried on new ports, ``attempts`` times in all."""
         self.var_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
         command = serve_command(self.repository, self.http_port, self.grpc_port)
-        self.process = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                _kill_group(self.process.pid)  # children it left behind
+                if attempts > 1 and "Address already in use" in self.log():
+                    self.http_port, self.grpc_port = free_port(), free_port()
+                    return self.start(timeout, attempts - 1)
                 raise RuntimeError(f"serve exited early:\n{self.log()}")
             if http_ok(f"http://{self.http_url}/v2/health/ready") and port_open(self.grpc_port):
                 for device in self.devices:
@@ -172,6 +182,13 @@ class LiveServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             return self.process.wait()
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def serve_live(repository: Path, var_dir: Path, env: dict, workers_redis: str | None = None):
