@@ -110,7 +110,7 @@ class StagingUploadHandler(FileUploadHandler):
 
     def new_file(self, field_name, file_name, *args, **kwargs):
         super().new_file(field_name, file_name, *args, **kwargs)
-        if field_name == FIELD_NAME and self._model_target() is None:
+        if field_name == FIELD_NAME and self.staged is None:
             target = storage.MODEL_FILENAME
         elif field_name == DATA_FIELD_NAME and not self.refused:
             target = self._data_target(file_name or "")
@@ -124,9 +124,6 @@ class StagingUploadHandler(FileUploadHandler):
         self.file = open(self._target, "wb")  # closed in file_complete
         self._digest = hashlib.sha256() if target == storage.MODEL_FILENAME else None
         self._size = 0
-
-    def _model_target(self) -> Path | None:
-        return self.staged.path if self.staged is not None else None
 
     def _data_target(self, file_name: str) -> str | None:
         """The staging name of a data file, or None (and ``refused`` set) for a name it may not have."""
@@ -155,8 +152,6 @@ class StagingUploadHandler(FileUploadHandler):
         self.file.close()
         if self._digest is None:  # an external data file
             self.data_files.append(self._target)
-            if self.staged is not None:
-                self.staged.data_files = tuple(self.data_files)
             return None
         self.staged = StagedFile(
             self._target,
@@ -164,7 +159,6 @@ class StagingUploadHandler(FileUploadHandler):
             self._size,
             self.file_name or storage.MODEL_FILENAME,
             self.content_type,
-            self.data_files,
         )
         return self.staged
 
@@ -197,6 +191,7 @@ class StagingUploadHandler(FileUploadHandler):
             return None
         if self.staged is None:
             raise UploadRefused(f"no model file in the upload: send the ONNX file as multipart field '{FIELD_NAME}'")
+        self.staged.data_files = tuple(self.data_files)  # whichever came first, the model or its data
         return self.staged
 
 

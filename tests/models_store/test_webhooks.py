@@ -21,7 +21,7 @@ from models_store import selectors, services, webhooks
 from models_store.models import AuditEvent, ModelVersion, WebhookDelivery
 from tests.support import onnx_models as m
 from tests.support.store import person, stage
-from tests.support.webhook_receiver import Receiver
+from tests.support.webhook_receiver import Receiver, deliver_inline
 
 pytestmark = [pytest.mark.db, pytest.mark.django_db(transaction=True)]
 
@@ -31,17 +31,8 @@ ALL = list(webhooks.EVENTS)
 @pytest.fixture(autouse=True)
 def _inline(settings, monkeypatch):
     """Small back-off, 127.0.0.1 allowed, attempts inline after their delay."""
-    settings.WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
-    settings.WEBHOOK_RETRY_SECONDS = 0.05
-    settings.WEBHOOK_RETRY_MAX_SECONDS = 0.2
+    deliver_inline(settings, monkeypatch, retry_max_seconds=0.2)
     settings.WEBHOOK_TIMEOUT_SECONDS = 5.0
-
-    def inline(delay: float, delivery_id: int) -> None:
-        time.sleep(delay)
-        webhooks.run(delivery_id)
-
-    monkeypatch.setattr(webhooks, "_start_timer", inline)
-    monkeypatch.setattr(webhooks, "_delivers_here", lambda: True)
 
 
 @pytest.fixture

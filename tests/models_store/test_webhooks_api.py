@@ -5,8 +5,6 @@ team's webhooks out of reach (403 / 404); no credential, 401; audited."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from standardwebhooks import Webhook
 
@@ -15,7 +13,7 @@ from models_store.models import AuditEvent
 from tests.models_store.test_api import Api
 from tests.support import onnx_models as m
 from tests.support.store import person, stage
-from tests.support.webhook_receiver import Receiver
+from tests.support.webhook_receiver import Receiver, deliver_inline
 
 pytestmark = [pytest.mark.db, pytest.mark.django_db(transaction=True)]
 
@@ -24,16 +22,7 @@ HOOKS = "/api/teams/ml/webhooks/"
 
 @pytest.fixture(autouse=True)
 def _inline(settings, monkeypatch):
-    settings.WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
-    settings.WEBHOOK_RETRY_SECONDS = 0.05
-    settings.WEBHOOK_RETRY_MAX_SECONDS = 0.1
-
-    def inline(delay: float, delivery_id: int) -> None:
-        time.sleep(delay)
-        webhooks.run(delivery_id)
-
-    monkeypatch.setattr(webhooks, "_start_timer", inline)
-    monkeypatch.setattr(webhooks, "_delivers_here", lambda: True)
+    deliver_inline(settings, monkeypatch, retry_max_seconds=0.1)
 
 
 @pytest.fixture

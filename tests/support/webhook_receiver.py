@@ -67,3 +67,21 @@ class Receiver:
                     return list(self.received)
             time.sleep(0.02)
         raise AssertionError(f"{len(self.received)} webhook request(s) after {timeout} s, expected {count}")
+
+
+def deliver_inline(settings, monkeypatch, retry_max_seconds: float) -> None:
+    """For a test: 127.0.0.1 allowed, a small back-off (0.05 s doubling up to
+    ``retry_max_seconds``), and each attempt run in the caller's thread after
+    its delay (no timer thread, no Celery)."""
+    from models_store import webhooks
+
+    settings.WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
+    settings.WEBHOOK_RETRY_SECONDS = 0.05
+    settings.WEBHOOK_RETRY_MAX_SECONDS = retry_max_seconds
+
+    def inline(delay: float, delivery_id: int) -> None:
+        time.sleep(delay)
+        webhooks.run(delivery_id)
+
+    monkeypatch.setattr(webhooks, "_start_timer", inline)
+    monkeypatch.setattr(webhooks, "_delivers_here", lambda: True)
