@@ -101,17 +101,21 @@ class ResponseCache:
             copy = np.array(array, copy=True)
             copy.flags.writeable = False
             kept.append(copy)
+        self._keep(key, tuple(kept), size)
+        return True
+
+    def _keep(self, key: bytes, kept: tuple[np.ndarray, ...], size: int) -> None:
+        """Keep read-only arrays this cache may own as they are (``size``: their :func:`_nbytes`)."""
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
                 self.used -= old[1]
-            self._entries[key] = (tuple(kept), size)
+            self._entries[key] = (kept, size)
             self.used += size
             while self.used > self.budget:
                 _, (_, dropped) = self._entries.popitem(last=False)
                 self.used -= dropped
                 self.evictions += 1
-        return True
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -32,7 +32,7 @@ import msgspec
 import numpy as np
 
 from inference.outage import DependencyWatch
-from inference.response_cache import ResponseCache
+from inference.response_cache import ResponseCache, _nbytes
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,9 @@ class SharedResponseCache(ResponseCache):
         except ValueError:
             logger.warning("dropped a response-cache entry that does not decode")
             return None
-        super().put(key, outputs)
+        size = _nbytes(outputs)
+        if size <= self.budget // 8:
+            self._keep(key, outputs, size)  # decoded into arrays of its own, read-only: no copy
         return outputs
 
     def put(self, key: bytes, outputs: Sequence[np.ndarray]) -> bool:
