@@ -12,6 +12,7 @@ from inference import ensembles
 from inference.ensemble_segments import Segment, fuse
 from inference.ensembles import Plan, Step, StepFailed
 from inference.protocol.errors import InvalidInput
+from tests.inference.test_ensembles import _diamond
 
 
 def _step(number, model, reads, writes):
@@ -40,16 +41,7 @@ def test_a_chain_fuses_into_one_segment_reading_the_inputs_and_returning_the_out
 
 def test_a_diamond_fuses_nothing_so_no_step_waits_longer():
     """pre's tensor is read by two steps, and join reads two: nothing may chain."""
-    plan = Plan(
-        ("X",),
-        ("OUT",),
-        (
-            _step(1, "pre", ["X"], "a"),
-            _step(2, "left", ["a"], "b"),
-            _step(3, "right", ["a"], "c"),
-            _step(4, "join", ["b", "c"], "OUT"),
-        ),
-    )
+    plan = _diamond()
     assert fuse(plan, _anything) is plan
 
 
