@@ -1,6 +1,8 @@
 """What an ensemble costs (issue 28, item 1): a three-step ensemble of tiny
 models against one request to one tiny model, in one ``manage.py serve``
-(in process).
+(in process; with ``--modes inprocess,workers`` also in worker mode: one
+CPU worker over its Unix socket, where the three steps go to the worker as
+one message).
 
 The repository holds ``tiny`` (FP32 y = 2x + 1, [N, 4]), ``tiny_b`` and
 ``tiny_c`` (the same shape, other constants) and ``tiny3``: an ensemble
@@ -11,7 +13,8 @@ sends ``--requests`` requests to each, interleaved in ``--rounds`` rounds;
 reported: the median of the rounds' p50 latencies and the ratio (goal:
 ensemble <= 1.5x one tiny request).
 
-Usage: ``.venv/bin/python bench/ensembles.py [--requests 300] [--rounds 3]``.
+Usage: ``.venv/bin/python bench/ensembles.py [--requests 300] [--rounds 3] [--modes inprocess,workers]``
+(worker mode needs Redis, as ``bench/run.py --target serve-workers``).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.targets import ServeTarget  # noqa: E402
+from bench.targets import ServeTarget, WorkerServeTarget  # noqa: E402
 from tests.support import onnx_models as m  # noqa: E402
 
 ENSEMBLE = """name: "tiny3"
@@ -67,12 +70,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--modes", default="inprocess", help="comma-separated: inprocess, workers")
     args = parser.parse_args()
+    repository = build(Path(tempfile.mkdtemp(prefix="bench-ensembles-")))
+    rows = []
+    for mode in args.modes.split(","):
+        kind = {"inprocess": ServeTarget, "workers": WorkerServeTarget}[mode]
+        target = kind(repository, Path(tempfile.mkdtemp(prefix="bench-ensembles-var-")), name=f"ensembles-{mode}")
+        if mode == "workers":  # ready once an ensemble request went through the worker
+            body = b'{"inputs": [{"name": "X", "datatype": "FP32", "shape": [1, 4], "data": [0, 1, 2, 3]}]}'
+            target.probe = ("/v2/models/tiny3/infer", body, {"Content-Type": "application/json"})
+        rows += [(mode, *row) for row in measure(target, args.requests, args.rounds)]
+    print(f"serve; tritonclient binary tensors, c=1; {args.rounds} rounds of {args.requests} requests\n")
+    print("| mode | transport | one tiny request p50 ms | 3-step ensemble p50 ms | ratio (goal <= 1.5x) |")
+    print("|---|---|---:|---:|---:|")
+    for mode, transport, one, three in rows:
+        print(f"| {mode} | {transport} | {one:.3f} | {three:.3f} | {three / one:.2f}x |")
+
+
+def measure(target, requests: int, rounds: int) -> list[tuple[str, float, float]]:
+    """(transport, p50 of one tiny request, p50 of the ensemble) per transport, on a started-here ``target``."""
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
 
-    repository = build(Path(tempfile.mkdtemp(prefix="bench-ensembles-")))
-    target = ServeTarget(repository, Path(tempfile.mkdtemp(prefix="bench-ensembles-var-")), name="ensembles")
     target.start(timeout=300)
     x = np.arange(4, dtype=np.float32).reshape(1, 4)
     rows = []
@@ -87,18 +107,14 @@ def main() -> None:
             medians = {"tiny": [], "tiny3": []}
             for model in medians:  # warm: sessions loaded
                 p50_ms(client, module, model, x, 20)
-            for _ in range(args.rounds):
+            for _ in range(rounds):
                 for model in medians:
-                    medians[model].append(p50_ms(client, module, model, x, args.requests))
+                    medians[model].append(p50_ms(client, module, model, x, requests))
             rows.append((transport, statistics.median(medians["tiny"]), statistics.median(medians["tiny3"])))
             client.close()
     finally:
         target.stop()
-    print(f"serve in process; tritonclient binary tensors, c=1; {args.rounds} rounds of {args.requests} requests\n")
-    print("| transport | one tiny request p50 ms | 3-step ensemble p50 ms | ratio (goal <= 1.5x) |")
-    print("|---|---:|---:|---:|")
-    for transport, one, three in rows:
-        print(f"| {transport} | {one:.3f} | {three:.3f} | {three / one:.2f}x |")
+    return rows
 
 
 def _input(module, name: str, x: np.ndarray):

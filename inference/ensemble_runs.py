@@ -3,7 +3,9 @@ against the ensemble's own signature, its graph run (inference/ensembles.py)
 with each step sent through the data plane's ordinary path for the step's
 pinned version (its checks, response cache, executor: in process or on a
 worker, and statistics), and the ensemble's response with its own
-statistics.
+statistics. In worker mode, consecutive steps that one worker can run are
+sent to it together (:mod:`inference.ensemble_segments`): the tensors
+between them stay there.
 
 The caller was admitted for the ensemble (token, rate limits): its steps run
 under that admission, without a second credential check or rate-limit
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import time
 
-from inference import ensembles, jobs, ratelimit
+from inference import ensemble_segments, ensembles, jobs, ratelimit
 from inference.admission import Admission
 from inference.protocol.errors import DeadlineExceeded, InferenceError, ModelNotReady
 from inference.protocol.types import InferenceRequest, RequestedOutput, RequestInput
@@ -38,7 +40,13 @@ def infer(dataplane, admission: Admission, request: InferenceRequest, entry: Ver
     try:
         job = jobs.prepare(entry, request, started, admission.owner, admission.regions, dataplane.timeout_seconds,
                            dataplane.shared_memory, False)  # fmt: skip
-        tensors = ensembles.run(entry.model_name, entry.ensemble, job.feeds, _step_runner(dataplane, admission, job))
+        snapshot = dataplane.registry.models  # one snapshot for the whole graph
+        plan, run_step = entry.ensemble, _step_runner(snapshot, dataplane, admission, job)
+        fits = ensemble_segments.worker_fits(dataplane, snapshot)
+        if fits is not None:  # worker mode: consecutive steps on one worker run there together
+            plan = ensemble_segments.fuse(plan, fits)
+            run_step = ensemble_segments.runner(dataplane, snapshot, job, run_step)
+        tensors = ensembles.run(entry.model_name, plan, job.feeds, run_step)
         run = RunResult([tensors[name] for name in job.names], job.rows, True, 0, _now() - job.computed)
         return jobs.respond(entry, request, job, run, dataplane.statistics, dataplane.payload_log)
     except InferenceError:
@@ -46,9 +54,9 @@ def infer(dataplane, admission: Admission, request: InferenceRequest, entry: Ver
         raise
 
 
-def _step_runner(dataplane, admission: Admission, job: jobs.Job):
-    """Runs one step: a request to its pinned version through ``dataplane.infer``."""
-    snapshot = dataplane.registry.models  # one snapshot for the whole graph
+def _step_runner(snapshot, dataplane, admission: Admission, job: jobs.Job):
+    """Runs one step: a request to its pinned version (in the registry's
+    ``snapshot``) through ``dataplane.infer``."""
 
     def run_step(step: ensembles.Step, inputs: dict) -> dict:
         model = snapshot.get(step.model)

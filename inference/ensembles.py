@@ -209,9 +209,21 @@ def _shared_pool() -> ThreadPoolExecutor:
     return _pool
 
 
+class StepFailed(Exception):
+    """Raised by a step runner that ran several steps at once (a segment on
+    one worker): ``step`` failed with ``cause`` (:func:`step_error` names it)."""
+
+    def __init__(self, step: Step, cause: Exception):
+        super().__init__(step, cause)
+        self.step, self.cause = step, cause
+
+
 def step_error(ensemble: str, step: Step, exc: Exception) -> InferenceError:
     """The error of a failed step, of the step's category (an InvalidInput
-    stays an InvalidInput: 400), its message naming the step first."""
+    stays an InvalidInput: 400), its message naming the step first (the step
+    a :class:`StepFailed` names, when ``exc`` is one)."""
+    if isinstance(exc, StepFailed):
+        step, exc = exc.step, exc.cause
     where = step.describe(ensemble)
     if isinstance(exc, InferenceError):
         error = copy.copy(exc)
@@ -231,8 +243,11 @@ def run(name: str, plan: Plan, feeds: dict[str, np.ndarray], run_step: StepRunne
     ready together run at once (one in this thread, the others in a shared
     pool). ``run_step(step, inputs)`` runs one step and returns its outputs
     by the step model's output names (it must return each output of the
-    step's ``output_map``). The first failure stops the graph (steps
-    already running finish unobserved) and raises :func:`step_error`.
+    step's ``output_map``). A plan's steps may also be units that run
+    several steps at once (:class:`~inference.ensemble_segments.Segment`,
+    their maps naming ensemble tensors by themselves). The first failure
+    stops the graph (steps already running finish unobserved) and raises
+    :func:`step_error`.
     """
     tensors = dict(feeds)
     by_number = {step.number: step for step in plan.steps}

@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 
-from inference import region_tensors, runtime_settings, tracing
+from inference import region_tensors, runtime_settings, tracing, worker_segments
 from inference.instance_groups import instances_on
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotReady
 from inference.registry import ModelRegistry
@@ -153,7 +153,8 @@ class WorkerRuntime:
         """Run one request (its tensors in the frame ``body``, or in the
         connection's ``shared`` memory); the answer frame's buffers
         (:class:`~messages.RunAnswer` with the outputs, or
-        :class:`~messages.ErrorAnswer`)."""
+        :class:`~messages.ErrorAnswer`; a :class:`~messages.SegmentRequest`:
+        :mod:`inference.worker_segments`)."""
         try:
             runtime_settings.follow()  # the machine's trace and log settings (one memory read)
             if tracing.ENABLED and request.traceparent:
@@ -167,6 +168,8 @@ class WorkerRuntime:
             return frames.encode(messages.ErrorAnswer("INTERNAL", f"the worker failed: {type(exc).__name__}"))
 
     def _handle(self, request: messages.RunRequest, body, shared) -> list:
+        if isinstance(request, messages.SegmentRequest):  # consecutive steps of an ensemble
+            return worker_segments.run(self, request, body, shared)
         target = self.target(request.model, request.version, request.sha256)
         feeds = frames.tensors(request, body, "request", shared)
         for tensor in request.regions:  # inputs in clients' shared-memory regions: mapped here, not copied

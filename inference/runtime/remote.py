@@ -57,8 +57,10 @@ from inference import instance_groups, tracing
 from inference.instance_groups import describe as describe_group
 from inference.protocol import errors
 from inference.runtime import frames, link, messages
+from inference.runtime.answers import run_result
 from inference.runtime.execution import RunResult, RunTarget
 from inference.runtime.placement import Worker, WorkerDirectory
+from inference.runtime.remote_segments import SegmentRuns
 from inference.runtime.sequence_routes import SequenceRoutes
 from inference.runtime.worker_connections import (
     WOULD_BLOCK,
@@ -111,8 +113,9 @@ class _SendFailed(Exception):
     """A request frame could not be sent (the worker never got all of it)."""
 
 
-class RemoteExecutor:
-    """Runs inferences on workers (see module doc); thread-safe."""
+class RemoteExecutor(SegmentRuns):
+    """Runs inferences on workers (see module doc), and consecutive steps of
+    an ensemble together on one (:class:`SegmentRuns`); thread-safe."""
 
     def __init__(
         self,
@@ -166,9 +169,13 @@ class RemoteExecutor:
         shared-memory regions, which a worker on this machine reads and
         writes itself). Raises ModelNotReady, DeadlineExceeded and the errors
         the worker reports (see module doc)."""
-        steps = _Steps(
+        return self._drive(
             self._steps(target, feeds, output_names, rows, deadline, placement, self._idle, sequence, regions)
         )
+
+    def _drive(self, generator):
+        """Run a request's steps (a generator of needs, see :meth:`_do`) in this thread; what it returns."""
+        steps = _Steps(generator)
         while (need := steps.next()) is not _DONE:
             try:
                 steps.gave(self._do(need, blocking=True))
@@ -228,24 +235,25 @@ class RemoteExecutor:
             workers = self._candidates(target, placement, caught_up=sequence is None)
         request, deadline = self._request(target, output_names, rows, deadline, sequence)
         if sequence is None:
-            return (yield from self._exchange(self._order(target, workers), request, feeds, deadline, idle, regions))
+            order = self._order(target.key, workers)
+            answer = yield from self._exchange(order, request, feeds, deadline, idle, regions)
+            return run_result(*answer, request.outputs)
         order = self.routes.order(target, sequence, workers)  # the sequence's worker, and no other
         if not order:
             self._candidates(target, placement, caught_up=True)  # raises: no live worker
         try:
-            return (yield from self._exchange(order, request, feeds, deadline, idle, regions))
+            answer = yield from self._exchange(order, request, feeds, deadline, idle, regions)
+            return run_result(*answer, request.outputs)
         except errors.ModelNotReady as exc:
             raise self.routes.failed(target, sequence, order[0], exc) from None
         finally:
             if sequence.end:
                 self.routes.forget(target, sequence)
 
-    def _exchange(
-        self, order: list[Worker], request: messages.RunRequest, feeds, deadline: float, idle: dict, regions=None
-    ):
-        """Send the request to the first reachable worker of ``order`` and
-        read its answer (steps, see :meth:`_steps`); returns its RunResult."""
-        output_names = request.outputs
+    def _exchange(self, order: list[Worker], request, feeds, deadline: float, idle: dict, regions=None):
+        """Send the request (a RunRequest or SegmentRequest) to the first
+        reachable worker of ``order`` and read its answer (steps, see
+        :meth:`_steps`); returns (the answer, the frame's body)."""
         conn, reused = yield from self._connection(order, idle)
         try:
             try:
@@ -264,7 +272,7 @@ class RemoteExecutor:
             conn.close()
             raise
         self._checkin(conn, idle)
-        return _result(answer, body, output_names)
+        return answer, body
 
     def _connection(self, order: list[Worker], idle: dict):
         """A connection to the first reachable worker of ``order`` (see
@@ -319,11 +327,12 @@ class RemoteExecutor:
                 return conn
             conn.close()
 
-    def _order(self, target: RunTarget, workers: list[Worker]) -> list[Worker]:
-        """The workers to try, the next in round robin first; workers that
-        refused connections lately (dead, heartbeat not yet expired, or not
-        ours) are left out while others remain: nothing was sent to them."""
-        first = self.directory.pick(target.key, workers)
+    def _order(self, key, workers: list[Worker]) -> list[Worker]:
+        """The workers to try, the next in round robin (per ``key``) first;
+        workers that refused connections lately (dead, heartbeat not yet
+        expired, or not ours) are left out while others remain: nothing was
+        sent to them."""
+        first = self.directory.pick(key, workers)
         start = workers.index(first)
         now = time.monotonic()
         order = workers[start:] + workers[:start]
@@ -372,23 +381,3 @@ class RemoteExecutor:
             raise errors.ModelNotReady(
                 f"the {worker.queue} worker {worker.id} stopped before answering (its heartbeat expired)"
             )
-
-
-def _result(answer, body: memoryview, output_names: list[str]) -> RunResult:
-    """The run's result from a worker's answer frame (raises the error it reports)."""
-    if isinstance(answer, messages.ErrorAnswer):
-        raise errors.from_code(answer.code, answer.message)
-    if not isinstance(answer, messages.RunAnswer):
-        raise errors.ModelNotReady(f"a worker answered a request with {type(answer).__name__}")
-    outputs = frames.tensors(answer, body, "worker answer")
-    written = None
-    if answer.written:  # outputs the worker wrote into the request's shared-memory regions
-        written = {entry.name: (tuple(entry.shape), entry.nbytes) for entry in answer.written}
-        outputs.update(dict.fromkeys(written))
-    try:
-        return RunResult(
-            [outputs[name] for name in output_names], answer.batch, answer.executed, answer.queue_ns,
-            answer.infer_ns, written=written,
-        )  # fmt: skip
-    except KeyError as exc:
-        raise errors.ModelNotReady(f"a worker's answer lacks the output {exc}") from None

@@ -56,13 +56,15 @@ class Connection:
         self.local = sock.family == socket.AF_UNIX  # the worker is on this machine: memory can be shared
         self.shared: frames.SharedBuffer | None = None
 
-    def encode(self, request: messages.RunRequest, feeds: dict[str, np.ndarray], regions=None) -> list[memoryview]:
-        """The request frame's byte views: the tensors in the connection's
-        shared memory when the worker is on this machine and they are
-        large, else inline. ``regions`` (a RegionPlan): tensors in clients'
-        shared-memory regions, which a worker on this machine maps itself
-        (they are left out of the frame); elsewhere they travel as usual."""
-        request.regions, request.output_regions = [], []
+    def encode(self, request, feeds: dict[str, np.ndarray], regions=None) -> list[memoryview]:
+        """The request frame's byte views (a RunRequest or SegmentRequest):
+        the tensors in the connection's shared memory when the worker is on
+        this machine and they are large, else inline. ``regions`` (a
+        RegionPlan, RunRequest only): tensors in clients' shared-memory
+        regions, which a worker on this machine maps itself (they are left
+        out of the frame); elsewhere they travel as usual."""
+        if regions is not None:
+            request.regions, request.output_regions = [], []
         if regions is not None and self.local:
             request.regions = [
                 messages.RegionTensor(name, _dtype(feeds[name]), list(feeds[name].shape), s.key, s.offset, s.nbytes)

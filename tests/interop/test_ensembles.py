@@ -9,6 +9,8 @@ repository as Triton lays one out: config.pbtxt and an empty ``1/``)."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -165,3 +167,70 @@ def test_deleting_a_composing_version_is_refused_naming_the_ensemble(model_serve
     c = httpclient.InferenceServerClient(model_server.http_url)
     assert c.is_model_ready("ens_classifier", "1") and c.is_model_ready("ens_diamond")
     c.close()
+
+
+def _served(server, after_ms: float) -> int:
+    """The requests the workers answered (their heartbeats' ``served``), from
+    heartbeats written after ``after_ms`` (ms since the epoch)."""
+    import redis
+
+    from inference.runtime.messages import announcement_json
+    from inference.runtime.placement import HEARTBEAT_PREFIX
+
+    client = redis.Redis.from_url(server.env["REDIS_URL"])
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        values = [client.get(key) for key in client.scan_iter(f"{HEARTBEAT_PREFIX}*")]
+        beats = [announcement_json.decode(v) for v in values if v]
+        if beats and all(beat.beat_ms > after_ms for beat in beats):
+            client.close()
+            return sum(beat.served for beat in beats)
+        time.sleep(0.1)
+    raise AssertionError("no fresh worker heartbeat")
+
+
+def test_a_chain_on_one_worker_is_one_exchange_and_counts_each_step(model_server):
+    """Worker mode: the three steps of ens_chain go to the worker as one
+    request (the worker's count of answered requests grows by one per
+    ensemble request), answer as the models chained by hand, count one
+    inference per step per composing model, and a failing middle step is
+    named (400) and counted as its model's failure only."""
+    http = httpclient.InferenceServerClient(model_server.http_url)
+    grpc = grpcclient.InferenceServerClient(model_server.grpc_url)
+    models = ("ens_chain", "ens_chain_a", "ens_chain_b", "ens_chain_c")
+
+    def counts():
+        out = {}
+        for name in models:
+            (stats,) = http.get_inference_statistics(name)["model_stats"]
+            success, fail = stats["inference_stats"]["success"]["count"], stats["inference_stats"]["fail"]["count"]
+            out[name] = (stats["inference_count"], stats["execution_count"], success, fail)
+        return out
+
+    workers = model_server.env.get("INFERENCE_EXECUTOR") == "workers"
+    before, served = counts(), _served(model_server, time.time() * 1000 + 50) if workers else 0
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    (a,) = _session(m.affine(1.0, 1.0)).run(None, {"x": x})
+    (b,) = _session(m.affine(1.0, 0.5, batch=2)).run(None, {"x": a})
+    (y,) = _session(m.affine(2.0, 0.0)).run(None, {"x": b})
+    for module, c in ((httpclient, http), (grpcclient, grpc), (httpclient, http)):
+        np.testing.assert_allclose(_infer(module, c, "ens_chain", "X", x).as_numpy("Y"), y, rtol=1e-6)
+    for module, c in ((httpclient, http), (grpcclient, grpc)):
+        with pytest.raises(InferenceServerException) as info:
+            _infer(module, c, "ens_chain", "X", np.ones((3, 4), dtype=np.float32))
+        assert "ensemble 'ens_chain' step 2 (model 'ens_chain_b' version 1): input 'x' has shape [3, 4]" in (
+            info.value.message()
+        )
+        assert info.value.status() == ("400" if module is httpclient else "StatusCode.INVALID_ARGUMENT")
+    if workers:
+        assert _served(model_server, time.time() * 1000 + 50) - served == 5  # not 3 x 3 + 2 x 2
+    after = counts()
+    delta = {name: tuple(n - o for n, o in zip(after[name], before[name])) for name in models}
+    assert delta == {
+        "ens_chain": (3, 3, 3, 2),
+        "ens_chain_a": (5, 5, 5, 0),  # max_batch_size 0: one inference per request
+        "ens_chain_b": (3, 3, 3, 2),
+        "ens_chain_c": (3, 3, 3, 0),
+    }
+    http.close()
+    grpc.close()

@@ -186,6 +186,17 @@ ENSEMBLES = {
         '{ name: "Y" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
         [("ens_stats_a", -1, {"x": "X"}, {"y": "t"}), ("ens_stats_b", -1, {"x": "t"}, {"y": "Y"})],
     ),
+    # a chain of three models of its own (exact statistics); the middle one takes batches of exactly 2
+    "ens_chain": _ensemble(
+        "ens_chain",
+        '{ name: "X" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        '{ name: "Y" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        [
+            ("ens_chain_a", -1, {"x": "X"}, {"y": "a"}),
+            ("ens_chain_b", -1, {"x": "a"}, {"y": "b"}),
+            ("ens_chain_c", -1, {"x": "b"}, {"y": "Y"}),
+        ],
+    ),
 }
 
 
@@ -200,6 +211,9 @@ def write_ensembles(root: Path) -> None:
     m.write_model(root, "ens_fixed_batch", m.affine(1.0, 0.5, batch=2))
     m.write_model(root, "ens_stats_a", m.affine(1.0, 1.0))
     m.write_model(root, "ens_stats_b", m.affine(2.0, 0.0))
+    m.write_model(root, "ens_chain_a", m.affine(1.0, 1.0))
+    m.write_model(root, "ens_chain_b", m.affine(1.0, 0.5, batch=2))
+    m.write_model(root, "ens_chain_c", m.affine(2.0, 0.0))
     for name, config in ENSEMBLES.items():
         (root / name / "1").mkdir(parents=True, exist_ok=True)
         (root / name / "config.pbtxt").write_text(config)

@@ -1,0 +1,207 @@
+"""Consecutive steps of an ensemble run on one worker as one exchange
+(worker mode): the intermediate tensors stay on the worker.
+
+:func:`fuse` finds the *segments* of a plan: chains of two or more steps
+where each step after the first reads only tensors of the steps before it
+in the chain (or ensemble inputs), and no step outside the chain reads a
+tensor of a step but the last (so fusing never delays a step that could
+have started sooner); ``fits(steps)`` says which steps may run together
+(:func:`worker_fits`: a live worker holds all of their versions). A fused
+plan has a :class:`Segment` in place of its steps; :func:`runner` runs a
+segment with the executor's ``run_segment`` (one message: the steps with
+their maps; the worker runs them in order and returns only the tensors read
+after the segment) and every other step with the ordinary step runner.
+
+Statistics stay as Triton counts them: each composing model counts its own
+inference per step (:meth:`~inference.statistics.StatisticsRecorder.record_success`
+from what the worker reports per step; durations measured on the worker,
+the exchange's own overhead counted in the first step's compute_input).
+A step that fails is named (``ensemble 'e' step 2 (model 'b' version 1):
+...``) and counted as that model's failure; a failure of the exchange
+itself (no worker, the link, the deadline) names the segment's first step.
+
+Not fused (they run step by step, as in process): steps whose model has the
+response cache enabled (each step's answer is kept under its own request)
+or payload logging (each step's request is logged), a sequence-batching
+model, a step that is itself an ensemble or does not serve now, and every
+step in the embedded (in-process) mode.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from inference import tracing
+from inference.ensembles import Plan, Step, StepFailed
+from inference.protocol.errors import DeadlineExceeded, InferenceError
+
+_now = time.perf_counter_ns
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Steps run as one exchange, in order; as a unit of a fused plan, its
+    ``input_map`` and ``output_map`` name ensemble tensors by themselves
+    (``{tensor: tensor}``): those it reads from outside, and those read
+    after it (by later steps, or ensemble outputs)."""
+
+    steps: tuple[Step, ...]
+    input_map: dict
+    output_map: dict
+
+    @property
+    def number(self) -> int:
+        return self.steps[0].number
+
+    def describe(self, ensemble: str) -> str:
+        numbers = ", ".join(str(s.number) for s in self.steps)
+        return f"ensemble '{ensemble}' steps {numbers} (run together on one worker)"
+
+
+def fuse(plan: Plan, fits) -> Plan:
+    """``plan`` with its segments (see module doc) as :class:`Segment` units
+    (numbered by their first step; ``waits`` between units), or ``plan``
+    itself when nothing fuses. ``fits(steps)``: whether these steps (a list
+    of :class:`~inference.ensembles.Step`) may run together on one worker."""
+    readers: dict[str, set[int]] = {}
+    for step in plan.steps:
+        for tensor in step.input_map.values():
+            readers.setdefault(tensor, set()).add(step.number)
+    by_number = {step.number: step for step in plan.steps}
+    unit_of: dict[int, int] = {}
+    units = []
+    for step in _in_order(plan):
+        if step.number in unit_of:
+            continue
+        chain = [step]
+        while (follower := _follower(chain, readers, by_number, plan.waits, unit_of)) and fits([*chain, follower]):
+            chain.append(follower)
+        for member in chain:
+            unit_of[member.number] = step.number
+        units.append(step if len(chain) == 1 else _segment(chain, readers, plan.outputs))
+    if len(units) == len(plan.steps):
+        return plan
+    waits = {
+        unit.number: frozenset(unit_of[w] for s in getattr(unit, "steps", (unit,)) for w in plan.waits[s.number])
+        - {unit.number}
+        for unit in units
+    }
+    return Plan(plan.inputs, plan.outputs, tuple(units), waits)
+
+
+def _in_order(plan: Plan) -> list[Step]:
+    """The steps in dependency order (config order among the ready ones)."""
+    done: set[int] = set()
+    order: list[Step] = []
+    while len(order) < len(plan.steps):
+        ready = [s for s in plan.steps if s.number not in done and plan.waits[s.number] <= done]
+        order.extend(ready)
+        done.update(s.number for s in ready)
+    return order
+
+
+def _follower(chain: list[Step], readers: dict, by_number: dict, waits: dict, unit_of: dict) -> Step | None:
+    """The step that may join ``chain``: the only step reading the last
+    step's tensors, reading nothing else but tensors of the chain (and
+    ensemble inputs); None when there is none."""
+    last = chain[-1]
+    numbers = {s.number for s in chain}
+    reading = set().union(*(readers.get(t, set()) for t in last.output_map.values())) - numbers
+    if len(reading) != 1:
+        return None
+    (number,) = reading
+    if number in unit_of or not waits[number] <= numbers:
+        return None
+    return by_number[number]
+
+
+def _segment(chain: list[Step], readers: dict, outputs: tuple) -> Segment:
+    members = {s.number for s in chain}
+    written = {t for s in chain for t in s.output_map.values()}
+    reads = {t: t for s in chain for t in s.input_map.values() if t not in written}
+    needed = {t: t for t in sorted(written) if t in outputs or readers.get(t, set()) - members}
+    return Segment(tuple(chain), reads, needed)
+
+
+def worker_fits(dataplane, snapshot):
+    """``fits`` for :func:`fuse` in worker mode (None in process): steps run
+    together when each may (see module doc) and a live worker serves the
+    devices every one of their instance groups allows."""
+    executor = dataplane.executor
+    if getattr(executor, "run_segment", None) is None:
+        return None
+
+    def fits(steps: list[Step]) -> bool:
+        entries = [_entry(snapshot, step) for step in steps]
+        if any(not _fusable(dataplane, entry) for entry in entries):
+            return False
+        return bool(executor.segment_workers([entry.instance_group for entry in entries]))
+
+    return fits
+
+
+def _entry(snapshot, step: Step):
+    model = snapshot.get(step.model)
+    return model.versions.get(step.version) if model is not None else None
+
+
+def _fusable(dataplane, entry) -> bool:
+    """Whether a step's version may run inside a segment (see module doc)."""
+    return (
+        entry is not None
+        and entry.serving
+        and entry.target is not None
+        and entry.target.sequence is None
+        and not (entry.response_cache and dataplane.response_cache is not None)
+        and not entry.payload_log[0]
+    )
+
+
+def runner(dataplane, snapshot, job, run_step):
+    """The unit runner of a fused plan for :func:`inference.ensembles.run`:
+    a :class:`Segment` through the executor's ``run_segment``, a step with
+    ``run_step``."""
+
+    def run_unit(unit, inputs: dict) -> dict:
+        if isinstance(unit, Segment):
+            return run_segment(dataplane, snapshot, job, unit, inputs)
+        return run_step(unit, inputs)
+
+    return run_unit
+
+
+def run_segment(dataplane, snapshot, job, segment: Segment, inputs: dict) -> dict:
+    """Run ``segment`` on ``inputs`` (ensemble tensors by name) on one worker
+    and return the tensors of its ``output_map`` by name; counts each step's
+    statistics. Raises :class:`~inference.ensembles.StepFailed` naming the
+    step that failed (the first for a failed exchange)."""
+    steps = segment.steps
+    entries = [_entry(snapshot, step) for step in steps]
+    started = _now()
+    statistics = dataplane.statistics
+    try:
+        if job.deadline is not None and job.deadline <= time.monotonic():
+            raise DeadlineExceeded("the request's deadline passed before this step ran")
+        with tracing.step("segment", steps=",".join(str(s.number) for s in steps)):
+            ran = dataplane.executor.run_segment(
+                [(entry.target, step.input_map, step.output_map) for entry, step in zip(entries, steps)],
+                inputs, list(segment.output_map), job.deadline, [entry.instance_group for entry in entries],
+            )  # fmt: skip
+    except InferenceError as exc:
+        statistics.record_failure(steps[0].model, steps[0].version, _now() - started)
+        raise StepFailed(steps[0], exc) from None
+    # the exchange's own time: the first step's compute_input, or the failed step's time
+    overhead = max(0, _now() - started - sum(run.total_ns for run in ran.runs))
+    for index, (step, run) in enumerate(zip(steps, ran.runs)):
+        extra = overhead if index == 0 and ran.error is None else 0
+        statistics.record_success(
+            step.model, step.version, rows=run.rows, total_ns=run.total_ns + extra, queue_ns=run.queue_ns,
+            input_ns=run.input_ns + extra, infer_ns=max(0, run.run_ns - run.queue_ns),
+            output_ns=max(0, run.total_ns - run.input_ns - run.run_ns), batch_size=run.batch, executed=run.executed,
+        )  # fmt: skip
+    if ran.error is not None:
+        failed = steps[len(ran.runs)]
+        statistics.record_failure(failed.model, failed.version, overhead)
+        raise StepFailed(failed, ran.error)
+    return ran.outputs
