@@ -189,8 +189,10 @@ class DataPlane:
         selector, no thread per request)."""
         admission.check(request)
         entry = self._route(admission, request)
-        if entry.ensemble is not None:  # its steps may wait on batches or workers: in a thread
-            return await asyncio.to_thread(self.infer, admission, request, ServedVersion.of(entry))
+        if entry.ensemble is not None:  # in a thread when a step may wait on a batch or a worker
+            if ensemble_runs.blocks(self, entry):
+                return await asyncio.to_thread(self.infer, admission, request, ServedVersion.of(entry))
+            return self.infer(admission, request, ServedVersion.of(entry))
         if not self.executor.blocks(entry.target):
             return self.infer(admission, request, ServedVersion.of(entry))
         if not self._runs_on_loop or (tracing.ENABLED and tracing.recording()):

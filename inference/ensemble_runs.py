@@ -54,6 +54,20 @@ def infer(dataplane, admission: Admission, request: InferenceRequest, entry: Ver
         raise
 
 
+def blocks(dataplane, entry: VersionEntry) -> bool:
+    """Whether running the ensemble version ``entry`` may wait (a step's
+    model batches, runs sequences or runs on a worker, or is itself an
+    ensemble): an event loop then runs it in a thread. A step whose version
+    is gone does not wait: it fails at once."""
+    snapshot = dataplane.registry.models
+    for step in entry.ensemble.steps:
+        model = snapshot.get(step.model)
+        version = model.versions.get(step.version) if model is not None else None
+        if version is not None and (version.target is None or dataplane.executor.blocks(version.target)):
+            return True
+    return False
+
+
 def _step_runner(snapshot, dataplane, admission: Admission, job: jobs.Job):
     """Runs one step: a request to its pinned version (in the registry's
     ``snapshot``) through ``dataplane.infer``."""
