@@ -87,7 +87,7 @@ class ObservedView(ProtocolView):
             return super().dispatch(request, *args, **kwargs)
         started = time.perf_counter()
         rollups.TRANSPORT.set(self.protocol)  # the charts count the request under its transport
-        response = super().dispatch(request, *args, **kwargs)
+        response = self.dispatch_post(request, *args, **kwargs)
         served = self.served
         observability.observe(
             self.protocol,
@@ -101,3 +101,25 @@ class ObservedView(ProtocolView):
             self.request_id or request.META.get("HTTP_X_REQUEST_ID"),
         )
         return response
+
+    def dispatch_post(self, request, *args, **kwargs):
+        """The POST through DRF's dispatch (its Request wrapper, the handler,
+        the exception handler)."""
+        return super().dispatch(request, *args, **kwargs)
+
+
+class DirectPostView(ObservedView):
+    """An observed view whose ``post`` takes Django's HttpRequest itself: DRF's
+    per-request wrapping (a ``rest_framework.request.Request`` with parsers,
+    authenticators and a negotiator, then ``finalize_response``) does nothing
+    for a view that uses none of them, and costs about as much as reading the
+    request (measured: bench/PROFILE.md). Errors still go through the DRF
+    exception handler (:meth:`handle_exception`), so they answer exactly as
+    the other protocol views do."""
+
+    def dispatch_post(self, request, *args, **kwargs):
+        self.args, self.kwargs, self.request, self.headers = args, kwargs, request, {}
+        try:
+            return self.post(request, *args, **kwargs)
+        except Exception as exc:
+            return self.handle_exception(exc)

@@ -21,7 +21,7 @@ from inference.extensions import configuration, repository, settings, shared_mem
 from inference.http import compression
 from inference.http.bodies import read_body
 from inference.http.responses import error_response, inference_response, json_response
-from inference.http.views import ObservedView, ProtocolView
+from inference.http.views import DirectPostView, ProtocolView
 from inference.protocol.errors import InvalidInput, ModelNotReady
 from inference.protocol.types import MetadataTensor
 from inference.rest.parsers import parse_infer_request
@@ -83,9 +83,10 @@ class ModelMetadataView(ProtocolView):
         )
 
 
-class InferView(ObservedView):
+class InferView(DirectPostView):
     """POST /v2/models/<m>[/versions/<v>]/infer: JSON or binary tensor data in,
-    JSON or JSON + binary out (OIP REST and the binary tensor data extension); gzip/deflate both ways."""
+    JSON or JSON + binary out (OIP REST and the binary tensor data extension); gzip/deflate both ways.
+    ``post`` gets Django's HttpRequest (:class:`~inference.http.views.DirectPostView`)."""
 
     def post(self, request, model_name, model_version=None):
         if tracing.ENABLED:  # one trace per sampled request, under the client's traceparent
@@ -98,7 +99,7 @@ class InferView(ObservedView):
         with self.dataplane.admit(self.token(request), model_name) as admission:  # 401/403/429 before the body
             served = self.served = self.dataplane.route(model_name, model_version)  # 404/503 before the body
             with tracing.step("decode"):
-                infer_request = parse_infer_request(request._request, model_name, model_version, served)
+                infer_request = parse_infer_request(request, model_name, model_version, served)
             self.request_id = infer_request.id
             response = self.dataplane.infer(admission, infer_request, served)
         binary_default = bool(infer_request.parameters.get("binary_data_output", False))

@@ -25,7 +25,7 @@ from inference.admission import Admission
 from inference.codecs import tfserving as codec
 from inference.http.bodies import read_body
 from inference.http.responses import json_response
-from inference.http.views import ObservedView
+from inference.http.views import DirectPostView
 from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InvalidInput, ModelNotFound
 from inference.protocol.types import InferenceRequest, RequestedOutput
@@ -74,7 +74,7 @@ def _tensor_info(tensor) -> dict:
     }
 
 
-class TFServingView(ObservedView):
+class TFServingView(DirectPostView):
     """All of ``/v1/...``; dispatches on TF Serving's path grammar."""
 
     protocol = "tfserving"
@@ -140,7 +140,7 @@ class TFServingView(ObservedView):
     def _post(self, request, name, version, label, verb):
         with self.dataplane.admit(self.token(request), name) as admission:  # 401/403/429 before the body
             with tracing.step("decode"):
-                doc = codec.loads(read_body(request._request, allow_empty=True))
+                doc = codec.loads(read_body(request, allow_empty=True))
             entry = self.served = self.dataplane.route(name, self._version(name, version, label))
             return getattr(self, f"_{verb}")(admission, entry, doc)
 
