@@ -6,7 +6,9 @@ delete is recorded in the audit log and bumps the registry stamp, so that
 the servers follow. Versions are read-only (they are validated artifacts);
 deleting one removes its artifact. A version or label that a traffic split
 sends requests to cannot be deleted (the admin lists the split as what
-protects it), nor a label of the split renamed, and the split itself is set
+protects it), nor a version a READY ensemble runs, nor a model with such a
+version (the admin lists the ensembles; a refusal that only shows up when
+the delete runs is an error message, never a 500), nor a label of the split renamed, and the split itself is set
 on the model page or the management API (audited ``traffic.set``), not here.
 Tokens can only be revoked here (they are created on the web UI, which shows
 them once). Webhooks are read-only here (their secrets never shown; they
@@ -19,6 +21,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.db import transaction
+from django.http import HttpResponseRedirect
 
 from models_store import accounts, services, webhooks
 from models_store.models import (
@@ -52,6 +55,33 @@ class AuditedAdmin(admin.ModelAdmin):
     def delete_queryset(self, request, queryset):
         for obj in queryset:
             self.delete_model(request, obj)
+
+
+class GuardedDeletes:
+    """Deletes the services refuse (:class:`~models_store.services.Conflict`,
+    409 on the API) answer the admin's way: the confirmation page lists the
+    reasons as protected objects (``get_deleted_objects``), and one that
+    only shows up when the delete runs (the state changed meanwhile) is
+    rolled back and shown as an error message."""
+
+    def delete_view(self, request, object_id, extra_context=None):
+        try:
+            return super().delete_view(request, object_id, extra_context)
+        except services.Conflict as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(request.path)
+
+    def response_action(self, request, queryset):
+        try:
+            return super().response_action(request, queryset)
+        except services.Conflict as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
+
+    def delete_queryset(self, request, queryset):
+        with transaction.atomic():  # all or none
+            for obj in queryset:
+                self.delete_model(request, obj)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -99,19 +129,26 @@ class RegisteredModelForm(forms.ModelForm):
 
 
 @admin.register(RegisteredModel)
-class RegisteredModelAdmin(AuditedAdmin):
+class RegisteredModelAdmin(GuardedDeletes, AuditedAdmin):
     form = RegisteredModelForm
     list_display = ["name", "team", "version_policy", "latest_versions", "last_version_number", "updated_at"]
     list_filter = ["team", "version_policy"]
     search_fields = ["name", "description"]
     readonly_fields = ["last_version_number", "config", "traffic", "created_by", "created_at", "updated_at"]
 
+    def get_deleted_objects(self, objs, request):
+        """Django's list of what a delete takes along, with the ensembles that forbid it as "protected"."""
+        deleted, counts, perms, protected = super().get_deleted_objects(objs, request)
+        for model in objs:
+            protected = [*protected, *services.ensemble_blockers(model, None, "delete the model")]
+        return deleted, counts, perms, protected
+
     def delete_model(self, request, obj):
         services.model_delete(obj, request.user)
 
 
 @admin.register(ModelVersion)
-class ModelVersionAdmin(ReadOnlyAdmin):
+class ModelVersionAdmin(GuardedDeletes, ReadOnlyAdmin):
     list_display = ["model", "number", "state", "size", "uploaded_by", "created_at"]
     list_filter = ["state", "model__team"]
     search_fields = ["model__name", "sha256"]
@@ -120,19 +157,17 @@ class ModelVersionAdmin(ReadOnlyAdmin):
         return request.user.is_superuser
 
     def get_deleted_objects(self, objs, request):
-        """Django's list of what a delete takes along, with the traffic splits that forbid it as "protected"."""
+        """Django's list of what a delete takes along, with the traffic splits
+        and the ensembles that forbid it as "protected"."""
         deleted, counts, perms, protected = super().get_deleted_objects(objs, request)
         for version in objs:
             labels = version.labels.values_list("name", flat=True)
             protected = [*protected, *services.split_blockers(version.model, labels, f"version {version.number}")]
+            protected = [*protected, *services.ensemble_blockers(version.model, [version.number], "delete it")]
         return deleted, counts, perms, protected
 
     def delete_model(self, request, obj):
         services.version_delete(obj, request.user)
-
-    def delete_queryset(self, request, queryset):
-        for obj in queryset:
-            services.version_delete(obj, request.user)
 
 
 class VersionLabelForm(forms.ModelForm):
@@ -158,7 +193,7 @@ class VersionLabelForm(forms.ModelForm):
 
 
 @admin.register(VersionLabel)
-class VersionLabelAdmin(AuditedAdmin):
+class VersionLabelAdmin(GuardedDeletes, AuditedAdmin):
     form = VersionLabelForm
     list_display = ["model", "name", "version", "updated_at"]
     list_filter = ["model"]

@@ -165,6 +165,46 @@ def test_deleting_retiring_unloading_what_a_ready_ensemble_runs_is_refused(repo,
     assert ops_api.client.delete("/api/models/ens_stats/versions/1/", **ops_api.auth).status_code == 204
 
 
+def test_the_admin_refuses_deleting_what_a_ready_ensemble_runs_and_names_it(repo, monkeypatch):
+    """The Django admin's delete pages list the ensembles as what protects a
+    version or a model (Django's own refusal: nothing deleted, no 500); a
+    refusal found only when the delete runs is an error message."""
+    from django.test import Client
+
+    import_repository(repo)
+    admin = Client()
+    admin.force_login(person("root", superuser=True))
+    version = ModelVersion.objects.get(model__name="ens_preprocess", number=1)
+    model = version.model
+    pages = (
+        (f"/admin/models_store/modelversion/{version.pk}/delete/", {"post": "yes"}),
+        ("/admin/models_store/modelversion/", {"action": "delete_selected", "_selected_action": [version.pk],
+                                               "post": "yes"}),
+        (f"/admin/models_store/registeredmodel/{model.pk}/delete/", {"post": "yes"}),
+        ("/admin/models_store/registeredmodel/", {"action": "delete_selected", "_selected_action": [model.pk],
+                                                  "post": "yes"}),
+    )  # fmt: skip
+    for path, form in pages:
+        response = admin.post(path, form)
+        assert response.status_code == 200, (path, response.status_code)
+        text = response.content.decode()
+        assert "would require deleting the following protected related objects" in text, path
+        assert "step 1 of ensemble &#x27;ens_pipeline&#x27; (version 1, READY)" in text, path
+    assert ModelVersion.objects.filter(model__name="ens_preprocess", number=1, state="READY").exists()
+    assert not AuditEvent.objects.filter(action="version.delete", model_name="ens_preprocess").exists()
+
+    # the ensemble became READY between the confirmation page and the delete: refused, rolled back, said
+    from django.contrib.admin import ModelAdmin
+
+    from models_store.admin import ModelVersionAdmin
+
+    monkeypatch.setattr(ModelVersionAdmin, "get_deleted_objects", ModelAdmin.get_deleted_objects)  # saw none
+    response = admin.post(pages[1][0], pages[1][1], follow=True)
+    assert response.status_code == 200
+    assert "is step 1 of ensemble" in response.content.decode()
+    assert ModelVersion.objects.filter(model__name="ens_preprocess", number=1, state="READY").exists()
+
+
 def test_cleanup_store_leaves_ensembles_alone(repo, capsys):
     """An ensemble version has no artifact: not a missing one, and its composing models' files stay."""
     from django.core.management import call_command
