@@ -91,10 +91,12 @@ class RegistrySource(Protocol):
     def done(self) -> None:
         """A long-lived thread finished a read (lets the source recycle connections)."""
 
-    def set_loaded(self, name: str, loaded: bool, actor: Any = None) -> None:
-        """Load or unload a model in every process (audited as ``actor``).
-        Raises ModelNotFound; InUse when unloading a model that a ready
-        ensemble runs (naming the ensemble)."""
+    def set_loaded(self, name: str, loaded: bool, actor: Any = None, unload_dependents: bool = False) -> None:
+        """Load or unload a model in every process (audited as ``actor``);
+        ``unload_dependents``: unloading an ensemble also unloads the models
+        it runs that no other loaded ensemble runs. Raises ModelNotFound;
+        InUse when unloading a model that a ready ensemble runs (naming the
+        ensemble)."""
 
     def set_config(self, name: str, config: str, actor: Any = None) -> None:
         """Replace a model's Triton configuration by ``config`` (its JSON

@@ -175,12 +175,14 @@ class ModelRegistry:
             REFUSALS.tick()
 
     # -- repository control ---------------------------------------------
-    def set_loaded(self, name: str, loaded: bool, actor=None) -> None:
+    def set_loaded(self, name: str, loaded: bool, actor=None, unload_dependents: bool = False) -> None:
         """Load or unload ``name`` in every process (a registry write, audited
-        as ``actor``); raises ModelNotFound. Every process of the machine
-        follows before this returns (the change beacon)."""
+        as ``actor``; ``unload_dependents``: see :meth:`RegistrySource.set_loaded
+        <inference.ports.RegistrySource.set_loaded>`); raises ModelNotFound,
+        InUse. Every process of the machine follows before this returns (the
+        change beacon)."""
         self.model(name)
-        self.source.set_loaded(name, loaded, actor)
+        self.source.set_loaded(name, loaded, actor, unload_dependents)
 
     def set_config(self, name: str, config: str, actor=None) -> None:
         """Replace a model's Triton configuration (JSON text) in every

@@ -176,6 +176,16 @@ def ensemble_pins(model_name: str | None = None) -> dict[str, set[int]]:
     return pins
 
 
+def ensemble_composing_models(ensemble: RegisteredModel) -> list[str]:
+    """The models that the READY versions of ``ensemble`` run, sorted."""
+    names = set()
+    for properties in ensemble.versions.filter(state=ModelVersion.State.READY).values_list("properties", flat=True):
+        plan = plan_of(properties)
+        if plan is not None:
+            names.update(step.model for step in plan.steps)
+    return sorted(names)
+
+
 def ensemble_users(model_name: str, numbers=None) -> list[tuple[str, int, int, int]]:
     """The READY ensemble versions of loaded models that run a version of
     ``model_name`` (one of ``numbers``, when given), as (ensemble, its

@@ -634,11 +634,16 @@ def label_delete(model: RegisteredModel, name: str, actor=None) -> bool:
 
 
 @transaction.atomic
-def model_set_loaded(model: RegisteredModel, loaded: bool, actor=None) -> RegisteredModel:
+def model_set_loaded(
+    model: RegisteredModel, loaded: bool, actor=None, unload_dependents: bool = False
+) -> RegisteredModel:
     """Load or unload a model (Triton's repository extension): an unloaded
     model serves no version in any process; its versions stay stored.
     Raises Conflict (naming the ensembles) when unloading a model that a
-    READY ensemble runs."""
+    READY ensemble runs. ``unload_dependents`` (Triton's unload parameter)
+    unloading an ensemble also unloads the models its READY versions run,
+    each unless another loaded ensemble still runs it (that one stays
+    loaded); each unload is audited, naming the ensemble."""
     locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
     if not loaded and locked.loaded:
         _refuse_if_ensembles_use(locked, None, "unload it")
@@ -647,6 +652,14 @@ def model_set_loaded(model: RegisteredModel, loaded: bool, actor=None) -> Regist
         locked.save(update_fields=["loaded", "updated_at"])
         audit.record(actor, "model.load" if loaded else "model.unload", locked)
         bump_stamp()
+    if not loaded and unload_dependents and locked.platform == ENSEMBLE:
+        for name in selectors.ensemble_composing_models(locked):
+            step = RegisteredModel.objects.select_for_update().filter(name=name, loaded=True).first()
+            if step is not None and not ensemble_blockers(step):
+                step.loaded = False
+                step.save(update_fields=["loaded", "updated_at"])
+                audit.record(actor, "model.unload", step, dependent_of=locked.name)
+                bump_stamp()
     return locked
 
 

@@ -56,10 +56,10 @@ class StoreRegistrySource:
             raise ModelNotFound(f"unknown model '{name}'")
         return model
 
-    def set_loaded(self, name: str, loaded: bool, actor=None) -> None:
+    def set_loaded(self, name: str, loaded: bool, actor=None, unload_dependents: bool = False) -> None:
         with outages.as_unavailable():
             try:
-                services.model_set_loaded(self._model(name), loaded, actor)
+                services.model_set_loaded(self._model(name), loaded, actor, unload_dependents)
             except services.Conflict as exc:  # a READY ensemble runs one of its versions
                 raise InUse(str(exc)) from None
 

@@ -80,17 +80,20 @@ def load(plane: DataPlane, name: str, parameters: dict | None = None, token: str
 
 def unload(plane: DataPlane, name: str, parameters: dict | None = None, token: str | None = None) -> None:
     """Unload ``name`` in every server process before returning; stored
-    versions stay. ``unload_dependents`` is accepted; a model that a READY
-    ensemble runs is not unloaded (InUse, HTTP 409, naming the ensemble:
-    unload the ensemble first). Needs a token like :func:`load`; an unknown
+    versions stay. ``unload_dependents: true`` on an ensemble also unloads
+    the models it runs (those no other loaded ensemble runs), as Triton does;
+    a model that a READY ensemble runs is not unloaded (InUse, HTTP 409,
+    naming the ensemble: unload the ensemble first). Needs a token like :func:`load`; an unknown
     model is NOT_FOUND only for callers that could change it (operators).
     Raises Unauthenticated, PermissionDenied, ModelNotFound, InvalidInput, InUse."""
     follow_scopes(plane)
     caller = auth.authorize_control(token, name)
     plane.registry.model(name)
+    dependents = False
     for key, value in (parameters or {}).items():
         if key != "unload_dependents":
             raise InvalidInput(f"unrecognized unload parameter '{key}'")
         if not isinstance(value, bool):
             raise InvalidInput("parameter 'unload_dependents' must be a boolean")
-    plane.registry.set_loaded(name, False, caller.actor)
+        dependents = value
+    plane.registry.set_loaded(name, False, caller.actor, dependents)

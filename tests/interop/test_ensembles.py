@@ -169,6 +169,31 @@ def test_deleting_a_composing_version_is_refused_naming_the_ensemble(model_serve
     c.close()
 
 
+def test_unload_dependents_unloads_what_only_that_ensemble_runs(model_server):
+    """Triton's ``unload_dependents``: unloading an ensemble also unloads the
+    models it runs, except one another loaded ensemble still runs."""
+    ops = bearer(people_with_tokens(model_server, ens_ops="superuser")["ens_ops"])
+    http = httpclient.InferenceServerClient(model_server.http_url)
+    grpc = grpcclient.InferenceServerClient(model_server.grpc_url)
+    try:
+        assert all(http.is_model_ready(name) for name in ("ens_failing", "ens_fixed_batch", "ens_preprocess"))
+        http.unload_model("ens_failing", unload_dependents=True, headers=ops)
+        index = {e["name"]: e for e in http.get_model_repository_index(headers=ops) if e.get("version") == "1"}
+        assert index["ens_failing"]["state"] == "UNAVAILABLE" and index["ens_fixed_batch"]["state"] == "UNAVAILABLE"
+        assert not grpc.is_model_ready("ens_failing") and not grpc.is_model_ready("ens_fixed_batch")
+        # ens_pipeline and ens_diamond still run ens_preprocess: it stays
+        assert index["ens_preprocess"]["state"] == "READY" and grpc.is_model_ready("ens_preprocess")
+        assert grpc.is_model_ready("ens_pipeline")
+        # without the parameter only the ensemble goes
+        http.unload_model("ens_stats", headers=ops)
+        assert not http.is_model_ready("ens_stats") and http.is_model_ready("ens_stats_a")
+    finally:
+        for name in ("ens_fixed_batch", "ens_failing", "ens_stats"):
+            http.load_model(name, headers=ops)
+        http.close()
+        grpc.close()
+
+
 def _served(server, after_ms: float) -> int:
     """The requests the workers answered (their heartbeats' ``served``), from
     heartbeats written after ``after_ms`` (ms since the epoch)."""
