@@ -17,7 +17,10 @@ in one run:
 
 Results go to stdout and bench/PROFILE.md.
 
-    .venv/bin/python bench/profile_hot_path.py [--seconds 4] [--rounds 3]
+    .venv/bin/python bench/profile_hot_path.py [--seconds 4] [--rounds 3] [--triton]
+
+``--triton`` adds Triton (bench/peers/triton.py, as ``make bench`` runs it)
+to the live rounds: the floor, ``serve`` and Triton in one interleaved run.
 """
 
 from __future__ import annotations
@@ -291,15 +294,17 @@ def capture_answers(serve: ServeTarget, rest: Request, grpc_message: bytes) -> t
     return rest_answer, grpc_answer
 
 
-def live(serve: ServeTarget, fixed: FixedAnswerTarget, requests: dict[str, Request], seconds: float,
+def live(targets: list, requests: dict[str, dict[str, Request]], seconds: float,
          rounds: int) -> dict[tuple[str, str, int], list]:  # fmt: skip
+    """``requests``: transport -> target name -> the request (its answer's size is the target's own)."""
     loaders = make_loaders(WORK)
     results: dict[tuple[str, str, int], list] = defaultdict(list)
     for r in range(rounds):
-        for transport, request in requests.items():
+        for transport, by_target in requests.items():
             loader = loaders["wrk" if transport == "rest-binary" else "h2load"]
             for concurrency in (1, 8):
-                for target in (fixed, serve):
+                for target in targets:
+                    request = by_target[target.name]
                     url = target.base_url if transport == "rest-binary" else f"http://{target.grpc_address}"
                     loader.run(url, request, concurrency, 1)  # warm-up
                     result = loader.run(url, request, concurrency, seconds)
@@ -319,6 +324,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=4, help="measured seconds per live cell and round (4)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved live rounds; medians reported (3)")
     parser.add_argument("--sample-seconds", type=float, default=3, help="pyinstrument sampling per path (3)")
+    parser.add_argument("--triton", action="store_true", help="also Triton in the live rounds")
     args = parser.parse_args()
 
     repository = WORK / "repository"
@@ -355,22 +361,33 @@ def main() -> None:
 
     # Live.
     serve = ServeTarget(repository, WORK, name="serve")
-    serve.start()
+    started: list = []
     try:
+        serve.start()
+        started.append(serve)
         answers = capture_answers(serve, rest, grpc_message)
-        grpc_request = Request(grpc_request.path, grpc_request.body, grpc_request.headers,
-                               response_bytes=len(grpc_frame(answers[1])))  # fmt: skip
         workers = int(serve.settings().get("HTTP_WORKERS", 2))
         threads = int(serve.settings().get("HTTP_THREADS", 4))
         processes = int(serve.settings().get("GRPC_PROCESSES", 2))
         fixed = FixedAnswerTarget(workers, threads, processes, *answers)
         fixed.start()
-        try:
-            results = live(serve, fixed, {"rest-binary": rest, "grpc": grpc_request}, args.seconds, args.rounds)
-        finally:
-            fixed.stop()
+        started.append(fixed)
+        if args.triton:
+            from bench.peers.triton import TritonTarget
+
+            triton = TritonTarget(repository, ROOT / "bench" / "work", [MODEL])
+            triton.start()
+            started.append(triton)
+        grpc_requests = {}
+        for target in started:  # each answers with its own bytes (h2load checks their size)
+            answer = answers[1] if target is fixed else capture_answers(target, rest, grpc_message)[1]
+            grpc_requests[target.name] = Request(grpc_request.path, grpc_request.body, grpc_request.headers,
+                                                 response_bytes=len(grpc_frame(answer)))  # fmt: skip
+        requests = {"rest-binary": {t.name: rest for t in started}, "grpc": grpc_requests}
+        results = live(started, requests, args.seconds, args.rounds)
     finally:
-        serve.stop()
+        for target in reversed(started):
+            target.stop()
 
     report = render(
         args,
@@ -391,6 +408,8 @@ def render(args, timed, sampled, results, workers, threads, processes, sizes) ->
     def med(name, transport, c, attr):
         return statistics.median(getattr(r, attr) for r in results[(name, transport, c)])
 
+    triton = any(name == "triton" for name, _, _ in results)
+
     commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()  # fmt: skip
     load = os.getloadavg()
@@ -409,20 +428,23 @@ def render(args, timed, sampled, results, workers, threads, processes, sizes) ->
         "",
         f"`serve` (granian {workers} workers x {threads} threads; gRPC {processes} grpc.aio processes) against the "
         "same servers answering fixed bytes (bench/fixed_answer.py: reads the body, answers serve's own "
-        f"answer). Medians of {args.rounds} interleaved rounds of {args.seconds:g} s; wrk / h2load.",
+        f"answer){', and Triton 2.51 (bench/peers/triton.py)' if triton else ''}. Medians of {args.rounds} "
+        f"interleaved rounds of {args.seconds:g} s; wrk / h2load.",
         "",
         "| transport | conc. | fixed answer req/s | serve req/s | ratio | fixed p50 ms | serve p50 ms | "
-        "p50 added by the application (us) |",
-        "|---|---|---|---|---|---|---|---|",
+        f"p50 added by the application (us) |{' Triton req/s | serve / Triton | fixed answer / Triton |' * triton}",
+        f"|---|---|---|---|---|---|---|---|{'---|---|---|' * triton}",
     ]
     for transport in ("rest-binary", "grpc"):
         for c in (1, 8):
             f_rps, s_rps = med("fixed answer", transport, c, "rps"), med("serve", transport, c, "rps")
             f_p50, s_p50 = med("fixed answer", transport, c, "p50_ms"), med("serve", transport, c, "p50_ms")
-            lines.append(
-                f"| {transport} | {c} | {f_rps:,.0f} | {s_rps:,.0f} | {s_rps / f_rps:.2f}x | {f_p50:.3f} | "
-                f"{s_p50:.3f} | {(s_p50 - f_p50) * 1000:.0f} |"
-            )
+            row = (f"| {transport} | {c} | {f_rps:,.0f} | {s_rps:,.0f} | {s_rps / f_rps:.2f}x | {f_p50:.3f} | "
+                   f"{s_p50:.3f} | {(s_p50 - f_p50) * 1000:.0f} |")  # fmt: skip
+            if triton:
+                t_rps = med("triton", transport, c, "rps")
+                row += f" {t_rps:,.0f} | {s_rps / t_rps:.2f}x | {f_rps / t_rps:.2f}x |"
+            lines.append(row)
     lines += [
         "",
         "## 2. In process",

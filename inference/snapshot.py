@@ -64,6 +64,7 @@ class VersionEntry:
     optional_inputs: frozenset = frozenset()  # inputs a request may leave out (config.pbtxt ``optional``)
     response_cache: bool = False  # config.pbtxt ``response_cache { enable: true }``
     ensemble: ensembles.Plan | None = None  # an ensemble's version: the graph it runs
+    views: tuple | None = field(default=None, init=False, repr=False)  # ServedVersion.of's, made once
 
     def __post_init__(self) -> None:
         self.input_specs = {t.name: InputSpec(t.name, BY_NAME[t.datatype], t.shape) for t in self.inputs}
@@ -279,8 +280,15 @@ class ServedVersion:
 
     @classmethod
     def of(cls, entry: VersionEntry, routed: bool = False) -> ServedVersion:
-        """The adapters' view of ``entry`` (``routed``: drawn by the traffic split)."""
-        return cls(
-            entry.model_name, entry.number, entry.state, entry.reason, entry.serving, entry.inputs, entry.outputs,
-            entry.max_batch_size, tuple(entry.properties.get("labels") or ()), entry, routed,
-        )  # fmt: skip
+        """The adapters' view of ``entry`` (``routed``: drawn by the traffic
+        split), made once per entry (a snapshot's entries do not change once
+        it is published; each request asks for one)."""
+        views = entry.views
+        if views is None:
+            labels = tuple(entry.properties.get("labels") or ())
+            views = entry.views = tuple(
+                cls(entry.model_name, entry.number, entry.state, entry.reason, entry.serving, entry.inputs,
+                    entry.outputs, entry.max_batch_size, labels, entry, drawn)
+                for drawn in (False, True)
+            )  # fmt: skip
+        return views[routed]
