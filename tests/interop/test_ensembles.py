@@ -172,7 +172,7 @@ def test_deleting_a_composing_version_is_refused_naming_the_ensemble(model_serve
 def test_unload_dependents_unloads_what_only_that_ensemble_runs(model_server):
     """Triton's ``unload_dependents``: unloading an ensemble also unloads the
     models it runs, except one another loaded ensemble still runs."""
-    ops = bearer(people_with_tokens(model_server, ens_ops="superuser")["ens_ops"])
+    ops = bearer(people_with_tokens(model_server, ens_unloader="superuser")["ens_unloader"])
     http = httpclient.InferenceServerClient(model_server.http_url)
     grpc = grpcclient.InferenceServerClient(model_server.grpc_url)
     try:
