@@ -76,9 +76,12 @@ def test_a_worker_validates_uploads(worker_server):
         status, answer = request(
             server, "POST", f"/api/models/{model}/versions/", body, {**bearer(server.token), "Content-Type": kind}
         )
-        # 202 while the worker has not finished; it may win the race for the bad one (fails in milliseconds)
+        # 202 while the worker has not finished; it may win the race (422 FAILED for the bad one, which fails in
+        # milliseconds, 201 READY for the good one): the answer gives the version's state when it is sent
         if status == 422:
             assert answer["version"]["state"] == "FAILED", answer
+        elif status == 201:
+            assert model == "good" and answer["state"] == "READY", answer
         else:
             assert status == 202 and answer["state"] in ("UPLOADED", "VALIDATING"), answer
             if answer["state"] == "UPLOADED":  # where it stands: queued, for a Celery worker
