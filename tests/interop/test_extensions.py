@@ -275,10 +275,11 @@ def test_perf_analyzer_runs_against_the_server(model_server, protocol):
     # Issue 29: the server's count over perf_analyzer's windows is the client's, up to the requests in
     # flight at the windows' edges (it reads the statistics and its clock a moment apart: the concurrency,
     # 2, per edge of each of the 3 windows it merges, and one more that completes between the two reads:
-    # 13 seen once under load); a count a flush late was 1 s of traffic, thousands of requests here.
+    # 13 seen once under load, 40 of 3,926 once on a slower machine: the two reads further apart); a
+    # count a flush late was 1 s of traffic, thousands of requests here: 2% of the count tells them apart.
     client_requests = int(re.search(r"Client: \s+Request count: (\d+)", done.stdout).group(1))
     server_requests = int(re.search(r"Successful request count: (\d+)", done.stdout).group(1))
-    assert abs(server_requests - client_requests) <= (2 + 1) * 2 * 3, done.stdout
+    assert abs(server_requests - client_requests) <= max((2 + 1) * 2 * 3, client_requests // 50), done.stdout
 
 
 # -- statistics ---------------------------------------------------------------------------
