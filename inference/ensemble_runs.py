@@ -61,8 +61,7 @@ def blocks(dataplane, entry: VersionEntry) -> bool:
     is gone does not wait: it fails at once."""
     snapshot = dataplane.registry.models
     for step in entry.ensemble.steps:
-        model = snapshot.get(step.model)
-        version = model.versions.get(step.version) if model is not None else None
+        version = ensemble_segments.step_entry(snapshot, step)
         if version is not None and (version.target is None or dataplane.executor.blocks(version.target)):
             return True
     return False
@@ -73,8 +72,7 @@ def _step_runner(snapshot, dataplane, admission: Admission, job: jobs.Job):
     ``snapshot``) through ``dataplane.infer``."""
 
     def run_step(step: ensembles.Step, inputs: dict) -> dict:
-        model = snapshot.get(step.model)
-        entry = model.versions.get(step.version) if model is not None else None
+        entry = ensemble_segments.step_entry(snapshot, step)
         if entry is None or not entry.serving:
             why = "was deleted" if entry is None else f"does not serve ({entry.reason or entry.state})"
             raise ModelNotReady(f"version {step.version} of model '{step.model}' {why}")

@@ -133,7 +133,7 @@ def worker_fits(dataplane, snapshot):
         return None
 
     def fits(steps: list[Step]) -> bool:
-        entries = [_entry(snapshot, step) for step in steps]
+        entries = [step_entry(snapshot, step) for step in steps]
         if any(not _fusable(dataplane, entry) for entry in entries):
             return False
         return bool(executor.segment_workers([entry.instance_group for entry in entries]))
@@ -141,7 +141,8 @@ def worker_fits(dataplane, snapshot):
     return fits
 
 
-def _entry(snapshot, step: Step):
+def step_entry(snapshot, step: Step):
+    """The VersionEntry of ``step``'s pinned version in the registry's ``snapshot`` (None when gone)."""
     model = snapshot.get(step.model)
     return model.versions.get(step.version) if model is not None else None
 
@@ -177,7 +178,7 @@ def run_segment(dataplane, snapshot, job, segment: Segment, inputs: dict) -> dic
     statistics. Raises :class:`~inference.ensembles.StepFailed` naming the
     step that failed (the first for a failed exchange)."""
     steps = segment.steps
-    entries = [_entry(snapshot, step) for step in steps]
+    entries = [step_entry(snapshot, step) for step in steps]
     started = _now()
     statistics = dataplane.statistics
     try:
