@@ -88,8 +88,9 @@ def main() -> None:
 
     from django.test import Client
 
-    from models_store import accounts, selectors
-    from models_store.serializers import ModelSerializer
+    from models_store.accounts import services as accounts
+    from models_store.registry import selectors
+    from models_store.registry.serializers import ModelSerializer
 
     user = accounts.user_create("bench", "Bench-password-123", superuser=True)
     api = Client(HTTP_HOST="localhost", HTTP_AUTHORIZATION=f"Bearer {accounts.token_create(user, 'bench')[1]}")

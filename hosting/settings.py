@@ -68,7 +68,7 @@ MIDDLEWARE = [
     # Sign-in throttling (django-axes): answers a locked-out sign-in with the lockout page.
     "axes.middleware.AxesMiddleware",
     # A dependency down (database, S3, broker) answers the web UI 503 with Retry-After, not 500.
-    "models_store.middleware.DependencyOutageMiddleware",
+    "models_store.web.middleware.DependencyOutageMiddleware",
 ]
 
 ROOT_URLCONF = "hosting.urls"
@@ -84,7 +84,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "models_store.context_processors.ui",
+                "models_store.web.context_processors.ui",
             ],
         },
     },
@@ -182,7 +182,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    "PREPROCESSING_HOOKS": ["models_store.openapi.only_management_api"],
+    "PREPROCESSING_HOOKS": ["models_store.web.openapi.only_management_api"],
     # Two choice sets named "state": the versions' keep the name they had before webhooks came.
     "ENUM_NAME_OVERRIDES": {
         "StateEnum": "models_store.models.ModelVersion.State",

@@ -23,7 +23,8 @@ from django.contrib import admin, messages
 from django.db import transaction
 from django.http import HttpResponseRedirect
 
-from models_store import accounts, services, webhooks
+from models_store import services
+from models_store.accounts import services as accounts
 from models_store.models import (
     ApiToken,
     AuditEvent,
@@ -37,6 +38,7 @@ from models_store.models import (
     WebhookDelivery,
     WebhookSubscription,
 )
+from models_store.webhooks import services as webhooks
 
 
 class AuditedAdmin(admin.ModelAdmin):

@@ -3,7 +3,8 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from models_store import apis, webhook_apis
+from models_store.registry import apis
+from models_store.webhooks import apis as webhook_apis
 
 _MODEL = "models/<str:name>"
 _VERSION = "models/<str:name>/versions/<int:number>"

@@ -7,6 +7,6 @@ class ModelsStoreConfig(AppConfig):
     verbose_name = "Model store"
 
     def ready(self) -> None:
-        from models_store import signals  # here: it imports models, loadable only once apps are ready
+        from models_store.accounts import signals
 
         signals.connect()

@@ -32,8 +32,10 @@ from django.db import close_old_connections
 
 from inference import rollups_db
 from inference.outage import DependencyWatch
-from models_store import outages, storage, validating, webhooks
+from models_store import outages, storage
+from models_store.intake import validating
 from models_store.models import ModelVersion
+from models_store.webhooks import services as webhooks
 
 logger = logging.getLogger(__name__)
 

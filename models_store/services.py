@@ -18,9 +18,12 @@ from kombu.exceptions import OperationalError
 
 from inference import instance_groups
 from inference.serving_state import served_versions
-from models_store import audit, selectors, signature_guard, storage, validating, webhooks
-from models_store.config import ENSEMBLE, ConfigError, TritonConfig, parse_config_json, same_config
+from models_store import audit, storage
 from models_store.config.signatures import check_against_versions
+from models_store.config.triton import ENSEMBLE, ConfigError, TritonConfig, parse_config_json, same_config
+from models_store.intake import validating
+from models_store.intake.uploads import StagedFile, preflight
+from models_store.intake.validating import queued_log, version_set_state, version_validate
 from models_store.models import (
     ModelVersion,
     RegisteredModel,
@@ -30,10 +33,10 @@ from models_store.models import (
     label_validator,
     model_name_validator,
 )
+from models_store.registry import selectors, signature_guard
 from models_store.stamp import bump_stamp
 from models_store.tasks import validate_version
-from models_store.uploads import StagedFile, preflight
-from models_store.validating import queued_log, version_set_state, version_validate
+from models_store.webhooks import services as webhooks
 
 __all__ = ["bump_stamp", "version_set_state", "version_validate"]  # also services of the registry
 

@@ -13,8 +13,9 @@ from django.db import close_old_connections
 
 from inference.ports import ModelRecord
 from inference.protocol.errors import InUse, InvalidInput, ModelNotFound
-from models_store import audit, outages, selectors, services, storage
-from models_store.config import ConfigError
+from models_store import audit, outages, services, storage
+from models_store.config.triton import ConfigError
+from models_store.registry import selectors
 from models_store.stamp import registry_changed
 
 logger = logging.getLogger(__name__)

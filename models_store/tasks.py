@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from models_store import outages, validating, webhooks
+from models_store import outages
+from models_store.intake import validating
+from models_store.webhooks import services as webhooks
 
 
 @shared_task(

@@ -4,7 +4,8 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from django.views.generic import RedirectView
 
-from models_store import views, webhook_views
+from models_store.registry import views
+from models_store.webhooks import views as webhook_views
 
 _MODEL = "models/<str:name>"
 _VERSION = "models/<str:name>/versions/<int:number>"

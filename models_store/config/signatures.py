@@ -4,7 +4,7 @@ are validated: it may not change their signatures."""
 
 from __future__ import annotations
 
-from models_store.config import ConfigError, TritonConfig
+from models_store.config.triton import ConfigError, TritonConfig
 
 
 def check_against_versions(model, config: TritonConfig, versions, validating: bool = False) -> None:

@@ -15,8 +15,8 @@ from inference.registry import ModelRegistry
 from inference.runtime.executors import InProcessExecutor, session_loader
 from inference.runtime.runner import ModelRunner
 from models_store import services
+from models_store.intake.repository import import_repository
 from models_store.models import ModelVersion, RegisteredModel
-from models_store.repository import import_repository
 from models_store.serving import StoreArtifacts, StoreRegistrySource
 from tests.support import onnx_models as m
 

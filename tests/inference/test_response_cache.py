@@ -80,7 +80,7 @@ def cached_plane(tmp_path, django_db_blocker):
     from inference.registry import ModelRegistry
     from inference.runtime.executors import InProcessExecutor, session_loader
     from inference.runtime.runner import ModelRunner
-    from models_store.repository import import_repository
+    from models_store.intake.repository import import_repository
     from models_store.serving import StoreArtifacts, StoreRegistrySource
     from tests.support import onnx_models as m
 
@@ -120,7 +120,8 @@ def _counts(plane, version: int) -> tuple[int, int, int]:
 @pytest.mark.db
 @pytest.mark.django_db(transaction=True)
 def test_a_new_version_and_a_label_move_never_serve_another_versions_answer(cached_plane):
-    from models_store import selectors, services
+    from models_store import services
+    from models_store.registry import selectors
     from tests.support import onnx_models as m
     from tests.support.store import person, stage
 

@@ -10,7 +10,7 @@ from inference.models import MinuteRollupRow
 from inference.rollups import MAX_BUCKET, MinuteRollups, bucket, bucket_bounds, percentile
 from inference.rollups_db import COMPACT_AFTER_HOURS, HOURLY, DatabaseRollups, compact, prune
 from inference.statistics import StatisticsRecorder
-from models_store import charts
+from models_store.registry import charts
 
 
 def _histogram(samples) -> dict[int, int]:

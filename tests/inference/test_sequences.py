@@ -21,7 +21,7 @@ from inference.runtime.sequences import (
     sequence_parameters,
     split_draw,
 )
-from models_store.config import ConfigError, parse_config
+from models_store.config.triton import ConfigError, parse_config
 from tests.inference.test_runner import Loader
 from tests.support import onnx_models as m
 

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.interop
 
 MODEL = "rolled_up"
 READ = (
-    "import json; from models_store import charts; "
+    "import json; from models_store.registry import charts; "
     "print(json.dumps([[s['name'], s['total_requests'], s['total_errors'], sum(s['executions']), "
     "sorted({b for b in s['mean_batch_size'] if b is not None})] for s in charts.model_charts('rolled_up', 'hour')['series']]))"
 )

@@ -354,7 +354,7 @@ def test_registry_changes_reach_both_processes(model_server, client, tmp_path):
         model_server,
         "shell",
         "-c",
-        "from models_store import services, selectors; "
+        "from models_store import services; from models_store.registry import selectors; "
         "m = selectors.model_get('late_model'); "
         "services.version_set_state(selectors.version_get(m, 2), 'FAILED', 'marked failed by a test')",
     )

@@ -18,7 +18,7 @@ import tritonclient.grpc.model_config_pb2 as mc
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from models_store.config import triton_json
+from models_store.config.triton import triton_json
 from tests.support.live import people_with_tokens, request
 from tests.support.repository import CLASSIFIER_LABELS
 

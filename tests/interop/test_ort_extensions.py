@@ -16,7 +16,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from onnx import numpy_helper
 
-from models_store import demo_text
+from models_store.management import demo_text
 
 pytestmark = pytest.mark.interop
 

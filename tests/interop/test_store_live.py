@@ -19,7 +19,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from models_store.snippets import snippets
+from models_store.registry.snippets import snippets
 from tests.support import onnx_models as m
 from tests.support.live import (
     bearer,
@@ -151,7 +151,7 @@ def test_revocation_reaches_every_server_process(server, tokens, uploaded):
     x = np.ones((1, 4), dtype=np.float32)
     assert _settles(lambda: _infer(server, token, "double", x)[0], 200) == {200}  # every process knows it
     manage(server, "shell", "-c", (
-        "from models_store import accounts, selectors, tokens; "
+        "from models_store.accounts import services as accounts, tokens; from models_store.registry import selectors; "
         f"accounts.token_revoke(selectors.token_by_hash(tokens.hash_token('{token}')), None)"
     ))  # fmt: skip
     deadline = time.monotonic() + 10

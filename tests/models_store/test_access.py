@@ -11,8 +11,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from inference.protocol.errors import PermissionDenied, Unauthenticated
-from models_store import accounts, permissions, selectors, services, tokens
+from models_store import services
+from models_store.accounts import permissions, tokens
+from models_store.accounts import services as accounts
 from models_store.models import ApiToken, AuditEvent, RegisteredModel, RegistryStamp, Team, TeamMembership
+from models_store.registry import selectors
 from tests.support.store import person
 
 pytestmark = [pytest.mark.db, pytest.mark.django_db]

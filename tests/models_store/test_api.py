@@ -10,7 +10,8 @@ import io
 import pytest
 from django.test import Client
 
-from models_store import accounts, services, storage
+from models_store import services, storage
+from models_store.accounts import services as accounts
 from models_store.models import AuditEvent, ModelVersion, RegisteredModel, VersionLabel
 from tests.support import onnx_models as m
 from tests.support.onnx_models import external_data_model, failing_model

@@ -11,7 +11,8 @@ import time
 import pytest
 from django.test import Client
 
-from models_store import accounts, validating
+from models_store.accounts import services as accounts
+from models_store.intake import validating
 from models_store.models import ModelVersion
 from tests.support import onnx_models as m
 from tests.support.store import person

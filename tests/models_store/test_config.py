@@ -2,7 +2,7 @@
 
 import pytest
 
-from models_store.config import ConfigError, parse_config, parse_config_json, same_config
+from models_store.config.triton import ConfigError, parse_config, parse_config_json, same_config
 
 
 def test_full_config():

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from models_store import accounts, selectors, services, storage
+from models_store import services, storage
+from models_store.accounts import services as accounts
+from models_store.intake.repository import import_repository
 from models_store.models import AuditEvent, ModelVersion, RegisteredModel
-from models_store.repository import import_repository
+from models_store.registry import selectors
 from tests.models_store.test_api import Api, _error
 from tests.support import onnx_models as m
 from tests.support.repository import ENSEMBLES, _ensemble, write_ensembles

@@ -12,7 +12,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from models_store import accounts, storage
+from models_store import storage
+from models_store.accounts import services as accounts
 from models_store.models import ModelVersion
 from tests.models_store.test_api import Api, _error
 from tests.support import onnx_models as m

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from inference.runtime import onnx as onnx_runtime
-from models_store import accounts, demo_text
+from models_store.accounts import services as accounts
+from models_store.management import demo_text
 from tests.models_store.test_api import Api, _error
 from tests.support.store import person
 

@@ -16,7 +16,8 @@ from django.db import OperationalError
 from django.test import Client
 from django.utils import timezone
 
-from models_store import accounts, maintenance, outages, services, storage
+from models_store import maintenance, outages, services, storage
+from models_store.accounts import services as accounts
 from models_store.models import ModelVersion, RegisteredModel
 from tests.support import onnx_models as m
 from tests.support.store import PASSWORD, person

@@ -9,7 +9,7 @@ import re
 import pytest
 from django.test import Client
 
-from models_store import accounts
+from models_store.accounts import services as accounts
 from models_store.models import AuditEvent, ModelVersion, RegisteredModel, Team
 from tests.support.store import PASSWORD, person
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from django.core.management import call_command
 
-from models_store import selectors
+from models_store.intake.repository import import_repository
 from models_store.models import ModelVersion, RegisteredModel
-from models_store.repository import import_repository
+from models_store.registry import selectors
 from models_store.storage import artifact_path
 from tests.support import onnx_models as m
 

@@ -14,9 +14,11 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from onnx import helper
 
-from models_store import accounts, selectors, services
+from models_store import services
+from models_store.accounts import services as accounts
 from models_store.models import AuditEvent
-from models_store.signature_guard import breaking_changes
+from models_store.registry import selectors
+from models_store.registry.signature_guard import breaking_changes
 from tests.support import onnx_models as m
 from tests.support.store import PASSWORD, person, stage
 

@@ -10,7 +10,7 @@ import shlex
 
 import numpy as np
 
-from models_store import snippets
+from models_store.registry import snippets
 
 SIGNATURE = [
     {"name": "image", "datatype": "FP32", "shape": [-1, 3, 16, 16]},  # 768 elements: generated, not inlined

@@ -8,10 +8,12 @@ import hashlib
 import pytest
 from django.db import transaction
 
-from models_store import audit, selectors, services, storage, validating
+from models_store import audit, services, storage
+from models_store.intake import validating
+from models_store.intake.repository import import_repository
+from models_store.intake.uploads import UploadRefused
 from models_store.models import AuditEvent, ModelVersion, RegisteredModel, RegistryStamp
-from models_store.repository import import_repository
-from models_store.uploads import UploadRefused
+from models_store.registry import selectors
 from tests.support import onnx_models as m
 from tests.support.onnx_models import external_data_model, failing_model
 from tests.support.store import person, stage

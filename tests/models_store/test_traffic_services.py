@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from models_store import selectors, services
+from models_store import services
 from models_store.models import AuditEvent, RegistryStamp
+from models_store.registry import selectors
 from tests.support import onnx_models as m
 from tests.support.store import person, stage
 

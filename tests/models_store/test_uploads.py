@@ -13,9 +13,10 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.http.multipartparser import MultiPartParser
 
-from models_store import storage, tokens
+from models_store import storage
+from models_store.accounts import tokens
+from models_store.intake.uploads import StagingUploadHandler, UploadRefused
 from models_store.models import ApiToken, ModelVersion
-from models_store.uploads import StagingUploadHandler, UploadRefused
 from tests.support import onnx_models as m
 from tests.support.store import person, stage
 

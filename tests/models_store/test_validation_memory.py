@@ -9,7 +9,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from models_store import validation
+from models_store.intake import validation
 
 
 def _model(path) -> onnx.ModelProto:

@@ -11,9 +11,10 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from models_store import accounts, storage
+from models_store import storage
+from models_store.accounts import services as accounts
+from models_store.intake.repository import import_repository
 from models_store.models import ApiToken, AuditEvent, ModelVersion, RegisteredModel, VersionLabel
-from models_store.repository import import_repository
 from tests.support import onnx_models as m
 from tests.support.onnx_models import external_data_model, failing_model
 from tests.support.store import PASSWORD, person

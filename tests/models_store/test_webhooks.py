@@ -17,8 +17,10 @@ import pytest
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from models_store import selectors, services, webhooks
+from models_store import services
 from models_store.models import AuditEvent, ModelVersion, WebhookDelivery
+from models_store.registry import selectors
+from models_store.webhooks import services as webhooks
 from tests.support import onnx_models as m
 from tests.support.store import person, stage
 from tests.support.webhook_receiver import Receiver, deliver_inline
@@ -244,7 +246,7 @@ def test_a_paused_subscription_gets_no_new_deliveries(alice, two_versions):
 
 def test_an_ensemble_upload_is_announced_ready(alice):
     """An ensemble's version is READY at once (its checks run in the upload): version.ready, its signature."""
-    from models_store import actions
+    from models_store.registry import actions
     from tests.support.repository import _ensemble
 
     services.version_upload("pre", stage(m.standardize()), alice, team=alice.teams.get())

@@ -8,8 +8,10 @@ from __future__ import annotations
 import pytest
 from standardwebhooks import Webhook
 
-from models_store import accounts, services, webhooks
+from models_store import services
+from models_store.accounts import services as accounts
 from models_store.models import AuditEvent
+from models_store.webhooks import services as webhooks
 from tests.models_store.test_api import Api
 from tests.support import onnx_models as m
 from tests.support.store import person, stage

@@ -118,7 +118,7 @@ def token_server(tmp_path_factory, poll_seconds: float):
 
 _PEOPLE_SCRIPT = """
 import json, os, secrets
-from models_store import accounts
+from models_store.accounts import services as accounts
 tokens = {}
 for name, teams in json.loads(os.environ["MODELHOST_TEST_PEOPLE"]).items():
     superuser = teams == "superuser"

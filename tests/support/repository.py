@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models_store import demo_text
+from models_store.management import demo_text
 from tests.support import onnx_models as m
 
 BATCHED_CONFIG = """name: "affine"

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 
-from models_store import accounts, storage
-from models_store.uploads import StagedFile
+from models_store import storage
+from models_store.accounts import services as accounts
+from models_store.intake.uploads import StagedFile
 
 PASSWORD = "Correct-horse-battery-9"  # test accounts only
 

@@ -73,7 +73,7 @@ def deliver_inline(settings, monkeypatch, retry_max_seconds: float) -> None:
     """For a test: 127.0.0.1 allowed, a small back-off (0.05 s doubling up to
     ``retry_max_seconds``), and each attempt run in the caller's thread after
     its delay (no timer thread, no Celery)."""
-    from models_store import webhooks
+    from models_store.webhooks import services as webhooks
 
     settings.WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
     settings.WEBHOOK_RETRY_SECONDS = 0.05

@@ -136,7 +136,8 @@ def test_a_validation_the_storage_backend_interrupts_is_retried_in_process(setti
     S3 gone while it fetches the artifact -> the version is UPLOADED again
     with the reason in its log, never FAILED, and a retry in the process
     after VALIDATION_RETRY_SECONDS makes it READY once S3 is back."""
-    from models_store import services, validating
+    from models_store import services
+    from models_store.intake import validating
     from models_store.models import ModelVersion, RegisteredModel
     from tests.support.live import wait_for
     from tests.support.outages import Switch

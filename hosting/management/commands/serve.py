@@ -24,7 +24,7 @@ from hosting.composition import IN_PROCESS, WORKERS, executor_mode
 from hosting.deployment import DeploymentError, check_worker_mode
 from hosting.supervisor import Child, Supervisor
 from models_store import maintenance
-from models_store.repository import import_repository
+from models_store.intake.repository import import_repository
 
 
 def _check_executor() -> None:

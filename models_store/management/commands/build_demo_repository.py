@@ -17,7 +17,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from models_store import demo_text
+from models_store.management import demo_text
 
 CONFIG = """name: "{name}"
 platform: "onnxruntime_onnx"

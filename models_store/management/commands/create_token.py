@@ -9,7 +9,8 @@ the expiry is printed on stderr.
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from models_store import accounts, selectors
+from models_store.accounts import services as accounts
+from models_store.registry import selectors
 from models_store.services import RegistryError
 
 

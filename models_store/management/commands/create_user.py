@@ -16,7 +16,7 @@ from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from models_store import accounts
+from models_store.accounts import services as accounts
 from models_store.services import RegistryError
 
 DEFAULT_ENV = "MODELHOST_PASSWORD"

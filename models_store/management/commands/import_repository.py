@@ -4,7 +4,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from models_store.repository import import_repository
+from models_store.intake.repository import import_repository
 from models_store.services import RegistryError
 
 

@@ -2,7 +2,8 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from models_store import selectors, services
+from models_store import services
+from models_store.registry import selectors
 
 
 class Command(BaseCommand):

@@ -3,7 +3,8 @@ in worker mode (Triton's instance group)."""
 
 from django.core.management.base import BaseCommand, CommandError
 
-from models_store import selectors, services
+from models_store import services
+from models_store.registry import selectors
 
 
 class Command(BaseCommand):

@@ -4,7 +4,8 @@ as ``default``, follows RATE_LIMIT_TEAM_*; 0 means unlimited."""
 
 from django.core.management.base import BaseCommand, CommandError
 
-from models_store import selectors, services
+from models_store import services
+from models_store.registry import selectors
 
 
 def _value(text: str | None, kind):

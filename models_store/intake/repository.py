@@ -26,11 +26,13 @@ from pathlib import Path
 import onnx
 from django.conf import settings
 
-from models_store import ensembles, selectors, services, storage, validation
-from models_store.accounts import team_get_or_create
-from models_store.config import ConfigError, TritonConfig, parse_config
+from models_store import services, storage
+from models_store.accounts.services import team_get_or_create
+from models_store.config.triton import ConfigError, TritonConfig, parse_config
+from models_store.intake import ensembles, validation
+from models_store.intake.validating import tensor_json
 from models_store.models import ModelVersion, model_name_validator
-from models_store.validating import tensor_json
+from models_store.registry import selectors
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from models_store import audit, tokens
+from models_store import audit
+from models_store.accounts import tokens
 from models_store.models import ApiToken, Team, TeamMembership, team_name_validator
 from models_store.services import RegistryError, bump_stamp
 

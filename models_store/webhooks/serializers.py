@@ -5,7 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from models_store.models import WebhookAttempt, WebhookDelivery, WebhookEvent, WebhookSubscription
-from models_store.serializers import Boolean, TextField
+from models_store.registry.serializers import Boolean, TextField
 
 
 class WebhookCreateSerializer(serializers.Serializer):

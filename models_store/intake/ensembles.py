@@ -39,10 +39,12 @@ import json
 from django.db import transaction
 
 from inference.ensembles import PLATFORM, EnsembleError, Plan, Step
-from models_store import audit, selectors, services, webhooks
-from models_store.config import TritonConfig
+from models_store import audit, services
+from models_store.config.triton import TritonConfig
 from models_store.models import ModelVersion, RegisteredModel, Team
+from models_store.registry import selectors
 from models_store.stamp import bump_stamp
+from models_store.webhooks import services as webhooks
 
 State = ModelVersion.State
 

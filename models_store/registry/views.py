@@ -22,20 +22,14 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_POST
 
 from inference import instance_groups
-from models_store import (
-    accounts,
-    actions,
-    charts,
-    outages,
-    permissions,
-    selectors,
-    signature_guard,
-    snippets,
-    uploads,
-    webhook_views,
-)
-from models_store.forms import LabelForm, ModelSettingsForm, TokenForm, UploadForm
+from models_store import outages
+from models_store.accounts import permissions
+from models_store.accounts import services as accounts
+from models_store.intake import uploads
 from models_store.models import ModelVersion, RegisteredModel
+from models_store.registry import actions, charts, selectors, signature_guard, snippets
+from models_store.registry.forms import LabelForm, ModelSettingsForm, TokenForm, UploadForm
+from models_store.webhooks import views as webhook_views
 
 ACTION_ERRORS = (
     actions.NotFound,

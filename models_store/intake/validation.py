@@ -34,7 +34,7 @@ from inference.protocol.datatypes import BY_NAME, BY_ONNX
 from inference.protocol.types import MetadataTensor
 from inference.runtime import onnx as onnx_runtime
 from inference.runtime.sequences import SequencePolicy
-from models_store.config import TritonConfig
+from models_store.config.triton import TritonConfig
 
 logger = logging.getLogger(__name__)
 

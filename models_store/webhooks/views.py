@@ -12,9 +12,9 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from models_store import actions, selectors
-from models_store.forms import WebhookForm
 from models_store.models import WebhookDelivery, WebhookSubscription
+from models_store.registry import actions, selectors
+from models_store.registry.forms import WebhookForm
 
 NEW_SECRET_KEY = "models_store.new_webhook_secret"
 DELIVERIES_ON_PAGE = 100

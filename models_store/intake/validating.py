@@ -27,10 +27,12 @@ from django.db import close_old_connections, transaction
 from django.utils import timezone
 
 from inference.outage import DependencyWatch
-from models_store import audit, outages, storage, validation, webhooks
-from models_store.config import config_from_raw
+from models_store import audit, outages, storage
+from models_store.config.triton import config_from_raw
+from models_store.intake import validation
 from models_store.models import ModelVersion
 from models_store.stamp import bump_stamp
+from models_store.webhooks import services as webhooks
 
 logger = logging.getLogger(__name__)
 

@@ -20,12 +20,16 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from models_store import accounts, ensembles, selectors, services, webhooks
-from models_store.config import ConfigError, TritonConfig, parse_config
+from models_store import services
+from models_store.accounts import services as accounts
+from models_store.accounts.permissions import AccessDenied, can_see_model, require_change_model, require_team
+from models_store.config.triton import ConfigError, TritonConfig, parse_config
+from models_store.intake import ensembles
+from models_store.intake.uploads import StagedFile, UploadRefused
 from models_store.models import ApiToken, ModelVersion, RegisteredModel
-from models_store.permissions import AccessDenied, can_see_model, require_change_model, require_team
+from models_store.registry import selectors
 from models_store.services import Conflict, DuplicateVersion, RegistryError
-from models_store.uploads import StagedFile, UploadRefused
+from models_store.webhooks import services as webhooks
 
 #: The registry's version numbers are 32-bit (PositiveIntegerField).
 MAX_VERSION_NUMBER = 2**31 - 1

@@ -36,7 +36,8 @@ from django.conf import settings
 from inference.outage import DependencyWatch
 from inference.ports import ANONYMOUS, Caller, Principal
 from inference.protocol.errors import DependencyUnavailable, PermissionDenied, Unauthenticated
-from models_store import outages, selectors
+from models_store import outages
+from models_store.registry import selectors
 
 logger = logging.getLogger(__name__)
 

@@ -41,12 +41,13 @@ from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from models_store import actions, outages, permissions, selectors, uploads
-from models_store.authentication import BearerTokenAuthentication
+from models_store import outages
+from models_store.accounts import permissions
+from models_store.accounts.authentication import BearerTokenAuthentication
+from models_store.intake import uploads
 from models_store.models import ApiToken, ModelVersion
-from models_store.openapi import LinkedResponse, ManagementAutoSchema, OpenApiLink, errors, paginated
-from models_store.pagination import DEFAULT_LIMIT, MAX_LIMIT, ListPage
-from models_store.serializers import (
+from models_store.registry import actions, selectors
+from models_store.registry.serializers import (
     AuditEventSerializer,
     LabelSerializer,
     ModelDetailSerializer,
@@ -57,6 +58,8 @@ from models_store.serializers import (
     UploadSerializer,
     VersionSerializer,
 )
+from models_store.web.openapi import LinkedResponse, ManagementAutoSchema, OpenApiLink, errors, paginated
+from models_store.web.pagination import DEFAULT_LIMIT, MAX_LIMIT, ListPage
 
 logger = logging.getLogger(__name__)
 

@@ -9,10 +9,10 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
-from models_store import actions
-from models_store.apis import PAGE_PARAMETERS, ManagementView
-from models_store.openapi import LinkedResponse, OpenApiLink, errors, paginated
-from models_store.webhook_serializers import (
+from models_store.registry import actions
+from models_store.registry.apis import PAGE_PARAMETERS, ManagementView
+from models_store.web.openapi import LinkedResponse, OpenApiLink, errors, paginated
+from models_store.webhooks.serializers import (
     WebhookCreatedSerializer,
     WebhookCreateSerializer,
     WebhookDeliverySerializer,

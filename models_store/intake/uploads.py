@@ -27,7 +27,8 @@ from django.core.files.uploadhandler import FileUploadHandler, SkipFile, StopUpl
 from django.http import QueryDict
 from django.utils.datastructures import MultiValueDict
 
-from models_store import storage, validation
+from models_store import storage
+from models_store.intake import validation
 
 FIELD_NAME = "file"
 #: The multipart field of each external data file (its file name is the location the model references).

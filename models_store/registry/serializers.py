@@ -14,9 +14,7 @@ from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_fiel
 from rest_framework import serializers
 
 from inference import instance_groups
-from models_store import selectors
-from models_store.actions import MAX_VERSION_NUMBER
-from models_store.config import MAX_CONFIG_CHARS
+from models_store.config.triton import MAX_CONFIG_CHARS
 from models_store.models import (
     AuditEvent,
     ModelVersion,
@@ -24,6 +22,8 @@ from models_store.models import (
     VersionPolicy,
     team_name_validator,
 )
+from models_store.registry import selectors
+from models_store.registry.actions import MAX_VERSION_NUMBER
 from models_store.services import MAX_PAYLOAD_LOG_BYTES
 
 #: Largest version number (and version count) the registry stores: its

@@ -44,8 +44,9 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 from standardwebhooks import Webhook
 
-from models_store import audit, webhook_targets
+from models_store import audit
 from models_store.models import WebhookAttempt, WebhookDelivery, WebhookEvent, WebhookSubscription
+from models_store.webhooks import targets as webhook_targets
 
 logger = logging.getLogger(__name__)
 

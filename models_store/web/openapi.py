@@ -14,15 +14,15 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 from uritemplate import variables
 
-from models_store.actions import MAX_ROW_ID, MAX_VERSION_NUMBER
 from models_store.models import MODEL_NAME_RE, label_validator, team_name_validator
-from models_store.serializers import ErrorSerializer
+from models_store.registry.actions import MAX_ROW_ID, MAX_VERSION_NUMBER
+from models_store.registry.serializers import ErrorSerializer
 
 API_PREFIX = "/api/"
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):
-    target_class = "models_store.authentication.BearerTokenAuthentication"
+    target_class = "models_store.accounts.authentication.BearerTokenAuthentication"
     name = "apiToken"
 
     def get_security_definition(self, auto_schema):

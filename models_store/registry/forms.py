@@ -6,7 +6,7 @@ from django import forms
 from django.core.validators import RegexValidator
 
 from inference import instance_groups
-from models_store.config import MAX_CONFIG_CHARS
+from models_store.config.triton import MAX_CONFIG_CHARS
 from models_store.models import MODEL_NAME_RE, VersionPolicy, WebhookEvent, label_validator
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
-from models_store import accounts, selectors, tokens
+from models_store.accounts import services as accounts
+from models_store.accounts import tokens
+from models_store.registry import selectors
 
 
 class BearerTokenAuthentication(BaseAuthentication):

@@ -1,0 +1,1 @@
+"""Teams, people, API tokens and who may do what (see the modules)."""

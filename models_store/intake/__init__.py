@@ -1,0 +1,1 @@
+"""How a model version comes in: uploads, validation, repository imports, ensembles."""

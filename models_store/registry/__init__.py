@@ -1,0 +1,1 @@
+"""The model registry: models, versions, version labels, traffic splits."""

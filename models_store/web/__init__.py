@@ -1,0 +1,1 @@
+"""What the web UI and the management API share."""

@@ -1,0 +1,1 @@
+"""Webhooks of teams: subscriptions, deliveries, attempts (docs/webhooks.md)."""
