@@ -92,8 +92,10 @@ def main() -> None:
     from models_store.registry import selectors
     from models_store.registry.serializers import ModelSerializer
 
-    user = accounts.user_create("bench", "Bench-password-123", superuser=True)
-    api = Client(HTTP_HOST="localhost", HTTP_AUTHORIZATION=f"Bearer {accounts.token_create(user, 'bench')[1]}")
+    user = accounts.user_create(username="bench", password="Bench-password-123", superuser=True)
+    api = Client(
+        HTTP_HOST="localhost", HTTP_AUTHORIZATION=f"Bearer {accounts.token_create(user=user, name='bench')[1]}"
+    )
     ui = Client(HTTP_HOST="localhost")
     ui.force_login(user)
 

@@ -39,10 +39,10 @@ from inference.statistics import StatisticsRecorder
 from inference.statistics_db import DatabaseStatistics
 from inference.worker import WorkerRuntime
 from models_store import storage
-from models_store.accounts.tokens import StoreAuthorizer, TokenCache
+from models_store.accounts.authorizer import StoreAuthorizer, TokenCache
 from models_store.intake import validating
 from models_store.serving import CacheJanitor, StoreArtifacts, StoreAuditLog, StoreRegistrySource
-from models_store.webhooks import services as webhooks
+from models_store.webhooks import delivery as webhooks
 
 logger = logging.getLogger(__name__)
 

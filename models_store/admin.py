@@ -23,8 +23,9 @@ from django.contrib import admin, messages
 from django.db import transaction
 from django.http import HttpResponseRedirect
 
-from models_store import services
+from models_store import audit
 from models_store.accounts import services as accounts
+from models_store.errors import Conflict, RegistryError
 from models_store.models import (
     ApiToken,
     AuditEvent,
@@ -38,7 +39,22 @@ from models_store.models import (
     WebhookDelivery,
     WebhookSubscription,
 )
+from models_store.registry.services import models as model_services
+from models_store.registry.services import routes, versions
+from models_store.stamp import bump_stamp
 from models_store.webhooks import services as webhooks
+
+
+@transaction.atomic
+def _recorded(actor, obj, action: str, **detail) -> None:
+    """Record a change made in the Django admin (``action``: add, change,
+    delete) and bump the stamp, so that servers and token scopes follow it."""
+    model = obj if isinstance(obj, RegisteredModel) else getattr(obj, "model", None)
+    version = getattr(obj, "number", None)
+    if model is not None and model.pk is None:
+        model = None
+    audit.record(actor, f"admin.{action}", model, version, object=f"{type(obj).__name__} {obj}", **detail)
+    bump_stamp()
 
 
 class AuditedAdmin(admin.ModelAdmin):
@@ -47,11 +63,11 @@ class AuditedAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         with transaction.atomic():
             super().save_model(request, obj, form, change)
-            services.admin_recorded(request.user, obj, "change" if change else "add", fields=form.changed_data)
+            _recorded(request.user, obj, "change" if change else "add", fields=form.changed_data)
 
     def delete_model(self, request, obj):
         with transaction.atomic():
-            services.admin_recorded(request.user, obj, "delete")
+            _recorded(request.user, obj, "delete")
             super().delete_model(request, obj)
 
     def delete_queryset(self, request, queryset):
@@ -60,7 +76,7 @@ class AuditedAdmin(admin.ModelAdmin):
 
 
 class GuardedDeletes:
-    """Deletes the services refuse (:class:`~models_store.services.Conflict`,
+    """Deletes the services refuse (:class:`~models_store.errors.Conflict`,
     409 on the API) answer the admin's way: the confirmation page lists the
     reasons as protected objects (``get_deleted_objects``), and one that
     only shows up when the delete runs (the state changed meanwhile) is
@@ -69,14 +85,14 @@ class GuardedDeletes:
     def delete_view(self, request, object_id, extra_context=None):
         try:
             return super().delete_view(request, object_id, extra_context)
-        except services.Conflict as exc:
+        except Conflict as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return HttpResponseRedirect(request.path)
 
     def response_action(self, request, queryset):
         try:
             return super().response_action(request, queryset)
-        except services.Conflict as exc:
+        except Conflict as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return HttpResponseRedirect(request.get_full_path())
 
@@ -124,8 +140,10 @@ class RegisteredModelForm(forms.ModelForm):
         if self.instance.pk and "version_policy" in data:
             latest, specific = data.get("latest_versions") or 0, data.get("specific_versions") or []
             try:
-                services.check_version_policy(self.instance, data["version_policy"], latest, specific)
-            except services.RegistryError as exc:
+                model_services.check_version_policy(
+                    model=self.instance, policy=data["version_policy"], latest=latest, specific=specific
+                )
+            except RegistryError as exc:
                 raise forms.ValidationError(str(exc)) from None
         return data
 
@@ -142,11 +160,11 @@ class RegisteredModelAdmin(GuardedDeletes, AuditedAdmin):
         """Django's list of what a delete takes along, with the ensembles that forbid it as "protected"."""
         deleted, counts, perms, protected = super().get_deleted_objects(objs, request)
         for model in objs:
-            protected = [*protected, *services.ensemble_blockers(model, None, "delete the model")]
+            protected = [*protected, *versions.ensemble_blockers(model=model, doing="delete the model")]
         return deleted, counts, perms, protected
 
     def delete_model(self, request, obj):
-        services.model_delete(obj, request.user)
+        model_services.model_delete(model=obj, actor=request.user)
 
 
 @admin.register(ModelVersion)
@@ -164,12 +182,15 @@ class ModelVersionAdmin(GuardedDeletes, ReadOnlyAdmin):
         deleted, counts, perms, protected = super().get_deleted_objects(objs, request)
         for version in objs:
             labels = version.labels.values_list("name", flat=True)
-            protected = [*protected, *services.split_blockers(version.model, labels, f"version {version.number}")]
-            protected = [*protected, *services.ensemble_blockers(version.model, [version.number], "delete it")]
+            protected = [
+                *protected,
+                *routes.split_blockers(model=version.model, labels=labels, what=f"version {version.number}"),
+                *versions.ensemble_blockers(model=version.model, numbers=[version.number], doing="delete it"),
+            ]
         return deleted, counts, perms, protected
 
     def delete_model(self, request, obj):
-        services.version_delete(obj, request.user)
+        versions.version_delete(version=obj, actor=request.user)
 
 
 class VersionLabelForm(forms.ModelForm):
@@ -203,11 +224,12 @@ class VersionLabelAdmin(GuardedDeletes, AuditedAdmin):
     def get_deleted_objects(self, objs, request):
         deleted, counts, perms, protected = super().get_deleted_objects(objs, request)
         for label in objs:
-            protected = [*protected, *services.split_blockers(label.model, [label.name])]
+            protected = [*protected, *routes.split_blockers(model=label.model, labels=[label.name])]
         return deleted, counts, perms, protected
 
     def delete_model(self, request, obj):
-        services.label_delete(obj.model, obj.name, request.user)  # audited; a weight-0 entry leaves the split
+        # Audited; a weight-0 entry of the split leaves it.
+        routes.label_delete(model=obj.model, name=obj.name, actor=request.user)
 
 
 @admin.register(ApiToken)
@@ -220,7 +242,7 @@ class ApiTokenAdmin(ReadOnlyAdmin):
     @admin.action(description="Revoke the selected API tokens")
     def revoke(self, request, queryset):
         for token in queryset.select_related("user"):
-            accounts.token_revoke(token, request.user)
+            accounts.token_revoke(token=token, actor=request.user)
         self.message_user(request, f"Revoked {queryset.count()} token(s).", messages.SUCCESS)
 
     def has_delete_permission(self, request, obj=None):
@@ -280,5 +302,5 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
     @admin.action(description="Redeliver the selected deliveries (same webhook-id)")
     def redeliver(self, request, queryset):
         for delivery in queryset.select_related("subscription__team"):
-            webhooks.redeliver(delivery, request.user)
+            webhooks.redeliver(delivery=delivery, actor=request.user)
         self.message_user(request, f"Sending {queryset.count()} delivery(ies) again.", messages.SUCCESS)

@@ -3,7 +3,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from models_store.registry import apis
+from models_store.registry.api import models, routes, versions
 from models_store.webhooks import apis as webhook_apis
 
 _MODEL = "models/<str:name>"
@@ -11,17 +11,17 @@ _VERSION = "models/<str:name>/versions/<int:number>"
 _WEBHOOK = "teams/<str:team>/webhooks/<int:webhook>"
 
 urlpatterns = [
-    path("models/", apis.ModelListView.as_view(), name="api-model-list"),
-    path(f"{_MODEL}/", apis.ModelDetailView.as_view(), name="api-model-detail"),
-    path(f"{_MODEL}/versions/", apis.VersionListView.as_view(), name="api-version-list"),
-    path(f"{_VERSION}/", apis.VersionDetailView.as_view(), name="api-version-detail"),
-    path(f"{_VERSION}/retire", apis.VersionRetireView.as_view(), name="api-version-retire"),
-    path(f"{_VERSION}/restore", apis.VersionRestoreView.as_view(), name="api-version-restore"),
-    path(f"{_MODEL}/labels/<str:label>/", apis.LabelView.as_view(), name="api-label"),
-    path(f"{_MODEL}/audit/", apis.AuditView.as_view(), name="api-audit"),
-    path(f"{_MODEL}/traffic/", apis.TrafficView.as_view(), name="api-traffic"),
-    path(f"{_MODEL}/traffic/promote", apis.TrafficPromoteView.as_view(), name="api-traffic-promote"),
-    path(f"{_MODEL}/traffic/rollback", apis.TrafficRollbackView.as_view(), name="api-traffic-rollback"),
+    path("models/", models.ModelListView.as_view(), name="api-model-list"),
+    path(f"{_MODEL}/", models.ModelDetailView.as_view(), name="api-model-detail"),
+    path(f"{_MODEL}/versions/", versions.VersionListView.as_view(), name="api-version-list"),
+    path(f"{_VERSION}/", versions.VersionDetailView.as_view(), name="api-version-detail"),
+    path(f"{_VERSION}/retire", versions.VersionRetireView.as_view(), name="api-version-retire"),
+    path(f"{_VERSION}/restore", versions.VersionRestoreView.as_view(), name="api-version-restore"),
+    path(f"{_MODEL}/labels/<str:label>/", routes.LabelView.as_view(), name="api-label"),
+    path(f"{_MODEL}/audit/", models.AuditView.as_view(), name="api-audit"),
+    path(f"{_MODEL}/traffic/", routes.TrafficView.as_view(), name="api-traffic"),
+    path(f"{_MODEL}/traffic/promote", routes.TrafficPromoteView.as_view(), name="api-traffic-promote"),
+    path(f"{_MODEL}/traffic/rollback", routes.TrafficRollbackView.as_view(), name="api-traffic-rollback"),
     path("teams/<str:team>/webhooks/", webhook_apis.WebhookListView.as_view(), name="api-webhook-list"),
     path(f"{_WEBHOOK}/", webhook_apis.WebhookDetailView.as_view(), name="api-webhook-detail"),
     path(f"{_WEBHOOK}/deliveries/", webhook_apis.DeliveryListView.as_view(), name="api-webhook-deliveries"),

@@ -3,7 +3,8 @@ and of every inference worker that takes validation tasks (``runworker``):
 
 - the reaper: versions left UPLOADED or VALIDATING for more than
   VALIDATION_DEADLINE_SECONDS are queued for validation again (validated
-  in this process where :func:`validating.validates_here`);
+  in this process where :func:`~models_store.intake.validating.validates_here`;
+  :func:`~models_store.registry.services.states.hold_stale`);
 - the charts' retention: per-minute rollups older than CHART_RETENTION_DAYS
   are deleted, those older than a day folded into hours (inference/rollups_db.py);
 - the cleanup: what an upload that failed half-way left behind (staging
@@ -11,7 +12,7 @@ and of every inference worker that takes validation tasks (``runworker``):
   references, a worker's cached artifacts no version uses), older than
   ORPHAN_MIN_AGE_SECONDS (the same sweep as ``manage.py cleanup_store``);
 - webhook deliveries whose attempt is overdue (the process that would have
-  made it ended) are scheduled again (:func:`webhooks.reschedule_stale`).
+  made it ended) are scheduled again (:func:`~models_store.webhooks.services.reschedule_stale`).
 
 Every MAINTENANCE_SECONDS; several processes doing it at once is harmless
 (a version is re-queued by one reaper only; removing an orphan twice is a
@@ -33,8 +34,9 @@ from django.db import close_old_connections
 from inference import rollups_db
 from inference.outage import DependencyWatch
 from models_store import outages, storage
-from models_store.intake import validating
-from models_store.models import ModelVersion
+from models_store.intake.services import schedule_validation
+from models_store.registry import selectors
+from models_store.registry.services import states
 from models_store.webhooks import services as webhooks
 
 logger = logging.getLogger(__name__)
@@ -46,7 +48,7 @@ def sweep(min_age: float, cache_dir: Path | None, dry_run: bool = False) -> Iter
     and in the worker cache ``cache_dir`` when it exists here. Yields one
     line per orphan ("<path>", "<prefix>/ from the storage backend", "<path>
     from the worker cache")."""
-    rows = list(ModelVersion.objects.exclude(artifact="").values_list("artifact", "sha256"))  # ensembles have none
+    rows = selectors.artifacts_in_use()
     referenced = {artifact for artifact, _ in rows}
     root = storage.store_root()
     for path in storage.find_orphans(referenced, min_age):
@@ -67,15 +69,13 @@ def sweep(min_age: float, cache_dir: Path | None, dry_run: bool = False) -> Iter
 def run_once(cache_dir: Path | None = None) -> tuple[list[int], list[str]]:
     """One round: the reaper, then the cleanup. Returns the re-queued
     version ids and the removed orphans. Raises what a dependency raises."""
-    from models_store.services import schedule_validation
-
-    requeued = validating.reap_stale(settings.VALIDATION_DEADLINE_SECONDS)
+    requeued = states.hold_stale(deadline_seconds=settings.VALIDATION_DEADLINE_SECONDS)
     for version_id in requeued:
-        schedule_validation(version_id)
+        schedule_validation(version_id=version_id)
     rollups_db.prune(settings.CHART_RETENTION_DAYS, time.time())
     rollups_db.compact(time.time())
     removed = list(sweep(settings.ORPHAN_MIN_AGE_SECONDS, cache_dir))
-    webhooks.reschedule_stale(max(60.0, settings.MAINTENANCE_SECONDS))
+    webhooks.reschedule_stale(grace_seconds=max(60.0, settings.MAINTENANCE_SECONDS))
     if removed:
         logger.warning("removed %d orphan(s) of interrupted uploads: %s", len(removed), ", ".join(removed[:10]))
     return requeued, removed

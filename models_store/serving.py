@@ -13,10 +13,12 @@ from django.db import close_old_connections
 
 from inference.ports import ModelRecord
 from inference.protocol.errors import InUse, InvalidInput, ModelNotFound
-from models_store import audit, outages, services, storage
+from models_store import audit, outages, storage
 from models_store.config.triton import ConfigError
+from models_store.errors import Conflict
 from models_store.registry import selectors
-from models_store.stamp import registry_changed
+from models_store.registry.services import models as model_services
+from models_store.stamp import registry_changed, stamp_get
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +35,7 @@ class StoreRegistrySource:
         return [selectors.model_record(m, pins) for m in models]
 
     def stamp(self) -> int:
-        return selectors.stamp_get()
+        return stamp_get()
 
     def subscribe(self, callback) -> None:
         def receiver(**_kwargs):
@@ -60,14 +62,16 @@ class StoreRegistrySource:
     def set_loaded(self, name: str, loaded: bool, actor=None, unload_dependents: bool = False) -> None:
         with outages.as_unavailable():
             try:
-                services.model_set_loaded(self._model(name), loaded, actor, unload_dependents)
-            except services.Conflict as exc:  # a READY ensemble runs one of its versions
+                model_services.model_set_loaded(
+                    model=self._model(name), loaded=loaded, actor=actor, unload_dependents=unload_dependents
+                )
+            except Conflict as exc:  # a READY ensemble runs one of its versions
                 raise InUse(str(exc)) from None
 
     def set_config(self, name: str, config: str, actor=None) -> None:
         with outages.as_unavailable():
             try:
-                services.model_load_config(self._model(name), config, actor=actor)
+                model_services.model_load_config(model=self._model(name), text=config, actor=actor)
             except ConfigError as exc:
                 raise InvalidInput(f"invalid config override: {exc}") from None
 

@@ -1,7 +1,7 @@
 """Celery tasks of the model store. Thin: each calls one service.
 
 Embedded mode (no REDIS_URL): the server validates uploads itself
-(:func:`models_store.validating.validate_here`), so these run in workers
+(:func:`models_store.intake.validating.validate_here`), so these run in workers
 only (``manage.py runworker``, or ``celery -A hosting worker``).
 
 A validation task is acknowledged late (after it ran: a worker killed
@@ -9,7 +9,7 @@ mid-validation leaves it in the broker for another one) and, when a
 dependency fails (database, storage backend, broker, disk space), retried
 with back-off (VALIDATION_RETRY_SECONDS doubling up to
 VALIDATION_RETRY_MAX_SECONDS) for as long as it takes; the version is
-never FAILED for it (:class:`~models_store.validating.ValidationInterrupted`).
+never FAILED for it (:class:`~models_store.intake.validating.ValidationInterrupted`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from celery import shared_task
 
 from models_store import outages
 from models_store.intake import validating
-from models_store.webhooks import services as webhooks
+from models_store.webhooks import delivery
 
 
 @shared_task(
@@ -47,5 +47,5 @@ def validate_version(self, version_id: int, resume: bool = False) -> str | None:
 @shared_task(name="models_store.deliver_webhook", ignore_result=True, acks_late=True, reject_on_worker_lost=True)
 def deliver_webhook(delivery_id: int) -> None:
     """Make the due attempt of a webhook delivery and schedule the next one
-    when it failed (see webhooks.run; a delivery not due is left alone)."""
-    webhooks.run(delivery_id)
+    when it failed (see delivery.run; a delivery not due is left alone)."""
+    delivery.run(delivery_id)

@@ -4,6 +4,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from django.views.generic import RedirectView
 
+from models_store.accounts import views as account_views
 from models_store.registry import views
 from models_store.webhooks import views as webhook_views
 
@@ -26,8 +27,8 @@ urlpatterns = [
     path(f"{_MODEL}/upload/", views.upload, name="upload-version"),
     path(f"{_VERSION}/", views.version_detail, name="version-detail"),
     path(f"{_VERSION}/<str:action>", views.version_action, name="version-action"),
-    path("tokens/", views.token_list, name="token-list"),
-    path("tokens/<int:token_id>/revoke", views.token_revoke, name="token-revoke"),
+    path("tokens/", account_views.token_list, name="token-list"),
+    path("tokens/<int:token_id>/revoke", account_views.token_revoke, name="token-revoke"),
     path("webhooks/", webhook_views.webhook_list, name="webhook-list"),
     path("webhooks/<int:webhook_id>/", webhook_views.webhook_detail, name="webhook-detail"),
     path("webhooks/<int:webhook_id>/delete", webhook_views.webhook_delete, name="webhook-delete"),

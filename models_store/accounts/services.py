@@ -1,13 +1,14 @@
-"""Writes for people: users, teams, memberships and API tokens.
+"""Writes for people: users, teams, memberships, team limits and API tokens;
+each takes keyword arguments only.
 
-Changes that affect who may call which model (tokens; memberships and users
-through models_store.signals) bump the registry change stamp, so that every server process reloads its token
+Changes that affect who may call which model (tokens, team limits;
+memberships and users through :mod:`models_store.accounts.signals`) bump
+the registry change stamp, so that every server process reloads its token
 scopes; every change is recorded in the audit log.
 """
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 
 from django.contrib.auth import get_user_model
@@ -17,12 +18,14 @@ from django.utils import timezone
 
 from models_store import audit
 from models_store.accounts import tokens
-from models_store.models import ApiToken, Team, TeamMembership, team_name_validator
-from models_store.services import RegistryError, bump_stamp
+from models_store.accounts.models import ApiToken, Team, TeamMembership
+from models_store.errors import RegistryError
+from models_store.identifiers import team_name_validator
+from models_store.stamp import bump_stamp
 
 
 @transaction.atomic
-def team_get_or_create(name: str, actor=None) -> Team:
+def team_get_or_create(*, name: str, actor=None) -> Team:
     """The team called ``name``, created if needed. Raises RegistryError for a malformed name."""
     try:
         team_name_validator(name)
@@ -35,7 +38,7 @@ def team_get_or_create(name: str, actor=None) -> Team:
 
 
 @transaction.atomic
-def membership_add(team: Team, user, actor=None) -> TeamMembership:
+def membership_add(*, team: Team, user, actor=None) -> TeamMembership:
     """Make ``user`` a member of ``team`` (idempotent)."""
     membership, created = TeamMembership.objects.get_or_create(team=team, user=user)  # bumps the stamp (signals)
     if created:
@@ -44,7 +47,7 @@ def membership_add(team: Team, user, actor=None) -> TeamMembership:
 
 
 @transaction.atomic
-def user_create(username: str, password: str, *, teams: list[str] = (), email: str = "", superuser: bool = False):
+def user_create(*, username: str, password: str, teams: list[str] = (), email: str = "", superuser: bool = False):
     """Create a user with ``password`` and team memberships (teams are created
     when missing). Raises RegistryError when the username is taken."""
     model = get_user_model()
@@ -54,25 +57,29 @@ def user_create(username: str, password: str, *, teams: list[str] = (), email: s
     user = create(username=username, email=email, password=password)
     audit.record(None, "user.create", user=username, superuser=superuser)
     for name in teams:
-        membership_add(team_get_or_create(name), user)
+        membership_add(team=team_get_or_create(name=name), user=user)
     return user
 
 
-_UNITS = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
-
-
-def parse_lifetime(text: str) -> timedelta:
-    """A token lifetime: ``90d``, ``12h``, ``30m``, ``45s`` -> timedelta.
-    Raises ValueError for anything else (or zero)."""
-    match = re.fullmatch(r"\s*(\d+)\s*([dhms])\s*", text)
-    if match is None or int(match[1]) == 0:
-        raise ValueError(f"a token lifetime is a positive number and a unit d, h, m or s (e.g. 90d), not {text!r}")
-    return timedelta(**{_UNITS[match[2]]: int(match[1])})
+@transaction.atomic
+def team_set_limits(*, team: Team, rate: float | None, burst: int | None, in_flight: int | None, actor=None) -> Team:
+    """Set a team's own inference limits (operators): requests per second,
+    burst, inferences in flight; None: the default (RATE_LIMIT_TEAM_*), 0:
+    unlimited. Raises RegistryError for a negative value."""
+    for name, value in (("rate", rate), ("burst", burst), ("in_flight", in_flight)):
+        if value is not None and value < 0:
+            raise RegistryError(f"{name} may not be negative")
+    locked = Team.objects.select_for_update().get(pk=team.pk)
+    locked.rate_limit_rps, locked.rate_limit_burst, locked.max_in_flight = rate, burst, in_flight
+    locked.save(update_fields=["rate_limit_rps", "rate_limit_burst", "max_in_flight"])
+    audit.record(actor, "team.limits", None, team=locked.name, rate=rate, burst=burst, in_flight=in_flight)
+    bump_stamp()
+    return locked
 
 
 @transaction.atomic
 def token_create(
-    user, name: str, team: Team | None = None, expires_in: timedelta | None = None
+    *, user, name: str, team: Team | None = None, expires_in: timedelta | None = None
 ) -> tuple[ApiToken, str]:
     """A new API token for ``user`` (limited to ``team`` when given; the user
     must belong to it unless a superuser), expiring ``expires_in`` from now
@@ -112,7 +119,7 @@ def token_create(
 
 
 @transaction.atomic
-def token_revoke(token: ApiToken, actor) -> ApiToken:
+def token_revoke(*, token: ApiToken, actor) -> ApiToken:
     """Revoke a token (idempotent); it stops working everywhere within about
     REGISTRY_POLL_SECONDS."""
     if token.revoked_at is None:
@@ -123,7 +130,7 @@ def token_revoke(token: ApiToken, actor) -> ApiToken:
     return token
 
 
-def token_touch(token: ApiToken) -> None:
+def token_touch(*, token: ApiToken) -> None:
     """Note that a token was used (management API), at most once a minute."""
     now = timezone.now()
     if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:

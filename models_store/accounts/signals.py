@@ -7,7 +7,7 @@ memberships), so that every server process reloads its API token scopes.
 from django.contrib.auth import get_user_model
 from django.db.models.signals import post_delete, post_save
 
-from models_store.models import TeamMembership
+from models_store.accounts.models import TeamMembership
 from models_store.stamp import bump_stamp
 
 

@@ -26,7 +26,7 @@ when it is created, so it is READY at once or refused:
 While a READY ensemble (of a loaded model) runs a version, that version
 serves whatever its model's version policy says, and deleting or retiring
 it, deleting its model or unloading it is refused (409:
-:func:`models_store.services.ensemble_blockers`).
+:func:`models_store.registry.services.versions.ensemble_blockers`).
 
 Spec: https://github.com/triton-inference-server/server/blob/main/docs/user_guide/ensemble_models.md
 """
@@ -39,14 +39,12 @@ import json
 from django.db import transaction
 
 from inference.ensembles import PLATFORM, EnsembleError, Plan, Step
-from models_store import audit, services
 from models_store.config.triton import TritonConfig
-from models_store.models import ModelVersion, RegisteredModel, Team
 from models_store.registry import selectors
-from models_store.stamp import bump_stamp
-from models_store.webhooks import services as webhooks
+from models_store.registry.services import models as model_services
+from models_store.registry.services import states
 
-State = ModelVersion.State
+State = states.State
 
 
 class EnsembleRefused(ValueError):
@@ -77,7 +75,7 @@ def signature(config: TritonConfig) -> tuple[list[dict], list[dict]]:
     )
 
 
-def _composing_model(name: str, team: Team | None, where: str) -> RegisteredModel:
+def _composing_model(name: str, team, where: str):
     model = selectors.model_get(name)
     if model is None or (team is not None and model.team_id not in (None, team.pk)):
         owner = f"team {team.name}" if team is not None else "the operators"
@@ -89,7 +87,7 @@ def _composing_model(name: str, team: Team | None, where: str) -> RegisteredMode
     return model
 
 
-def _pinned_version(model: RegisteredModel, configured: int, where: str) -> ModelVersion:
+def _pinned_version(model, configured: int, where: str):
     if configured == -1:
         number = selectors.serving(model).default
         if number is None:
@@ -106,9 +104,10 @@ def _pinned_version(model: RegisteredModel, configured: int, where: str) -> Mode
     return version
 
 
-def build_plan(config: TritonConfig, team: Team | None) -> tuple[Plan, list[str]]:
+def build_plan(config: TritonConfig, team) -> tuple[Plan, list[str]]:
     """The ensemble's plan with its versions pinned, and the log lines of
-    its checks. Raises EnsembleRefused naming the step and what is wrong."""
+    its checks; ``team``: the ensemble's Team (None: operator-owned).
+    Raises EnsembleRefused naming the step and what is wrong."""
     inputs, outputs = signature(config)
     steps, versions, log = [], {}, []
     for number, configured in enumerate(config.ensemble, 1):
@@ -159,9 +158,9 @@ def _check_tensors(plan: Plan, versions: dict, inputs: list[dict], outputs: list
             )
 
 
-def _check_step(step: Step, model: RegisteredModel, version: ModelVersion, where: str, known: dict) -> None:
+def _check_step(step: Step, model, version, where: str, known: dict) -> None:
     step_inputs = {t["name"]: t for t in version.inputs}
-    optional = {t.get("name") for t in (model.config or {}).get("input", ()) if t.get("optional")}
+    optional = selectors.optional_inputs(model)
     for name, tensor in step.input_map.items():
         spec = step_inputs.get(name)
         if spec is None:
@@ -190,8 +189,8 @@ def config_sha256(config: TritonConfig) -> str:
     return hashlib.sha256(json.dumps(config.raw, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def check_model(model: RegisteredModel | None, name: str, config: TritonConfig) -> None:
-    """Raise EnsembleRefused unless ``model`` (None: to be created) can take an ensemble version."""
+def check_model(model, name: str, config: TritonConfig) -> None:
+    """Raise EnsembleRefused unless ``model`` (a RegisteredModel; None: to be created) can take an ensemble version."""
     if config.name and config.name != name:
         raise EnsembleRefused(f"the config names the model {config.name!r}, not {name!r}")
     if model is not None and model.platform != PLATFORM and model.versions.exists():
@@ -202,37 +201,23 @@ def check_model(model: RegisteredModel | None, name: str, config: TritonConfig) 
 
 
 @transaction.atomic
-def version_create(
-    model: RegisteredModel, config: TritonConfig, *, actor=None, source: str, action: str, preferred_number=None
-) -> ModelVersion:
-    """Check and create an ensemble version of ``model`` (READY), applying
-    ``config`` to the model (its platform becomes ``ensemble``; audited as
-    ``model.config`` when it changes; an upload's announced to the team's
-    webhooks as ``version.ready``). Raises EnsembleRefused, and
-    DuplicateVersion (services) when the model has this plan already.
-    The guards against deleting, retiring or unloading what it runs are
-    the services' (:func:`models_store.services.ensemble_blockers`)."""
-    locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+def version_create(model, config: TritonConfig, *, actor=None, source: str, action: str, preferred_number=None):
+    """Check and create an ensemble version of ``model`` (a RegisteredModel;
+    READY), applying ``config`` to the model (its platform becomes
+    ``ensemble``; audited as ``model.config`` when it changes; an upload's
+    announced to the team's webhooks as ``version.ready``). Raises
+    EnsembleRefused, and DuplicateVersion when the model has this plan
+    already. The guards against deleting, retiring or unloading what it
+    runs are the registry's (:func:`models_store.registry.services.versions.ensemble_blockers`)."""
+    locked = model_services.model_lock(model=model)
     check_model(locked, locked.name, config)
     plan, log = build_plan(config, locked.team)
     inputs, outputs = signature(config)
-    if locked.platform != PLATFORM or locked.config != config.raw:
-        services.set_config_fields(locked, config, {})
-        locked.platform = PLATFORM
-        locked.save()
-        audit.record(actor, "model.config", locked, source=source, config=config.raw)
-        bump_stamp()
+    model_services.model_set_ensemble_config(model=locked, config=config, actor=actor, source=source)
     properties = {"ensemble": plan.as_json(), "config_sha256": config_sha256(config)}
-    version = services.version_create(
-        locked, artifact="", sha256=plan.sha256(), size=0, state=State.READY, inputs=inputs, outputs=outputs,
-        properties=properties, log=log, source=source, uploaded_by=actor, preferred_number=preferred_number,
-        action=action,
+    return states.version_create(
+        model=locked, artifact="", sha256=plan.sha256(), size=0, state=State.READY, inputs=inputs,
+        outputs=outputs, properties=properties, log=log, source=source, uploaded_by=actor,
+        preferred_number=preferred_number, action=action, platform=PLATFORM,
+        announce=action == "version.upload",  # READY at once: what a validated upload announces (an import: none)
     )  # fmt: skip
-    ModelVersion.objects.filter(pk=version.pk).update(platform=PLATFORM)
-    version.platform = PLATFORM
-    if action == "version.upload":  # READY at once: what a validated upload announces (an import announces none)
-        webhooks.model_event(
-            locked, "version.ready", version=version.number, state=version.state, reason="", sha256=version.sha256,
-            inputs=inputs, outputs=outputs,
-        )  # fmt: skip
-    return version

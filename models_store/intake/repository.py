@@ -13,7 +13,7 @@ An ensemble (config.pbtxt with ``platform: "ensemble"``, its version
 directory empty, as in Triton's repositories) is imported after every
 other model, so that the versions it composes exist: each version
 directory becomes a READY ensemble version pinning them
-(models_store/ensembles.py), or a failed result with the reason (nothing
+(models_store/intake/ensembles.py), or a failed result with the reason (nothing
 is stored). It is unchanged while the model has a version made from the
 same config.pbtxt.
 """
@@ -26,13 +26,16 @@ from pathlib import Path
 import onnx
 from django.conf import settings
 
-from models_store import services, storage
-from models_store.accounts.services import team_get_or_create
+from models_store import storage
+from models_store.accounts import services as accounts
 from models_store.config.triton import ConfigError, TritonConfig, parse_config
+from models_store.errors import RegistryError
+from models_store.identifiers import model_name_validator
 from models_store.intake import ensembles, validation
 from models_store.intake.validating import tensor_json
-from models_store.models import ModelVersion, model_name_validator
 from models_store.registry import selectors
+from models_store.registry.services import models as model_services
+from models_store.registry.services import states
 
 
 @dataclass(frozen=True)
@@ -116,12 +119,12 @@ def _import_version(model, version_dir: Path, filename: str, config, config_erro
             signature = validation.validate_artifact(storage.artifact_path(stored.relpath), config)
         except validation.ValidationError as exc:
             reason = str(exc)
-    version = services.version_create(
-        model,
+    version = states.version_create(
+        model=model,
         artifact=stored.relpath,
         sha256=stored.sha256,
         size=stored.size,
-        state=ModelVersion.State.FAILED if reason else ModelVersion.State.READY,
+        state=states.State.FAILED if reason else states.State.READY,
         inputs=[tensor_json(t) for t in signature.inputs] if signature else [],
         outputs=[tensor_json(t) for t in signature.outputs] if signature else [],
         properties=signature.properties if signature else {},
@@ -141,7 +144,7 @@ def _import_team(name: str | None):
     """The team that imported models without one get: ``name``, else the
     REPOSITORY_TEAM setting; None (operator-owned models) when both are empty."""
     name = name if name is not None else settings.REPOSITORY_TEAM
-    return team_get_or_create(name) if name else None
+    return accounts.team_get_or_create(name=name) if name else None
 
 
 def import_repository(root: Path, team: str | None = None) -> list[ImportResult]:
@@ -167,7 +170,7 @@ def import_repository(root: Path, team: str | None = None) -> list[ImportResult]
         if config is not None and config.ensemble:
             deferred.append((model_dir, config))
             continue
-        model = services.model_upsert(model_dir.name, config, owner, labels)
+        model = model_services.model_upsert(name=model_dir.name, config=config, team=owner, output_labels=labels)
         filename = (config.default_model_filename if config else "") or storage.MODEL_FILENAME
         versions = _version_dirs(model_dir)
         if config_error:  # also when every version is unchanged: the config is not applied
@@ -193,11 +196,11 @@ def _import_ensemble(model_dir: Path, config: TritonConfig, owner) -> list[Impor
     except ensembles.EnsembleRefused as exc:
         return [ImportResult(name, "", "failed", message=str(exc))]
     if model is None:
-        model = services.model_upsert(name, None, owner)
+        model = model_services.model_upsert(name=name, team=owner)
     made_from = ensembles.config_sha256(config)
     results = []
     for version_dir in versions:
-        existing = model.versions.filter(properties__config_sha256=made_from).order_by("-number").first()
+        existing = selectors.version_by_config(model, made_from)
         if existing is not None:
             results.append(ImportResult(name, version_dir.name, "unchanged", existing.number))
             continue
@@ -206,7 +209,7 @@ def _import_ensemble(model_dir: Path, config: TritonConfig, owner) -> list[Impor
                 model, config, source=str(version_dir.resolve()), action="version.import",
                 preferred_number=int(version_dir.name),
             )  # fmt: skip
-        except (ensembles.EnsembleRefused, services.RegistryError) as exc:
+        except (ensembles.EnsembleRefused, RegistryError) as exc:
             results.append(ImportResult(name, version_dir.name, "failed", message=str(exc)))
             continue
         results.append(ImportResult(name, version_dir.name, "created", version.number))

@@ -28,6 +28,7 @@ from django.http import QueryDict
 from django.utils.datastructures import MultiValueDict
 
 from models_store import storage
+from models_store.errors import UploadRefused
 from models_store.intake import validation
 
 FIELD_NAME = "file"
@@ -37,15 +38,6 @@ DATA_FIELD_NAME = "data"
 DATA_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.\-]{0,254}\Z")
 #: Room for the multipart envelope and the other form fields around the file.
 ENVELOPE_BYTES = 64 * 1024
-
-
-class UploadRefused(ValueError):
-    """The uploaded file cannot become a model version; the message says why.
-    ``status`` is the HTTP status to answer (400, or 413 for size)."""
-
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.status = status
 
 
 def max_upload_bytes() -> int:

@@ -1,5 +1,7 @@
-"""Validation of uploaded versions (the service the validation task runs):
-UPLOADED -> VALIDATING -> READY or FAILED, each step in the version's log.
+"""Validation of uploaded versions (what the validation task runs):
+UPLOADED -> VALIDATING -> READY or FAILED, each step in the version's log;
+each change through the state machine (:mod:`models_store.registry.services.states`),
+the checks themselves :mod:`models_store.intake.validation`'s.
 
 Where it runs is this process's :class:`Validator`, set by the composition
 root: in an inference worker (``manage.py runworker``) the worker's host and
@@ -19,24 +21,21 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
-from django.utils import timezone
+from django.db import close_old_connections
 
 from inference.outage import DependencyWatch
-from models_store import audit, outages, storage
+from models_store import outages, storage
 from models_store.config.triton import config_from_raw
 from models_store.intake import validation
-from models_store.models import ModelVersion
-from models_store.stamp import bump_stamp
-from models_store.webhooks import services as webhooks
+from models_store.registry import selectors
+from models_store.registry.services import states
 
 logger = logging.getLogger(__name__)
 
-State = ModelVersion.State
+State = states.State
 
 
 @dataclass(frozen=True)
@@ -157,7 +156,7 @@ def _note_through() -> None:
         watch.ok()
 
 
-def version_validate(version_id: int, resume: bool = False) -> ModelVersion | None:
+def version_validate(version_id: int, resume: bool = False):
     """Validate an UPLOADED version (with ``resume``, also one left
     VALIDATING by an interrupted attempt): VALIDATING, then READY with its
     signature and validation log, or FAILED with the reason (and the log of
@@ -166,14 +165,14 @@ def version_validate(version_id: int, resume: bool = False) -> ModelVersion | No
 
     Raises ValidationInterrupted (or the database's OperationalError) when a
     dependency fails: retry later (:func:`validate_here`, the Celery task's
-    retries, the reaper :func:`reap_stale`); the version is never FAILED for it.
+    retries, the reaper :func:`~models_store.registry.services.states.hold_stale`); the version is never FAILED for it.
     """
-    version = ModelVersion.objects.select_related("model").filter(pk=version_id).first()
+    version = selectors.version_by_id(version_id)
     if version is None or not (version.state == State.UPLOADED or (resume and version.state == State.VALIDATING)):
         return version
     validator = _validator
     where = validator.describe()
-    version_set_state(version, State.VALIDATING, log=[f"validating on {where}"])
+    states.transition(version=version, change="validate", log=[f"validating on {where}"])
     log: list[str] = [f"validated on {where}"]
     try:
         config = config_from_raw(version.model.config)
@@ -181,41 +180,40 @@ def version_validate(version_id: int, resume: bool = False) -> ModelVersion | No
         signature = validation.validate_artifact(path, config, log, providers=list(validator.providers))
     except validation.ValidationError as exc:
         _note_through()  # the dependencies answered: the model itself fails
-        return _version_validated(version_id, State.FAILED, reason=str(exc), log=[*log, f"failed: {exc}"])
+        return states.transition(version=version, change="fail", reason=str(exc), log=[*log, f"failed: {exc}"])
     except Exception as exc:  # never leave a version VALIDATING
         cause = outages.transient_cause(exc)
         if cause is not None:
-            _put_back(version_id, f"interrupted on {where}: {outages.dependency_name(cause)} failed "
+            _hold(version, f"interrupted on {where}: {outages.dependency_name(cause)} failed "
                       f"({type(cause).__name__}); validation is retried")  # fmt: skip
             raise ValidationInterrupted(f"{type(cause).__name__}: {cause}") from exc
         logger.exception("validation of version %s crashed", version_id)
         reason = f"internal error during validation ({type(exc).__name__}); see the server log"
-        return _version_validated(version_id, State.FAILED, reason=reason, log=[*log, f"failed: {reason}"])
-    validated = _version_validated(
-        version_id,
-        State.READY,
+        return states.transition(version=version, change="fail", reason=reason, log=[*log, f"failed: {reason}"])
+    validated = states.transition(  # None: deleted while it was validated
+        version=version,
+        change="ready",
         log=log,
-        inputs=[tensor_json(t) for t in signature.inputs],
-        outputs=[tensor_json(t) for t in signature.outputs],
-        properties=signature.properties,
+        signature={
+            "inputs": [tensor_json(t) for t in signature.inputs],
+            "outputs": [tensor_json(t) for t in signature.outputs],
+            "properties": signature.properties,
+        },
     )
     _note_through()
     return validated
 
 
-def _put_back(version_id: int, line: str) -> None:
+def _hold(version, line: str) -> None:
     """UPLOADED again after an interrupted validation, with ``line`` in its
     log; when the database itself is away the version stays VALIDATING."""
     try:
-        with transaction.atomic():
-            version = ModelVersion.objects.select_for_update().filter(pk=version_id, state=State.VALIDATING).first()
-            if version is not None:
-                version_set_state(version, State.UPLOADED, log=[*version.log, line])
+        states.transition(version=version, change="hold", note=line)
     except Exception as exc:  # the database is away too: the retry resumes the VALIDATING version
-        logger.debug("could not put version id %s back to UPLOADED: %s", version_id, exc)
+        logger.debug("could not put version id %s back to UPLOADED: %s", version.pk, exc)
 
 
-def validate_here(version_id: int, attempt: int = 0) -> ModelVersion | None:
+def validate_here(version_id: int, attempt: int = 0):
     """Validate in this process (the embedded server, a front end without
     validating workers); when a dependency fails, retry in this process
     after :func:`retry_delay` (a timer thread), until the version is READY
@@ -266,67 +264,6 @@ def _validate_later(version_id: int, attempt: int) -> None:
         close_old_connections()
 
 
-def reap_stale(deadline_seconds: float) -> list[int]:
-    """Versions left UPLOADED or VALIDATING longer than ``deadline_seconds``
-    (a worker killed mid-validation, a task lost with the broker, a process
-    that ended before its retry): each is UPLOADED again, with a line in its
-    log, and its id returned for the caller to queue (or validate). A
-    version is taken by one reaper only (a conditional update)."""
-    now = timezone.now()
-    cutoff = now - timedelta(seconds=deadline_seconds)
-    stale = ModelVersion.objects.filter(state__in=(State.UPLOADED, State.VALIDATING), updated_at__lt=cutoff)
-    taken = []
-    for pk, state, log in stale.values_list("pk", "state", "log"):
-        line = f"re-queued: {state} for more than {deadline_seconds:g} s (VALIDATION_DEADLINE_SECONDS)"
-        with transaction.atomic():
-            changed = ModelVersion.objects.filter(pk=pk, state=state, updated_at__lt=cutoff).update(
-                state=State.UPLOADED, updated_at=now, log=[*log, line]
-            )
-            if changed:
-                bump_stamp()
-                taken.append(pk)
-    if taken:
-        logger.warning(
-            "re-queued the validation of %d version(s) left UPLOADED or VALIDATING: ids %s", len(taken), taken
-        )
-    return taken
-
-
 def tensor_json(tensor) -> dict:
     """A signature tensor as stored on a version: ``{name, datatype, shape}``."""
     return {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
-
-
-@transaction.atomic
-def _version_validated(version_id: int, state: str, *, log: list[str], reason: str = "", **signature):
-    version = ModelVersion.objects.select_for_update().select_related("model").filter(pk=version_id).first()
-    if version is None:  # deleted while it was validated
-        return None
-    version.state, version.reason, version.log = state, reason, log
-    for key, value in signature.items():
-        setattr(version, key, value)
-    version.save()
-    action = "version.ready" if state == State.READY else "version.failed"
-    audit.record(None, action, version.model, version.number, reason=reason)
-    webhooks.model_event(
-        version.model, action, version=version.number, state=state, reason=reason, sha256=version.sha256,
-        inputs=version.inputs, outputs=version.outputs,
-    )  # fmt: skip
-    bump_stamp()
-    return version
-
-
-@transaction.atomic
-def version_set_state(
-    version: ModelVersion, state: str, reason: str = "", log: list[str] | None = None
-) -> ModelVersion:
-    """Set a version's state (and reason; and its log when given), bumping the change stamp."""
-    version.state = state
-    version.reason = reason
-    fields = ["state", "reason", "updated_at"]
-    if log is not None:
-        version.log = log
-        fields.append("log")
-    version.save(update_fields=fields)
-    bump_stamp()
-    return version

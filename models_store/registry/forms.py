@@ -1,4 +1,5 @@
-"""Forms of the web UI (every one is posted with Django's CSRF token)."""
+"""Forms of the web UI's registry pages: a model's settings, a version label, an
+upload (every one is posted with Django's CSRF token)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from django.core.validators import RegexValidator
 
 from inference import instance_groups
 from models_store.config.triton import MAX_CONFIG_CHARS
-from models_store.models import MODEL_NAME_RE, VersionPolicy, WebhookEvent, label_validator
+from models_store.identifiers import MODEL_NAME_RE, label_validator
+from models_store.registry.models import VersionPolicy
 
 
 def parse_version_numbers(text: str) -> list[int]:
@@ -128,46 +130,3 @@ class UploadForm(forms.Form):
         if existing_model is not None:
             for key in ("name", "team", "description"):
                 del self.fields[key]
-
-
-class TokenForm(forms.Form):
-    """A new API token, optionally limited to one team."""
-
-    name = forms.CharField(max_length=64, help_text="what uses it, e.g. 'ci' or 'nightly-eval'")
-    team = forms.ChoiceField(choices=(), required=False, help_text="limit the token to one team's models")
-    expires_in = forms.ChoiceField(
-        label="Expires",
-        choices=[
-            ("", "never"),
-            ("7d", "in 7 days"),
-            ("30d", "in 30 days"),
-            ("90d", "in 90 days"),
-            ("365d", "in a year"),
-        ],
-        required=False,
-        help_text="an expired token is refused like a revoked one",
-    )
-
-    def __init__(self, *args, teams: list[str] = (), **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["team"].choices = [("", "all my teams"), *((t, t) for t in teams)]
-
-
-class WebhookForm(forms.Form):
-    """A new webhook subscription of one of the user's teams."""
-
-    team = forms.ChoiceField(choices=(), help_text="whose models' events are sent")
-    url = forms.URLField(
-        max_length=2048,
-        label="URL",
-        assume_scheme="https",
-        help_text="http(s); its host must resolve to public addresses",
-    )
-    events = forms.MultipleChoiceField(
-        choices=WebhookEvent.choices, widget=forms.CheckboxSelectMultiple, help_text="the events to send"
-    )
-    description = forms.CharField(max_length=200, required=False)
-
-    def __init__(self, *args, teams: list[str] = (), **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["team"].choices = [(t, t) for t in teams]

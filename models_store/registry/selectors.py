@@ -1,27 +1,25 @@
-"""Reads of the model registry. Services write; selectors read."""
+"""Reads of the model registry: models, versions, labels, the ensembles'
+pins, and what of a model serves. Services write; selectors read.
+
+One lookup per question: :func:`model_get` (a model by name),
+:func:`version_get` (a model's version by number), :func:`serving` (which
+versions serve and the default one: :func:`inference.serving_state.serving_state`
+over :func:`model_record`, the same computation as the serving registry's).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.contrib.auth import get_user_model
-from django.db import connection
 from django.db.models import Exists, OuterRef, Prefetch, QuerySet
 
 from inference.ensembles import PLATFORM as ENSEMBLE
 from inference.ensembles import plan_of
 from inference.ports import ModelRecord, VersionRecord
 from inference.serving_state import ServingState, serving_state
-from models_store.models import (
-    ApiToken,
-    AuditEvent,
-    ModelVersion,
-    RegisteredModel,
-    RegistryStamp,
-    Team,
-    TeamMembership,
-    VersionLabel,
-)
+from models_store.registry.models import ModelVersion, RegisteredModel, VersionLabel
+
+State = ModelVersion.State
 
 
 def model_get(name: str) -> RegisteredModel | None:
@@ -29,8 +27,9 @@ def model_get(name: str) -> RegisteredModel | None:
     return RegisteredModel.objects.filter(name=name).first()
 
 
-def model_list() -> QuerySet[RegisteredModel]:
-    return RegisteredModel.objects.order_by("name")
+def model_teams() -> dict[str, int | None]:
+    """Model name -> the id of its team (None: operator-owned), of every model (one query)."""
+    return dict(RegisteredModel.objects.values_list("name", "team_id"))
 
 
 def version_list(model: RegisteredModel) -> QuerySet[ModelVersion]:
@@ -39,11 +38,49 @@ def version_list(model: RegisteredModel) -> QuerySet[ModelVersion]:
 
 
 def version_get(model: RegisteredModel, number: int) -> ModelVersion | None:
+    """The version ``number`` of ``model``, or None."""
     return model.versions.filter(number=number).first()
 
 
+def version_by_id(version_id: int) -> ModelVersion | None:
+    """The version with this row id (its model read with it), or None (deleted)."""
+    return ModelVersion.objects.select_related("model").filter(pk=version_id).first()
+
+
 def version_by_sha256(model: RegisteredModel, sha256: str) -> ModelVersion | None:
+    """The version of ``model`` whose artifact has this sha256 (hex), or None."""
     return model.versions.filter(sha256=sha256).first()
+
+
+def version_by_config(model: RegisteredModel, config_sha256: str) -> ModelVersion | None:
+    """The newest ensemble version of ``model`` made from the configuration
+    whose canonical JSON has this sha256 (:func:`models_store.intake.ensembles.config_sha256`), or None."""
+    return model.versions.filter(properties__config_sha256=config_sha256).order_by("-number").first()
+
+
+def version_states(model: RegisteredModel) -> dict[int, str]:
+    """Version number -> state, of every version of ``model`` (one query)."""
+    return dict(model.versions.values_list("number", "state"))
+
+
+def ready_versions(model: RegisteredModel) -> dict[int, ModelVersion]:
+    """The model's READY versions by number (one query)."""
+    return {v.number: v for v in model.versions.filter(state=State.READY)}
+
+
+def validated_versions(model: RegisteredModel) -> QuerySet[ModelVersion]:
+    """The versions whose signatures were validated (READY or retired), by number."""
+    return model.versions.filter(state__in=(State.READY, State.UNAVAILABLE)).order_by("number")
+
+
+def artifacts_in_use() -> list[tuple[str, str]]:
+    """(artifact, sha256) of every version with a model file (an ensemble has none)."""
+    return list(ModelVersion.objects.exclude(artifact="").values_list("artifact", "sha256"))
+
+
+def artifact_in_use(relpath: str) -> bool:
+    """Whether a version's artifact is the one at ``relpath`` (relative to MODEL_STORE_DIR)."""
+    return ModelVersion.objects.filter(artifact=relpath).exists()
 
 
 def registry_snapshot() -> list[RegisteredModel]:
@@ -53,38 +90,12 @@ def registry_snapshot() -> list[RegisteredModel]:
     )
 
 
-_STAMP_SQL = f"SELECT counter FROM {RegistryStamp._meta.db_table} WHERE id = 1"  # a constant: no input
-
-
-def stamp_get() -> int:
-    """The registry's change counter (0 before the first write).
-
-    Plain SQL on purpose: every registry miss on the request path reads it,
-    and the ORM's query building costs ~15x the query (SQLite: 236 vs 15 us).
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(_STAMP_SQL)
-        row = cursor.fetchone()
-    return row[0] if row else 0
-
-
 def _models_with_versions() -> QuerySet[RegisteredModel]:
     versions = ModelVersion.objects.select_related("uploaded_by").order_by("-number")
     labels = VersionLabel.objects.select_related("version").order_by("name")
     return RegisteredModel.objects.select_related("team", "created_by").prefetch_related(
         Prefetch("versions", queryset=versions), Prefetch("labels", queryset=labels)
     )
-
-
-def model_overview(team_ids=None) -> list[RegisteredModel]:
-    """Every model (of the teams ``team_ids`` when given: see
-    :func:`models_store.permissions.visible_team_ids`) with its team,
-    versions (highest first, with uploader) and labels prefetched, for the
-    model list (three queries)."""
-    models = _models_with_versions()
-    if team_ids is not None:
-        models = models.filter(team_id__in=team_ids)
-    return list(models.order_by("name"))
 
 
 #: ``order`` values of a model listing -> the ORM ordering (name breaks ties).
@@ -124,16 +135,17 @@ class ModelFilter:
         )
         if where.order not in MODEL_ORDERINGS:
             raise ValueError(f"unknown order '{where.order}': one of {', '.join(MODEL_ORDERINGS)}")
-        if where.state and where.state not in ModelVersion.State.values:
-            raise ValueError(f"unknown state '{where.state}': one of {', '.join(ModelVersion.State.values)}")
+        if where.state and where.state not in State.values:
+            raise ValueError(f"unknown state '{where.state}': one of {', '.join(State.values)}")
         return where
 
 
 def model_listing(team_ids=None, where: ModelFilter = ModelFilter()) -> QuerySet[RegisteredModel]:
-    """The models that ``where`` selects (of the teams ``team_ids`` when given),
-    prefetched like :func:`model_overview`, in ``where.order``: a lazy query,
-    so that a page of it costs three queries whatever the registry's size
-    (plus one ``COUNT``)."""
+    """The models that ``where`` selects (of the teams ``team_ids`` when given:
+    see :func:`models_store.accounts.selectors.visible_team_ids`), each with
+    its team, versions (highest first, with uploader) and labels prefetched,
+    in ``where.order``: a lazy query, so that a page of it costs three
+    queries whatever the registry's size (plus one ``COUNT``)."""
     models = _models_with_versions()
     if team_ids is not None:
         models = models.filter(team_id__in=team_ids)
@@ -148,15 +160,19 @@ def model_listing(team_ids=None, where: ModelFilter = ModelFilter()) -> QuerySet
     return models.order_by(*MODEL_ORDERINGS[where.order])
 
 
-def team_names(team_ids=None) -> list[str]:
-    """The names of the teams ``team_ids`` (every team when None), sorted."""
-    teams = Team.objects.all() if team_ids is None else Team.objects.filter(pk__in=team_ids)
-    return list(teams.order_by("name").values_list("name", flat=True))
-
-
 def model_detail(name: str) -> RegisteredModel | None:
-    """One model prefetched like :func:`model_overview`, or None."""
+    """One model prefetched like :func:`model_listing`, or None."""
     return _models_with_versions().filter(name=name).first()
+
+
+def _ensemble_plans():
+    """(ensemble, its version number, plan) of every READY ensemble version
+    of a loaded model whose plan reads (one query)."""
+    rows = ModelVersion.objects.filter(platform=ENSEMBLE, state=State.READY, model__loaded=True)
+    for ensemble, number, properties in rows.values_list("model__name", "number", "properties"):
+        plan = plan_of(properties)
+        if plan is not None:
+            yield ensemble, number, plan
 
 
 def ensemble_pins(model_name: str | None = None) -> dict[str, set[int]]:
@@ -165,25 +181,11 @@ def ensemble_pins(model_name: str | None = None) -> dict[str, set[int]]:
     whatever their model's version policy says (:mod:`inference.serving_state`).
     One query."""
     pins: dict[str, set[int]] = {}
-    rows = ModelVersion.objects.filter(
-        platform=ENSEMBLE, state=ModelVersion.State.READY, model__loaded=True
-    ).values_list("properties", flat=True)
-    for properties in rows:
-        plan = plan_of(properties)
-        for name, number in plan.pins() if plan is not None else ():
+    for _ensemble, _number, plan in _ensemble_plans():
+        for name, number in plan.pins():
             if model_name is None or name == model_name:
                 pins.setdefault(name, set()).add(number)
     return pins
-
-
-def ensemble_composing_models(ensemble: RegisteredModel) -> list[str]:
-    """The models that the READY versions of ``ensemble`` run, sorted."""
-    names = set()
-    for properties in ensemble.versions.filter(state=ModelVersion.State.READY).values_list("properties", flat=True):
-        plan = plan_of(properties)
-        if plan is not None:
-            names.update(step.model for step in plan.steps)
-    return sorted(names)
 
 
 def ensemble_users(model_name: str, numbers=None) -> list[tuple[str, int, int, int]]:
@@ -191,15 +193,37 @@ def ensemble_users(model_name: str, numbers=None) -> list[tuple[str, int, int, i
     ``model_name`` (one of ``numbers``, when given), as (ensemble, its
     version, step number, the pinned version), sorted."""
     users = []
-    rows = ModelVersion.objects.filter(
-        platform=ENSEMBLE, state=ModelVersion.State.READY, model__loaded=True
-    ).values_list("model__name", "number", "properties")
-    for ensemble, number, properties in rows:
-        plan = plan_of(properties)
-        for step in plan.steps if plan is not None else ():
+    for ensemble, number, plan in _ensemble_plans():
+        for step in plan.steps:
             if step.model == model_name and (numbers is None or step.version in numbers):
                 users.append((ensemble, number, step.number, step.version))
     return sorted(users)
+
+
+def ensemble_composing_models(ensemble: RegisteredModel) -> list[str]:
+    """The models that the READY versions of ``ensemble`` run, sorted
+    (whether the ensemble is loaded or not)."""
+    names = set()
+    for properties in ensemble.versions.filter(state=State.READY).values_list("properties", flat=True):
+        plan = plan_of(properties)
+        if plan is not None:
+            names.update(step.model for step in plan.steps)
+    return sorted(names)
+
+
+def label_numbers(model: RegisteredModel) -> dict[str, int]:
+    """Version label -> version number (uses prefetched labels when there are)."""
+    return {label.name: label.version.number for label in model.labels.all()}
+
+
+def label_versions(model: RegisteredModel) -> dict[str, ModelVersion]:
+    """Version label -> the version it points at (one query)."""
+    return {label.name: label.version for label in model.labels.select_related("version")}
+
+
+def optional_inputs(model: RegisteredModel) -> set[str]:
+    """The inputs the model's config marks ``optional``."""
+    return {t.get("name") for t in (model.config or {}).get("input", []) if t.get("optional")}
 
 
 def model_record(model: RegisteredModel, pins: dict[str, set[int]] | None = None) -> ModelRecord:
@@ -252,77 +276,3 @@ def serving(model: RegisteredModel, pins: dict[str, set[int]] | None = None) -> 
     split, the versions READY ensembles pin, loaded or unloaded). ``pins``:
     :func:`ensemble_pins` of every model, for a list (None: read)."""
     return serving_state(model_record(model, pins))
-
-
-def label_numbers(model: RegisteredModel) -> dict[str, int]:
-    """Version label -> version number (uses prefetched labels when there are)."""
-    return {label.name: label.version.number for label in model.labels.all()}
-
-
-def audit_for_model(model: RegisteredModel) -> QuerySet[AuditEvent]:
-    """The audit events of a model, newest first, as a lazy query to slice
-    (also those of its deleted versions; not those of a deleted model that had
-    the same name, perhaps another team's: the admin's audit log keeps those)."""
-    return AuditEvent.objects.filter(model=model).order_by("-created_at", "-id")
-
-
-def tokens_for_user(user) -> QuerySet[ApiToken]:
-    """A user's API tokens, active first, newest first."""
-    return ApiToken.objects.filter(user=user).select_related("team").order_by("revoked_at", "-created_at")
-
-
-def token_by_hash(key_hash: str) -> ApiToken | None:
-    """The unrevoked token with this hash whose user is active, or None (the
-    caller refuses it when it has expired: ``token.expired``)."""
-    return (
-        ApiToken.objects.select_related("user", "team")
-        .filter(key_hash=key_hash, revoked_at__isnull=True, user__is_active=True)
-        .first()
-    )
-
-
-def team_get(name: str) -> Team | None:
-    return Team.objects.filter(name=name).first()
-
-
-def teams_for_user(user) -> QuerySet[Team]:
-    """The teams a user may create models for: all for a superuser, else theirs."""
-    if user.is_superuser:
-        return Team.objects.order_by("name")
-    return Team.objects.filter(memberships__user=user).order_by("name")
-
-
-@dataclass(frozen=True)
-class InferenceAccess:
-    tokens: list[ApiToken]  # unrevoked tokens of active users (also expired ones: refused by name), with .user
-    memberships: dict[int, frozenset[int]]  # user id -> team ids
-    model_teams: dict[str, int | None]  # model name -> team id
-    team_names: dict[int, str]
-    team_limits: dict[int, tuple]  # team id -> (rate_limit_rps, rate_limit_burst, max_in_flight), None: not set
-
-
-def inference_access() -> InferenceAccess:
-    """What the inference token checker needs, in four queries."""
-    tokens = list(ApiToken.objects.select_related("user").filter(revoked_at__isnull=True, user__is_active=True))
-    teams = list(Team.objects.values_list("id", "name", "rate_limit_rps", "rate_limit_burst", "max_in_flight"))
-    members: dict[int, set[int]] = {}
-    for user_id, team_id in TeamMembership.objects.values_list("user_id", "team_id"):
-        members.setdefault(user_id, set()).add(team_id)
-    return InferenceAccess(
-        tokens=tokens,
-        memberships={user: frozenset(teams) for user, teams in members.items()},
-        model_teams=dict(RegisteredModel.objects.values_list("name", "team_id")),
-        team_names={team_id: name for team_id, name, *_limits in teams},
-        team_limits={team_id: tuple(limits) for team_id, _name, *limits in teams if limits != [None, None, None]},
-    )
-
-
-def token_get(token_id: int) -> ApiToken | None:
-    return ApiToken.objects.select_related("user", "team").filter(pk=token_id).first()
-
-
-def user_get(user_id: int | None):
-    """The user with this id, or None."""
-    if user_id is None:
-        return None
-    return get_user_model().objects.filter(pk=user_id).first()

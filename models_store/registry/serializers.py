@@ -1,83 +1,32 @@
-"""Serializers of the management API (models, model versions, version
-labels, version policies, audit events, errors).
+"""Serializers of the management API's registry resources: models, model
+versions, uploads, version labels, traffic splits, version policies, audit
+events.
 
 Everything the OpenAPI schema says about a field comes from here (through
 drf-spectacular): nullable fields are ``allow_null``, bounds are
-``min_value``/``max_value``, names carry the registry's patterns, and input
-text may not hold NUL characters (PostgreSQL cannot store them).
+``min_value``/``max_value``, names carry the registry's patterns
+(:mod:`models_store.identifiers`), and input text may not hold NUL
+characters (:mod:`models_store.web.fields`).
 """
 
 from __future__ import annotations
 
-from django.core.validators import ProhibitNullCharactersValidator, RegexValidator
+from django.core.validators import RegexValidator
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
 from inference import instance_groups
+from models_store.audit import AuditEvent
 from models_store.config.triton import MAX_CONFIG_CHARS
-from models_store.models import (
-    AuditEvent,
-    ModelVersion,
-    RegisteredModel,
-    VersionPolicy,
-    team_name_validator,
-)
+from models_store.identifiers import MAX_VERSION_NUMBER, team_name_validator
 from models_store.registry import selectors
-from models_store.registry.actions import MAX_VERSION_NUMBER
-from models_store.services import MAX_PAYLOAD_LOG_BYTES
+from models_store.registry.models import ModelVersion, RegisteredModel, VersionPolicy
+from models_store.registry.services.models import MAX_PAYLOAD_LOG_BYTES
+from models_store.web.fields import Boolean, ErrorSerializer, Integer, Number, TextField
 
-#: Largest version number (and version count) the registry stores: its
-#: integer columns are 32-bit.
-MAX_VERSION = MAX_VERSION_NUMBER
 #: Bounds of an instance group: instances per group and GPU numbers.
 MAX_INSTANCES = 1024
 MAX_GPU = 1023
-
-
-class Integer(serializers.IntegerField):
-    """An IntegerField that takes JSON integers only: not strings of digits,
-    not floats, not booleans (the schema says ``integer``)."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, int):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-class Number(serializers.FloatField):
-    """A FloatField that takes JSON numbers only (not strings, not booleans:
-    the schema says ``number``)."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, (int, float)):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-class Boolean(serializers.BooleanField):
-    """A BooleanField that takes JSON ``true`` and ``false`` only (not 0, 1 or strings)."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, bool):
-            self.fail("invalid", input=data)
-        return data
-
-
-class TextField(serializers.CharField):
-    """A CharField for strings only (DRF would take a number as its text)
-    whose refusal of NUL characters (PostgreSQL cannot store them) is a
-    RegexValidator, so that the schema shows it as a pattern (a blank value
-    is ``allow_blank``'s to accept or refuse)."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.validators = [v for v in self.validators if not isinstance(v, ProhibitNullCharactersValidator)]
-        self.validators.append(RegexValidator(r"\A[^\x00]+\Z", "Null characters are not allowed."))
-
-    def to_internal_value(self, data):
-        if not isinstance(data, str):  # DRF would take numbers as text; the schema says string
-            self.fail("invalid")
-        return super().to_internal_value(data)
 
 
 class TensorSerializer(serializers.Serializer):
@@ -197,7 +146,7 @@ class ModelSerializer(serializers.ModelSerializer):
 
     def get_labels(self, model) -> dict[str, int]:
         """Version labels: label name -> version number."""
-        return {label.name: label.version.number for label in model.labels.all()}
+        return selectors.label_numbers(model)
 
     def get_traffic(self, model) -> dict[str, int]:
         """The traffic split of requests that name no version: version label ->
@@ -270,9 +219,9 @@ class ModelUpdateSerializer(serializers.Serializer):
 
     description = TextField(required=False, allow_blank=True)
     version_policy = serializers.ChoiceField(choices=VersionPolicy.choices, required=False)
-    latest_versions = Integer(min_value=1, max_value=MAX_VERSION, required=False)
+    latest_versions = Integer(min_value=1, max_value=MAX_VERSION_NUMBER, required=False)
     specific_versions = serializers.ListField(
-        child=Integer(min_value=1, max_value=MAX_VERSION), required=False, allow_empty=False, min_length=1
+        child=Integer(min_value=1, max_value=MAX_VERSION_NUMBER), required=False, allow_empty=False, min_length=1
     )
     instance_group = InstanceGroupListField(required=False)
     force = Boolean(
@@ -341,7 +290,7 @@ class UploadSerializer(serializers.Serializer):
 class LabelSerializer(serializers.Serializer):
     """The version a version label points at (must be READY, else 409)."""
 
-    version = Integer(min_value=1, max_value=MAX_VERSION)
+    version = Integer(min_value=1, max_value=MAX_VERSION_NUMBER)
     force = Boolean(
         required=False,
         default=False,
@@ -364,24 +313,6 @@ class TrafficSerializer(serializers.Serializer):
         required=False,
         default=False,
         help_text="Do it even though a route would serve a version whose signature breaks its callers (audited).",
-    )
-
-
-class ErrorSerializer(serializers.Serializer):
-    """Every 4xx of the management API: one sentence saying what is wrong;
-    ``fields`` (validation errors only) maps each invalid field (nested ones
-    as ``instance_group.0.gpus``) to its messages."""
-
-    error = serializers.CharField()
-    fields = serializers.DictField(
-        child=serializers.ListField(child=serializers.CharField()),
-        required=False,
-        help_text="Validation errors only: messages by field.",
-    )
-    differences = serializers.ListField(
-        child=serializers.CharField(),
-        required=False,
-        help_text="A 409 of the signature guard only: each way the change would break a route's callers.",
     )
 
 

@@ -2,7 +2,8 @@
 
 A *route* is what a caller names: a version label (``stable``), or the
 model alone (the default route: the traffic split's versions, else the
-version policy's highest served version). Moving a label, setting a
+default version, both as :mod:`inference.serving_state` computes them for
+the serving side, whether the model is loaded or not). Moving a label, setting a
 traffic split or changing the version policy so that a route would serve a
 version whose signature breaks what the route served is refused (409, the
 differences named) unless the request says ``force`` (audited as forced).
@@ -18,8 +19,12 @@ added, a fixed dimension relaxed to -1.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
-from inference.serving_state import served_versions, traffic_routes
+from inference.ports import ModelRecord
+from inference.serving_state import ServingState, serving_state
+from models_store.errors import SignatureConflict
+from models_store.registry import selectors
 
 
 def _shape_change(kind: str, name: str, before: list[int], after: list[int]) -> str | None:
@@ -64,34 +69,27 @@ def breaking_changes(before, after, optional_inputs: Iterable[str] = ()) -> list
     return problems
 
 
-def optional_inputs(model) -> set[str]:
-    """The inputs a RegisteredModel's config marks ``optional``."""
-    return {t.get("name") for t in (model.config or {}).get("input", []) if t.get("optional")}
+def route_state(record: ModelRecord) -> ServingState:
+    """The serving state of ``record`` as its routes see it: loaded or not
+    (the guard also keeps an unloaded model's callers)."""
+    return serving_state(replace(record, loaded=True))
 
 
-def default_route(model, versions: dict[int, object], labels: dict[str, int], traffic: dict | None = None,
-                  policy: tuple | None = None) -> set[int]:  # fmt: skip
-    """The version numbers the default route serves: the split's (with
-    ``traffic``, the model's by default), else the policy's default version
-    (``policy``: ``(version_policy, latest_versions, specific_versions)``,
-    the model's by default). ``versions``: READY number -> version. The
-    same rules as :mod:`inference.serving_state` (here for a split or
-    policy not yet stored, whether the model is loaded or not)."""
-    traffic = model.traffic or {} if traffic is None else traffic
-    ready = list(versions)
-    routes = traffic_routes(traffic, labels, ready)
-    if routes:
-        return {number for _label, number, _weight in routes}
-    policy = policy or (model.version_policy, model.latest_versions, model.specific_versions)
-    served = served_versions(policy[0], ready, policy[1], policy[2])
-    return {served[0]} if served else set()
+def default_route(record: ModelRecord) -> set[int]:
+    """The version numbers the default route of ``record`` serves: the
+    traffic split's routes, else the default version, as
+    :func:`inference.serving_state.serving_state` computes them (loaded or not)."""
+    state = route_state(record)
+    if state.routes:
+        return {number for _label, number, _weight in state.routes}
+    return {state.default} if state.default is not None else set()
 
 
 def check(model, route: str, before: Iterable, after: Iterable) -> list[str]:
     """The breaking changes, one sentence each, between every version in
-    ``before`` (what ``route`` serves now) and every new one in ``after``;
-    versions in both are not compared."""
-    optional = optional_inputs(model)
+    ``before`` (what ``route`` serves now) and every new one in ``after``
+    (versions or version records); versions in both are not compared."""
+    optional = selectors.optional_inputs(model)
     problems = []
     old = {v.number: v for v in before}
     for version in after:
@@ -103,15 +101,46 @@ def check(model, route: str, before: Iterable, after: Iterable) -> list[str]:
     return [f"{route}: {problem}" for problem in problems]
 
 
+def guard(model, *, what: str, route: str, before: Iterable, after: Iterable, force: bool) -> dict:
+    """Raise SignatureConflict (naming ``what``) unless the versions ``after``
+    keep the signature of ``before`` for ``route``'s callers, or ``force``;
+    the audit detail to add ({"forced": True, "differences": [...]} when
+    forced past them, else {})."""
+    differences = check(model, route, before, after)
+    if not differences:
+        return {}
+    if not force:
+        raise SignatureConflict(what, differences)
+    return {"forced": True, "differences": differences}
+
+
+def guard_default_route(model, *, what: str, force: bool, traffic: dict | None = None, policy=None) -> dict:
+    """:func:`guard` for the default route of ``model``, before and after a
+    change of its traffic split (``traffic``) or its version policy
+    (``policy``: ``(version_policy, latest_versions, specific_versions)``)."""
+    record = selectors.model_record(model)
+    changed = record
+    if traffic is not None:
+        changed = replace(changed, traffic=traffic)
+    if policy is not None:
+        changed = replace(
+            changed, version_policy=policy[0], latest_versions=policy[1], specific_versions=tuple(policy[2])
+        )
+    versions = {v.number: v for v in record.versions}
+    before = [versions[n] for n in sorted(default_route(record))]
+    after = [versions[n] for n in sorted(default_route(changed))]
+    return guard(model, what=what, route="the default route", before=before, after=after, force=force)
+
+
 def against_default_route(model, version) -> dict | None:
-    """How ``version`` differs from what the model's default route serves
-    now (its highest version there), for the version page: ``{"against":
-    number, "breaking": [...]}``, or None when ``version`` serves that route
-    or nothing serves it (uses prefetched versions and labels when there are)."""
-    ready = {v.number: v for v in model.versions.all() if v.state == "READY"}
-    labels = {label.name: label.version.number for label in model.labels.all()}
-    route = default_route(model, ready, labels)
-    if not route or version.number in route:
+    """How ``version`` differs from the default version of ``model`` (the
+    one a request naming no version gets: :func:`default_route`), for the
+    version page: ``{"against": number, "breaking": [...]}``, or None when
+    ``version`` serves the default route or nothing serves it (uses
+    prefetched versions and labels when there are)."""
+    record = selectors.model_record(model)
+    default = route_state(record).default
+    if default is None or version.number in default_route(record):
         return None
-    serving = ready[max(route)]
-    return {"against": serving.number, "breaking": breaking_changes(serving, version, optional_inputs(model))}
+    serving = next(v for v in record.versions if v.number == default)
+    return {"against": default, "breaking": breaking_changes(serving, version, selectors.optional_inputs(model))}

@@ -1,11 +1,12 @@
-"""The web UI: the model list, model and version pages, uploads, API tokens.
+"""The web UI's registry pages: the model list, model and version pages, uploads.
 
 Pages are plain Django templates; a little JavaScript adds drag and drop
 with upload progress, the "try it" panel, state polling and copy buttons.
-Every change goes through :mod:`models_store.actions` (the same checks as
-the management API); a refused change re-renders the page with the message
-and a 4xx status, and changes nothing. Pages show only the models the user
-may see (:mod:`models_store.permissions`: every model, unless
+Every change goes through :mod:`models_store.registry.actions` (uploads:
+:mod:`models_store.intake.services`; the same checks as the management
+API); a refused change re-renders the page with the message and a 4xx
+status, and changes nothing. Pages show only the models the user may see
+(:mod:`models_store.accounts.selectors`: every model, unless
 INFERENCE_REQUIRE_TOKEN is on; then a model of another team is a 404).
 """
 
@@ -22,28 +23,22 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_POST
 
 from inference import instance_groups
-from models_store import outages
-from models_store.accounts import permissions
-from models_store.accounts import services as accounts
-from models_store.intake import uploads
-from models_store.models import ModelVersion, RegisteredModel
+from models_store import audit, outages
+from models_store.accounts import selectors as accounts
+from models_store.errors import NotFound, Refused, UploadRefused, http_status
+from models_store.intake import services as intake
 from models_store.registry import actions, charts, selectors, signature_guard, snippets
-from models_store.registry.forms import LabelForm, ModelSettingsForm, TokenForm, UploadForm
-from models_store.webhooks import views as webhook_views
+from models_store.registry.forms import LabelForm, ModelSettingsForm, UploadForm
+from models_store.registry.models import ModelVersion, RegisteredModel
+from models_store.webhooks import selectors as webhooks
 
-ACTION_ERRORS = (
-    actions.NotFound,
-    actions.AccessDenied,
-    actions.RegistryError,
-    actions.UploadRefused,
-)
 GRPC_PORT = 8001  # the default of `serve --grpc-port`, shown in the gRPC snippet
 AUDIT_ON_PAGE = 100  # the newest audit events a model page shows
 MODELS_PER_PAGE = 50  # rows of the models list
 
 
 def _status(exc: Exception) -> int:
-    return actions.http_status(exc) or 400
+    return http_status(exc) or 400
 
 
 def _form_errors(form) -> str:
@@ -70,11 +65,11 @@ def describe_batching(model) -> str:
 
 
 def _get_model(request, name: str) -> RegisteredModel:
-    """The model (prefetched) if the signed-in user may see it, else 404 (see :mod:`models_store.permissions`)."""
-    model = selectors.model_detail(name)
-    if model is None or not permissions.can_see_model(request.user, model):
-        raise Http404(f"unknown model '{name}'")
-    return model
+    """The model (prefetched) if the signed-in user may see it, else 404 (:func:`actions.visible_model`)."""
+    try:
+        return actions.visible_model(request.user, None, name, prefetched=True)
+    except NotFound as exc:
+        raise Http404(str(exc)) from None
 
 
 def _versions_with_labels(model: RegisteredModel) -> list[ModelVersion]:
@@ -110,7 +105,7 @@ def model_list(request):
         where = selectors.ModelFilter.from_params(request.GET)
     except ValueError as exc:
         return render(request, "models_store/model_list.html", {"error": str(exc), "where": None}, status=400)
-    teams = permissions.visible_team_ids(request.user)
+    teams = accounts.visible_team_ids(request.user)
     page = Paginator(selectors.model_listing(teams, where), MODELS_PER_PAGE).get_page(request.GET.get("page"))
     rows = []
     pins = selectors.ensemble_pins()  # one query for the page
@@ -128,7 +123,7 @@ def model_list(request):
         "page": page,
         "where": where,
         "query": query.urlencode(),
-        "team_names": selectors.team_names(teams),
+        "team_names": accounts.team_names(teams),
         "states": ModelVersion.State.values,
         "sorts": _sort_links(request.GET, where.order),
     }
@@ -178,13 +173,13 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
         "default_version": state.default,
         "loaded": state.loaded,
         "shown": shown,
-        "can_change": permissions.can_change_model(request.user, model),
+        "can_change": accounts.can_change_model(request.user, model),
         "settings_form": settings_form,
         "instance_group": instance_groups.describe(model.instance_group),
         "dynamic_batching": describe_batching(model),
         "label_form": label_form or LabelForm(ready_versions=ready),
-        "audit": selectors.audit_for_model(model)[:AUDIT_ON_PAGE],
-        "webhook_deliveries": webhook_views.deliveries_for_model(request.user, model),
+        "audit": audit.for_model(model)[:AUDIT_ON_PAGE],
+        "webhook_deliveries": webhooks.deliveries_for_model(request.user, model),
         "traffic": _traffic_rows(model),
         "snippets": _snippets(request, model, shown),
         "error": error,
@@ -227,7 +222,7 @@ def model_settings(request, name: str):
             payload_logging=form.payload_logging(),
             force=form.cleaned_data["force"],
         )
-    except ACTION_ERRORS as exc:
+    except Refused as exc:
         return _model_page(request, name, status=_status(exc), settings_form=form, error=str(exc))
     messages.success(request, "Saved the description, version policy, instance group and payload logging.")
     return redirect("model-detail", name=name)
@@ -244,7 +239,7 @@ def label_set(request, name: str):
     try:
         data = form.cleaned_data
         actions.set_label(request.user, None, name, data["label"], data["version"], force=data["force"])
-    except ACTION_ERRORS as exc:
+    except Refused as exc:
         return _model_page(request, name, status=_status(exc), label_form=form, error=str(exc))
     messages.success(request, f"Label {form.cleaned_data['label']} -> version {form.cleaned_data['version']}.")
     return redirect("model-detail", name=name)
@@ -255,7 +250,7 @@ def label_set(request, name: str):
 def label_delete(request, name: str, label: str):
     try:
         actions.delete_label(request.user, None, name, label)
-    except ACTION_ERRORS as exc:
+    except Refused as exc:
         return _model_page(request, name, status=_status(exc), error=str(exc))
     messages.success(request, f"Deleted label {label}.")
     return redirect("model-detail", name=name)
@@ -289,7 +284,7 @@ def traffic_set(request, name: str):
         weights = {}
     try:
         actions.set_traffic(request.user, None, name, weights, force=request.POST.get("force") == "on")
-    except ACTION_ERRORS as exc:
+    except Refused as exc:
         return _model_page(request, name, status=_status(exc), error=str(exc))
     described = ", ".join(f"{label} {weight}%" for label, weight in sorted(weights.items())) or "none"
     messages.success(request, f"Traffic split: {described}.")
@@ -307,7 +302,7 @@ def traffic_action(request, name: str, action: str):
             actions.promote_canary(request.user, None, name, force=request.POST.get("force") == "on")
         else:
             actions.rollback_canary(request.user, None, name)
-    except ACTION_ERRORS as exc:
+    except Refused as exc:
         return _model_page(request, name, status=_status(exc), error=str(exc))
     stable = selectors.label_numbers(selectors.model_detail(name)).get("stable")
     what = "Promoted the canary" if action == "promote" else "Rolled back"
@@ -327,7 +322,7 @@ def _version_page(request, name: str, number: int, *, status: int = 200, error: 
         "version": version,
         "serving": state.serves(number),
         "not_serving_because": state.reason(number, version.state, version.reason),
-        "can_change": permissions.can_change_model(request.user, model),
+        "can_change": accounts.can_change_model(request.user, model),
         "snippets": _snippets(request, model, version),
         "example_request": snippets.example_request_text(version.inputs) if version.inputs else "",
         "infer_url": f"/v2/models/{model.name}/versions/{number}/infer",
@@ -358,7 +353,7 @@ def version_action(request, name: str, number: int, action: str):
     run, message = VERSION_ACTIONS[action]
     try:
         run(request.user, None, name, number)
-    except ACTION_ERRORS as exc:
+    except Refused as exc:
         return _version_page(request, name, number, status=_status(exc), error=str(exc))
     messages.success(request, message.format(number=number))
     if action == "delete":
@@ -377,7 +372,7 @@ def upload(request, name: str | None = None):
     """GET: the upload form (new model, or new version of ``name``). POST:
     the file streams into the store's staging area, is checked, and becomes
     the next version; XHR posts get JSON (``{"redirect"}`` or ``{"error"}``)."""
-    handler = uploads.install(request) if request.method == "POST" else None
+    handler = intake.receive(request=request) if request.method == "POST" else None
     try:
         return _upload(request, name, handler)
     finally:
@@ -386,7 +381,7 @@ def upload(request, name: str | None = None):
 
 
 def _upload_teams(request) -> list[str]:
-    return list(selectors.teams_for_user(request.user).values_list("name", flat=True))
+    return list(accounts.teams_for_user(request.user).values_list("name", flat=True))
 
 
 @csrf_protect
@@ -399,27 +394,27 @@ def _upload(request, name: str | None, handler) -> HttpResponse:
     form = None
     try:
         if name:
-            actions.check_upload(request.user, None, name)
+            intake.check_upload(user=request.user, token=None, model_name=name)
         try:
             form = UploadForm(request.POST, request.FILES, **form_kwargs)
         except OSError as exc:
             if outages.no_space(exc):
                 raise  # 507 below, not the client's fault
-            raise actions.UploadRefused(f"the upload was interrupted: {exc}") from None
+            raise UploadRefused(f"the upload was interrupted: {exc}") from None
         staged = handler.result(required=False)  # an ensemble's upload is its config alone
         if not form.is_valid():
             return _upload_failed(request, model, form, _form_errors(form), 400)
         data = form.cleaned_data
-        version = actions.upload(
-            request.user,
-            None,
-            name or data["name"],
-            staged,
-            data.get("team", ""),
-            data.get("description", ""),
-            data.get("config", ""),
+        version = intake.upload(
+            user=request.user,
+            token=None,
+            model_name=name or data["name"],
+            staged=staged,
+            team_name=data.get("team", ""),
+            description=data.get("description", ""),
+            config=data.get("config", ""),
         )
-    except ACTION_ERRORS as exc:
+    except Refused as exc:
         return _upload_failed(request, model, form or UploadForm(**form_kwargs), str(exc), _status(exc))
     except Exception as exc:
         outage = outages.http_answer(exc)  # a dependency down (503), a full disk (507)
@@ -446,63 +441,3 @@ def _upload_failed(request, model, form, error: str, status: int) -> HttpRespons
     if _wants_json(request):
         return JsonResponse({"error": error}, status=status)
     return _upload_page(request, model, form, status, error)
-
-
-# -- API tokens -----------------------------------------------------------------
-#: Session key of a token just created: shown by the next GET of the page, then dropped.
-NEW_TOKEN_KEY = "models_store.new_token"
-
-
-@login_required
-def token_list(request):
-    """GET: the user's tokens, and a token created just before (shown on that
-    one answer only; the token itself is not stored). POST: create one, then
-    redirect to GET (post/redirect/get: reloading the page never creates a
-    second token); the plaintext waits in the session until that GET."""
-    teams = _upload_teams(request)
-    form = TokenForm(request.POST or None, teams=teams)
-    created = None
-    status = 200
-    if request.method == "POST":
-        if form.is_valid():
-            team = selectors.team_get(form.cleaned_data["team"]) if form.cleaned_data["team"] else None
-            lifetime = form.cleaned_data["expires_in"]
-            try:
-                token, plain = accounts.token_create(
-                    request.user,
-                    form.cleaned_data["name"],
-                    team,
-                    accounts.parse_lifetime(lifetime) if lifetime else None,
-                )
-            except actions.RegistryError as exc:
-                form.add_error(None, str(exc))
-                status = 400
-            else:
-                request.session[NEW_TOKEN_KEY] = {"id": token.pk, "plain": plain}
-                return redirect("token-list")
-        else:
-            status = 400
-    else:
-        new = request.session.pop(NEW_TOKEN_KEY, None)
-        token = new and selectors.tokens_for_user(request.user).filter(pk=new["id"]).first()
-        if token:
-            created = {"token": token, "plain": new["plain"]}
-    context = {
-        "form": form,
-        "created": created,
-        "tokens": selectors.tokens_for_user(request.user),
-    }
-    response = render(request, "models_store/tokens.html", context, status=status)
-    response["Cache-Control"] = "no-store"
-    return response
-
-
-@login_required
-@require_POST
-def token_revoke(request, token_id: int):
-    try:
-        token = actions.revoke_token(request.user, token_id)
-    except actions.NotFound as exc:
-        raise Http404(str(exc)) from None
-    messages.success(request, f"Revoked the API token {token.name} ({token.prefix}…).")
-    return redirect("token-list")

@@ -14,15 +14,14 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 from uritemplate import variables
 
-from models_store.models import MODEL_NAME_RE, label_validator, team_name_validator
-from models_store.registry.actions import MAX_ROW_ID, MAX_VERSION_NUMBER
-from models_store.registry.serializers import ErrorSerializer
+from models_store.identifiers import MAX_ROW_ID, MAX_VERSION_NUMBER, MODEL_NAME_RE, label_validator, team_name_validator
+from models_store.web.fields import ErrorSerializer
 
 API_PREFIX = "/api/"
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):
-    target_class = "models_store.accounts.authentication.BearerTokenAuthentication"
+    target_class = "models_store.web.authentication.BearerTokenAuthentication"
     name = "apiToken"
 
     def get_security_definition(self, auto_schema):
@@ -141,7 +140,7 @@ ERROR_MEANINGS = {
 
 def errors(*codes: int, **meanings: str) -> dict[int, OpenApiResponse]:
     """The error responses ``codes`` of an operation, each the one error
-    shape (:class:`~models_store.serializers.ErrorSerializer`); ``meanings``
+    shape (:class:`~models_store.web.fields.ErrorSerializer`); ``meanings``
     (``e409="..."``) say what a status means for this operation."""
     return {
         code: OpenApiResponse(ErrorSerializer, description=meanings.get(f"e{code}", ERROR_MEANINGS[code]))
@@ -153,7 +152,7 @@ _PAGES: dict[str, type[serializers.Serializer]] = {}
 
 
 def paginated(item: type[serializers.Serializer]) -> type[serializers.Serializer]:
-    """The schema of a page of ``item`` as :class:`models_store.pagination.ListPage`
+    """The schema of a page of ``item`` as :class:`models_store.web.pagination.ListPage`
     answers it: ``count`` (the total), ``next`` and ``previous`` (URLs or null), ``results``."""
     base = item.__name__.removesuffix("Serializer")
     name = f"Paginated{base}ListSerializer"

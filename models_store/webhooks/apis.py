@@ -9,9 +9,9 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
-from models_store.registry import actions
-from models_store.registry.apis import PAGE_PARAMETERS, ManagementView
+from models_store.web.api import PAGE_PARAMETERS, ManagementView
 from models_store.web.openapi import LinkedResponse, OpenApiLink, errors, paginated
+from models_store.webhooks import actions, selectors
 from models_store.webhooks.serializers import (
     WebhookCreatedSerializer,
     WebhookCreateSerializer,
@@ -58,7 +58,7 @@ class WebhookListView(ManagementView):
     def get(self, request, team: str):
         """A page of the team's webhook subscriptions (``limit``/``offset``), oldest first."""
         found = actions.webhook_team(request.user, self.token, team)
-        return self.page(found.webhooks.select_related("team", "created_by").order_by("id"), WebhookSerializer)
+        return self.page(selectors.subscriptions_of(found), WebhookSerializer)
 
     @extend_schema(
         operation_id=CREATE_WEBHOOK,
@@ -157,7 +157,7 @@ class DeliveryListView(ManagementView):
         its payload, its state and every attempt with its answer (status, the
         first bytes of the body, duration, error)."""
         subscription = actions.webhook_get(request.user, self.token, team, webhook)
-        return self.page(subscription.deliveries.prefetch_related("attempts"), WebhookDeliverySerializer)
+        return self.page(selectors.deliveries(subscription), WebhookDeliverySerializer)
 
 
 class RedeliverView(ManagementView):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from models_store.models import WebhookAttempt, WebhookDelivery, WebhookEvent, WebhookSubscription
-from models_store.registry.serializers import Boolean, TextField
+from models_store.web.fields import Boolean, TextField
+from models_store.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEvent, WebhookSubscription
 
 
 class WebhookCreateSerializer(serializers.Serializer):

@@ -2,7 +2,7 @@
 teams, a form to add one (its secret shown once, after the redirect), and a
 page per subscription with its deliveries, every attempt and its answer,
 a Redeliver button per delivery, Pause/Resume and Delete buttons. Changes go through
-:mod:`models_store.actions` (the checks of the management API)."""
+:mod:`models_store.webhooks.actions` (the checks of the management API)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,19 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from models_store.models import WebhookDelivery, WebhookSubscription
-from models_store.registry import actions, selectors
-from models_store.registry.forms import WebhookForm
+from models_store.accounts import selectors as accounts
+from models_store.errors import AccessDenied, NotFound, http_status
+from models_store.webhooks import actions, selectors
+from models_store.webhooks.forms import WebhookForm
+from models_store.webhooks.models import WebhookSubscription
+from models_store.webhooks.services import SubscriptionRefused
 
 NEW_SECRET_KEY = "models_store.new_webhook_secret"
 DELIVERIES_ON_PAGE = 100
 
 
 def _teams(request) -> list[str]:
-    return list(selectors.teams_for_user(request.user).values_list("name", flat=True))
+    return list(accounts.teams_for_user(request.user).values_list("name", flat=True))
 
 
 @login_required
@@ -38,22 +41,22 @@ def webhook_list(request):
                 created = actions.webhook_create(
                     request.user, None, data["team"], data["url"], list(data["events"]), data["description"]
                 )
-            except (actions.NotFound, actions.AccessDenied, actions.webhooks.SubscriptionRefused) as exc:
+            except (NotFound, AccessDenied, SubscriptionRefused) as exc:
                 form.add_error(None, str(exc))
-                status = actions.http_status(exc) or 400
+                status = http_status(exc) or 400
             else:
                 request.session[NEW_SECRET_KEY] = {"id": created.pk, "secret": created.secret}
                 return redirect("webhook-detail", webhook_id=created.pk)
         else:
             status = 400
-    subscriptions = WebhookSubscription.objects.filter(team__name__in=teams).select_related("team", "created_by")
+    subscriptions = selectors.subscriptions_of_teams(teams)
     context = {"form": form, "subscriptions": subscriptions, "teams": teams}
     return render(request, "models_store/webhooks.html", context, status=status)
 
 
 def _subscription(request, webhook_id: int) -> WebhookSubscription:
     """The subscription if it belongs to one of the user's teams, else 404."""
-    found = WebhookSubscription.objects.select_related("team").filter(pk=webhook_id).first()
+    found = selectors.subscription_get(webhook_id)
     if found is None or found.team.name not in _teams(request):
         raise Http404("no such webhook")
     return found
@@ -64,7 +67,7 @@ def webhook_detail(request, webhook_id: int):
     subscription = _subscription(request, webhook_id)
     new = request.session.pop(NEW_SECRET_KEY, None)
     secret = new["secret"] if new and new.get("id") == subscription.pk else None
-    deliveries = subscription.deliveries.prefetch_related("attempts")[:DELIVERIES_ON_PAGE]
+    deliveries = selectors.deliveries(subscription)[:DELIVERIES_ON_PAGE]
     context = {"subscription": subscription, "deliveries": deliveries, "secret": secret}
     response = render(request, "models_store/webhook_detail.html", context)
     response["Cache-Control"] = "no-store"
@@ -77,7 +80,7 @@ def webhook_redeliver(request, webhook_id: int, delivery_id: int):
     subscription = _subscription(request, webhook_id)
     try:
         delivery = actions.webhook_redeliver(request.user, None, subscription.team.name, webhook_id, delivery_id)
-    except actions.NotFound as exc:
+    except NotFound as exc:
         raise Http404(str(exc)) from None
     messages.success(request, f"Sending {delivery.event} ({delivery.message_id}) again.")
     return redirect("webhook-detail", webhook_id=webhook_id)
@@ -101,20 +104,3 @@ def webhook_delete(request, webhook_id: int):
     actions.webhook_delete(request.user, None, subscription.team.name, webhook_id)
     messages.success(request, f"Deleted the webhook to {subscription.url}.")
     return redirect("webhook-list")
-
-
-def deliveries_for_model(user, model) -> list[WebhookDelivery]:
-    """The newest deliveries of ``model``'s events to its team's webhooks
-    (each with ``last_attempt``), if ``user`` may see that team's webhooks
-    (the model page), else []."""
-    if model.team is None or model.team.name not in selectors.teams_for_user(user).values_list("name", flat=True):
-        return []
-    deliveries = list(
-        WebhookDelivery.objects.filter(subscription__team_id=model.team_id, model_name=model.name)
-        .select_related("subscription")
-        .prefetch_related("attempts")[:10]
-    )
-    for delivery in deliveries:
-        attempts = list(delivery.attempts.all())
-        delivery.last_attempt = attempts[-1] if attempts else None
-    return deliveries

@@ -14,11 +14,12 @@ from inference.protocol.types import InferenceRequest, RequestedOutput, RequestI
 from inference.registry import ModelRegistry
 from inference.runtime.executors import InProcessExecutor, session_loader
 from inference.runtime.runner import ModelRunner
-from models_store import services
 from models_store.intake.repository import import_repository
 from models_store.models import ModelVersion, RegisteredModel
+from models_store.registry.services import routes
 from models_store.serving import StoreArtifacts, StoreRegistrySource
 from tests.support import onnx_models as m
+from tests.support.store import force_state
 
 pytestmark = [pytest.mark.db, pytest.mark.django_db(transaction=True)]
 
@@ -182,17 +183,17 @@ def test_registry_follows_writes_and_drops_stale_sessions(dataplane, repo):
     np.testing.assert_allclose(response.outputs[0].data, x + 3)
     assert len(dataplane.executor.runner.loaded()) == 1  # version 2's session was dropped
     # A version that fails disappears; the policy falls back to the newest READY one.
-    services.version_set_state(ModelVersion.objects.get(model__name="v", number=3), "FAILED", "broken on purpose")
+    force_state(ModelVersion.objects.get(model__name="v", number=3), "FAILED", "broken on purpose")
     assert _infer(dataplane, request).model_version == "2"
     # A policy change takes effect too.
     model = RegisteredModel.objects.get(name="v")
     model.version_policy = "all"
     model.save()
-    services.version_set_state(ModelVersion.objects.get(model__name="v", number=1), "READY")
+    force_state(ModelVersion.objects.get(model__name="v", number=1), "READY")
     assert dataplane.model_metadata("v").versions == ("2", "1")
 
 
-def _in_another_process(write, *args):
+def _in_another_process(write, *args, **kwargs):
     """Run a registry write without this process's change signal, as if
     another process made it: only the change stamp tells."""
     from models_store.stamp import registry_changed
@@ -200,7 +201,7 @@ def _in_another_process(write, *args):
     receivers = registry_changed.receivers
     registry_changed.receivers = []
     try:
-        return write(*args)
+        return write(*args, **kwargs)
     finally:
         registry_changed.receivers = receivers
 
@@ -229,19 +230,19 @@ def test_a_miss_catches_up_with_other_process_writes(repo):
     assert registry.resolve("late", None).number == 1
 
     version = ModelVersion.objects.get(model__name="late", number=1)
-    _in_another_process(services.version_set_state, version, "FAILED", "lost its file")
+    _in_another_process(force_state, version, "FAILED", "lost its file")
     assert registry.refresh() is True
-    _in_another_process(services.version_set_state, version, "READY")
+    _in_another_process(force_state, version, "READY")
     assert registry.resolve("late", "1").serving  # was FAILED in the snapshot
-    _in_another_process(services.version_set_state, version, "FAILED", "lost its file")
+    _in_another_process(force_state, version, "FAILED", "lost its file")
     registry.refresh()
-    _in_another_process(services.version_set_state, version, "READY")
+    _in_another_process(force_state, version, "READY")
     assert registry.resolve("late", None).number == 1  # no default version in the snapshot
 
     m.write_model(repo, "late", m.identity("UINT8"), version=2)
     _in_another_process(import_repository, repo)
     assert registry.version("late", "2").number == 2
-    _in_another_process(services.label_set, RegisteredModel.objects.get(name="late"), "stable", 1)
+    _in_another_process(routes.label_set, model=RegisteredModel.objects.get(name="late"), name="stable", number=1)
     assert registry.label("late", "stable") == "1"
 
 

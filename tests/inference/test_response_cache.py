@@ -120,8 +120,10 @@ def _counts(plane, version: int) -> tuple[int, int, int]:
 @pytest.mark.db
 @pytest.mark.django_db(transaction=True)
 def test_a_new_version_and_a_label_move_never_serve_another_versions_answer(cached_plane):
-    from models_store import services
+    from models_store.intake import services as intake
     from models_store.registry import selectors
+    from models_store.registry.services import models as model_services
+    from models_store.registry.services import routes
     from tests.support import onnx_models as m
     from tests.support.store import person, stage
 
@@ -130,20 +132,24 @@ def test_a_new_version_and_a_label_move_never_serve_another_versions_answer(cach
     assert _run(plane, x)[0] == "1" and _run(plane, x)[0] == "1"
     assert _counts(plane, 1) == (1, 1, 1)  # the second from the cache
     ops = person("ops", superuser=True)
-    services.version_upload("c", stage(m.affine(3.0, 1.0)), ops)  # latest: v2 serves now
+    intake.version_upload(model_name="c", staged=stage(m.affine(3.0, 1.0)), actor=ops)  # latest: v2 serves now
     plane.registry.refresh()
     version, y = _run(plane, x)
     assert version == "2"
     np.testing.assert_allclose(y, 3 * x + 1)  # computed by v2, not v1's cached 2x + 1
     model = selectors.model_get("c")
-    services.label_set(model, "stable", 1, ops)
-    services.model_set_policy(model, "specific", specific=[1], actor=ops)  # the default moves back to v1
+    routes.label_set(model=model, name="stable", number=1, actor=ops)
+    model_services.model_set_policy(
+        model=model, policy="specific", specific=[1], actor=ops
+    )  # the default moves back to v1
     plane.registry.refresh()
     version, y = _run(plane, x)
     assert version == "1"
     np.testing.assert_allclose(y, 2 * x + 1)
     assert _counts(plane, 1) == (2, 1, 1) and _counts(plane, 2) == (0, 1, 1)
-    services.model_set_policy(model, "all", actor=ops)  # both serve; a request naming v2 gets v2's own entry
+    model_services.model_set_policy(
+        model=model, policy="all", actor=ops
+    )  # both serve; a request naming v2 gets v2's own entry
     plane.registry.refresh()
     np.testing.assert_allclose(_run(plane, x, version="2")[1], 3 * x + 1)
     assert _counts(plane, 2) == (1, 1, 1)

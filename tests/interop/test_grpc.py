@@ -354,9 +354,9 @@ def test_registry_changes_reach_both_processes(model_server, client, tmp_path):
         model_server,
         "shell",
         "-c",
-        "from models_store import services; from models_store.registry import selectors; "
+        "from models_store.registry import selectors; from tests.support.store import force_state; "
         "m = selectors.model_get('late_model'); "
-        "services.version_set_state(selectors.version_get(m, 2), 'FAILED', 'marked failed by a test')",
+        "force_state(selectors.version_get(m, 2), 'FAILED', 'marked failed by a test')",
     )
     assert all(both_serve("1") for _ in range(6))
     np.testing.assert_allclose(client.infer("late_model", [inp]).as_numpy("y"), 3 * x)

@@ -21,7 +21,7 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient import utils
 from tritonclient.utils import InferenceServerException
 
-from models_store.accounts.tokens import MISS_RELOAD_SECONDS
+from models_store.accounts.authorizer import MISS_RELOAD_SECONDS
 from tests.support.live import bearer, manage, people_with_tokens, request
 
 pytestmark = pytest.mark.interop

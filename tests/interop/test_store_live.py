@@ -151,8 +151,8 @@ def test_revocation_reaches_every_server_process(server, tokens, uploaded):
     x = np.ones((1, 4), dtype=np.float32)
     assert _settles(lambda: _infer(server, token, "double", x)[0], 200) == {200}  # every process knows it
     manage(server, "shell", "-c", (
-        "from models_store.accounts import services as accounts, tokens; from models_store.registry import selectors; "
-        f"accounts.token_revoke(selectors.token_by_hash(tokens.hash_token('{token}')), None)"
+        "from models_store.accounts import selectors, services; "
+        f"services.token_revoke(token=selectors.token_by_secret('{token}'), actor=None)"
     ))  # fmt: skip
     deadline = time.monotonic() + 10
     statuses = set()

@@ -11,11 +11,13 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from inference.protocol.errors import PermissionDenied, Unauthenticated
-from models_store import services
-from models_store.accounts import permissions, tokens
+from models_store import errors
+from models_store.accounts import authorizer as token_authorizer
+from models_store.accounts import selectors as account_selectors
 from models_store.accounts import services as accounts
+from models_store.accounts import tokens
 from models_store.models import ApiToken, AuditEvent, RegisteredModel, RegistryStamp, Team, TeamMembership
-from models_store.registry import selectors
+from models_store.registry.services import models as model_services
 from tests.support.store import person
 
 pytestmark = [pytest.mark.db, pytest.mark.django_db]
@@ -45,7 +47,7 @@ def _model(name):
 def test_change_rights_follow_team_membership(world):
     people, _teams = world
     rights = {
-        (user, model): permissions.can_change_model(people[user], _model(model))
+        (user, model): account_selectors.can_change_model(people[user], _model(model))
         for user in people
         for model in ("iris", "resnet", "legacy")
     }
@@ -55,38 +57,38 @@ def test_change_rights_follow_team_membership(world):
         ("carol", "iris"): True, ("carol", "resnet"): True, ("carol", "legacy"): False,
         ("root", "iris"): True, ("root", "resnet"): True, ("root", "legacy"): True,
     }  # fmt: skip
-    with pytest.raises(permissions.AccessDenied, match="belongs to team ml; only its members may change it"):
-        permissions.require_change_model(people["bob"], _model("iris"))
-    with pytest.raises(permissions.AccessDenied, match="operator-owned"):
-        permissions.require_change_model(people["alice"], _model("legacy"))
+    with pytest.raises(errors.AccessDenied, match="belongs to team ml; only its members may change it"):
+        account_selectors.require_change_model(people["bob"], _model("iris"))
+    with pytest.raises(errors.AccessDenied, match="operator-owned"):
+        account_selectors.require_change_model(people["alice"], _model("legacy"))
     people["alice"].is_active = False
-    assert not permissions.can_change_model(people["alice"], _model("iris"))
+    assert not account_selectors.can_change_model(people["alice"], _model("iris"))
 
 
 def test_a_team_token_limits_its_user(world):
     people, teams = world
-    token, _ = accounts.token_create(people["carol"], "ci", teams["vision"])
-    assert permissions.can_change_model(people["carol"], _model("resnet"), token)
-    assert not permissions.can_change_model(people["carol"], _model("iris"), token)
-    with pytest.raises(permissions.AccessDenied, match="limited to another team"):
-        permissions.require_change_model(people["carol"], _model("iris"), token)
-    with pytest.raises(services.RegistryError, match="not a member of team vision"):
-        accounts.token_create(people["alice"], "x", teams["vision"])
-    with pytest.raises(services.RegistryError, match="give the token a name"):
-        accounts.token_create(people["alice"], "  ")
+    token, _ = accounts.token_create(user=people["carol"], name="ci", team=teams["vision"])
+    assert account_selectors.can_change_model(people["carol"], _model("resnet"), token)
+    assert not account_selectors.can_change_model(people["carol"], _model("iris"), token)
+    with pytest.raises(errors.AccessDenied, match="limited to another team"):
+        account_selectors.require_change_model(people["carol"], _model("iris"), token)
+    with pytest.raises(errors.RegistryError, match="not a member of team vision"):
+        accounts.token_create(user=people["alice"], name="x", team=teams["vision"])
+    with pytest.raises(errors.RegistryError, match="give the token a name"):
+        accounts.token_create(user=people["alice"], name="  ")
 
 
 def test_tokens_are_stored_as_hashes_only(world):
     people, _ = world
-    token, plain = accounts.token_create(people["alice"], "nightly")
+    token, plain = accounts.token_create(user=people["alice"], name="nightly")
     assert plain.startswith("mh_") and len(plain) == 46
     row = ApiToken.objects.get(pk=token.pk)
     assert row.key_hash == hashlib.sha256(plain.encode()).hexdigest()
     assert row.prefix == plain[:10]
     assert plain not in str(list(ApiToken.objects.values()))  # nowhere in the row
-    assert selectors.token_by_hash(tokens.hash_token(plain)) == token
-    accounts.token_revoke(token, people["alice"])
-    assert selectors.token_by_hash(tokens.hash_token(plain)) is None
+    assert account_selectors.token_by_hash(tokens.hash_token(plain)) == token
+    accounts.token_revoke(token=token, actor=people["alice"])
+    assert account_selectors.token_by_hash(tokens.hash_token(plain)) is None
     actions = list(
         AuditEvent.objects.filter(action__startswith="token.").order_by("id").values_list("action", "actor_name")
     )
@@ -95,23 +97,23 @@ def test_tokens_are_stored_as_hashes_only(world):
 
 def test_teams_for_user(world):
     people, _ = world
-    assert list(selectors.teams_for_user(people["carol"]).values_list("name", flat=True)) == ["ml", "vision"]
-    assert list(selectors.teams_for_user(people["alice"]).values_list("name", flat=True)) == ["ml"]
-    assert list(selectors.teams_for_user(people["root"]).values_list("name", flat=True)) == ["ml", "vision"]
+    assert list(account_selectors.teams_for_user(people["carol"]).values_list("name", flat=True)) == ["ml", "vision"]
+    assert list(account_selectors.teams_for_user(people["alice"]).values_list("name", flat=True)) == ["ml"]
+    assert list(account_selectors.teams_for_user(people["root"]).values_list("name", flat=True)) == ["ml", "vision"]
 
 
 # -- the inference token checker ---------------------------------------------------
 @pytest.fixture
 def checker():
-    return tokens.InferenceTokenChecker(tokens.TokenCache(ttl=3600))
+    return token_authorizer.InferenceTokenChecker(token_authorizer.TokenCache(ttl=3600))
 
 
 def test_checker_scopes(world, checker):
     people, teams = world
-    _, alice = accounts.token_create(people["alice"], "a")
-    _, carol_vision = accounts.token_create(people["carol"], "cv", teams["vision"])
-    _, root = accounts.token_create(people["root"], "r")
-    _, root_ml = accounts.token_create(people["root"], "rm", teams["ml"])
+    _, alice = accounts.token_create(user=people["alice"], name="a")
+    _, carol_vision = accounts.token_create(user=people["carol"], name="cv", team=teams["vision"])
+    _, root = accounts.token_create(user=people["root"], name="r")
+    _, root_ml = accounts.token_create(user=people["root"], name="rm", team=teams["ml"])
     checker.cache.refresh()
     allowed = {}
     for label, token in (("alice", alice), ("carol_vision", carol_vision), ("root", root), ("root_ml", root_ml)):
@@ -133,7 +135,7 @@ def test_checker_scopes(world, checker):
 
 def test_checker_messages(world, checker):
     people, _ = world
-    _, plain = accounts.token_create(people["alice"], "a")
+    _, plain = accounts.token_create(user=people["alice"], name="a")
     checker.cache.refresh()
     with pytest.raises(Unauthenticated, match="inference requires an API token"):
         checker(None, "iris")
@@ -155,13 +157,13 @@ def test_every_token_is_charged_to_a_team_or_to_its_users_own_bucket(world):
     people, teams = world
     dave = person("dave")  # in no team
     plain = {
-        "alice": accounts.token_create(people["alice"], "a")[1],
-        "carol": accounts.token_create(people["carol"], "c")[1],
-        "carol_vision": accounts.token_create(people["carol"], "cv", teams["vision"])[1],
-        "dave": accounts.token_create(dave, "d")[1],
-        "root": accounts.token_create(people["root"], "r")[1],
+        "alice": accounts.token_create(user=people["alice"], name="a")[1],
+        "carol": accounts.token_create(user=people["carol"], name="c")[1],
+        "carol_vision": accounts.token_create(user=people["carol"], name="cv", team=teams["vision"])[1],
+        "dave": accounts.token_create(user=dave, name="d")[1],
+        "root": accounts.token_create(user=people["root"], name="r")[1],
     }
-    authorizer = tokens.StoreAuthorizer(tokens.TokenCache(ttl=3600))
+    authorizer = token_authorizer.StoreAuthorizer(token_authorizer.TokenCache(ttl=3600))
     charged = {}
     for who, token in plain.items():
         for model in ("iris", "resnet", "legacy"):
@@ -182,9 +184,9 @@ def test_every_token_is_charged_to_a_team_or_to_its_users_own_bucket(world):
 
 
 def test_checker_answers_from_memory(world, checker, monkeypatch):
-    monkeypatch.setattr(tokens, "MISS_RELOAD_SECONDS", 3600)
+    monkeypatch.setattr(token_authorizer, "MISS_RELOAD_SECONDS", 3600)
     people, _ = world
-    _, plain = accounts.token_create(people["alice"], "a")
+    _, plain = accounts.token_create(user=people["alice"], name="a")
     checker.cache.refresh()
     with CaptureQueriesContext(connection) as queries:
         for _ in range(50):
@@ -199,7 +201,7 @@ def test_checker_answers_from_memory(world, checker, monkeypatch):
 def test_a_new_token_works_at_once_and_unknown_ones_reload_at_most_once_a_second(world, checker):
     people, _ = world
     checker.cache.refresh()
-    _, plain = accounts.token_create(people["alice"], "new")  # after the snapshot was taken
+    _, plain = accounts.token_create(user=people["alice"], name="new")  # after the snapshot was taken
     checker.cache._scopes = dataclasses.replace(checker.cache._scopes, loaded_at=time.monotonic() - 5)
     with CaptureQueriesContext(connection) as queries:
         checker(plain, "iris")
@@ -215,36 +217,38 @@ def test_a_model_created_after_the_snapshot_is_callable_at_once(world, checker):
     """A model the snapshot does not know costs one stamp read; when the
     stamp moved (another process created it), the scopes reload at once."""
     people, teams = world
-    _, plain = accounts.token_create(people["alice"], "a")
+    _, plain = accounts.token_create(user=people["alice"], name="a")
     checker.cache.refresh()
     with CaptureQueriesContext(connection) as queries:
         with pytest.raises(PermissionDenied):
             checker(plain, "fresh")
     assert len(queries) == 1  # the stamp, which did not move
-    services.model_create("fresh", teams["ml"], people["alice"])  # no listener here: as if in another process
+    model_services.model_create(
+        name="fresh", team=teams["ml"], actor=people["alice"]
+    )  # no listener here: as if in another process
     with CaptureQueriesContext(connection) as queries:
         checker(plain, "fresh")
         checker(plain, "fresh")
     assert len(queries) == 6  # the stamp, then one reload (five queries); the second call answers from memory
-    services.model_create("elsewhere", teams["vision"], people["root"])
+    model_services.model_create(name="elsewhere", team=teams["vision"], actor=people["root"])
     with pytest.raises(PermissionDenied, match="may not call model 'elsewhere'"):
         checker(plain, "elsewhere")  # reloaded, and still not alice's team
 
 
 def test_checker_follows_revocation_membership_and_deactivation(world, checker):
     people, teams = world
-    token, plain = accounts.token_create(people["alice"], "a")
+    token, plain = accounts.token_create(user=people["alice"], name="a")
     checker.cache.refresh()
     checker(plain, "iris")
     TeamMembership.objects.create(team=teams["vision"], user=people["alice"])
     checker.cache.on_registry_change()  # what the registry poller calls when the stamp moved
     checker(plain, "resnet")
-    accounts.token_revoke(token, people["alice"])
+    accounts.token_revoke(token=token, actor=people["alice"])
     checker(plain, "iris")  # the snapshot is unchanged until the stamp is seen to move
     checker.cache.on_registry_change()
     with pytest.raises(Unauthenticated):
         checker(plain, "iris")
-    _, second = accounts.token_create(people["alice"], "b")
+    _, second = accounts.token_create(user=people["alice"], name="b")
     people["alice"].is_active = False
     people["alice"].save()
     checker.cache.on_registry_change()
@@ -256,7 +260,7 @@ def test_access_changes_bump_the_stamp(world):
     people, teams = world
     counter = lambda: RegistryStamp.objects.get(pk=1).counter  # noqa: E731
     for change in (
-        lambda: accounts.token_create(people["bob"], "t"),
+        lambda: accounts.token_create(user=people["bob"], name="t"),
         lambda: TeamMembership.objects.create(team=teams["ml"], user=people["bob"]),
         lambda: TeamMembership.objects.filter(team=teams["ml"], user=people["bob"]).delete(),
         lambda: people["bob"].save(),
@@ -276,9 +280,9 @@ def test_cache_ttl_reloads_and_keeps_the_old_snapshot_on_errors(world):
         calls.append(1)
         if len(calls) == 3:
             raise RuntimeError("database down")
-        return tokens.Scopes({}, {}, {}, loaded_at=-1e9 if len(calls) < 4 else 1e18)
+        return token_authorizer.Scopes({}, {}, {}, loaded_at=-1e9 if len(calls) < 4 else 1e18)
 
-    cache = tokens.TokenCache(loader, ttl=10)
+    cache = token_authorizer.TokenCache(loader, ttl=10)
     first = cache.get()
     second = cache.get()  # expired (loaded_at far in the past): reloaded
     assert len(calls) == 2 and second is not first

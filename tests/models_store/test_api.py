@@ -10,9 +10,10 @@ import io
 import pytest
 from django.test import Client
 
-from models_store import services, storage
+from models_store import storage
 from models_store.accounts import services as accounts
 from models_store.models import AuditEvent, ModelVersion, RegisteredModel, VersionLabel
+from models_store.registry.services import models as model_services
 from tests.support import onnx_models as m
 from tests.support.onnx_models import external_data_model, failing_model
 from tests.support.store import PASSWORD, person
@@ -47,13 +48,13 @@ class Api:
 @pytest.fixture
 def alice_api():
     user = person("alice", "ml")
-    return Api(accounts.token_create(user, "script")[1])
+    return Api(accounts.token_create(user=user, name="script")[1])
 
 
 @pytest.fixture
 def bob_api():
     user = person("bob", "vision")
-    return Api(accounts.token_create(user, "script")[1])
+    return Api(accounts.token_create(user=user, name="script")[1])
 
 
 def _staging_entries():
@@ -220,8 +221,8 @@ def test_with_tokens_required_a_team_sees_only_its_own_models(alice_api, bob_api
     route, as a model that does not exist; the name is only said to be
     taken when uploading to it. Operators see every model."""
     alice_api.upload("iris", m.affine(1, 1), team="ml")
-    services.model_upsert("legacy")
-    root = Api(accounts.token_create(person("root", superuser=True), "ops")[1])
+    model_services.model_upsert(name="legacy")
+    root = Api(accounts.token_create(user=person("root", superuser=True), name="ops")[1])
     assert {m["name"] for m in bob_api.get("/api/models/").json()["results"]} == {
         "iris",
         "legacy",
@@ -258,7 +259,7 @@ def test_with_tokens_required_a_team_sees_only_its_own_models(alice_api, bob_api
 def test_a_models_audit_log_is_its_own_not_that_of_an_earlier_model_of_that_name(alice_api, bob_api):
     alice_api.upload("shared-name", m.affine(1, 1), team="ml")
     alice_api.json("delete", "/api/models/shared-name/versions/1/")
-    services.model_delete(RegisteredModel.objects.get(name="shared-name"))
+    model_services.model_delete(model=RegisteredModel.objects.get(name="shared-name"))
     assert bob_api.upload("shared-name", m.affine(2, 2), team="vision").status_code == 201
     events = bob_api.get("/api/models/shared-name/audit/").json()["results"]
     assert "alice" not in {e["actor_name"] for e in events} and "version.delete" not in [e["action"] for e in events]
@@ -397,7 +398,7 @@ def test_the_schema_declares_what_the_api_does(alice_api):
 
 
 def test_an_imported_model_has_no_team(alice_api, tmp_path):
-    services.model_upsert("legacy")
+    model_services.model_upsert(name="legacy")
     listing = alice_api.get("/api/models/").json()["results"]
     assert [(model["name"], model["team"]) for model in listing] == [("legacy", None)]
     assert alice_api.get("/api/models/legacy/").json()["team"] is None

@@ -59,7 +59,7 @@ def _settle(api: Client, location: str, timeout: float = 30.0) -> dict:
 
 def test_a_big_upload_answers_202_and_validates_in_the_background(settings, after_the_answer):
     settings.VALIDATE_IN_REQUEST_MAX_BYTES = 0
-    api = Client(HTTP_AUTHORIZATION=f"Bearer {accounts.token_create(person('alice', 'ml'), 'ci')[1]}")
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {accounts.token_create(user=person('alice', 'ml'), name='ci')[1]}")
     accepted = _upload(api, "big", m.affine(2.0, 1.0))
     after_the_answer.set()
     assert accepted.status_code == 202, accepted.content
@@ -76,6 +76,6 @@ def test_a_big_upload_answers_202_and_validates_in_the_background(settings, afte
 
 def test_a_small_upload_is_still_validated_before_the_answer(settings):
     settings.VALIDATE_IN_REQUEST_MAX_BYTES = 1024 * 1024
-    api = Client(HTTP_AUTHORIZATION=f"Bearer {accounts.token_create(person('alice', 'ml'), 'ci')[1]}")
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {accounts.token_create(user=person('alice', 'ml'), name='ci')[1]}")
     answer = _upload(api, "small", m.affine(2.0, 1.0))
     assert answer.status_code == 201 and answer.json()["state"] == "READY"

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from models_store import services, storage
+from models_store import errors, storage
 from models_store.accounts import services as accounts
 from models_store.intake.repository import import_repository
 from models_store.models import AuditEvent, ModelVersion, RegisteredModel
 from models_store.registry import selectors
+from models_store.registry.services import models as model_services
 from tests.models_store.test_api import Api, _error
 from tests.support import onnx_models as m
 from tests.support.repository import ENSEMBLES, _ensemble, write_ensembles
@@ -27,18 +28,18 @@ def repo(tmp_path):
 
 @pytest.fixture
 def alice_api():
-    return Api(accounts.token_create(person("alice", "ml"), "script")[1])
+    return Api(accounts.token_create(user=person("alice", "ml"), name="script")[1])
 
 
 @pytest.fixture
 def bob_api():
-    return Api(accounts.token_create(person("bob", "vision"), "script")[1])
+    return Api(accounts.token_create(user=person("bob", "vision"), name="script")[1])
 
 
 @pytest.fixture
 def ops_api():
     user = person("ops", superuser=True)
-    return Api(accounts.token_create(user, "script")[1])
+    return Api(accounts.token_create(user=user, name="script")[1])
 
 
 def _upload_config(api: Api, model: str, config: str, **fields):
@@ -157,11 +158,11 @@ def test_deleting_retiring_unloading_what_a_ready_ensemble_runs_is_refused(repo,
         error = _error(response, 409)
         assert "step 3 of ensemble 'ens_pipeline' (version 1, READY)" in error, error
     model = RegisteredModel.objects.get(name="ens_preprocess")
-    with pytest.raises(services.Conflict, match="ensemble 'ens_diamond'"):
-        services.model_set_loaded(model, False)
+    with pytest.raises(errors.Conflict, match="ensemble 'ens_diamond'"):
+        model_services.model_set_loaded(model=model, loaded=False)
     assert ModelVersion.objects.get(model__name="ens_postprocess", number=1).state == "READY"
     # once the ensemble is unloaded, its composing versions may go
-    services.model_set_loaded(RegisteredModel.objects.get(name="ens_pipeline"), False)
+    model_services.model_set_loaded(model=RegisteredModel.objects.get(name="ens_pipeline"), loaded=False)
     assert ops_api.client.delete("/api/models/ens_postprocess/versions/1/", **ops_api.auth).status_code == 204
     # the ensemble's own version goes like any other (it has no artifact to remove)
     assert ops_api.client.delete("/api/models/ens_stats/versions/1/", **ops_api.auth).status_code == 204

@@ -38,7 +38,7 @@ def _upload(api: Api, model: str, payload: bytes, data: dict[str, bytes], **fiel
 
 @pytest.fixture
 def api():
-    return Api(accounts.token_create(person("alice", "ml"), "script")[1])
+    return Api(accounts.token_create(user=person("alice", "ml"), name="script")[1])
 
 
 def test_a_model_with_two_data_files_uploads_validates_and_runs(api):

@@ -19,7 +19,7 @@ ASKS = 'parameters { key: "onnxruntime_extensions" value: { string_value: "true"
 
 @pytest.fixture
 def api():
-    return Api(accounts.token_create(person("alice", "ml"), "script")[1])
+    return Api(accounts.token_create(user=person("alice", "ml"), name="script")[1])
 
 
 def test_a_model_with_the_parameter_validates_and_says_so(api):

@@ -16,9 +16,10 @@ from django.db import OperationalError
 from django.test import Client
 from django.utils import timezone
 
-from models_store import maintenance, outages, services, storage
+from models_store import maintenance, outages, storage
 from models_store.accounts import services as accounts
 from models_store.models import ModelVersion, RegisteredModel
+from models_store.registry.services import states
 from tests.support import onnx_models as m
 from tests.support.store import PASSWORD, person
 
@@ -50,7 +51,7 @@ def _file(payload: bytes) -> io.BytesIO:
 
 def test_a_full_disk_answers_507_and_leaves_nothing(full_disk):
     user = person("alice", "ml")
-    token = accounts.token_create(user, "script")[1]
+    token = accounts.token_create(user=user, name="script")[1]
     payload = m.affine(2.0, 1.0)
     response = Client().post(
         "/api/models/full/versions/", {"file": _file(payload), "team": "ml"}, HTTP_AUTHORIZATION=f"Bearer {token}"
@@ -104,16 +105,23 @@ def test_the_reaper_revalidates_versions_left_behind(settings):
     versions = []
     for index, state in enumerate((ModelVersion.State.UPLOADED, ModelVersion.State.VALIDATING)):
         stored = storage.store_files("left", _write(m.affine(1.0 + index, 0.0)))
-        versions.append(
-            services.version_create(
-                model, artifact=stored.relpath, sha256=stored.sha256, size=stored.size, state=state, action="test"
-            )
-        )
+        version = states.version_create(
+            model=model, artifact=stored.relpath, sha256=stored.sha256, size=stored.size,
+            state=ModelVersion.State.UPLOADED, action="test",
+        )  # fmt: skip
+        if state == ModelVersion.State.VALIDATING:  # a worker took it, then was killed
+            version = states.transition(version=version, change="validate")
+        versions.append(version)
     ModelVersion.objects.filter(pk__in=[v.pk for v in versions]).update(
         updated_at=timezone.now() - timedelta(minutes=5)
     )
-    young = services.version_create(
-        model, artifact=versions[0].artifact, sha256="0" * 64, size=1, state=ModelVersion.State.UPLOADED, action="test"
+    young = states.version_create(
+        model=model,
+        artifact=versions[0].artifact,
+        sha256="0" * 64,
+        size=1,
+        state=ModelVersion.State.UPLOADED,
+        action="test",
     )
     requeued, _ = maintenance.run_once()
     assert sorted(requeued) == [v.pk for v in versions]

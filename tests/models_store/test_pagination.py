@@ -38,7 +38,7 @@ def _registry(count: int) -> list[tuple[str, str, str]]:
 @pytest.fixture
 def root_api():
     user = person("root", superuser=True)
-    return Client(HTTP_AUTHORIZATION=f"Bearer {accounts.token_create(user, 'script')[1]}")
+    return Client(HTTP_AUTHORIZATION=f"Bearer {accounts.token_create(user=user, name='script')[1]}")
 
 
 def _names(response) -> list[str]:
@@ -121,7 +121,7 @@ def test_a_team_counts_only_its_own_models(settings):
     settings.INFERENCE_REQUIRE_TOKEN = True
     expected = _registry(10)
     alice = person("alice", "ml")
-    api = Client(HTTP_AUTHORIZATION=f"Bearer {accounts.token_create(alice, 'script')[1]}")
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {accounts.token_create(user=alice, name='script')[1]}")
     page = api.get("/api/models/?limit=2").json()
     mine = [name for name, team, _ in expected if team == "ml"]
     assert page["count"] == len(mine) and [m["name"] for m in page["results"]] == mine[:2]

@@ -14,10 +14,13 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from onnx import helper
 
-from models_store import services
+from models_store import errors
 from models_store.accounts import services as accounts
+from models_store.intake import services as intake
 from models_store.models import AuditEvent
 from models_store.registry import selectors
+from models_store.registry.services import models as model_services
+from models_store.registry.services import routes
 from models_store.registry.signature_guard import breaking_changes
 from tests.support import onnx_models as m
 from tests.support.store import PASSWORD, person, stage
@@ -59,15 +62,17 @@ def two_versions(change: str):
     applies: a new label has no callers yet)."""
     alice = person("alice", "ml")
     team = alice.teams.get()
-    services.version_upload("g", stage(tensors_model(*BASE)), alice, team=team)
-    services.version_upload("g", stage(tensors_model(*CHANGES[change][0])), alice)
+    intake.version_upload(model_name="g", staged=stage(tensors_model(*BASE)), actor=alice, team=team)
+    intake.version_upload(model_name="g", staged=stage(tensors_model(*CHANGES[change][0])), actor=alice)
     model = selectors.model_get("g")
     assert [v.state for v in model.versions.order_by("number")] == ["READY", "READY"], [
         (v.number, v.reason) for v in model.versions.all()
     ]
-    services.model_set_policy(model, "specific", specific=[1], actor=alice, force=True)  # v1 serves the default route
-    services.label_set(model, "stable", 1, alice)
-    services.label_set(model, "canary", 2, alice)
+    model_services.model_set_policy(
+        model=model, policy="specific", specific=[1], actor=alice, force=True
+    )  # v1 serves the default route
+    routes.label_set(model=model, name="stable", number=1, actor=alice)
+    routes.label_set(model=model, name="canary", number=2, actor=alice)
     return selectors.model_get("g"), alice
 
 
@@ -97,18 +102,18 @@ def test_a_label_move_is_guarded(change):
     model, alice = two_versions(change)
     expected = CHANGES[change][1]
     if not expected:
-        services.label_set(model, "stable", 2, alice)  # compatible: moves
+        routes.label_set(model=model, name="stable", number=2, actor=alice)  # compatible: moves
         assert selectors.label_numbers(selectors.model_get("g"))["stable"] == 2
         assert "forced" not in AuditEvent.objects.filter(action="label.set").latest("id").detail
         return
-    with pytest.raises(services.SignatureConflict) as refused:
-        services.label_set(model, "stable", 2, alice)
+    with pytest.raises(errors.SignatureConflict) as refused:
+        routes.label_set(model=model, name="stable", number=2, actor=alice)
     assert refused.value.differences and all(d.startswith("label 'stable': ") for d in refused.value.differences)
     for words in expected:
         assert any(words in d for d in refused.value.differences), (words, refused.value.differences)
     assert "moving label 'stable' from version 1 to 2 would break its callers" in str(refused.value)
     assert selectors.label_numbers(selectors.model_get("g"))["stable"] == 1  # nothing changed
-    services.label_set(model, "stable", 2, alice, force=True)
+    routes.label_set(model=model, name="stable", number=2, actor=alice, force=True)
     event = AuditEvent.objects.filter(action="label.set").latest("id")
     assert event.detail["forced"] is True and event.detail["differences"] == refused.value.differences
     assert selectors.label_numbers(selectors.model_get("g"))["stable"] == 2
@@ -117,32 +122,32 @@ def test_a_label_move_is_guarded(change):
 def test_the_default_route_is_guarded_by_the_split_the_policy_and_promote():
     model, alice = two_versions("datatype changed")
     for change in (
-        lambda force: services.traffic_set(model, {"stable": 90, "canary": 10}, alice, force=force),
-        lambda force: services.model_set_policy(model, "latest", 1, actor=alice, force=force),
+        lambda force: routes.traffic_set(model=model, weights={"stable": 90, "canary": 10}, actor=alice, force=force),
+        lambda force: model_services.model_set_policy(model=model, policy="latest", latest=1, actor=alice, force=force),
     ):
-        with pytest.raises(services.SignatureConflict, match="the default route: input 'x' is FP64, not FP32"):
+        with pytest.raises(errors.SignatureConflict, match="the default route: input 'x' is FP64, not FP32"):
             change(False)
     assert selectors.model_get("g").traffic == {} and list(selectors.serving(selectors.model_detail("g")).served) == [1]
-    services.traffic_set(model, {"stable": 90, "canary": 10}, alice, force=True)
+    routes.traffic_set(model=model, weights={"stable": 90, "canary": 10}, actor=alice, force=True)
     assert AuditEvent.objects.filter(action="traffic.set").latest("id").detail["forced"] is True
     # Promoting moves 'stable', whose callers (naming the label) never saw version 2.
-    with pytest.raises(services.SignatureConflict, match="promoting: moving label 'stable' from version 1 to 2"):
-        services.traffic_promote(model, alice)
-    services.traffic_promote(model, alice, force=True)
+    with pytest.raises(errors.SignatureConflict, match="promoting: moving label 'stable' from version 1 to 2"):
+        routes.traffic_promote(model=model, actor=alice)
+    routes.traffic_promote(model=model, actor=alice, force=True)
     assert AuditEvent.objects.filter(action="traffic.promote").latest("id").detail["forced"] is True
 
 
 def test_a_compatible_split_and_policy_pass():
     model, alice = two_versions("output added")
-    services.traffic_set(model, {"stable": 50, "canary": 50}, alice)
-    services.traffic_set(model, {}, alice)
-    services.model_set_policy(model, "latest", 1, actor=alice)
+    routes.traffic_set(model=model, weights={"stable": 50, "canary": 50}, actor=alice)
+    routes.traffic_set(model=model, weights={}, actor=alice)
+    model_services.model_set_policy(model=model, policy="latest", latest=1, actor=alice)
     assert list(selectors.serving(selectors.model_detail("g")).served) == [2]
 
 
 def test_the_management_api_answers_409_with_the_differences():
     _, alice = two_versions("fixed dimension changed")
-    api = Client(HTTP_AUTHORIZATION=f"Bearer {accounts.token_create(alice, 'ci')[1]}")
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {accounts.token_create(user=alice, name='ci')[1]}")
 
     def put(path, body):
         return api.put(path, json.dumps(body), content_type="application/json")

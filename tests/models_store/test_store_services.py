@@ -8,12 +8,15 @@ import hashlib
 import pytest
 from django.db import transaction
 
-from models_store import audit, services, storage
+from models_store import audit, errors, storage
+from models_store.intake import services as intake
 from models_store.intake import validating
 from models_store.intake.repository import import_repository
 from models_store.intake.uploads import UploadRefused
 from models_store.models import AuditEvent, ModelVersion, RegisteredModel, RegistryStamp
 from models_store.registry import selectors
+from models_store.registry.services import models as model_services
+from models_store.registry.services import routes, states, versions
 from tests.support import onnx_models as m
 from tests.support.onnx_models import external_data_model, failing_model
 from tests.support.store import person, stage
@@ -77,7 +80,9 @@ def _create_meanwhile(monkeypatch, name: str, team, actor) -> None:
 
 def test_a_first_upload_that_loses_the_race_becomes_a_version_of_the_winner(alice, monkeypatch):
     _create_meanwhile(monkeypatch, "raced", _team(alice), alice)
-    version = services.version_upload("raced", stage(m.affine(2.0, 1.0)), alice, team=_team(alice))
+    version = intake.version_upload(
+        model_name="raced", staged=stage(m.affine(2.0, 1.0)), actor=alice, team=_team(alice)
+    )
     assert (version.model.name, version.number) == ("raced", 1)
     assert RegisteredModel.objects.count() == 1 and version.model.team == _team(alice)
     assert ModelVersion.objects.get(pk=version.pk).state == "READY"
@@ -86,14 +91,16 @@ def test_a_first_upload_that_loses_the_race_becomes_a_version_of_the_winner(alic
 def test_a_first_upload_racing_another_team_is_refused(alice, monkeypatch):
     bob = person("bob", "vision")
     _create_meanwhile(monkeypatch, "raced", _team(bob), bob)
-    with pytest.raises(services.RegistryError, match="belongs to vision, not team ml"):
-        services.version_upload("raced", stage(m.affine(2.0, 1.0)), alice, team=_team(alice))
+    with pytest.raises(errors.RegistryError, match="belongs to vision, not team ml"):
+        intake.version_upload(model_name="raced", staged=stage(m.affine(2.0, 1.0)), actor=alice, team=_team(alice))
     assert not ModelVersion.objects.exists() and _store_files() == []
 
 
 def test_upload_creates_model_and_a_validated_version(alice):
     payload = m.affine(2.0, 1.0)
-    version = services.version_upload("affine", stage(payload, "affine.onnx"), alice, team=_team(alice))
+    version = intake.version_upload(
+        model_name="affine", staged=stage(payload, "affine.onnx"), actor=alice, team=_team(alice)
+    )
     version.refresh_from_db()
     sha = hashlib.sha256(payload).hexdigest()
     assert (version.number, version.state, version.reason) == (1, "READY", "")
@@ -122,33 +129,38 @@ def test_upload_creates_model_and_a_validated_version(alice):
 
 def test_validation_goes_through_validating(alice, monkeypatch):
     seen = []
-    original = validating.version_set_state
+    original = states.transition
 
-    def spy(version, state, reason="", **kwargs):
-        seen.append(state)
-        return original(version, state, reason, **kwargs)
+    def spy(*, version, change, **kwargs):
+        seen.append(change)
+        return original(version=version, change=change, **kwargs)
 
-    monkeypatch.setattr(validating, "version_set_state", spy)
-    services.version_upload("a", stage(m.affine(1, 1)), alice, team=_team(alice))
-    assert seen == ["VALIDATING"]
+    monkeypatch.setattr(states, "transition", spy)
+    intake.version_upload(model_name="a", staged=stage(m.affine(1, 1)), actor=alice, team=_team(alice))
+    assert seen == ["validate", "ready"]
     assert ModelVersion.objects.get().state == "READY"
 
 
 def test_new_versions_are_numbered_by_the_registry(alice):
     team = _team(alice)
-    numbers = [services.version_upload("a", stage(m.affine(k, 1)), alice, team=team).number for k in (1, 2, 3)]
+    numbers = [
+        intake.version_upload(model_name="a", staged=stage(m.affine(k, 1)), actor=alice, team=team).number
+        for k in (1, 2, 3)
+    ]
     assert numbers == [1, 2, 3]
-    services.version_delete(ModelVersion.objects.get(number=3), alice)
-    assert services.version_upload("a", stage(m.affine(9, 1)), alice).number == 4  # 3 is never reused
+    versions.version_delete(version=ModelVersion.objects.get(number=3), actor=alice)
+    assert (
+        intake.version_upload(model_name="a", staged=stage(m.affine(9, 1)), actor=alice).number == 4
+    )  # 3 is never reused
 
 
 def test_same_bytes_twice_is_a_duplicate_and_changes_nothing(alice):
     payload = m.affine(1, 1)
-    services.version_upload("a", stage(payload), alice, team=_team(alice))
+    intake.version_upload(model_name="a", staged=stage(payload), actor=alice, team=_team(alice))
     before = (_store_files(), _stamp(), AuditEvent.objects.count())
     again = stage(payload)
-    with pytest.raises(services.DuplicateVersion, match=r"already has these bytes .* as version 1 \(READY\)"):
-        services.version_upload("a", again, alice)
+    with pytest.raises(errors.DuplicateVersion, match=r"already has these bytes .* as version 1 \(READY\)"):
+        intake.version_upload(model_name="a", staged=again, actor=alice)
     assert ModelVersion.objects.count() == 1
     assert (_store_files(), _stamp(), AuditEvent.objects.count()) == before
     assert again.path.exists()  # the caller's handler discards it
@@ -171,20 +183,20 @@ def test_same_bytes_twice_is_a_duplicate_and_changes_nothing(alice):
     ids=["empty", "text", "no-graph", "dotdot", "absolute", "missing", "self"],
 )
 def test_refused_uploads_leave_nothing(alice, payload, message):
-    services.version_upload("keep", stage(m.affine(1, 1)), alice, team=_team(alice))
+    intake.version_upload(model_name="keep", staged=stage(m.affine(1, 1)), actor=alice, team=_team(alice))
     before = (_store_files(), _stamp(), AuditEvent.objects.count())
     with pytest.raises(UploadRefused, match=message):
-        services.version_upload("fresh", stage(payload), alice, team=_team(alice))
+        intake.version_upload(model_name="fresh", staged=stage(payload), actor=alice, team=_team(alice))
     with pytest.raises(UploadRefused, match=message):
-        services.version_upload("keep", stage(payload), alice)
+        intake.version_upload(model_name="keep", staged=stage(payload), actor=alice)
     assert not RegisteredModel.objects.filter(name="fresh").exists()
     assert ModelVersion.objects.count() == 1
     assert (_store_files(), _stamp(), AuditEvent.objects.count()) == before
 
 
 def test_a_model_that_fails_validation_is_kept_failed_with_its_reason(alice):
-    good = services.version_upload("a", stage(m.affine(1, 1)), alice, team=_team(alice))
-    bad = services.version_upload("a", stage(failing_model()), alice)
+    good = intake.version_upload(model_name="a", staged=stage(m.affine(1, 1)), actor=alice, team=_team(alice))
+    bad = intake.version_upload(model_name="a", staged=stage(failing_model()), actor=alice)
     bad.refresh_from_db()
     assert bad.state == "FAILED"
     assert bad.reason.startswith("ONNX checker:") and "NoSuchOperator" in bad.reason
@@ -200,7 +212,7 @@ def test_validation_crash_fails_the_version_instead_of_leaving_it_validating(ali
         raise MemoryError("simulated")
 
     monkeypatch.setattr(validating.validation, "validate_artifact", boom)
-    version = services.version_upload("a", stage(m.affine(1, 1)), alice, team=_team(alice))
+    version = intake.version_upload(model_name="a", staged=stage(m.affine(1, 1)), actor=alice, team=_team(alice))
     version.refresh_from_db()
     assert version.state == "FAILED"
     assert version.reason == "internal error during validation (MemoryError); see the server log"
@@ -210,8 +222,8 @@ def test_upload_to_an_imported_model_is_checked_against_its_config(alice, repo):
     config = 'max_batch_size: 8\ninput [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]'
     m.write_model(repo, "batched", m.affine(2, 1), config=config)
     import_repository(repo, team="ml")
-    ok = services.version_upload("batched", stage(m.affine(3, 1)), alice)
-    wrong = services.version_upload("batched", stage(m.affine(3, 1, width=5)), alice)
+    ok = intake.version_upload(model_name="batched", staged=stage(m.affine(3, 1)), actor=alice)
+    wrong = intake.version_upload(model_name="batched", staged=stage(m.affine(3, 1, width=5)), actor=alice)
     ok.refresh_from_db(), wrong.refresh_from_db()
     assert ok.state == "READY"
     assert wrong.state == "FAILED" and "dims of input 'x' [-1, 4]" in wrong.reason
@@ -221,18 +233,18 @@ def test_a_row_that_cannot_be_written_takes_its_artifact_with_it(alice, monkeypa
     def fail(*args, **kwargs):
         raise RuntimeError("database went away")
 
-    monkeypatch.setattr(services, "version_create", fail)
+    monkeypatch.setattr(states, "version_create", fail)
     with pytest.raises(RuntimeError):
-        services.version_upload("a", stage(m.affine(1, 1)), alice, team=_team(alice))
+        intake.version_upload(model_name="a", staged=stage(m.affine(1, 1)), actor=alice, team=_team(alice))
     assert not RegisteredModel.objects.exists()  # the model created in the same transaction is rolled back
     assert _store_files() == []
 
 
 def test_upload_without_a_team_for_a_new_model_is_refused(alice):
-    with pytest.raises(services.RegistryError, match="give a team to create it"):
-        services.version_upload("new", stage(m.affine(1, 1)), alice)
-    with pytest.raises(services.RegistryError, match="A model name starts with"):
-        services.version_upload("../x", stage(m.affine(1, 1)), alice, team=_team(alice))
+    with pytest.raises(errors.RegistryError, match="give a team to create it"):
+        intake.version_upload(model_name="new", staged=stage(m.affine(1, 1)), actor=alice)
+    with pytest.raises(errors.RegistryError, match="A model name starts with"):
+        intake.version_upload(model_name="../x", staged=stage(m.affine(1, 1)), actor=alice, team=_team(alice))
 
 
 # -- version policy, labels, retire ------------------------------------------------
@@ -241,23 +253,23 @@ def three_versions(alice):
     """Model "p": versions 1 and 3 READY, 2 FAILED."""
     team = _team(alice)
     for payload in (m.affine(1, 1), failing_model(), m.affine(3, 1)):
-        services.version_upload("p", stage(payload), alice, team=team)
+        intake.version_upload(model_name="p", staged=stage(payload), actor=alice, team=team)
     return RegisteredModel.objects.get(name="p")
 
 
 def test_version_policies(three_versions, alice):
     model = three_versions
     assert list(selectors.serving(model).served) == [3]
-    services.model_set_policy(model, "all", actor=alice)
+    model_services.model_set_policy(model=model, policy="all", actor=alice)
     assert list(selectors.serving(RegisteredModel.objects.get(pk=model.pk)).served) == [3, 1]
-    services.model_set_policy(model, "specific", specific=[1], actor=alice)
+    model_services.model_set_policy(model=model, policy="specific", specific=[1], actor=alice)
     model.refresh_from_db()
     assert (model.version_policy, model.specific_versions, list(selectors.serving(model).served)) == (
         "specific",
         [1],
         [1],
     )
-    services.model_set_policy(model, "latest", latest=2, actor=alice)
+    model_services.model_set_policy(model=model, policy="latest", latest=2, actor=alice)
     model.refresh_from_db()
     assert list(selectors.serving(model).served) == [3, 1]
     event = AuditEvent.objects.filter(action="model.policy").latest("id")
@@ -276,24 +288,26 @@ def test_version_policies(three_versions, alice):
 )
 def test_a_policy_that_serves_nothing_is_refused(three_versions, alice, policy, latest, specific, message):
     stamp = _stamp()
-    with pytest.raises(services.RegistryError, match=message):
-        services.model_set_policy(three_versions, policy, latest, specific, actor=alice)
+    with pytest.raises(errors.RegistryError, match=message):
+        model_services.model_set_policy(
+            model=three_versions, policy=policy, latest=latest, specific=specific, actor=alice
+        )
     three_versions.refresh_from_db()
     assert (three_versions.version_policy, _stamp()) == ("latest", stamp)
 
 
 def test_labels_point_at_ready_versions_only(three_versions, alice):
     model = three_versions
-    services.label_set(model, "stable", 1, actor=alice)
+    routes.label_set(model=model, name="stable", number=1, actor=alice)
     assert {label.name: label.version.number for label in model.labels.all()} == {"stable": 1}
-    with pytest.raises(services.RegistryError, match="version 2 of 'p' is FAILED"):
-        services.label_set(model, "canary", 2, actor=alice)
-    with pytest.raises(services.RegistryError, match="has no version 9"):
-        services.label_set(model, "canary", 9, actor=alice)
-    with pytest.raises(services.RegistryError, match="A version label holds"):
-        services.label_set(model, "bad label", 1, actor=alice)
-    assert services.label_delete(model, "stable", actor=alice) is True
-    assert services.label_delete(model, "stable", actor=alice) is False
+    with pytest.raises(errors.RegistryError, match="version 2 of 'p' is FAILED"):
+        routes.label_set(model=model, name="canary", number=2, actor=alice)
+    with pytest.raises(errors.RegistryError, match="has no version 9"):
+        routes.label_set(model=model, name="canary", number=9, actor=alice)
+    with pytest.raises(errors.RegistryError, match="A version label holds"):
+        routes.label_set(model=model, name="bad label", number=1, actor=alice)
+    assert routes.label_delete(model=model, name="stable", actor=alice) is True
+    assert routes.label_delete(model=model, name="stable", actor=alice) is False
     assert list(
         AuditEvent.objects.filter(action__startswith="label.").order_by("id").values_list("action", flat=True)
     ) == [
@@ -305,30 +319,30 @@ def test_labels_point_at_ready_versions_only(three_versions, alice):
 def test_retire_and_restore(three_versions, alice):
     model = three_versions
     v3 = model.versions.get(number=3)
-    services.label_set(model, "stable", 3, actor=alice)
-    with pytest.raises(services.RegistryError, match="stable point at version 3; move or delete them first"):
-        services.version_retire(v3, alice)
-    services.label_delete(model, "stable", actor=alice)
-    services.version_retire(v3, alice)
+    routes.label_set(model=model, name="stable", number=3, actor=alice)
+    with pytest.raises(errors.RegistryError, match="stable point at version 3; move or delete them first"):
+        versions.version_retire(version=v3, actor=alice)
+    routes.label_delete(model=model, name="stable", actor=alice)
+    versions.version_retire(version=v3, actor=alice)
     v3.refresh_from_db()
     assert v3.state == "UNAVAILABLE" and v3.reason.startswith("retired by alice on ")
     assert list(selectors.serving(RegisteredModel.objects.get(pk=model.pk)).served) == [1]
-    with pytest.raises(services.RegistryError, match="only a READY version can be retired; version 2 is FAILED"):
-        services.version_retire(model.versions.get(number=2), alice)
-    services.version_restore(v3, alice)
+    with pytest.raises(errors.RegistryError, match="only a READY version can be retired; version 2 is FAILED"):
+        versions.version_retire(version=model.versions.get(number=2), actor=alice)
+    versions.version_restore(version=v3, actor=alice)
     v3.refresh_from_db()
     assert (v3.state, v3.reason) == ("READY", "")
-    with pytest.raises(services.RegistryError, match="only a retired version can be restored"):
-        services.version_restore(v3, alice)
+    with pytest.raises(errors.RegistryError, match="only a retired version can be restored"):
+        versions.version_restore(version=v3, actor=alice)
 
 
 def test_delete_removes_the_artifact_after_commit_and_records_labels(three_versions, alice):
     model = three_versions
     v1 = model.versions.get(number=1)
-    services.label_set(model, "old", 1, actor=alice)
+    routes.label_set(model=model, name="old", number=1, actor=alice)
     path = storage.artifact_path(v1.artifact)
     with transaction.atomic():
-        services.version_delete(v1, alice)
+        versions.version_delete(version=v1, actor=alice)
         assert path.exists()  # not before the commit
     assert not path.exists() and not path.parent.exists()
     event = AuditEvent.objects.get(action="version.delete")
@@ -338,13 +352,13 @@ def test_delete_removes_the_artifact_after_commit_and_records_labels(three_versi
 def test_every_write_bumps_the_stamp(three_versions, alice):
     model = three_versions
     for write in (
-        lambda: services.model_update(model, alice, description="iris"),
-        lambda: services.model_set_policy(model, "all", actor=alice),
-        lambda: services.label_set(model, "s", 1, actor=alice),
-        lambda: services.label_delete(model, "s", actor=alice),
-        lambda: services.version_retire(model.versions.get(number=3), alice),
-        lambda: services.version_restore(model.versions.get(number=3), alice),
-        lambda: services.version_delete(model.versions.get(number=2), alice),
+        lambda: model_services.model_update(model=model, actor=alice, description="iris"),
+        lambda: model_services.model_set_policy(model=model, policy="all", actor=alice),
+        lambda: routes.label_set(model=model, name="s", number=1, actor=alice),
+        lambda: routes.label_delete(model=model, name="s", actor=alice),
+        lambda: versions.version_retire(version=model.versions.get(number=3), actor=alice),
+        lambda: versions.version_restore(version=model.versions.get(number=3), actor=alice),
+        lambda: versions.version_delete(version=model.versions.get(number=2), actor=alice),
     ):
         before = _stamp()
         write()
@@ -355,7 +369,7 @@ def test_model_upsert_keeps_a_changed_policy_until_the_config_changes(repo):
     m.write_model(repo, "c", m.affine(1, 1), config="version_policy: { all: {} }")
     import_repository(repo)
     model = RegisteredModel.objects.get(name="c")
-    services.model_set_policy(model, "latest", latest=1)
+    model_services.model_set_policy(model=model, policy="latest", latest=1)
     import_repository(repo)  # e.g. `serve` restarting
     assert RegisteredModel.objects.get(name="c").version_policy == "latest"
     (repo / "c" / "config.pbtxt").write_text("version_policy: { all: {} }\nmax_batch_size: 4")
@@ -380,7 +394,7 @@ def test_imported_models_get_the_repository_team_or_none(repo, settings):
 
 def test_model_delete_removes_every_version_and_artifact(three_versions, alice):
     paths = [storage.artifact_path(v.artifact) for v in three_versions.versions.all()]
-    services.model_delete(three_versions, alice)
+    model_services.model_delete(model=three_versions, actor=alice)
     assert not RegisteredModel.objects.exists()
     assert not any(p.exists() for p in paths)
     assert AuditEvent.objects.filter(action="version.delete").count() == 3

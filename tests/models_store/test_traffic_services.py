@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from models_store import services
+from models_store import errors
+from models_store.accounts import selectors as account_selectors
+from models_store.accounts import services as accounts
+from models_store.intake import services as intake
 from models_store.models import AuditEvent, RegistryStamp
 from models_store.registry import selectors
+from models_store.registry.services import models as model_services
+from models_store.registry.services import routes, versions
 from tests.support import onnx_models as m
 from tests.support.store import person, stage
 
@@ -20,11 +25,11 @@ def model():
     alice = person("alice", "ml")
     team = alice.teams.get()
     for scale in (1.0, 2.0):
-        services.version_upload("m", stage(m.affine(scale, 0.0)), alice, team=team)
-    services.version_upload("m", stage(m.failing_model()), alice)
+        intake.version_upload(model_name="m", staged=stage(m.affine(scale, 0.0)), actor=alice, team=team)
+    intake.version_upload(model_name="m", staged=stage(m.failing_model()), actor=alice)
     found = selectors.model_get("m")
-    services.label_set(found, "stable", 1, alice)
-    services.label_set(found, "canary", 2, alice)
+    routes.label_set(model=found, name="stable", number=1, actor=alice)
+    routes.label_set(model=found, name="canary", number=2, actor=alice)
     return selectors.model_get("m"), alice
 
 
@@ -36,7 +41,7 @@ def test_a_split_is_set_audited_and_serves_both(model):
     found, alice = model
     assert list(selectors.serving(found).served) == [2]
     before = _stamp()
-    services.traffic_set(found, {"stable": 90, "canary": 10}, alice)
+    routes.traffic_set(model=found, weights={"stable": 90, "canary": 10}, actor=alice)
     found = selectors.model_detail("m")
     assert found.traffic == {"canary": 10, "stable": 90} and _stamp() > before
     assert list(selectors.serving(found).served) == [2, 1]
@@ -47,37 +52,37 @@ def test_a_split_is_set_audited_and_serves_both(model):
 @pytest.mark.parametrize(
     "weights, error, words",
     [
-        ({"stable": 50}, services.Conflict, "add up to 100, not 50"),
-        ({"stable": 50, "nope": 50}, services.Conflict, "no version label 'nope'"),
-        ({"stable": 101, "canary": -1}, services.RegistryError, "from 0 to 100"),
-        ({"stable": 100.0}, services.RegistryError, "integer"),
+        ({"stable": 50}, errors.Conflict, "add up to 100, not 50"),
+        ({"stable": 50, "nope": 50}, errors.Conflict, "no version label 'nope'"),
+        ({"stable": 101, "canary": -1}, errors.RegistryError, "from 0 to 100"),
+        ({"stable": 100.0}, errors.RegistryError, "integer"),
     ],
 )
 def test_bad_splits_change_nothing(model, weights, error, words):
     found, alice = model
     with pytest.raises(error, match=words):
-        services.traffic_set(found, weights, alice)
+        routes.traffic_set(model=found, weights=weights, actor=alice)
     assert selectors.model_get("m").traffic == {}
 
 
 def test_all_zero_weights_are_refused(model):
     found, alice = model
-    with pytest.raises(services.Conflict, match="add up to 100, not 0"):
-        services.traffic_set(found, {"stable": 0}, alice)
+    with pytest.raises(errors.Conflict, match="add up to 100, not 0"):
+        routes.traffic_set(model=found, weights={"stable": 0}, actor=alice)
 
 
 def test_promote_and_rollback(model):
     found, alice = model
-    services.traffic_set(found, {"stable": 80, "canary": 20}, alice)
-    with pytest.raises(services.Conflict, match="change the split first"):
-        services.label_delete(found, "canary", alice)
-    services.traffic_rollback(found, alice)
+    routes.traffic_set(model=found, weights={"stable": 80, "canary": 20}, actor=alice)
+    with pytest.raises(errors.Conflict, match="change the split first"):
+        routes.label_delete(model=found, name="canary", actor=alice)
+    routes.traffic_rollback(model=found, actor=alice)
     found = selectors.model_detail("m")
     assert found.traffic == {"canary": 0, "stable": 100} and selectors.label_numbers(found) == {
         "canary": 2,
         "stable": 1,
     }
-    services.traffic_promote(found, alice)
+    routes.traffic_promote(model=found, actor=alice)
     found = selectors.model_detail("m")
     assert found.traffic == {"canary": 0, "stable": 100} and selectors.label_numbers(found) == {
         "canary": 2,
@@ -87,9 +92,9 @@ def test_promote_and_rollback(model):
         AuditEvent.objects.filter(action__startswith="traffic.").order_by("id").values_list("action", "version_number")
     )
     assert actions == [("traffic.set", None), ("traffic.rollback", 1), ("traffic.promote", 2)]
-    assert services.label_delete(found, "canary", alice)  # weight 0: it may go now
-    with pytest.raises(services.Conflict, match="no version label 'canary' to promote"):
-        services.traffic_promote(found, alice)
+    assert routes.label_delete(model=found, name="canary", actor=alice)  # weight 0: it may go now
+    with pytest.raises(errors.Conflict, match="no version label 'canary' to promote"):
+        routes.traffic_promote(model=found, actor=alice)
 
 
 def test_a_version_the_split_sends_requests_to_cannot_be_deleted(model):
@@ -97,10 +102,10 @@ def test_a_version_the_split_sends_requests_to_cannot_be_deleted(model):
     left the label in the split, so a label re-created under that name took
     its share silently. Now: Conflict naming the split, nothing changes."""
     found, alice = model
-    services.traffic_set(found, {"stable": 70, "canary": 30}, alice)
+    routes.traffic_set(model=found, weights={"stable": 70, "canary": 30}, actor=alice)
     before = (_stamp(), AuditEvent.objects.count())
-    with pytest.raises(services.Conflict) as info:
-        services.version_delete(selectors.version_get(found, 2), alice)
+    with pytest.raises(errors.Conflict) as info:
+        versions.version_delete(version=selectors.version_get(found, 2), actor=alice)
     assert str(info.value) == (
         "the traffic split of 'm' sends 30% of its requests to label 'canary', which points at version 2; "
         "change the split first"
@@ -108,8 +113,8 @@ def test_a_version_the_split_sends_requests_to_cannot_be_deleted(model):
     found = selectors.model_detail("m")
     assert selectors.version_get(found, 2) is not None and selectors.label_numbers(found) == {"canary": 2, "stable": 1}
     assert found.traffic == {"canary": 30, "stable": 70} and (_stamp(), AuditEvent.objects.count()) == before
-    with pytest.raises(services.Conflict, match="sends 70% of its requests to label 'stable'"):
-        services.label_delete(found, "stable", alice)
+    with pytest.raises(errors.Conflict, match="sends 70% of its requests to label 'stable'"):
+        routes.label_delete(model=found, name="stable", actor=alice)
 
 
 def test_a_label_the_split_gives_no_weight_leaves_the_split_with_its_version(model):
@@ -117,9 +122,9 @@ def test_a_label_the_split_gives_no_weight_leaves_the_split_with_its_version(mod
     takes the label out of the split in the same transaction, audited as
     traffic.set; a label re-created under that name gets no request."""
     found, alice = model
-    services.traffic_set(found, {"stable": 70, "canary": 30}, alice)
-    services.traffic_rollback(found, alice)
-    services.version_delete(selectors.version_get(found, 2), alice)
+    routes.traffic_set(model=found, weights={"stable": 70, "canary": 30}, actor=alice)
+    routes.traffic_rollback(model=found, actor=alice)
+    versions.version_delete(version=selectors.version_get(found, 2), actor=alice)
     found = selectors.model_detail("m")
     assert found.traffic == {"stable": 100} and selectors.label_numbers(found) == {"stable": 1}
     events = list(AuditEvent.objects.order_by("-id").values_list("action", "actor_name", "detail")[:2])
@@ -127,8 +132,8 @@ def test_a_label_the_split_gives_no_weight_leaves_the_split_with_its_version(mod
     assert events[1][2] == {
         "traffic": {"stable": 100}, "before": {"canary": 0, "stable": 100}, "versions": {"stable": 1}, "dropped": ["canary"]
     }  # fmt: skip
-    services.version_upload("m", stage(m.affine(4.0, 0.0)), alice)
-    services.label_set(found, "canary", 4, alice)
+    intake.version_upload(model_name="m", staged=stage(m.affine(4.0, 0.0)), actor=alice)
+    routes.label_set(model=found, name="canary", number=4, actor=alice)
     assert selectors.model_detail("m").traffic == {"stable": 100}  # the new canary is not in the split
     served = list(selectors.serving(selectors.model_detail("m")).served)
     assert served == [4, 1]  # 4 by the latest policy, 1 by the split; the canary label routes nothing
@@ -136,8 +141,8 @@ def test_a_label_the_split_gives_no_weight_leaves_the_split_with_its_version(mod
 
 def test_deleting_a_model_takes_its_split_along(model):
     found, alice = model
-    services.traffic_set(found, {"stable": 70, "canary": 30}, alice)
-    services.model_delete(found, alice)
+    routes.traffic_set(model=found, weights={"stable": 70, "canary": 30}, actor=alice)
+    model_services.model_delete(model=found, actor=alice)
     assert selectors.model_get("m") is None
 
 
@@ -162,16 +167,16 @@ def test_the_migration_drops_labels_a_split_names_but_that_do_not_exist(model):
 
 def test_payload_logging_and_team_limits_are_audited(model):
     found, alice = model
-    services.model_set_payload_logging(found, 0.25, 1024, alice)
+    model_services.model_set_payload_logging(model=found, rate=0.25, max_bytes=1024, actor=alice)
     found = selectors.model_get("m")
     assert (found.payload_log_rate, found.payload_log_max_bytes) == (0.25, 1024)
-    with pytest.raises(services.RegistryError):
-        services.model_set_payload_logging(found, 1.5, 1024, alice)
+    with pytest.raises(errors.RegistryError):
+        model_services.model_set_payload_logging(model=found, rate=1.5, max_bytes=1024, actor=alice)
     team = alice.teams.get()
     before = _stamp()
-    services.team_set_limits(team, rate=10.0, burst=None, in_flight=2, actor=None)
+    accounts.team_set_limits(team=team, rate=10.0, burst=None, in_flight=2, actor=None)
     team.refresh_from_db()
     assert (team.rate_limit_rps, team.rate_limit_burst, team.max_in_flight) == (10.0, None, 2) and _stamp() > before
     event = AuditEvent.objects.filter(action="team.limits").latest("id")
     assert event.detail == {"team": "ml", "rate": 10.0, "burst": None, "in_flight": 2}
-    assert selectors.inference_access().team_limits == {team.pk: (10.0, None, 2)}
+    assert account_selectors.inference_access().team_limits == {team.pk: (10.0, None, 2)}

@@ -15,6 +15,7 @@ from django.http.multipartparser import MultiPartParser
 
 from models_store import storage
 from models_store.accounts import tokens
+from models_store.intake import services as intake
 from models_store.intake.uploads import StagingUploadHandler, UploadRefused
 from models_store.models import ApiToken, ModelVersion
 from tests.support import onnx_models as m
@@ -122,10 +123,9 @@ def test_other_file_fields_are_skipped():
 @pytest.mark.db
 @pytest.mark.django_db(transaction=True)
 def test_cleanup_store_removes_orphans_and_says_what(capsys):
-    from models_store import services
 
     alice = person("alice", "ml")
-    kept = services.version_upload("iris", stage(m.affine(1, 1)), alice, team=alice.teams.get())
+    kept = intake.version_upload(model_name="iris", staged=stage(m.affine(1, 1)), actor=alice, team=alice.teams.get())
     orphan_upload = stage(b"half an upload")  # a crashed upload's staging directory
     orphan_artifact = storage.commit_staged("iris", stage(m.affine(5, 5)).directory, "f" * 64, 10)  # no row
     storage.commit_staged("ghost", stage(m.affine(6, 6)).directory, "e" * 64, 10)

@@ -250,7 +250,7 @@ def test_tokens_may_expire_and_the_page_shows_when(alice):
     listing = _text(alice.get("/tokens/"))
     row = re.search(r'<tr data-token="quarterly">(.*?)</tr>', listing, re.S).group(1)
     assert f'<td class="expires">{token.expires_at:%Y-%m-%d %H:%M}</td>' in row and "Revoke" in row
-    plain = accounts.token_create(token.user, "stale")[1]
+    plain = accounts.token_create(user=token.user, name="stale")[1]
     ApiToken.objects.filter(name="stale").update(expires_at=timezone.now() - timedelta(seconds=1))
     row = re.search(r'<tr data-token="stale">(.*?)</tr>', _text(alice.get("/tokens/")), re.S).group(1)
     assert "expired" in row and "Revoke" not in row

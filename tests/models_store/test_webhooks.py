@@ -17,9 +17,12 @@ import pytest
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from models_store import services
+from models_store.intake import services as intake
 from models_store.models import AuditEvent, ModelVersion, WebhookDelivery
 from models_store.registry import selectors
+from models_store.registry.services import models as model_services
+from models_store.registry.services import routes
+from models_store.webhooks import delivery as webhook_delivery
 from models_store.webhooks import services as webhooks
 from tests.support import onnx_models as m
 from tests.support.store import person, stage
@@ -43,7 +46,7 @@ def alice():
 
 
 def _subscribe(user, url: str, events=ALL):
-    return webhooks.subscription_create(user.teams.get(name="ml"), url, events, user)
+    return webhooks.subscription_create(team=user.teams.get(name="ml"), url=url, events=events, actor=user)
 
 
 def _verified(subscription, received) -> dict:
@@ -55,8 +58,8 @@ def test_version_ready_and_failed_are_signed_with_their_payloads(alice):
     with Receiver() as hooks:
         subscription = _subscribe(alice, hooks.url, ["version.ready", "version.failed"])
         assert subscription.secret.startswith("whsec_")
-        services.version_upload("m", stage(m.affine(2.0, 0.0)), alice, team=alice.teams.get())
-        services.version_upload("m", stage(m.failing_model()), alice)
+        intake.version_upload(model_name="m", staged=stage(m.affine(2.0, 0.0)), actor=alice, team=alice.teams.get())
+        intake.version_upload(model_name="m", staged=stage(m.failing_model()), actor=alice)
         received = hooks.wait_for(2)
     ready, failed = (ModelVersion.objects.get(model__name="m", number=n) for n in (1, 2))
     assert (ready.state, failed.state) == ("READY", "FAILED")
@@ -80,7 +83,7 @@ def test_version_ready_and_failed_are_signed_with_their_payloads(alice):
 def two_versions(alice):
     team = alice.teams.get()
     for scale in (1.0, 2.0):
-        services.version_upload("m", stage(m.affine(scale, 0.0)), alice, team=team)
+        intake.version_upload(model_name="m", staged=stage(m.affine(scale, 0.0)), actor=alice, team=team)
     return selectors.model_get("m")
 
 
@@ -92,14 +95,14 @@ def test_label_moves_and_traffic_changes(alice, two_versions):
     with Receiver() as hooks:
         subscription = _subscribe(alice, hooks.url, ["label.moved", "traffic.changed"])
         model = two_versions
-        services.label_set(model, "stable", 1, alice)
-        services.label_set(model, "canary", 2, alice)
-        services.label_set(model, "canary", 2, alice)  # no move: no event
-        services.traffic_set(model, {"stable": 90, "canary": 10}, alice)
-        services.traffic_promote(model, alice)
-        services.traffic_rollback(model, alice)  # the split is already stable 100: no change, no event
-        services.traffic_set(model, {}, alice)
-        services.label_delete(model, "canary", alice)
+        routes.label_set(model=model, name="stable", number=1, actor=alice)
+        routes.label_set(model=model, name="canary", number=2, actor=alice)
+        routes.label_set(model=model, name="canary", number=2, actor=alice)  # no move: no event
+        routes.traffic_set(model=model, weights={"stable": 90, "canary": 10}, actor=alice)
+        routes.traffic_promote(model=model, actor=alice)
+        routes.traffic_rollback(model=model, actor=alice)  # the split is already stable 100: no change, no event
+        routes.traffic_set(model=model, weights={}, actor=alice)
+        routes.label_delete(model=model, name="canary", actor=alice)
         events = _events(hooks, subscription, 7)
         time.sleep(0.2)
         assert len(hooks.received) == 7
@@ -119,8 +122,8 @@ def test_label_moves_and_traffic_changes(alice, two_versions):
 def test_model_deleted_and_only_the_events_asked_for(alice, two_versions):
     with Receiver() as hooks:
         subscription = _subscribe(alice, hooks.url, ["model.deleted"])
-        services.label_set(two_versions, "stable", 1, alice)  # not asked for
-        services.model_delete(two_versions, alice)
+        routes.label_set(model=two_versions, name="stable", number=1, actor=alice)  # not asked for
+        model_services.model_delete(model=two_versions, actor=alice)
         (event,) = _events(hooks, subscription, 1)
         time.sleep(0.2)
         assert len(hooks.received) == 1
@@ -131,8 +134,8 @@ def test_model_deleted_and_only_the_events_asked_for(alice, two_versions):
 def test_other_teams_events_are_not_sent(alice, two_versions):
     bob = person("bob", "ops")
     with Receiver() as hooks:
-        webhooks.subscription_create(bob.teams.get(), hooks.url, ALL, bob)
-        services.label_set(two_versions, "stable", 1, alice)
+        webhooks.subscription_create(team=bob.teams.get(), url=hooks.url, events=ALL, actor=bob)
+        routes.label_set(model=two_versions, name="stable", number=1, actor=alice)
         time.sleep(0.3)
         assert hooks.received == []
     assert not WebhookDelivery.objects.exists()
@@ -141,7 +144,7 @@ def test_other_teams_events_are_not_sent(alice, two_versions):
 def test_500_three_times_then_200_is_delivered_once_more_with_the_same_id(alice, two_versions, settings):
     with Receiver([500, 500, 500]) as hooks:
         subscription = _subscribe(alice, hooks.url, ["label.moved"])
-        services.label_set(two_versions, "stable", 1, alice)
+        routes.label_set(model=two_versions, name="stable", number=1, actor=alice)
         received = hooks.wait_for(4)
         time.sleep(0.5)
         assert len(hooks.received) == 4  # exactly once more after the failures
@@ -149,7 +152,7 @@ def test_500_three_times_then_200_is_delivered_once_more_with_the_same_id(alice,
     payloads = [_verified(subscription, r) for r in received]  # each attempt signed anew, all verify
     assert all(p == payloads[0] for p in payloads)
     gaps = [b.at - a.at for a, b in itertools.pairwise(received)]
-    expected = [webhooks.retry_delay(n) for n in (1, 2, 3)]
+    expected = [webhook_delivery.retry_delay(n) for n in (1, 2, 3)]
     assert expected == [0.05, 0.1, 0.2] and all(gap >= want * 0.9 for gap, want in zip(gaps, expected, strict=True))
     delivery = WebhookDelivery.objects.get()
     assert delivery.message_id == received[0].headers["webhook-id"] and delivery.state == "SUCCEEDED"
@@ -164,13 +167,13 @@ def test_retries_end_after_the_window_and_a_redeliver_sends_it_again(alice, two_
     settings.WEBHOOK_RETRY_WINDOW_SECONDS = 0.3
     with Receiver([503] * 50) as hooks:
         subscription = _subscribe(alice, hooks.url, ["label.moved"])
-        services.label_set(two_versions, "stable", 1, alice)
+        routes.label_set(model=two_versions, name="stable", number=1, actor=alice)
         delivery = WebhookDelivery.objects.get()
         assert delivery.state == "FAILED" and delivery.next_attempt_at is None
         failed = len(hooks.received)
         assert 2 <= failed == delivery.attempt_count <= 5
         hooks.statuses = []
-        webhooks.redeliver(delivery, alice)
+        webhooks.redeliver(delivery=delivery, actor=alice)
         received = hooks.wait_for(failed + 1)
     delivery.refresh_from_db()
     assert delivery.state == "SUCCEEDED" and len({r.headers["webhook-id"] for r in received}) == 1
@@ -187,10 +190,10 @@ def test_a_private_address_is_refused_without_the_allow_list(alice, settings):
     for url in ("http://127.0.0.1:9/x", "http://localhost/", "http://10.0.0.8/", "http://169.254.169.254/latest",
                 "http://[::1]:8080/", "http://192.168.1.1/", "ftp://example.com/"):  # fmt: skip
         with pytest.raises(webhooks.SubscriptionRefused):
-            webhooks.subscription_create(team, url, ALL, alice)
+            webhooks.subscription_create(team=team, url=url, events=ALL, actor=alice)
     assert not team.webhooks.exists() and not AuditEvent.objects.filter(action="webhook.create").exists()
     with pytest.raises(webhooks.SubscriptionRefused, match="events are one or more of"):
-        webhooks.subscription_create(team, "http://127.0.0.1/", ["version.deleted"], alice)
+        webhooks.subscription_create(team=team, url="http://127.0.0.1/", events=["version.deleted"], actor=alice)
 
 
 def test_the_address_is_checked_again_at_delivery_time(alice, two_versions, settings):
@@ -198,7 +201,7 @@ def test_the_address_is_checked_again_at_delivery_time(alice, two_versions, sett
         subscription = _subscribe(alice, hooks.url, ["label.moved"])  # allowed now ...
         settings.WEBHOOK_ALLOWED_HOSTS = []  # ... not any more (as when a name resolves elsewhere later)
         settings.WEBHOOK_RETRY_WINDOW_SECONDS = 0.1
-        services.label_set(two_versions, "stable", 1, alice)
+        routes.label_set(model=two_versions, name="stable", number=1, actor=alice)
         time.sleep(0.2)
         assert hooks.received == []
     attempt = WebhookDelivery.objects.get(subscription=subscription).attempts.first()
@@ -210,7 +213,7 @@ def test_subscriptions_are_audited_with_their_actor(alice):
     created = AuditEvent.objects.get(action="webhook.create")
     assert created.actor_name == "alice" and created.detail["team"] == "ml" and created.detail["events"] == ALL
     assert subscription.secret not in json.dumps(created.detail)
-    webhooks.subscription_delete(subscription, alice)
+    webhooks.subscription_delete(subscription=subscription, actor=alice)
     assert AuditEvent.objects.get(action="webhook.delete").actor_name == "alice"
 
 
@@ -218,11 +221,11 @@ def test_a_celery_worker_delivers_in_worker_mode(alice, two_versions, monkeypatc
     """Where no thread delivers, the Celery task does (eager here: no broker in
     this test, and an eager task does not wait for its countdown: no back-off)."""
     settings.WEBHOOK_RETRY_SECONDS = 0
-    monkeypatch.setattr(webhooks, "_delivers_here", lambda: False)
-    monkeypatch.setattr(webhooks, "_start_timer", lambda *a: pytest.fail("a thread was started"))
+    monkeypatch.setattr(webhook_delivery, "_delivers_here", lambda: False)
+    monkeypatch.setattr(webhook_delivery, "_start_timer", lambda *a: pytest.fail("a thread was started"))
     with Receiver([500]) as hooks:
         subscription = _subscribe(alice, hooks.url, ["label.moved"])
-        services.label_set(two_versions, "stable", 1, alice)
+        routes.label_set(model=two_versions, name="stable", number=1, actor=alice)
         received = hooks.wait_for(2)
     assert received[0].headers["webhook-id"] == received[1].headers["webhook-id"]
     _verified(subscription, received[1])
@@ -232,12 +235,12 @@ def test_a_celery_worker_delivers_in_worker_mode(alice, two_versions, monkeypatc
 def test_a_paused_subscription_gets_no_new_deliveries(alice, two_versions):
     with Receiver() as hooks:
         subscription = _subscribe(alice, hooks.url, ["label.moved"])
-        webhooks.subscription_update(subscription, alice, active=False)
-        services.label_set(two_versions, "stable", 1, alice)
+        webhooks.subscription_update(subscription=subscription, actor=alice, active=False)
+        routes.label_set(model=two_versions, name="stable", number=1, actor=alice)
         time.sleep(0.2)
         assert hooks.received == [] and not WebhookDelivery.objects.exists()
-        webhooks.subscription_update(subscription, alice, active=True)
-        services.label_set(two_versions, "stable", 2, alice)
+        webhooks.subscription_update(subscription=subscription, actor=alice, active=True)
+        routes.label_set(model=two_versions, name="stable", number=2, actor=alice)
         (event,) = _events(hooks, subscription, 1)
     assert event["data"]["previous_version"] == 1 and event["data"]["version"] == 2
     updates = AuditEvent.objects.filter(action="webhook.update").order_by("id")
@@ -246,10 +249,9 @@ def test_a_paused_subscription_gets_no_new_deliveries(alice, two_versions):
 
 def test_an_ensemble_upload_is_announced_ready(alice):
     """An ensemble's version is READY at once (its checks run in the upload): version.ready, its signature."""
-    from models_store.registry import actions
     from tests.support.repository import _ensemble
 
-    services.version_upload("pre", stage(m.standardize()), alice, team=alice.teams.get())
+    intake.version_upload(model_name="pre", staged=stage(m.standardize()), actor=alice, team=alice.teams.get())
     config = _ensemble(
         "pipe",
         '{ name: "RAW" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
@@ -258,7 +260,9 @@ def test_an_ensemble_upload_is_announced_ready(alice):
     )
     with Receiver() as hooks:
         subscription = _subscribe(alice, hooks.url, ["version.ready"])
-        version = actions.upload(alice, None, "pipe", None, "ml", "", config)
+        version = intake.upload(
+            user=alice, token=None, model_name="pipe", staged=None, team_name="ml", description="", config=config
+        )
         (event,) = _events(hooks, subscription, 1)
     assert event["type"] == "version.ready"
     assert event["data"] == {

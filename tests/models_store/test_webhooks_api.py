@@ -8,10 +8,12 @@ from __future__ import annotations
 import pytest
 from standardwebhooks import Webhook
 
-from models_store import services
 from models_store.accounts import services as accounts
+from models_store.intake import services as intake
 from models_store.models import AuditEvent
-from models_store.webhooks import services as webhooks
+from models_store.registry import models as registry_models
+from models_store.registry.services import models as model_services
+from models_store.webhooks import models as webhook_models
 from tests.models_store.test_api import Api
 from tests.support import onnx_models as m
 from tests.support.store import person, stage
@@ -30,12 +32,12 @@ def _inline(settings, monkeypatch):
 @pytest.fixture
 def alice():
     user = person("alice", "ml")
-    return user, Api(accounts.token_create(user, "script")[1])
+    return user, Api(accounts.token_create(user=user, name="script")[1])
 
 
 @pytest.fixture
 def bob_api():
-    return Api(accounts.token_create(person("bob", "vision"), "script")[1])
+    return Api(accounts.token_create(user=person("bob", "vision"), name="script")[1])
 
 
 def test_create_list_get_delete(alice):
@@ -107,9 +109,9 @@ def test_another_team_cannot_see_or_change_them(alice, bob_api, settings):
     settings.WEBHOOK_RETRY_WINDOW_SECONDS = 0.2  # nothing listens on port 9
     user, api = alice
     created = api.json("post", HOOKS, {"url": "http://127.0.0.1:9/", "events": ["model.deleted"]}).json()
-    services.version_upload("m", stage(m.affine(1.0, 0.0)), user, team=user.teams.get())
-    services.model_delete(services.RegisteredModel.objects.get(name="m"), user)
-    delivery = webhooks.WebhookDelivery.objects.get()
+    intake.version_upload(model_name="m", staged=stage(m.affine(1.0, 0.0)), actor=user, team=user.teams.get())
+    model_services.model_delete(model=registry_models.RegisteredModel.objects.get(name="m"), actor=user)
+    delivery = webhook_models.WebhookDelivery.objects.get()
     for method, path in (
         ("get", HOOKS), ("post", HOOKS), ("get", f"{HOOKS}{created['id']}/"), ("delete", f"{HOOKS}{created['id']}/"),
         ("patch", f"{HOOKS}{created['id']}/"),
@@ -125,7 +127,7 @@ def test_another_team_cannot_see_or_change_them(alice, bob_api, settings):
     assert bob_api.get("/api/teams/nope/webhooks/").status_code == 404
     # A token limited to another team of alice's is refused too; without a credential, 401.
     both = person("carol", "ml", "vision")
-    team_token = accounts.token_create(both, "vision only", team=both.teams.get(name="vision"))[1]
+    team_token = accounts.token_create(user=both, name="vision only", team=both.teams.get(name="vision"))[1]
     assert Api(team_token).get(HOOKS).status_code == 403
     assert Api("nope").get(HOOKS).status_code == 401
     assert api.get(f"{HOOKS}{created['id']}/").status_code == 200

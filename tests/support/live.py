@@ -122,8 +122,10 @@ from models_store.accounts import services as accounts
 tokens = {}
 for name, teams in json.loads(os.environ["MODELHOST_TEST_PEOPLE"]).items():
     superuser = teams == "superuser"
-    user = accounts.user_create(name, secrets.token_urlsafe(12), teams=[] if superuser else teams, superuser=superuser)
-    tokens[name] = accounts.token_create(user, "script")[1]
+    user = accounts.user_create(
+        username=name, password=secrets.token_urlsafe(12), teams=[] if superuser else teams, superuser=superuser
+    )
+    tokens[name] = accounts.token_create(user=user, name="script")[1]
 print(json.dumps(tokens))
 """
 

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import hashlib
 
+from django.db import transaction
+from django.utils import timezone
+
 from models_store import storage
 from models_store.accounts import services as accounts
 from models_store.intake.uploads import StagedFile
+from models_store.registry.models import ModelVersion
+from models_store.stamp import bump_stamp
 
 PASSWORD = "Correct-horse-battery-9"  # test accounts only
 
@@ -21,4 +26,13 @@ def stage(payload: bytes, filename: str = "model.onnx") -> StagedFile:
 
 def person(username: str, *teams: str, superuser: bool = False):
     """A user with PASSWORD in ``teams`` (created when missing)."""
-    return accounts.user_create(username, PASSWORD, teams=list(teams), superuser=superuser)
+    return accounts.user_create(username=username, password=PASSWORD, teams=list(teams), superuser=superuser)
+
+
+def force_state(version, state: str, reason: str = "") -> None:
+    """Set ``version``'s state behind the state machine's back (a test's stand-in
+    for a version whose file broke, or came back), bumping the change stamp as
+    every registry write does."""
+    with transaction.atomic():
+        ModelVersion.objects.filter(pk=version.pk).update(state=state, reason=reason, updated_at=timezone.now())
+        bump_stamp()

@@ -73,7 +73,7 @@ def deliver_inline(settings, monkeypatch, retry_max_seconds: float) -> None:
     """For a test: 127.0.0.1 allowed, a small back-off (0.05 s doubling up to
     ``retry_max_seconds``), and each attempt run in the caller's thread after
     its delay (no timer thread, no Celery)."""
-    from models_store.webhooks import services as webhooks
+    from models_store.webhooks import delivery
 
     settings.WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
     settings.WEBHOOK_RETRY_SECONDS = 0.05
@@ -81,7 +81,7 @@ def deliver_inline(settings, monkeypatch, retry_max_seconds: float) -> None:
 
     def inline(delay: float, delivery_id: int) -> None:
         time.sleep(delay)
-        webhooks.run(delivery_id)
+        delivery.run(delivery_id)
 
-    monkeypatch.setattr(webhooks, "_start_timer", inline)
-    monkeypatch.setattr(webhooks, "_delivers_here", lambda: True)
+    monkeypatch.setattr(delivery, "_start_timer", inline)
+    monkeypatch.setattr(delivery, "_delivers_here", lambda: True)

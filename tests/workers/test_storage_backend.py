@@ -14,6 +14,8 @@ import tritonclient.http as httpclient
 from django.core.files.storage import storages
 
 from models_store import storage
+from models_store.intake import services as intake
+from models_store.registry.services import states
 from tests.support import onnx_models as m
 from tests.support import redis_db
 from tests.support.s3 import BUCKET, keys, s3_env
@@ -102,12 +104,11 @@ def test_cleanup_store_on_a_machine_without_the_artifacts(s3_settings, settings,
     versions whose artifact S3 lacks, whatever this machine's disk holds."""
     from django.core.management import call_command
 
-    from models_store import services
     from tests.support.store import person, stage
 
     client = s3_settings
     alice = person("alice", "ml")
-    kept = services.version_upload("kept", stage(m.affine(1, 1)), alice, team=alice.teams.get())
+    kept = intake.version_upload(model_name="kept", staged=stage(m.affine(1, 1)), actor=alice, team=alice.teams.get())
     storage.commit_staged("ghost", stage(m.affine(6, 6)).directory, "e" * 64, 10)  # a row never committed
     assert f"ghost/{'e' * 64}/model.onnx" in keys(client)
     settings.MODEL_STORE_DIR = tmp_path / "another-machine"  # nothing of it on this disk
@@ -136,7 +137,6 @@ def test_a_validation_the_storage_backend_interrupts_is_retried_in_process(setti
     S3 gone while it fetches the artifact -> the version is UPLOADED again
     with the reason in its log, never FAILED, and a retry in the process
     after VALIDATION_RETRY_SECONDS makes it READY once S3 is back."""
-    from models_store import services
     from models_store.intake import validating
     from models_store.models import ModelVersion, RegisteredModel
     from tests.support.live import wait_for
@@ -163,8 +163,13 @@ def test_a_validation_the_storage_backend_interrupts_is_retried_in_process(setti
         stored = storage.store_files("retried", source)
         settings.MODEL_STORE_DIR = tmp_path / "a-machine-without-the-file"
         model = RegisteredModel.objects.create(name="retried", team=person("alice", "ml").teams.first())
-        version = services.version_create(
-            model, artifact=stored.relpath, sha256=stored.sha256, size=stored.size, state="UPLOADED", action="test"
+        version = states.version_create(
+            model=model,
+            artifact=stored.relpath,
+            sha256=stored.sha256,
+            size=stored.size,
+            state="UPLOADED",
+            action="test",
         )
         switch.off()
         assert validating.validate_here(version.pk) is None  # interrupted: a retry is scheduled

@@ -6,7 +6,7 @@ Trains scikit-learn classifiers on the datasets bundled with scikit-learn
 (``zipmap=False``: outputs ``label`` INT64 [N] and ``probabilities`` FP32
 [N, classes]). Adds ``sentence_embedding``: text in (BYTES [1]), a unit
 embedding out (FP32 [1, 32]), with ONNX Runtime Extensions' tokenizer inside
-the model (:mod:`models_store.demo_text`). Writes Triton-style
+the model (:mod:`models_store.management.demo_text`). Writes Triton-style
 ``DIR/<model>/1/model.onnx`` plus a ``config.pbtxt``. Existing models are
 left as they are unless --force.
 """

@@ -21,7 +21,7 @@ from django.core.management.base import BaseCommand
 
 from models_store import storage
 from models_store.maintenance import sweep
-from models_store.models import ModelVersion
+from models_store.registry import selectors
 
 
 class Command(BaseCommand):
@@ -39,7 +39,7 @@ class Command(BaseCommand):
         for line in sweep(min_age, settings.WORKER_CACHE_DIR, dry_run):
             self.stdout.write(f"{verb} {line}")
             removed += 1
-        referenced = set(ModelVersion.objects.exclude(artifact="").values_list("artifact", flat=True))  # not ensembles
+        referenced = {artifact for artifact, _sha256 in selectors.artifacts_in_use()}  # not ensembles (no file)
         missing = storage.missing_artifacts(referenced)
         for relpath in missing:
             self.stdout.write(self.style.WARNING(f"missing artifact of a version: {relpath}"))

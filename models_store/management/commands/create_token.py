@@ -9,9 +9,9 @@ the expiry is printed on stderr.
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from models_store.accounts import services as accounts
-from models_store.registry import selectors
-from models_store.services import RegistryError
+from models_store.accounts import selectors, services
+from models_store.accounts.tokens import parse_lifetime
+from models_store.errors import RegistryError
 
 
 class Command(BaseCommand):
@@ -33,8 +33,8 @@ class Command(BaseCommand):
             if scope is None:
                 raise CommandError(f"unknown team '{team}'")
         try:
-            lifetime = accounts.parse_lifetime(expires_in) if expires_in else None
-            token, plain = accounts.token_create(user, name, scope, lifetime)
+            lifetime = parse_lifetime(expires_in) if expires_in else None
+            token, plain = services.token_create(user=user, name=name, team=scope, expires_in=lifetime)
         except (RegistryError, ValueError) as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(plain)

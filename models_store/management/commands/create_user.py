@@ -17,7 +17,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from models_store.accounts import services as accounts
-from models_store.services import RegistryError
+from models_store.errors import RegistryError
 
 DEFAULT_ENV = "MODELHOST_PASSWORD"
 
@@ -52,7 +52,7 @@ class Command(BaseCommand):
             except ValidationError as exc:
                 raise CommandError("password refused: " + " ".join(exc.messages)) from None
         try:
-            accounts.user_create(username, password, teams=team, email=email, superuser=superuser)
+            accounts.user_create(username=username, password=password, teams=team, email=email, superuser=superuser)
         except RegistryError as exc:
             raise CommandError(str(exc)) from None
         kind = "superuser" if superuser else "user"

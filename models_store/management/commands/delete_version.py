@@ -2,8 +2,9 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from models_store import services
+from models_store.errors import RegistryError
 from models_store.registry import selectors
+from models_store.registry.services import versions
 
 
 class Command(BaseCommand):
@@ -19,7 +20,7 @@ class Command(BaseCommand):
         if row is None:
             raise CommandError(f"no version {version} of model '{model}'")
         try:
-            services.version_delete(row)
-        except services.RegistryError as exc:
+            versions.version_delete(version=row)
+        except RegistryError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"deleted {model} version {version}")

@@ -4,8 +4,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from models_store.errors import RegistryError
 from models_store.intake.repository import import_repository
-from models_store.services import RegistryError
 
 
 class Command(BaseCommand):

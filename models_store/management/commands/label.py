@@ -2,8 +2,9 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from models_store import services
+from models_store.errors import RegistryError
 from models_store.registry import selectors
+from models_store.registry.services import routes
 
 
 class Command(BaseCommand):
@@ -24,8 +25,8 @@ class Command(BaseCommand):
             raise CommandError(f"unknown model '{model}'")
         if delete:
             try:
-                deleted = services.label_delete(registered, label)
-            except services.RegistryError as exc:
+                deleted = routes.label_delete(model=registered, name=label)
+            except RegistryError as exc:
                 raise CommandError(str(exc)) from None
             if not deleted:
                 raise CommandError(f"model '{model}' has no label '{label}'")
@@ -34,7 +35,7 @@ class Command(BaseCommand):
         if version is None:
             raise CommandError("give the VERSION the label points at, or --delete")
         try:
-            services.label_set(registered, label, version, force=force)
-        except services.RegistryError as exc:
+            routes.label_set(model=registered, name=label, number=version, force=force)
+        except RegistryError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"{model}@{label} -> version {version}")

@@ -3,8 +3,9 @@ in worker mode (Triton's instance group)."""
 
 from django.core.management.base import BaseCommand, CommandError
 
-from models_store import services
+from models_store.errors import RegistryError
 from models_store.registry import selectors
+from models_store.registry.services import models as model_services
 
 
 class Command(BaseCommand):
@@ -22,7 +23,8 @@ class Command(BaseCommand):
             raise CommandError(f"unknown model '{model}'")
         try:
             numbers = [int(g) for g in gpus.split(",") if g.strip()]
-            services.model_set_instance_group(registered, [{"kind": f"KIND_{kind}", "count": count, "gpus": numbers}])
-        except (ValueError, services.RegistryError) as exc:
+            groups = [{"kind": f"KIND_{kind}", "count": count, "gpus": numbers}]
+            model_services.model_set_instance_group(model=registered, groups=groups)
+        except (ValueError, RegistryError) as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"{model}: instance group KIND_{kind} gpus={numbers} count={count}")

@@ -4,8 +4,8 @@ as ``default``, follows RATE_LIMIT_TEAM_*; 0 means unlimited."""
 
 from django.core.management.base import BaseCommand, CommandError
 
-from models_store import services
-from models_store.registry import selectors
+from models_store.accounts import selectors, services
+from models_store.errors import RegistryError
 
 
 def _value(text: str | None, kind):
@@ -32,9 +32,9 @@ class Command(BaseCommand):
             raise CommandError(f"unknown team '{team}'")
         try:
             found = services.team_set_limits(
-                found, rate=_value(rate, float), burst=_value(burst, int), in_flight=_value(in_flight, int)
+                team=found, rate=_value(rate, float), burst=_value(burst, int), in_flight=_value(in_flight, int)
             )
-        except services.RegistryError as exc:
+        except RegistryError as exc:
             raise CommandError(str(exc)) from None
 
         def shown(value):

@@ -5,9 +5,7 @@ from __future__ import annotations
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
-from models_store.accounts import services as accounts
-from models_store.accounts import tokens
-from models_store.registry import selectors
+from models_store.accounts import selectors, services
 
 
 class BearerTokenAuthentication(BaseAuthentication):
@@ -25,12 +23,12 @@ class BearerTokenAuthentication(BaseAuthentication):
         value = value.strip()
         if not value or " " in value:
             raise AuthenticationFailed("malformed Authorization header: use 'Bearer <token>'")
-        token = selectors.token_by_hash(tokens.hash_token(value))
+        token = selectors.token_by_secret(value)
         if token is None:
             raise AuthenticationFailed("invalid or revoked API token")
         if token.expired:
             raise AuthenticationFailed(f"API token '{token.name}' expired at {token.expires_at:%Y-%m-%d %H:%M:%S} UTC")
-        accounts.token_touch(token)
+        services.token_touch(token=token)
         return token.user, token
 
     def authenticate_header(self, request) -> str:

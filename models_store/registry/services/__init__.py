@@ -1,0 +1,9 @@
+"""Writes of the model registry, one module per resource; each takes keyword arguments only.
+
+- :mod:`.models`: registered models (create, configuration, version policy,
+  instance groups, payload logging, load and unload, delete);
+- :mod:`.versions`: retire, restore and delete a version, and the ensembles that forbid it;
+- :mod:`.routes`: version labels and the traffic split (promote, rollback);
+- :mod:`.states`: the version state machine, the one writer of a version's
+  ``state`` (creation, validation's changes, retire, restore, delete, the reaper).
+"""
