@@ -18,7 +18,7 @@ SERVICES = COMPOSE["services"]
 APP_SERVICES = {
     name: s for name, s in SERVICES.items() if s.get("image", "").startswith("modelhost") and name != "worker-certs"
 }
-SETTINGS_TEXT = (ROOT / "hosting" / "settings.py").read_text()
+SETTINGS_TEXT = "".join(p.read_text() for p in sorted((ROOT / "hosting" / "settings").glob("*.py")))
 COMMAND_APPS = {"serve": "hosting", "rungrpc": "hosting", "runworker": "hosting",
                 "grpc_health": "hosting", "worker_health": "hosting", "make_worker_certs": "hosting"}  # fmt: skip
 
@@ -56,7 +56,7 @@ def test_commands_are_real_and_parse(name):
 def test_environment_names_are_settings(name):
     environment = APP_SERVICES[name]["environment"]
     for key in environment:
-        assert re.search(rf'"{key}"', SETTINGS_TEXT), f"{name}: {key} is not read by hosting/settings.py"
+        assert re.search(rf'"{key}"', SETTINGS_TEXT), f"{name}: {key} is not read by hosting/settings/"
     assert environment["INFERENCE_EXECUTOR"] == "workers"
     assert environment["REDIS_URL"] == "redis://:${REDIS_PASSWORD:?set REDIS_PASSWORD}@redis:6379/0"  # a password
     assert environment["MODEL_STORAGE"] == "s3" and environment["MODEL_STORAGE_ENDPOINT"] == "http://minio:9000"

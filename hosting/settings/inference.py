@@ -1,0 +1,74 @@
+"""Inference: ONNX Runtime's sessions, the serving registry's polling and
+draining, the response cache, shared weights and memory budgets, deadlines,
+API tokens on the data plane and rate limits."""
+
+from __future__ import annotations
+
+from hosting.settings.base import env
+from hosting.settings.broker import REDIS_URL
+
+#: ONNX Runtime: execution providers in order of preference, thread counts.
+ORT_EXECUTION_PROVIDERS = env.list("ORT_EXECUTION_PROVIDERS", default=["CPUExecutionProvider"])
+ORT_DEVICE_ID = env.int("ORT_DEVICE_ID", default=0)
+ORT_INTRA_OP_THREADS = env.int("ORT_INTRA_OP_THREADS", default=1)
+ORT_INTER_OP_THREADS = env.int("ORT_INTER_OP_THREADS", default=1)
+ORT_GRAPH_OPTIMIZATION = env.str("ORT_GRAPH_OPTIMIZATION", default="all")
+#: How often each server process checks the registry's change stamp, in seconds.
+REGISTRY_POLL_SECONDS = env.float("REGISTRY_POLL_SECONDS", default=1.0)
+#: A version that stops serving (a new default, a label moved, a split changed,
+#: deleted, unloaded) keeps running this long for requests routed to it before
+#: every process saw the change (s; at least a few REGISTRY_POLL_SECONDS).
+VERSION_DRAIN_SECONDS = env.float("VERSION_DRAIN_SECONDS", default=5.0)
+#: Server-side bound on an inference in seconds (0: none); a request's own
+#: ``timeout`` parameter (microseconds, as Triton) can only shorten it.
+INFERENCE_TIMEOUT_SECONDS = env.float("INFERENCE_TIMEOUT_SECONDS", default=0.0)
+
+#: Bytes of answers each server process keeps for models whose config enables the response cache
+#: (``response_cache { enable: true }``; least recently used out first). 0: no cache.
+RESPONSE_CACHE_BYTES = env.int("RESPONSE_CACHE_BYTES", default=128 * 1024 * 1024)
+#: A Redis every front end shares the response cache through (worker mode: the answer one process
+#: computed serves all); empty: each process keeps its own only. Bound its memory with Redis's
+#: maxmemory + allkeys-lru. Entries expire after RESPONSE_CACHE_REDIS_TTL_SECONDS; a Redis slower
+#: than RESPONSE_CACHE_REDIS_TIMEOUT_SECONDS counts as a miss.
+RESPONSE_CACHE_REDIS_URL = env.str("RESPONSE_CACHE_REDIS_URL", default="")
+RESPONSE_CACHE_REDIS_TTL_SECONDS = env.int("RESPONSE_CACHE_REDIS_TTL_SECONDS", default=3600)
+RESPONSE_CACHE_REDIS_TIMEOUT_SECONDS = env.float("RESPONSE_CACHE_REDIS_TIMEOUT_SECONDS", default=0.25)
+#: Models at least this large (MiB, with their external data) load their weights memory-mapped from one
+#: per-machine copy ($VAR_DIR/run/weights), shared by every server process and CPU worker of the machine
+#: (inference/runtime/shared_weights.py); 0: each session keeps its own copy. CPU execution only.
+SHARED_WEIGHTS_MIN_MB = env.int("SHARED_WEIGHTS_MIN_MB", default=256)
+#: Whether those sessions still pre-pack weights for ONNX Runtime's matrix kernels: faster on some models
+#: (MiniLM: about 10%), but each session then keeps its own packed copy of those weights.
+SHARED_WEIGHTS_PREPACK = env.bool("SHARED_WEIGHTS_PREPACK", default=False)
+#: The memory budget (as WORKER_MEMORY_BUDGET_MB is a worker's) of the sessions of the machine's server
+#: processes in process mode (0: none), MiB: each of the SERVING_PROCESSES gets an equal share.
+SESSION_MEMORY_BUDGET_MB = env.int("SESSION_MEMORY_BUDGET_MB", default=0)
+#: How many processes serve inference in process on this machine (`serve` sets it: HTTP + gRPC processes).
+SERVING_PROCESSES = env.int("SERVING_PROCESSES", default=1)
+
+# --- Inference access control ----------------------------------------------
+#: When true, inference needs ``Authorization: Bearer <token>`` (REST) or the
+#: same ``authorization`` key in gRPC metadata; see inference/auth.py.
+INFERENCE_REQUIRE_TOKEN = env.bool("INFERENCE_REQUIRE_TOKEN", default=False)
+#: Token scopes are reloaded when the registry stamp moves, and at the latest after this many seconds.
+INFERENCE_TOKEN_CACHE_SECONDS = env.float("INFERENCE_TOKEN_CACHE_SECONDS", default=30.0)
+
+# --- Rate limits (inference/ratelimit.py) ----------------------------------------
+#: Default limits of inference per team (its whole traffic), per API token and
+#: for anonymous callers together: requests per second, burst, inferences in
+#: flight; 0 means unlimited. Operators give a team its own limits in the admin
+#: or with `manage.py set_team_limits`.
+RATE_LIMIT_TEAM_RPS = env.float("RATE_LIMIT_TEAM_RPS", default=0.0)
+RATE_LIMIT_TEAM_BURST = env.int("RATE_LIMIT_TEAM_BURST", default=0)
+RATE_LIMIT_TEAM_IN_FLIGHT = env.int("RATE_LIMIT_TEAM_IN_FLIGHT", default=0)
+RATE_LIMIT_TOKEN_RPS = env.float("RATE_LIMIT_TOKEN_RPS", default=0.0)
+RATE_LIMIT_TOKEN_BURST = env.int("RATE_LIMIT_TOKEN_BURST", default=0)
+RATE_LIMIT_TOKEN_IN_FLIGHT = env.int("RATE_LIMIT_TOKEN_IN_FLIGHT", default=0)
+RATE_LIMIT_ANONYMOUS_RPS = env.float("RATE_LIMIT_ANONYMOUS_RPS", default=0.0)
+RATE_LIMIT_ANONYMOUS_BURST = env.int("RATE_LIMIT_ANONYMOUS_BURST", default=0)
+RATE_LIMIT_ANONYMOUS_IN_FLIGHT = env.int("RATE_LIMIT_ANONYMOUS_IN_FLIGHT", default=0)
+#: Where every process shares the limits (default: REDIS_URL); empty: each
+#: process keeps its own (the embedded mode, one machine).
+RATE_LIMIT_REDIS_URL = env.str("RATE_LIMIT_REDIS_URL", default=REDIS_URL)
+#: An in-flight slot of a process that died is freed after this long (s).
+RATE_LIMIT_LEASE_SECONDS = env.float("RATE_LIMIT_LEASE_SECONDS", default=120.0)

@@ -1,0 +1,34 @@
+"""The HTTP and gRPC servers: processes and threads, request bodies (the
+body gate: hosting/body_gate.py), readiness, and the log of refused requests."""
+
+from __future__ import annotations
+
+from hosting.settings.base import env
+
+#: Largest request body (and largest single tensor) accepted, in bytes (Triton: 64 MiB).
+MAX_REQUEST_BYTES = env.int("MAX_REQUEST_BYTES", default=64 * 1024 * 1024)
+#: HTTP server (granian) processes and threads per process.
+HTTP_WORKERS = env.int("HTTP_WORKERS", default=2)
+HTTP_THREADS = env.int("HTTP_THREADS", default=4)
+#: More threads per HTTP process that only wait for request bodies: a body
+#: that trickles in holds one of these, never one of the HTTP_THREADS that
+#: work (hosting/body_gate.py).
+HTTP_BODY_THREADS = env.int("HTTP_BODY_THREADS", default=32)
+#: A request body must have arrived this many seconds after its request
+#: started (else 408), plus one second per BODY_MIN_BYTES_PER_SECOND bytes
+#: received or being read (large bodies over slow links).
+BODY_READ_TIMEOUT_SECONDS = env.float("BODY_READ_TIMEOUT_SECONDS", default=30.0)
+BODY_MIN_BYTES_PER_SECOND = env.int("BODY_MIN_BYTES_PER_SECOND", default=64 * 1024)
+
+#: gRPC server processes (sharing the port), threads per process for worker
+#: mode, and the grace period for in-flight calls on stop (s).
+GRPC_PROCESSES = env.int("GRPC_PROCESSES", default=2)
+GRPC_THREADS = env.int("GRPC_THREADS", default=16)
+GRPC_GRACE_SECONDS = env.float("GRPC_GRACE_SECONDS", default=10.0)
+#: Set by `serve --grpc-port` for its children: the gRPC server creates this
+#: file once it listens (and removes it on stop), and the HTTP ready route
+#: answers 503 while it is missing, so that "ready" means both transports.
+GRPC_READY_FILE = env.str("GRPC_READY_FILE", default="")
+
+#: Refused inference requests (5xx, 429) are summed up in one log line per this many seconds.
+REFUSAL_LOG_SECONDS = env.float("REFUSAL_LOG_SECONDS", default=10.0)
