@@ -18,6 +18,9 @@ repository semantics:
   serving whatever the policy says, as a canary rollout keeps both;
 - so does a READY ensemble (of a loaded model) for the versions it pins
   (inference/ensembles.py): an ensemble keeps running what it was built on;
+- an ensemble's version serves only while its plan reads and every version
+  it pins serves (:func:`serving_states`, which sees every model: the
+  serving registry's snapshot and the management API both use it);
 - the *default version* (metadata, configuration and readiness of a request
   naming no version) is the split's heaviest route, else the highest
   version served;
@@ -27,8 +30,9 @@ repository semantics:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
+from inference import ensembles
 from inference.runtime.sequences import SequenceConfigError, SequencePolicy
 
 READY = "READY"
@@ -95,7 +99,9 @@ class ServingState:
     weight)``, () without one; ``default``: the version a request naming
     none sees (None: nothing serves); ``loaded``: False after a repository
     unload; ``refused``: why nothing serves although versions are READY
-    because the configuration is refused ("" otherwise).
+    because the configuration is refused ("" otherwise); ``blocked``: an
+    ensemble's versions that the policy serves but that cannot run now,
+    version number -> why (:func:`serving_states`).
     """
 
     served: tuple[int, ...]
@@ -104,9 +110,10 @@ class ServingState:
     loaded: bool
     refused: str
     policy: str
+    blocked: dict = field(default_factory=dict)
 
     def serves(self, number: int) -> bool:
-        return number in self.served
+        return number in self.served and number not in self.blocked
 
     def reason(self, number: int, state: str, stored: str = "") -> str:
         """Why version ``number`` (in ``state``, with the registry's own
@@ -118,6 +125,8 @@ class ServingState:
             return UNLOADED
         if self.refused:
             return self.refused
+        if number in self.blocked:
+            return self.blocked[number]
         if not self.serves(number):
             return f"version {number} is not served by the model's version policy ({self.policy})"
         return stored
@@ -146,3 +155,44 @@ def serving_state(record) -> ServingState:
         refused=refused,
         policy=record.version_policy,
     )
+
+
+def _step_refusal(record, state: ServingState | None, number: int) -> str:
+    """Why version ``number`` of ``record`` (a step's model) cannot run ("" when it serves)."""
+    version = next((v for v in record.versions if v.number == number), None) if record is not None else None
+    if version is None:
+        return "does not exist"
+    if not state.serves(number):
+        return f"does not serve ({state.reason(number, version.state, version.reason) or version.state})"
+    return ""
+
+
+def serving_states(records: Iterable) -> dict[str, ServingState]:
+    """The serving state of each record (model name -> :func:`serving_state`),
+    with an ensemble's versions that cannot run ``blocked``: its plan does not
+    read, or a version it pins does not exist or does not serve (naming the
+    step). ``records``: every model an ensemble among them pins must be there."""
+    records = list(records)
+    by_name = {record.name: record for record in records}
+    states = {record.name: serving_state(record) for record in records}
+    for record in records:
+        if record.platform != ensembles.PLATFORM:
+            continue
+        state, blocked = states[record.name], {}
+        for version in record.versions:
+            if not state.serves(version.number):
+                continue
+            plan = ensembles.plan_of(version.properties)
+            if plan is None:
+                blocked[version.number] = "its ensemble plan does not read (upload the ensemble again)"
+                continue
+            for step in plan.steps:
+                why = _step_refusal(by_name.get(step.model), states.get(step.model), step.version)
+                if why:
+                    blocked[version.number] = (
+                        f"step {step.number}: version {step.version} of model '{step.model}' {why}"
+                    )
+                    break
+        if blocked:
+            states[record.name] = replace(state, blocked=blocked)
+    return states

@@ -21,7 +21,7 @@ from inference.protocol.types import MetadataTensor
 from inference.runtime.execution import BatchingPolicy, RunTarget
 from inference.runtime.onnx import asks_for_extensions
 from inference.runtime.sequences import SequenceConfigError, SequencePolicy
-from inference.serving_state import ServingState, serving_state
+from inference.serving_state import ServingState, serving_states
 
 
 @dataclass(frozen=True, eq=False)
@@ -155,8 +155,9 @@ def _visible(tensors: tuple[MetadataTensor, ...], hidden: frozenset[str]) -> tup
 def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
     """Snapshot entries from registry records."""
     snapshot: dict[str, ModelEntry] = {}
+    states = serving_states(records)  # an ensemble's versions follow their steps'
     for model in records:
-        state = serving_state(model)
+        state = states[model.name]
         batching = batching_policy(model)
         sequence = sequence_policy(model)
         # Control and state inputs are the server's, state outputs too unless the config lists them (Triton).
@@ -228,30 +229,7 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
             traffic=dict(model.traffic),
             state=state,
         )
-    _ensembles_follow_their_steps(snapshot)
     return snapshot
-
-
-def _ensembles_follow_their_steps(snapshot: dict[str, ModelEntry]) -> None:
-    """An ensemble's version serves only while it has a plan and every
-    version it pins serves; otherwise its reason names the step."""
-    for model in snapshot.values():
-        if model.platform != ensembles.PLATFORM:
-            continue
-        for entry in model.versions.values():
-            if not entry.serving:
-                continue
-            if entry.ensemble is None:
-                entry.serving, entry.reason = False, "its ensemble plan does not read (upload the ensemble again)"
-                continue
-            for step in entry.ensemble.steps:
-                composing = snapshot.get(step.model)
-                version = composing.versions.get(step.version) if composing is not None else None
-                if version is None or not version.serving:
-                    why = "does not exist" if version is None else f"does not serve ({version.reason or version.state})"
-                    entry.serving = False
-                    entry.reason = f"step {step.number}: version {step.version} of model '{step.model}' {why}"
-                    break
 
 
 @dataclass(frozen=True)

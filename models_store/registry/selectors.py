@@ -16,7 +16,7 @@ from django.db.models import Exists, OuterRef, Prefetch, QuerySet
 from inference.ensembles import PLATFORM as ENSEMBLE
 from inference.ensembles import plan_of
 from inference.ports import ModelRecord, VersionRecord
-from inference.serving_state import ServingState, serving_state
+from inference.serving_state import ServingState, serving_states
 from models_store.registry.models import ModelVersion, RegisteredModel, VersionLabel
 
 State = ModelVersion.State
@@ -272,7 +272,19 @@ def model_record(model: RegisteredModel, pins: dict[str, set[int]] | None = None
 def serving(model: RegisteredModel, pins: dict[str, set[int]] | None = None) -> ServingState:
     """What of ``model`` serves now: its versions that serve (highest first)
     and its default version, computed as the serving registry computes them
-    (:func:`inference.serving_state.serving_state`: version policy, traffic
-    split, the versions READY ensembles pin, loaded or unloaded). ``pins``:
+    (:func:`inference.serving_state.serving_states`: version policy, traffic
+    split, the versions READY ensembles pin, loaded or unloaded; an
+    ensemble's version only while every version it pins serves). ``pins``:
     :func:`ensemble_pins` of every model, for a list (None: read)."""
-    return serving_state(model_record(model, pins))
+    if model.platform != ENSEMBLE:
+        return serving_states([model_record(model, pins)])[model.name]
+    if pins is None:
+        pins = ensemble_pins()
+    record = model_record(model, pins)
+    names = set()
+    for version in record.versions:
+        plan = plan_of(version.properties)
+        if plan is not None:
+            names.update(step.model for step in plan.steps)
+    steps = [model_record(step, pins) for step in _models_with_versions().filter(name__in=names)]
+    return serving_states([record, *steps])[model.name]

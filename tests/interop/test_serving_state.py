@@ -26,9 +26,9 @@ MODEL = "agreed"
 PASSWORD = "state-Secret-2468"
 
 _USER_SCRIPT = f"""
-from models_store import accounts
-user = accounts.user_create("state_alice", "{PASSWORD}", teams=["states"])
-print(accounts.token_create(user, "script")[1])
+from models_store.accounts import services as accounts
+user = accounts.user_create(username="state_alice", password="{PASSWORD}", teams=["states"])
+print(accounts.token_create(user=user, name="script")[1])
 """
 
 

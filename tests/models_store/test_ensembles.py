@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import pytest
 
+from inference.snapshot import build_snapshot
 from models_store import errors, storage
 from models_store.accounts import services as accounts
 from models_store.intake.repository import import_repository
 from models_store.models import AuditEvent, ModelVersion, RegisteredModel
 from models_store.registry import selectors
 from models_store.registry.services import models as model_services
+from models_store.serving import StoreRegistrySource
+from models_store.stamp import bump_stamp
 from tests.models_store.test_api import Api, _error
 from tests.support import onnx_models as m
 from tests.support.repository import ENSEMBLES, _ensemble, write_ensembles
@@ -232,3 +235,28 @@ def test_a_step_with_sequence_batching_is_refused(alice_api):
     )
     error = _error(_upload_config(alice_api, "e", config, team="ml"), 400)
     assert error == "step 1: model 'seq' has sequence batching; it cannot be an ensemble's step"
+
+
+def test_the_management_api_and_the_serving_registry_agree_on_an_ensemble_whose_step_stops(repo, ops_api):
+    """An ensemble's version serves only while every version it pins serves:
+    the serving registry's snapshot and the management API say so alike, with
+    the same reason (one computation: inference.serving_state.serving_states)."""
+    import_repository(repo)
+
+    def registry_entry():
+        return build_snapshot(StoreRegistrySource().models())["ens_pipeline"].versions[1]
+
+    def api_version():
+        return ops_api.get("/api/models/ens_pipeline/versions/1/").json()
+
+    assert registry_entry().serving and api_version()["serving"] is True
+    # A step's model unloaded behind the services' back (the admin's "loaded" box): they refuse to.
+    RegisteredModel.objects.filter(name="ens_preprocess").update(loaded=False)
+    bump_stamp()
+    entry = registry_entry()
+    reason = "step 1: version 1 of model 'ens_preprocess' does not serve (the model is unloaded"
+    assert not entry.serving and entry.reason.startswith(reason), entry.reason
+    assert api_version()["serving"] is False
+    assert [v["serving"] for v in ops_api.get("/api/models/ens_pipeline/").json()["versions"]] == [False]
+    assert not selectors.serving(RegisteredModel.objects.get(name="ens_pipeline")).serves(1)
+    assert selectors.serving(RegisteredModel.objects.get(name="ens_pipeline")).reason(1, "READY") == entry.reason
