@@ -2,7 +2,7 @@
 
 For each size, a fresh process writes a model of S MiB (``y = x @ W``, W
 random FP32, inline) from a child process, then runs
-``models_store.validation.validate_artifact`` on it and reports its peak
+``models_store.intake.validation.validate_artifact`` on it and reports its peak
 RSS (``ru_maxrss``) above the RSS before, as a multiple of S. With
 ``--baseline DIR`` (a checkout of an earlier commit), the same measured
 there, in the same run.
@@ -47,7 +47,10 @@ if os.fork() == 0:  # the model is built in a child: its memory is not ours
 os.wait()
 import django
 django.setup()
-from models_store.validation import validate_artifact
+try:
+    from models_store.intake.validation import validate_artifact
+except ImportError:  # a --baseline checkout from before models_store's packages
+    from models_store.validation import validate_artifact
 before = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 started = time.perf_counter()
 validate_artifact(path)

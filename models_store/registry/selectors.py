@@ -216,6 +216,15 @@ def label_numbers(model: RegisteredModel) -> dict[str, int]:
     return {label.name: label.version.number for label in model.labels.all()}
 
 
+def version_labels(model: RegisteredModel) -> dict[int, list[str]]:
+    """A version's row id -> the names of the labels pointing at it, sorted
+    (uses prefetched labels when there are)."""
+    found: dict[int, list[str]] = {}
+    for label in model.labels.all():
+        found.setdefault(label.version_id, []).append(label.name)
+    return {number: sorted(names) for number, names in found.items()}
+
+
 def label_versions(model: RegisteredModel) -> dict[str, ModelVersion]:
     """Version label -> the version it points at (one query)."""
     return {label.name: label.version for label in model.labels.select_related("version")}

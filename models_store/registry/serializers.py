@@ -73,7 +73,7 @@ class VersionSerializer(serializers.ModelSerializer):
 
     def get_labels(self, version) -> list[str]:
         """The version labels that point at this version."""
-        return sorted(label.name for label in version.model.labels.all() if label.version_id == version.pk)
+        return selectors.version_labels(version.model).get(version.pk, [])
 
     def get_serving(self, version) -> bool:
         """Whether this version serves now (its model loaded, the version

@@ -74,9 +74,7 @@ def _get_model(request, name: str) -> RegisteredModel:
 
 def _versions_with_labels(model: RegisteredModel) -> list[ModelVersion]:
     """The model's (prefetched) versions, each with ``label_names``."""
-    labels: dict[int, list[str]] = {}
-    for label in model.labels.all():
-        labels.setdefault(label.version_id, []).append(label.name)
+    labels = selectors.version_labels(model)
     versions = list(model.versions.all())
     for version in versions:
         version.label_names = labels.get(version.pk, [])
