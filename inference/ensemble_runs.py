@@ -45,7 +45,7 @@ def infer(dataplane, admission: Admission, request: InferenceRequest, entry: Ver
         fits = ensemble_segments.worker_fits(dataplane, snapshot)
         if fits is not None:  # worker mode: consecutive steps on one worker run there together
             plan = ensemble_segments.fuse(plan, fits)
-            run_step = ensemble_segments.runner(dataplane, snapshot, job, run_step)
+            run_step = ensemble_segments.runner(dataplane, snapshot, job, run_step, admission.flow)
         tensors = ensembles.run(entry.model_name, plan, job.feeds, run_step)
         run = RunResult([tensors[name] for name in job.names], job.rows, True, 0, _now() - job.computed)
         return jobs.respond(entry, request, job, run, dataplane.statistics, dataplane.payload_log)
@@ -93,7 +93,7 @@ def _step_runner(snapshot, dataplane, admission: Admission, job: jobs.Job):
             parameters=parameters,
             outputs=[RequestedOutput(name) for name in step.output_map],
         )
-        inside = Admission(step.model, _NO_SLOTS, False, admission.owner, "")
+        inside = Admission(step.model, _NO_SLOTS, False, admission.owner, "", admission.flow)
         response = dataplane.infer(inside, request, ServedVersion.of(entry))
         return {output.name: output.data for output in response.outputs}
 

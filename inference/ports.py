@@ -192,6 +192,12 @@ class Authorizer(Protocol):
         listing or unregistering shared-memory regions; raises
         Unauthenticated for an unknown, revoked or expired token."""
 
+    def answers_now(self, token: str, model_name: str) -> bool:
+        """Whether :meth:`check_inference`, :meth:`principal` and
+        :meth:`region_owner` of ``token`` for ``model_name`` answer from
+        memory, with no query to wait for (an event loop then admits the
+        call inline rather than in a thread)."""
+
 
 class StatisticsStore(Protocol):
     def add(self, machine: str, versions: dict, batches: dict, last: dict) -> None:

@@ -60,6 +60,17 @@ class RunTarget:
     def describe(self) -> str:
         return f"version {self.version} of model '{self.model}'"
 
+    @property
+    def seats(self) -> int:
+        """Requests of it one runner runs at once: its instances, times its
+        ``max_batch_size`` with dynamic batching (a batch forms from
+        requests that wait together); 0 with sequence batching (each
+        sequence holds its slot: see :mod:`inference.fair_share`)."""
+        if self.sequence is not None:
+            return 0
+        rows = self.batching.max_batch_size if self.batching is not None else 1
+        return max(1, self.instances) * max(1, rows)
+
 
 @dataclass(slots=True)
 class RunResult:

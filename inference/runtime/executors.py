@@ -66,6 +66,11 @@ class InProcessExecutor:
         ``sequence``: a SequenceRequest for a model with sequence batching)."""
         return self.runner.run(target, feeds, output_names, rows, deadline, sequence)
 
+    def seats(self, target: RunTarget, placement=()) -> int:
+        """Requests of ``target`` this process runs at once (its fair-share
+        gate's seats, :mod:`inference.fair_share`; 0: not gated)."""
+        return target.seats
+
     def blocks(self, target: RunTarget) -> bool:
         """A batching model waits for its batch (a sequence model for its
         sequence's turn): not on an event loop's thread."""

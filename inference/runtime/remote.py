@@ -153,6 +153,13 @@ class RemoteExecutor(SegmentRuns):
     #: The worker records the run's spans (queue wait, batch formation, session.run) itself.
     remote = True
 
+    def seats(self, target: RunTarget, placement=()) -> int:
+        """Requests of ``target`` this front-end process sends at once (its
+        fair-share gate's seats, :mod:`inference.fair_share`): the version's
+        seats on one runner times the live workers of its devices (0: not
+        gated)."""
+        return target.seats * max(1, len(self.directory.candidates(placement)))
+
     def blocks(self, target: RunTarget) -> bool:
         """Every call waits on a worker."""
         return True

@@ -10,9 +10,10 @@ import time
 import numpy as np
 import pytest
 
-from inference.protocol.errors import DeadlineExceeded, InvalidInput
+from inference.protocol.errors import DeadlineExceeded, InvalidInput, RateLimited
 from inference.runtime.execution import RunTarget
 from inference.runtime.runner import ModelRunner
+from inference.runtime.sequence_batcher import SequenceBatcher
 from inference.runtime.sequences import (
     SequenceConfigError,
     SequencePolicy,
@@ -176,6 +177,35 @@ def test_backlog_waits_for_a_free_slot():
     assert not done.wait(0.3)  # held in the backlog
     ask(runner, target, 1, 1, end=True)
     assert done.wait(5) and int(answer["r"].outputs[0][0, 0]) == 6
+
+
+def test_an_owners_backlog_is_bounded_and_other_owners_still_queue(monkeypatch):
+    """One slot: owner a's second and third STARTs wait in the backlog; its
+    fourth is refused at once (429) with a bound of 2, while owner b's START
+    still queues, and runs once a slot frees."""
+    monkeypatch.setattr(SequenceBatcher, "backlog_per_owner", 2)
+    config = m.sequence_config("one", max_batch_size=1)
+    runner = ModelRunner(Loader(one=m.sequence_simple()))
+    target = seq_target("one", config)
+    ask(runner, target, 1, 1, start=True, owner="team:a")
+    answers = {}
+    threads = []
+    for corrid, owner in ((2, "team:a"), (3, "team:a"), (4, "team:b")):
+
+        def start(corrid=corrid, owner=owner):
+            answers[corrid] = ask(runner, target, corrid, corrid, start=True, end=True, owner=owner)
+
+        threads.append(threading.Thread(target=start))
+        threads[-1].start()
+        deadline = time.monotonic() + 5  # until it waits in the backlog: the order of the backlog is known
+        while runner._loaded[target.key].sequencer.active < 1 + len(threads) and time.monotonic() < deadline:
+            time.sleep(0.005)
+    with pytest.raises(RateLimited, match="team a already has 2 sequences waiting for a sequence slot"):
+        ask(runner, target, 5, 5, start=True, owner="team:a")
+    ask(runner, target, 1, 1, end=True, owner="team:a")  # frees the slot: the backlog runs in turn
+    for thread in threads:
+        thread.join(5)
+    assert {corrid: int(r.outputs[0][0, 0]) for corrid, r in answers.items()} == {2: 3, 3: 4, 4: 5}
 
 
 def test_idle_sequences_are_released():
