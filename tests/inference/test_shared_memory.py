@@ -170,7 +170,7 @@ def test_inputs_are_checked_before_they_are_read(registry, objects):
     tensor = RequestInput("x", "FP32", (4, 4), None, {})
     with pytest.raises(InvalidInput, match="60 bytes of FP32 data do not match shape"):
         region_tensors.read_input(registry, "team:a", tensor, region_tensors.TensorReference("r", 60, 0))
-    standin, span = region_tensors.read_input(
+    standin, _span = region_tensors.read_input(
         registry, "team:a", tensor, region_tensors.TensorReference("r", 64, 0), defer=True
     )
     assert standin.shape == (4, 4) and standin.dtype == np.float32 and standin.strides == (0, 0)
