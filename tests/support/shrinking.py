@@ -88,10 +88,14 @@ def _check(values: np.ndarray, model: Model, got: np.ndarray) -> str:
     return "zeroed"
 
 
-def shrink_while_inferring(server: LiveServer, model: Model, seconds: float = 4.0, most: float = 20.0) -> ShrinkRun:
+def shrink_while_inferring(
+    server: LiveServer, model: Model, seconds: float = 4.0, most: float = 20.0, until: Callable | None = None
+) -> ShrinkRun:
     """Drive ``server`` as the module doc says for ``seconds`` (longer, up to
-    ``most``, until both a whole answer and a refusal were seen); returns
-    what the clients saw. The region is unregistered and removed after."""
+    ``most``, until ``until(run)``; default: both a whole answer and a
+    refusal were seen); returns what the clients saw. The region is
+    unregistered and removed after."""
+    until = until or (lambda run: run.whole and run.refused)
     tag = uuid.uuid4().hex[:12]
     run = ShrinkRun(f"/mh-shrink-{tag}", f"shrinking-{tag}")
     values = np.random.default_rng(3).uniform(1, 2, model.shape).astype(np.float32)
@@ -173,7 +177,7 @@ def shrink_while_inferring(server: LiveServer, model: Model, seconds: float = 4.
     try:
         while time.monotonic() - started < most:
             time.sleep(0.1)
-            if time.monotonic() - started >= seconds and run.whole and run.refused:
+            if time.monotonic() - started >= seconds and until(run):
                 break
     finally:
         stop.set()
