@@ -238,3 +238,35 @@ def test_a_worker_writes_outputs_the_front_end_reads_back_for_the_log(registry, 
     assert output.data.tolist() == [[b"ab", b"c"], [b"", "déf".encode()]]
     with pytest.raises(InvalidInput, match=r"\(8 bytes\) should be at least 16 bytes"):
         _write_regions([messages.RegionTensor("z", "", [], key, 72, 8)], {"z": np.ones(2)})
+
+
+def test_a_planned_input_is_read_where_it_is_needed(registry, objects):
+    """For a remote executor a numeric input in a region is only planned (a
+    worker on this machine reads it itself): a worker elsewhere gets it read
+    by the front end (RegionPlan.read_inputs, as the connection encodes the
+    request), and the payload log reads it back when it samples the
+    request; a region that shrank meanwhile refuses the first and leaves the
+    record out of the second."""
+    key, memory = objects(4096)
+    data = np.arange(-8, 8, dtype=np.float32).reshape(4, 4)
+    memory.buf[64 : 64 + data.nbytes] = data.tobytes()
+    registry.register("team:a", "r", key, 0, 4096)
+    tensor = RequestInput("x", "FP32", (4, 4), None, {})
+    reference = region_tensors.TensorReference("r", data.nbytes, 64)
+    tensor.data, span = region_tensors.read_input(registry, "team:a", tensor, reference, defer=True)
+    plan = region_tensors.RegionPlan(inputs={"x": span})
+    assert not tensor.data.any()  # a stand-in: nothing was read
+    other = np.ones(3, np.int64)
+    feeds = plan.read_inputs({"x": tensor.data, "other": other})
+    np.testing.assert_array_equal(feeds["x"], data)
+    assert feeds["other"] is other and not tensor.data.any()
+    assert region_tensors.read_for_log(plan, [tensor], [], None)
+    np.testing.assert_array_equal(tensor.data, data)
+    fd = os.open(region_tensors.object_path(key), os.O_RDWR)
+    try:
+        os.ftruncate(fd, 100)
+    finally:
+        os.close(fd)
+    with pytest.raises(InvalidInput, match=r"input 'x': shared memory region 'r' is smaller .*\(it shrank\)"):
+        plan.read_inputs({"x": region_tensors.unread(np.float32, (4, 4))})
+    assert not region_tensors.read_for_log(plan, [tensor], [], None)
