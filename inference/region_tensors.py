@@ -119,8 +119,9 @@ def written_output(name: str, datatype: str, reference: TensorReference, shape: 
     return output
 
 
-def read_for_log(plan: RegionPlan | None, inputs: list[RequestInput], outputs: list[ResponseOutput],
-                 written: dict | None) -> bool:  # fmt: skip
+def read_for_log(
+    plan: RegionPlan | None, inputs: list[RequestInput], outputs: list[ResponseOutput], written: dict | None
+) -> bool:
     """Read what a worker on this machine read or wrote itself for the
     payload log: the planned ``inputs``' data, the ``outputs`` it wrote
     (``written``: their names). False when a region no longer holds them

@@ -209,8 +209,8 @@ class RegionRegistry:
     def unregister(self, owner: str, name: str | None = None) -> list[Region]:
         """Unregister the owner's region ``name``, or all of the owner's
         regions (``name`` empty); an unknown name is no error (as Triton).
-        Requests that hold a region's span keep its object open. Returns the regions
-        unregistered."""
+        Requests that hold a region's span keep its object open. Returns
+        the regions unregistered."""
         with self._exclusive():
             gone = [r for r in self._all() if r.owner == owner and (not name or r.name == name)]
             for region in gone:
