@@ -172,9 +172,10 @@ class WorkerRuntime:
             return worker_segments.run(self, request, body, shared)
         target = self.target(request.model, request.version, request.sha256)
         feeds = frames.tensors(request, body, "request", shared)
-        for tensor in request.regions:  # inputs in clients' shared-memory regions: mapped here, not copied
-            view = region_tensors.map_span(region_tensors.ObjectSpan(tensor.key, tensor.offset, tensor.nbytes))
-            feeds[tensor.name] = frames.tensor_in(view, 0, tensor, "request region")
+        for tensor in request.regions:  # inputs in clients' shared-memory regions: read here (one copy, no mapping)
+            span = region_tensors.ObjectSpan(tensor.key, tensor.offset, tensor.nbytes)
+            buffer = region_tensors.read_span(span, f"input '{tensor.name}'")
+            feeds[tensor.name] = frames.tensor_in(buffer, 0, tensor, "request region")
         deadline = time.monotonic() + (request.deadline - time.time())
         names = request.outputs
         asked = tracing.epoch_ns() if tracing.ENABLED else 0
@@ -200,9 +201,9 @@ class WorkerRuntime:
 
 def _write_regions(regions: list[messages.RegionTensor], outputs: dict) -> list[messages.TensorInfo]:
     """Write outputs into the clients' shared-memory regions the request
-    names (each mapped here); their descriptions (offset: the object's,
-    nbytes: the bytes written). Raises InvalidInput (Triton's text) for a
-    region too small for its output."""
+    names (here, with ``pwrite``: never mapped); their descriptions (offset:
+    the object's, nbytes: the bytes written). Raises InvalidInput (Triton's
+    text) for a region too small for its output, or one that shrank."""
     written = []
     for region in regions:
         array = outputs.get(region.name)
@@ -212,7 +213,7 @@ def _write_regions(regions: list[messages.RegionTensor], outputs: dict) -> list[
         size = memoryview(data).nbytes
         region_tensors.check_room(region.name, region.nbytes, size)
         if size:
-            view = region_tensors.map_span(region_tensors.ObjectSpan(region.key, region.offset, size))
-            view[:] = memoryview(data).cast("B")
+            span = region_tensors.ObjectSpan(region.key, region.offset, size)
+            region_tensors.open_span(span, f"output '{region.name}'").write(data)
         written.append(messages.TensorInfo(region.name, kind, list(array.shape), region.offset, size))
     return written

@@ -44,8 +44,8 @@ class TensorInfo(msgspec.Struct, array_like=True, frozen=True):
 
 class RegionTensor(msgspec.Struct, array_like=True, frozen=True):
     """A tensor in a client's shared-memory region (Triton's system
-    shared-memory extension), for a worker on the front end's machine to map
-    itself: ``nbytes`` bytes of the ``/dev/shm`` object ``key`` from byte
+    shared-memory extension), for a worker on the front end's machine to read
+    and write itself: ``nbytes`` bytes of the ``/dev/shm`` object ``key`` from byte
     ``offset`` of the object; an input's ``dtype`` (numeric, as in
     :class:`TensorInfo`) and ``shape``; for an output, the room it may take
     (``dtype`` "", ``shape`` [])."""

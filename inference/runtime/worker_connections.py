@@ -61,10 +61,14 @@ class Connection:
         the tensors in the connection's shared memory when the worker is on
         this machine and they are large, else inline. ``regions`` (a
         RegionPlan, RunRequest only): tensors in clients' shared-memory
-        regions, which a worker on this machine maps itself (they are left
-        out of the frame); elsewhere they travel as usual."""
+        regions, which a worker on this machine reads and writes itself
+        (they are left out of the frame); for a worker elsewhere the inputs
+        are read here and travel as usual. Raises InvalidInput (a region that
+        shrank)."""
         if regions is not None:
             request.regions, request.output_regions = [], []
+            if not self.local:
+                feeds = regions.read_inputs(feeds)
         if regions is not None and self.local:
             request.regions = [
                 messages.RegionTensor(name, _dtype(feeds[name]), list(feeds[name].shape), s.key, s.offset, s.nbytes)

@@ -133,23 +133,30 @@ def test_large_requests_share_memory_with_a_worker_on_the_same_machine(server):
     assert "memfd:modelhost-frame" in maps
 
 
-def test_a_worker_on_the_same_machine_maps_shared_memory_regions_itself(server):
+def test_a_worker_on_the_same_machine_reads_and_writes_shared_memory_regions_itself(server):
     """Triton's system shared memory in worker mode with the workers on this
     machine (Unix sockets): inputs read from and outputs written into the
-    client's regions, exact over REST and gRPC; and the worker maps the
-    client's object itself (seen in its memory maps while it runs a slow
-    request) rather than receiving the bytes from the front end."""
+    client's regions, exact over REST and gRPC; and the worker reads and
+    writes the client's object itself, through its descriptor (no mapping,
+    no copy through the front end): an 8 MiB input and output move the
+    worker's read and write counters (``/proc/<pid>/io`` rchar and wchar:
+    pread and pwrite count there, a socket's recv and send do not) by at
+    least their bytes, the front end's by less."""
     import tritonclient.utils.shared_memory as shm
+
+    from tests.support.rss import process_tree
 
     tag = secrets.token_hex(6)
     x = np.random.default_rng(7).random((8, 4), dtype=np.float32)
-    handles = [shm.create_shared_memory_region(f"{n}-{tag}", f"/mh-w-{n}-{tag}", 4096) for n in ("in", "out")]
+    big = np.random.default_rng(8).random((1 << 19, 4), dtype=np.float32)  # 8 MiB
+    size = 16 + big.nbytes
+    handles = [shm.create_shared_memory_region(f"{n}-{tag}", f"/mh-w-{n}-{tag}", size) for n in ("in", "out")]
     try:
         shm.set_shared_memory_region(handles[0], [x], offset=16)
         for module, url in ((httpclient, server.http_url), (grpcclient, server.grpc_url)):
             client = module.InferenceServerClient(url)
-            client.register_system_shared_memory("in", f"/mh-w-in-{tag}", 4096)
-            client.register_system_shared_memory("out", f"/mh-w-out-{tag}", 4096)
+            client.register_system_shared_memory("in", f"/mh-w-in-{tag}", size)
+            client.register_system_shared_memory("out", f"/mh-w-out-{tag}", size)
             try:
                 inp = module.InferInput("x", [8, 4], "FP32")
                 inp.set_shared_memory("in", x.nbytes, offset=16)
@@ -163,35 +170,68 @@ def test_a_worker_on_the_same_machine_maps_shared_memory_regions_itself(server):
                 client.unregister_system_shared_memory()
 
         http = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
-        http.register_system_shared_memory("in", f"/mh-w-in-{tag}", 4096)
-        http.register_system_shared_memory("out", f"/mh-w-out-{tag}", 4096)
-        start = np.ones((1, 256), dtype=np.float32) / 4
-        shm.set_shared_memory_region(handles[0], [start])
-        answers = []
-
-        def slow_in_regions():
-            inputs = [httpclient.InferInput("x", [1, 256], "FP32"), httpclient.InferInput("n", [], "INT64")]
-            inputs[0].set_shared_memory("in", start.nbytes)
-            inputs[1].set_data_from_numpy(np.array(400_000, dtype=np.int64))  # ~1.5 s on the cuda:0 worker
-            out = httpclient.InferRequestedOutput("y")
-            out.set_shared_memory("out", start.nbytes)
-            client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)  # one per thread
-            answers.append(client.infer("slow", inputs, outputs=[out]))
-
-        thread = threading.Thread(target=slow_in_regions)
-        thread.start()
-        maps = f"/proc/{server.worker_processes['cuda:0'].pid}/maps"
-        try:
-            assert wait_for(lambda: f"/dev/shm/mh-w-in-{tag}" in open(maps).read(), timeout=20, interval=0.01)
-        finally:
-            thread.join(60)
-        assert answers, "the slow request did not answer"
-        _x, expected = _slow(http, start, np.array(400_000, dtype=np.int64))  # the same request, tensors in the body
-        np.testing.assert_array_equal(shm.get_contents_as_numpy(handles[1], np.float32, [1, 256]), expected)
+        http.register_system_shared_memory("in", f"/mh-w-in-{tag}", size)
+        http.register_system_shared_memory("out", f"/mh-w-out-{tag}", size)
+        shm.set_shared_memory_region(handles[0], [big], offset=16)
+        worker, front_end = [server.worker_processes["cpu"].pid], process_tree(server.process.pid)
+        before = [_io(worker), _io(front_end)]
+        inp = httpclient.InferInput("x", list(big.shape), "FP32")
+        inp.set_shared_memory("in", big.nbytes, offset=16)
+        out = httpclient.InferRequestedOutput("y")
+        out.set_shared_memory("out", big.nbytes, offset=16)
+        http.infer("on_cpu", [inp], outputs=[out])
+        (worker_read, worker_wrote), (front_read, front_wrote) = [
+            (after[0] - start[0], after[1] - start[1]) for start, after in zip(before, [_io(worker), _io(front_end)])
+        ]
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(handles[1], np.float32, big.shape, offset=16), 3 * big)
+        assert worker_read >= big.nbytes and worker_wrote >= big.nbytes, (worker_read, worker_wrote)
+        assert front_read < big.nbytes and front_wrote < big.nbytes, (front_read, front_wrote)
         http.unregister_system_shared_memory()
     finally:
         for handle in handles:
             shm.destroy_shared_memory_region(handle)
+
+
+def _io(pids: list[int]) -> tuple[int, int]:
+    """(rchar, wchar) summed over ``pids`` (bytes they read and wrote with read/pread and write/pwrite)."""
+    totals = [0, 0]
+    for pid in pids:
+        try:
+            fields = dict(line.split(": ") for line in open(f"/proc/{pid}/io").read().splitlines())
+        except OSError:  # exited meanwhile
+            continue
+        totals[0] += int(fields["rchar"])
+        totals[1] += int(fields["wchar"])
+    return totals[0], totals[1]
+
+
+def test_a_client_shrinking_its_region_cannot_crash_a_worker_on_the_same_machine(server):
+    """Issue 34 in worker mode with the worker on this machine, which reads
+    and writes the client's region itself: the client truncates its 16 MiB
+    region to 4 KiB and back while three threads infer from it (HTTP,
+    gRPC); every answer is correct or a 400/INVALID_ARGUMENT saying the
+    region shrank (some from the worker itself, which names the object's
+    key), another caller is never refused, and the worker and the server's
+    processes are the same processes after (no SIGBUS, no restart)."""
+    from tests.support.rss import process_tree
+    from tests.support.shrinking import Model, shrink_while_inferring
+
+    model = Model("on_cpu", "x", "y", (1 << 16, 4), lambda x: 3 * x, (2, 4))
+    processes = sorted(process_tree(server.process.pid))
+    workers = {name: process.pid for name, process in server.worker_processes.items()}
+    run = shrink_while_inferring(server, model, until=lambda run: run.whole and _from_the_worker(run))
+    assert not run.failures, run.failures[:5]
+    assert run.whole and _from_the_worker(run) and run.other, (run.whole, run.refused[:3], run.other)
+    assert sorted(process_tree(server.process.pid)) == processes
+    assert {name: p.pid for name, p in server.worker_processes.items() if p.poll() is None} == workers
+    assert httpclient.InferenceServerClient(server.http_url).is_server_ready()
+    x, y = _affine(grpcclient.InferenceServerClient(server.grpc_url), grpcclient, "on_cpu")
+    np.testing.assert_array_equal(y, 3 * x)
+
+
+def _from_the_worker(run) -> bool:
+    """Whether a refusal came from the worker (it knows the object's key, not the region's name)."""
+    return any(run.key in message and run.name not in message for message in run.refused)
 
 
 def test_no_live_worker_for_the_device_is_503_at_once(server):
