@@ -421,6 +421,11 @@ RATE_LIMIT_REDIS_URL = env.str("RATE_LIMIT_REDIS_URL", default=REDIS_URL)
 #: An in-flight slot of a process that died is freed after this long (s).
 RATE_LIMIT_LEASE_SECONDS = env.float("RATE_LIMIT_LEASE_SECONDS", default=120.0)
 
+# --- Ensembles (models_store/ensembles.py) -------------------------------------------
+#: The most steps an ensemble may have (uploads and repository imports above it are
+#: refused); each step is one inference per request (docs/ensembles.md).
+ENSEMBLE_MAX_STEPS = env.int("ENSEMBLE_MAX_STEPS", default=64)
+
 # --- Tracing (inference/tracing.py) ------------------------------------------------
 #: OpenTelemetry traces go to this OTLP/HTTP endpoint (e.g. http://127.0.0.1:4318,
 #: Jaeger's); empty: tracing is off and costs nothing. The exporter also reads the
