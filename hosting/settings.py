@@ -65,6 +65,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Content-Security-Policy (django-csp; CONTENT_SECURITY_POLICY below).
+    "csp.middleware.CSPMiddleware",
     # Sign-in throttling (django-axes): answers a locked-out sign-in with the lockout page.
     "axes.middleware.AxesMiddleware",
     # A dependency down (database, S3, broker) answers the web UI 503 with Retry-After, not 500.
@@ -157,6 +159,24 @@ CSRF_COOKIE_HTTPONLY = True  # the pages' scripts read the token from the form, 
 SESSION_COOKIE_AGE = env.int("SESSION_COOKIE_AGE", default=12 * 3600)
 #: Origins (scheme://host[:port]) trusted for CSRF behind a proxy, e.g. https://models.example.com
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+#: Content-Security-Policy of the web UI, the admin and the management API (django-csp): scripts,
+#: styles, fonts and fetches from this origin only (no inline script or style: the templates have
+#: none, the API docs page uses its own template), images also as data: URIs (Swagger UI's icons);
+#: no plugin, no <base>, forms post here, and no page may be framed (frame-ancestors 'none').
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 #: Largest model file accepted by an upload (web UI and management API), in bytes.
 MAX_UPLOAD_BYTES = env.int("MAX_UPLOAD_BYTES", default=1024 * 1024 * 1024)
 #: Team given to models imported from a repository directory (serve --model-repository,
@@ -420,6 +440,11 @@ FAIR_SHARE_WEIGHTS = {k: int(v) for k, v in env.dict("FAIR_SHARE_WEIGHTS", defau
 RATE_LIMIT_REDIS_URL = env.str("RATE_LIMIT_REDIS_URL", default=REDIS_URL)
 #: An in-flight slot of a process that died is freed after this long (s).
 RATE_LIMIT_LEASE_SECONDS = env.float("RATE_LIMIT_LEASE_SECONDS", default=120.0)
+
+# --- Ensembles (models_store/ensembles.py) -------------------------------------------
+#: The most steps an ensemble may have (uploads and repository imports above it are
+#: refused); each step is one inference per request (docs/ensembles.md).
+ENSEMBLE_MAX_STEPS = env.int("ENSEMBLE_MAX_STEPS", default=64)
 
 # --- Tracing (inference/tracing.py) ------------------------------------------------
 #: OpenTelemetry traces go to this OTLP/HTTP endpoint (e.g. http://127.0.0.1:4318,

@@ -41,6 +41,12 @@ class Admission:
         self.regions = regions
         self.flow = flow
 
+    @property
+    def limits(self) -> ratelimit.Admission:
+        """The call's place in its rate limits (:meth:`inference.ratelimit.Admission.charge`
+        charges it more: an ensemble's further steps)."""
+        return self._slots
+
     def __enter__(self) -> Admission:
         return self
 

@@ -207,7 +207,7 @@ class DataPlane:
         entry = self._route(admission, request)
         behind = self._behind()
         if entry.ensemble is not None:  # in a thread when a step may wait on a batch or a worker
-            if behind or ensemble_runs.blocks(self, entry):
+            if behind or ensemble_runs.blocks(self, entry, admission):
                 return await asyncio.to_thread(self.infer, admission, request, ServedVersion.of(entry))
             return self.infer(admission, request, ServedVersion.of(entry))
         gate = self.fair.gate(entry.target, entry.instance_group)

@@ -250,12 +250,14 @@ class RemoteExecutor(SegmentRuns):
             self._candidates(target, placement, caught_up=True)  # raises: no live worker
         try:
             answer = yield from self._exchange(order, request, feeds, deadline, idle, regions)
-            return run_result(*answer, request.outputs)
+            result = run_result(*answer, request.outputs)
         except errors.ModelNotReady as exc:
             raise self.routes.failed(target, sequence, order[0], exc) from None
         finally:
             if sequence.end:
                 self.routes.forget(target, sequence)
+        self.routes.answered(target, sequence, order[0])  # remembered once its worker took it
+        return result
 
     def _exchange(self, order: list[Worker], request, feeds, deadline: float, idle: dict, regions=None):
         """Send the request (a RunRequest or SegmentRequest) to the first

@@ -57,7 +57,7 @@ import numpy as np
 from inference.protocol.errors import RateLimited, DeadlineExceeded, InferenceError, InvalidInput, ModelNotReady
 from inference.runtime.execution import RunResult, RunTarget, await_result, execute, now_ns
 from inference.runtime.onnx import OnnxModel
-from inference.runtime.sequences import SequencePolicy, SequenceRequest
+from inference.runtime.sequences import SequencePolicy, SequenceRequest, shown
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class SequenceBatcher:
             if sequence is None:
                 if not request.start:
                     raise InvalidInput(
-                        f"inference request for sequence {request.corrid} to model '{self.target.model}' must "
+                        f"inference request for sequence {shown(request.corrid)} to model '{self.target.model}' must "
                         "specify the START flag on the first request of the sequence"
                     )
                 if not self._free:
@@ -246,7 +246,7 @@ class SequenceBatcher:
             left = sequence.last_seen + idle - now
             if left <= 0:
                 logger.info(
-                    "sequence %s of %s idle for %.3f s: released", sequence.key[1], self.target.describe(), idle
+                    "sequence %s of %s idle for %.3f s: released", shown(sequence.key[1]), self.target.describe(), idle
                 )
                 self._release(sequence)
             else:

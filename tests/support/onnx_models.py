@@ -273,6 +273,18 @@ def failing_model() -> bytes:
     return _model([helper.make_node("NoSuchOperator", ["x"], ["y"])], [_vi("x", "FP32", [2])], [_vi("y", "FP32", [2])])
 
 
+def unknown_domain_operator() -> bytes:
+    """Passes the ONNX checker (an operator of a domain it does not know) but
+    not ONNX Runtime, whose error names the file it loaded."""
+    node = helper.make_node("Frobnicate", ["x"], ["y"], domain="example.custom")
+    graph = helper.make_graph([node], "g", [_vi("x", "FP32", [2])], [_vi("y", "FP32", [2])])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("example.custom", 1)]
+    )
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
 def gather_table(table=(0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5)) -> bytes:
     """FP32 y[n, k] = table[idx[n, k]] for INT64 idx of shape [N, K]; an index
     outside the table makes ONNX Runtime fail the whole run."""
