@@ -23,7 +23,6 @@ from inference import observability, outage, ports, runtime_settings, tracing
 from inference.changes import beacon_at
 from inference.dataplane import DataPlane
 from inference.fair_share import FairShare
-from inference.runtime.sequence_batcher import SequenceBatcher
 from inference.instance_groups import cpu_instances
 from inference.payload_log import PayloadLogger, sink_for
 from inference.ports import Quota
@@ -36,6 +35,7 @@ from inference.runtime.executors import InProcessExecutor, session_loader
 from inference.runtime.placement import WorkerDirectory, read_workers
 from inference.runtime.remote import RemoteExecutor
 from inference.runtime.runner import ModelRunner
+from inference.runtime.sequence_batcher import SequenceBatcher
 from inference.shared_memory import RegionRegistry
 from inference.statistics import StatisticsRecorder
 from inference.statistics_db import DatabaseStatistics

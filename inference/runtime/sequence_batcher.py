@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from inference.protocol.errors import RateLimited, DeadlineExceeded, InferenceError, InvalidInput, ModelNotReady
+from inference.protocol.errors import DeadlineExceeded, InferenceError, InvalidInput, ModelNotReady, RateLimited
 from inference.runtime.execution import RunResult, RunTarget, await_result, execute, now_ns
 from inference.runtime.onnx import OnnxModel
 from inference.runtime.sequences import SequencePolicy, SequenceRequest, shown
