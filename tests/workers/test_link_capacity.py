@@ -235,7 +235,9 @@ def test_half_open_handshakes_never_lock_out_a_front_end_with_a_certificate(live
     worker_id, announced = _announcement(live)
     host, port = announced.address.rsplit(":", 1)
     address = (host, int(port))
-    files = link.TLSFiles(str(live.certs / "ca.crt"), str(live.certs / "frontend.crt"), str(live.certs / "frontend.key"))
+    files = link.TLSFiles(
+        str(live.certs / "ca.crt"), str(live.certs / "frontend.crt"), str(live.certs / "frontend.key")
+    )
     worker = Worker(worker_id, "infer.cpu", address, messages.Announcement("cpu", address=announced.address))
 
     class Directory:
