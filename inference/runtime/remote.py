@@ -76,7 +76,6 @@ from inference.runtime.placement import HEARTBEAT_TTL_MS, Worker, WorkerDirector
 from inference.runtime.remote_segments import SegmentRuns
 from inference.runtime.sequence_routes import SequenceRoutes
 from inference.runtime.worker_connections import (
-    LIVENESS_SECONDS,
     WOULD_BLOCK,
     Connection,
     WorkerDraining,
@@ -237,7 +236,7 @@ class RemoteExecutor(SegmentRuns):
         if isinstance(need, Worker):
             return connect(need, self.tls, self.max_frame, blocking)
         if isinstance(need, Waiter):
-            return need.wait(LIVENESS_SECONDS)
+            return need.wait(need.slice())
         conn, _, deadline = need
         return self._check_waiting(conn, deadline)
 
@@ -247,7 +246,7 @@ class RemoteExecutor(SegmentRuns):
         if need is None or isinstance(need, Worker):
             return await asyncio.to_thread(self._do, need, False)
         if isinstance(need, Waiter):
-            return await need.wait_async(LIVENESS_SECONDS)
+            return await need.wait_async(need.slice())
         conn, writable, deadline = need
         if not await ready(asyncio.get_running_loop(), conn.sock, writable):
             self._check_waiting(conn, deadline)
@@ -367,7 +366,7 @@ class RemoteExecutor(SegmentRuns):
         """Wait (steps) for a connection to ``worker`` to come free in this
         process's pool: the connection, or ``worker`` (open one); None once
         the worker takes no new request. Raises DeadlineExceeded."""
-        waiter = self.pool.wait(worker)
+        waiter = self.pool.wait(worker, deadline)
         try:
             while True:
                 yield waiter

@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 #: How often idle connections are looked at.
 SWEEP_SECONDS = 1.0
+#: A waiting request checks its deadline and its worker at least this often.
+WAIT_SLICE_SECONDS = 1.0
 
 
 def _resolve(future: asyncio.Future) -> None:
@@ -46,16 +48,22 @@ class Waiter:
     becomes a Connection (another request gave it back) or the Worker (a
     connection closed: this request may open one) when the pool serves it;
     a thread waits with :meth:`wait`, an event loop with :meth:`wait_async`,
-    each for a slice of time, so that the request checks its deadline and
+    each for a slice of time (:meth:`slice`: at most ``WAIT_SLICE_SECONDS``,
+    never past ``deadline``), so that the request checks its deadline and
     its worker in between."""
 
-    __slots__ = ("_event", "_wake", "grant", "worker")
+    __slots__ = ("_event", "_wake", "deadline", "grant", "worker")
 
-    def __init__(self, worker: Worker):
+    def __init__(self, worker: Worker, deadline: float = float("inf")):
         self.worker = worker
+        self.deadline = deadline  # time.monotonic()
         self.grant: Connection | Worker | None = None
         self._event = threading.Event()
         self._wake: tuple | None = None  # (loop, future) of an event loop waiting
+
+    def slice(self) -> float:
+        """How long to wait before looking at the deadline and the worker again (s)."""
+        return min(WAIT_SLICE_SECONDS, max(0.0, self.deadline - time.monotonic()))
 
     def deliver(self, grant: Connection | Worker) -> None:
         """Serve the waiter (under the pool's lock)."""
@@ -142,10 +150,11 @@ class ConnectionPool:
                     self.on_draining(worker.id)
             self._discard(conn)
 
-    def wait(self, worker: Worker) -> Waiter:
-        """Queue for the next connection to ``worker`` given back or closed
-        (call :meth:`cancel` when giving up)."""
-        waiter = Waiter(worker)
+    def wait(self, worker: Worker, deadline: float = float("inf")) -> Waiter:
+        """Queue for the next connection to ``worker`` given back or closed,
+        until ``deadline`` (``time.monotonic()``; call :meth:`cancel` when
+        giving up)."""
+        waiter = Waiter(worker, deadline)
         with self._lock:
             self._waiters.setdefault(worker.id, deque()).append(waiter)
         return waiter
