@@ -107,7 +107,7 @@ def _inputs(module, x: np.ndarray):
 def test_a_burst_holds_at_most_the_pool_per_process_and_others_are_served(live):
     """400 gRPC calls in flight at once (an asyncio client, 6 s) for "busy":
     each front-end process's connections to the worker, sampled from the
-    kernel every 20 ms, never exceed the pool's cap (and reach it: the burst
+    kernel (``ss``) throughout, never exceed the pool's cap (and reach it: the burst
     waits for the pool, not for the client); every call answers the numpy
     value; a second caller's REST and gRPC requests to "other" all succeed."""
     _, announced = _announcement(live)
@@ -169,7 +169,7 @@ def test_a_burst_holds_at_most_the_pool_per_process_and_others_are_served(live):
     for _, y in outcomes:
         np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-6)
     peaks = [max(counts.values(), default=0) for counts in samples]
-    assert len(samples) >= 50 and max(peaks) == POOL, (len(samples), max(peaks))
+    assert len(samples) >= 10 and max(peaks) == POOL, (len(samples), max(peaks))
     other_failed = [o for o in other_outcomes if o[0] != "ok"]
     assert other_outcomes and not other_failed, other_failed[:3]
     assert max(error for _, error in other_outcomes) < 1e-5
