@@ -138,7 +138,7 @@ class WorkerServer:
             self._listeners.append(listener)
         self.unix_path = unix_path
         if unix_path:
-            self._listeners.append(_unix_listener(unix_path))
+            self._listeners.append(link.unix_listener(unix_path))
         self._connections: set[_Connection] = set()
         self._admission = Admission(limits)
         self._lock = threading.Lock()
@@ -413,19 +413,3 @@ class WorkerServer:
             records = list(self._connections)
         for record in records:
             record.cut()
-
-
-def _unix_listener(path: str) -> socket.socket:
-    """A Unix socket at ``path`` that only this user can connect to (0600
-    from the start: the umask covers the window before chmod)."""
-    if os.path.exists(path):
-        os.unlink(path)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        listener.bind(path)
-    finally:
-        os.umask(old)
-    os.chmod(path, 0o600)
-    listener.listen(512)
-    return listener
