@@ -268,6 +268,7 @@ def build_dataplane() -> DataPlane:
             settings.WORKER_TIMEOUT_SECONDS,
             tls=deployment.worker_tls(),
             idle_seconds=settings.WORKER_IDLE_SECONDS / 2,
+            connections_per_worker=settings.WORKER_CONNECTIONS_PER_PROCESS,
         )
     else:
         providers = onnx_runtime.provider_list(settings.ORT_EXECUTION_PROVIDERS, settings.ORT_DEVICE_ID)

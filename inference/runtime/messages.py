@@ -15,8 +15,11 @@ Front end -> worker: :class:`ShareMemory` (a Unix-socket connection's shared
 memory, its descriptor attached), :class:`RunRequest`, :class:`SegmentRequest`
 (steps of an ensemble run together).
 Worker -> front end: :class:`Hello` (once, when the worker accepted the
-connection), :class:`RunAnswer`, :class:`SegmentAnswer` or
-:class:`ErrorAnswer` (one per request).
+connection; an :class:`ErrorAnswer` instead when it refuses it, e.g. at its
+connection limit for that front end), :class:`RunAnswer`,
+:class:`SegmentAnswer` or :class:`ErrorAnswer` (one per request), and
+:class:`Draining` (once, last: the worker takes no new request on this
+connection and closes it).
 """
 
 from __future__ import annotations
@@ -64,6 +67,15 @@ class Hello(msgspec.Struct, tag="hello"):
 
     worker: str
     device: str
+
+
+class Draining(msgspec.Struct, tag="draining"):
+    """The worker is draining (told to stop): it answered every request it
+    held on this connection and takes no new one; it closes the connection
+    after this frame. A request the front end sent on it meanwhile was not
+    run: it may go to another worker."""
+
+    worker: str
 
 
 class ShareMemory(msgspec.Struct, tag="shared"):
@@ -182,7 +194,7 @@ class ErrorAnswer(msgspec.Struct, tag="error"):
 
 #: What a worker reads, and what a front end reads.
 ToWorker = RunRequest | SegmentRequest | ShareMemory
-ToFrontEnd = RunAnswer | SegmentAnswer | ErrorAnswer | Hello
+ToFrontEnd = RunAnswer | SegmentAnswer | ErrorAnswer | Hello | Draining
 
 _encoder = msgspec.msgpack.Encoder()
 encode = _encoder.encode
@@ -197,7 +209,9 @@ class Announcement(msgspec.Struct, omit_defaults=True):
     second): where front ends reach it (``address``: host:port of its TLS
     listener, empty when it has none; ``unix``: its Unix socket, for front
     ends on the same ``machine``), its device and how busy it is (``busy``:
-    requests held now; ``busy_fraction``: 0..1 over its last 10 s).
+    requests held now; ``busy_fraction``: 0..1 over its last 10 s;
+    ``connections``: front-end connections it holds); ``draining``: it was
+    told to stop and takes no new request (front ends drop it at once).
 
     Nothing in it is trusted: a front end sends work only to a worker that
     proves itself on connection (TLS certificate of the deployment's CA, or
@@ -213,6 +227,8 @@ class Announcement(msgspec.Struct, omit_defaults=True):
     busy: NonNegative = 0
     busy_fraction: float = 0.0
     served: NonNegative = 0
+    connections: NonNegative = 0
+    draining: bool = False
     rss_bytes: NonNegative = 0
     control: bool = True
     pool: str = ""

@@ -234,7 +234,17 @@ def _from_the_worker(run) -> bool:
     return any(run.key in message and run.name not in message for message in run.refused)
 
 
-def test_no_live_worker_for_the_device_is_503_at_once(server):
+def test_no_live_worker_for_the_device_is_503_at_once_with_retry_after(server):
+    """503 at once, with ``Retry-After: 5`` (a heartbeat's expiry: a worker
+    that starts is seen by then) over REST, and UNAVAILABLE with the same
+    ``retry-after`` trailing metadata over gRPC."""
+    import json
+    from http.client import HTTPConnection
+
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb
+    from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
     http = httpclient.InferenceServerClient(server.http_url)
     started = time.monotonic()
     with pytest.raises(InferenceServerException) as info:
@@ -242,6 +252,22 @@ def test_no_live_worker_for_the_device_is_503_at_once(server):
     assert info.value.status() == "503"
     assert "no live worker serves cuda:3" in info.value.message()
     assert time.monotonic() - started < 1.0
+    body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+    conn = HTTPConnection(*server.http_url.split(":"), timeout=10)
+    conn.request("POST", "/v2/models/on_gpu3/infer", json.dumps(body), {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    answer = json.loads(response.read())
+    assert (response.status, response.getheader("Retry-After")) == (503, "5"), answer
+    assert "no live worker serves cuda:3" in answer["error"]
+    request = pb.ModelInferRequest(model_name="on_gpu3")
+    tensor = request.inputs.add(name="x", datatype="FP32", shape=[1, 4])
+    tensor.contents.fp32_contents.extend([1, 2, 3, 4])
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        with pytest.raises(grpc.RpcError) as failure:
+            pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=10)
+    assert failure.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "no live worker serves cuda:3" in failure.value.details()
+    assert dict(failure.value.trailing_metadata())["retry-after"] == "5"
 
 
 def test_a_worker_serves_as_soon_as_its_heartbeat_is_in_redis(server):
@@ -572,13 +598,13 @@ def test_container_health_checks(server):
 
 
 @pytest.mark.parametrize("transport", ["http", "grpc"])
-def test_a_killed_worker_fails_exactly_its_requests_while_another_serves_the_device(tmp_path, transport):
+def test_a_killed_worker_s_requests_go_once_more_to_another_worker_of_the_device(tmp_path, transport):
     """Two workers on the cpu device, 8 slow requests in flight (spread by
-    round robin), kill -9 one: the requests it held answer 503 (gRPC
-    UNAVAILABLE) within 6 s (its connections close), the other worker's
-    answer correctly, nothing is run again elsewhere (executions ==
-    successes, failures counted once), and the front end keeps serving.
-    Over REST the front end waits in a thread; over gRPC on its event loop."""
+    round robin), kill -9 one: the requests it held (their connections
+    closed before any byte of an answer) go once more to the other worker,
+    so all 8 answer correctly, each answered and counted once (executions
+    == answers, no failure), and the front end keeps serving. Over REST the
+    front end waits in a thread; over gRPC on its event loop."""
     repo = tmp_path / "repo"
     m.write_model(repo, "slow", m.slow_loop(), config="instance_group [ { kind: KIND_CPU count: 2 } ]\n")
     url = REDIS_URL.rsplit("/", 1)[0] + "/" + str(int(REDIS_URL.rsplit("/", 1)[1]) + 1)
@@ -620,18 +646,14 @@ def test_a_killed_worker_fails_exactly_its_requests_while_another_serves_the_dev
             time.sleep(0.02)
         time.sleep(0.5)
         workers["host-a"].send_signal(signal.SIGKILL)
-        killed = time.monotonic()
+        # (its connections close: the requests it held go to host-b)
         for t in threads:
             t.join(60)
-        failed = [o for o in outcomes if o[0] != "ok"]
-        succeeded = [o for o in outcomes if o[0] == "ok"]
-        assert failed and succeeded and len(failed) + len(succeeded) == 8, outcomes
-        unavailable = "StatusCode.UNAVAILABLE" if transport == "grpc" else "503"
-        for status, message, ended in failed:
-            assert status == unavailable and "stopped before answering" in message, (status, message)
-            assert ended - killed < 6
-        for _, y, _ in succeeded:
+        assert all(o is not None and o[0] == "ok" for o in outcomes), outcomes
+        for _, y, _ in outcomes:
             np.testing.assert_allclose(y, expected, rtol=1e-5)
+        log = (live.var_dir / "host-a.log").read_text()
+        assert "drain" not in log  # killed, not drained: its requests went again because their connections closed
         # The survivor serves every new request; the killed one is passed over.
         for _ in range(4):
             np.testing.assert_allclose(_slow(http, x, np.array(1, dtype=np.int64))[1], _tanh_step(x), atol=1e-6)
@@ -640,7 +662,7 @@ def test_a_killed_worker_fails_exactly_its_requests_while_another_serves_the_dev
             (stats,) = http.get_inference_statistics("slow")["model_stats"]
             return int(stats["execution_count"]), int(stats["inference_stats"]["fail"]["count"])
 
-        expected_counts = (1 + len(succeeded) + 4, len(failed))  # warm-up, survivors, the 4 after the kill
+        expected_counts = (1 + 8 + 4, 0)  # warm-up, the 8, the 4 after the kill; each counted once
         assert wait_for(lambda: executions() == expected_counts, timeout=10), (executions(), expected_counts)
     finally:
         for process in workers.values():
