@@ -307,10 +307,14 @@ def _metric(server: LiveServer, name: str, **labels) -> float | None:
 
 
 def test_killed_worker_under_load_answers_every_held_request_and_a_restart_serves_again(server):
-    """Several requests in flight on the cuda:0 worker (one running, the
-    others waiting for its one instance), kill -9: every one answers 503
-    within 10 s, none hangs; the CPU worker keeps serving; a restarted
-    worker serves again without restarting the front end."""
+    """Several requests in flight to the cuda:0 worker (one running there per
+    HTTP process, the others waiting for their turn at the front end's
+    fair-share gate: its seats are the model's one instance), kill -9: every
+    one answers 503 within 10 s, none hangs (those on the worker: it stopped
+    before answering; those still waiting: it cannot be reached, or no live
+    worker); the CPU worker
+    keeps serving; a restarted worker serves again without restarting the
+    front end."""
     http = httpclient.InferenceServerClient(server.http_url)
     outcomes: list[dict] = []
 
@@ -333,7 +337,7 @@ def test_killed_worker_under_load_answers_every_held_request_and_a_restart_serve
     log = server.worker_log_path("cuda:0")
     assert wait_for(lambda: "loaded slow/" in log.read_text())
     # /metrics: the queue depth the workers' heartbeats report, and the worker's busy fraction.
-    assert wait_for(lambda: _metric(server, "modelhost_worker_queue_depth", queue="infer.cuda0") == HELD, timeout=5)
+    assert wait_for(lambda: (_metric(server, "modelhost_worker_queue_depth", queue="infer.cuda0") or 0) >= 1, 5)
     assert wait_for(lambda: (_metric(server, "modelhost_worker_busy_fraction", queue="infer.cuda0") or 0) > 0, 5)
     assert _metric(server, "modelhost_workers", queue="infer.cuda0") == 1
     server.worker_processes["cuda:0"].send_signal(signal.SIGKILL)
@@ -348,9 +352,11 @@ def test_killed_worker_under_load_answers_every_held_request_and_a_restart_serve
     assert len(outcomes) == HELD
     for outcome in outcomes:
         assert outcome["result"][0] == "503", outcome
-        assert "stopped before answering" in outcome["result"][1], outcome
+        reasons = ("stopped before answering", "no live worker", "cannot connect to the infer.cuda0 worker")
+        assert any(why in outcome["result"][1] for why in reasons), outcome
         # Its connection closed with it: answered at once, not at the request's 30 s deadline.
         assert outcome["ended"] - killed < 10, outcome
+    assert any("stopped before answering" in outcome["result"][1] for outcome in outcomes), outcomes
     with pytest.raises(InferenceServerException) as info:
         _affine(http, httpclient, "on_gpu")
     assert info.value.status() == "503"
