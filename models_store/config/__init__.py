@@ -252,6 +252,7 @@ def triton_json(message) -> dict:
 
 
 _NO_FIELD = re.compile(r'Message type "modelhost\.config\.(\w+)" has no field named "(\w+)"')
+_NO_VALUE = re.compile(r'Enum type "modelhost\.config\.([\w.]+)" has no value named (\w+)\.?')
 
 
 def _parse_error(source: str, exc: Exception) -> ConfigError:
@@ -261,6 +262,11 @@ def _parse_error(source: str, exc: Exception) -> ConfigError:
         where = text[: found.start()].strip().rstrip(":").strip()
         prefix = f"{where}: " if where else ""
         text = f"{prefix}{found.group(1)} has no field '{found.group(2)}' (not a Triton model configuration field)"
+    found = _NO_VALUE.search(text)
+    if found:  # the same for an enum, with the values it has
+        enum = pb.DESCRIPTOR.pool.FindEnumTypeByName(f"modelhost.config.{found.group(1)}")
+        names = ", ".join(value.name for value in enum.values)
+        text = f"{text[: found.start()]}{found.group(1)} has no value '{found.group(2)}' (one of {names})"
     return ConfigError(f"{source}: {text}")
 
 
