@@ -182,6 +182,7 @@ class PriorityQueue:
         self.describe = describe  # "version 1 of model 'm'", for errors
         self._queues: dict[int, tuple[deque, deque]] = {}  # level -> (in arrival order, delayed)
         self._order: list[int] = []  # levels with a queue, highest priority (lowest number) first
+        self._timed = 0  # waiting (not delayed) items with a queue timeout: none, no scan
 
     def push(self, item, schedule: Schedule | None) -> None:
         """Queue ``item`` at its level with its queue timeout. Raises
@@ -205,6 +206,8 @@ class PriorityQueue:
         item.expires = time.monotonic() + timeout_us / 1e6 if timeout_us else None
         item.rejects = not policy.delay
         pair[0].append(item)
+        if timeout_us:
+            self._timed += 1
 
     def __len__(self) -> int:
         return sum(len(waiting) + len(delayed) for waiting, delayed in self._queues.values())
@@ -228,13 +231,13 @@ class PriorityQueue:
         pair = self._queues.get(getattr(item, "level", None))
         if pair is None:
             return False
-        for queue in pair:
-            try:
-                queue.remove(item)
-                return True
-            except ValueError:
-                continue
-        return False
+        try:
+            pair[1 if item.delayed else 0].remove(item)
+        except ValueError:
+            return False
+        if item.expires is not None and not item.delayed:
+            self._timed -= 1
+        return True
 
     def clear(self) -> list:
         """Take every item out (in service order)."""
@@ -242,18 +245,22 @@ class PriorityQueue:
         for waiting, delayed in self._queues.values():
             waiting.clear()
             delayed.clear()
+        self._timed = 0
         return items
 
     def expire(self, now: float) -> list:
         """Apply the queue timeouts passed at ``now``: a DELAY item moves
         behind its level's others, a REJECT item is taken out; returns those."""
         rejected = []
+        if not self._timed:
+            return rejected
         for waiting, delayed in self._queues.values():
             if not any(item.expires is not None and item.expires <= now for item in waiting):
                 continue
             kept = [item for item in waiting if item.expires is None or item.expires > now]
             for item in waiting:
                 if item.expires is not None and item.expires <= now:
+                    self._timed -= 1
                     if item.rejects:
                         rejected.append(item)
                     else:
@@ -265,6 +272,8 @@ class PriorityQueue:
 
     def next_expiry(self) -> float | None:
         """When the next queue timeout passes (``time.monotonic()``), or None."""
+        if not self._timed:
+            return None
         times = [item.expires for waiting, _ in self._queues.values() for item in waiting if item.expires is not None]
         return min(times, default=None)
 

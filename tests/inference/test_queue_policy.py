@@ -22,6 +22,7 @@ from inference.runtime.onnx import OnnxModel
 from inference.runtime.queue_policy import PriorityLevels, QueuePolicy, Schedule
 from inference.runtime.runner import ModelRunner
 from tests.support import onnx_models as m
+from tests.support.live import in_time
 
 AFFINE = m.affine(2.0, 1.0)  # y = 2x + 1, x: FP32 [N, 4]
 SLOW = m.slow_loop()  # no batch dimension: max_batch_size 0
@@ -93,21 +94,28 @@ def test_a_higher_priority_request_sent_later_is_served_first(priority):
     runner = _runner()
     target = _target(PriorityLevels(2, 2))
     _warm(runner, target)
-    calls = Calls(runner, target)
-    low = [_rows(1, 1), _rows(1, 2)]
-    high = _rows(4, 3)
-    calls.send("low1", low[0], Schedule(2))
-    calls.send("low2", low[1], Schedule(2))
-    calls.send("high", high, Schedule(priority), pause=0)
-    results = calls.join()
-    for name, x in (("low1", low[0]), ("low2", low[1]), ("high", high)):
-        np.testing.assert_allclose(results[name].outputs[0], 2 * x + 1, rtol=1e-6)
-    assert (results["low1"].batch_size, results["low2"].batch_size) == (2, 2)  # batched together
-    window_end = calls.times["low1"][0] + WINDOW_US / 1e6
-    if priority == 1:  # served first: at once
-        assert calls.finished[0] == "high" and calls.times["high"][1] < window_end - 0.3, calls.times
-    else:  # behind the low ones: after their window
-        assert calls.times["high"][1] >= window_end, calls.times
+
+    def scenario() -> bool:
+        calls = Calls(runner, target)
+        low = [_rows(1, 1), _rows(1, 2)]
+        high = _rows(4, 3)
+        calls.send("low1", low[0], Schedule(2))
+        calls.send("low2", low[1], Schedule(2))
+        calls.send("high", high, Schedule(priority), pause=0)
+        results = calls.join()
+        for name, x in (("low1", low[0]), ("low2", low[1]), ("high", high)):
+            np.testing.assert_allclose(results[name].outputs[0], 2 * x + 1, rtol=1e-6)
+        window_end = calls.times["low1"][0] + WINDOW_US / 1e6
+        if calls.times["high"][0] > window_end - 0.4:
+            return False
+        assert (results["low1"].batch_size, results["low2"].batch_size) == (2, 2)  # batched together
+        if priority == 1:  # served first: at once
+            assert calls.finished[0] == "high" and calls.times["high"][1] < window_end - 0.3, calls.times
+        else:  # behind the low ones: after their window
+            assert calls.times["high"][1] >= window_end, calls.times
+        return True
+
+    in_time(scenario)
 
 
 def test_a_full_queue_refuses_at_once_and_each_level_counts_its_own():
@@ -184,19 +192,26 @@ def test_delay_serves_a_timed_out_request_after_the_others_of_its_level():
     target = _target(PriorityLevels(0, 0, QueuePolicy(delay=True, timeout_us=10_000_000, allow_override=True)))
     _warm(runner, target)
     for timeout_us in (100_000, 0):
-        calls = Calls(runner, target)
-        one, full = _rows(1, 1), _rows(4, 2)
-        calls.send("delayed", one, Schedule(0, timeout_us), pause=0.3)
-        calls.send("full", full, pause=0)
-        results = calls.join()
-        np.testing.assert_allclose(results["delayed"].outputs[0], 2 * one + 1, rtol=1e-6)
-        np.testing.assert_allclose(results["full"].outputs[0], 2 * full + 1, rtol=1e-6)
-        window_end = calls.times["delayed"][0] + WINDOW_US / 1e6
-        assert calls.times["delayed"][1] >= window_end  # a one-row request waits out its window either way
-        if timeout_us:  # delayed: the full batch went first, at once
-            assert calls.finished[0] == "full" and calls.times["full"][1] < window_end - 0.3, calls.times
-        else:  # not timed out: the full batch waited behind it
-            assert calls.times["full"][1] >= window_end, calls.times
+
+        def scenario(timeout_us=timeout_us) -> bool:
+            calls = Calls(runner, target)
+            one, full = _rows(1, 1), _rows(4, 2)
+            calls.send("delayed", one, Schedule(0, timeout_us), pause=0.3)
+            calls.send("full", full, pause=0)
+            results = calls.join()
+            np.testing.assert_allclose(results["delayed"].outputs[0], 2 * one + 1, rtol=1e-6)
+            np.testing.assert_allclose(results["full"].outputs[0], 2 * full + 1, rtol=1e-6)
+            window_end = calls.times["delayed"][0] + WINDOW_US / 1e6
+            if calls.times["full"][0] > window_end - 0.4:
+                return False
+            assert calls.times["delayed"][1] >= window_end  # a one-row request waits out its window either way
+            if timeout_us:  # delayed: the full batch went first, at once
+                assert calls.finished[0] == "full" and calls.times["full"][1] < window_end - 0.3, calls.times
+            else:  # not timed out: the full batch waited behind it
+                assert calls.times["full"][1] >= window_end, calls.times
+            return True
+
+        in_time(scenario)
 
 
 def test_preserve_ordering_answers_refused_requests_at_once_and_keeps_the_others_in_order():

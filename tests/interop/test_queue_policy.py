@@ -27,7 +27,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import EXECUTOR
-from tests.support.live import wait_for
+from tests.support.live import in_time, wait_for
 
 pytestmark = pytest.mark.interop
 
@@ -209,19 +209,26 @@ def test_delay_serves_a_timed_out_request_after_those_sent_later(model_server, p
     timeout has not passed, the full batch waits behind it for the window."""
     _needs_one_queue(protocol)
     for timeout in (100_000, None):
-        requests = Requests(model_server, protocol)
-        one, full = _rows(1, 20), _rows(4, 21)
-        requests.send("one", one, timeout=timeout, pause=0.4)
-        requests.send("full", full, pause=0)
-        answers = requests.join()
-        np.testing.assert_allclose(answers["one"], _expected(one), rtol=1e-6)
-        np.testing.assert_allclose(answers["full"], _expected(full), rtol=1e-6)
-        window_end = requests.times["one"][0] + WINDOW
-        assert requests.times["one"][1] >= window_end  # a one-row request waits out its window either way
-        if timeout:  # delayed: the full batch went first, at once
-            assert requests.times["full"][1] < window_end - 0.3, requests.times
-        else:
-            assert requests.times["full"][1] >= window_end, requests.times
+
+        def scenario(timeout=timeout) -> bool:
+            requests = Requests(model_server, protocol)
+            one, full = _rows(1, 20), _rows(4, 21)
+            requests.send("one", one, timeout=timeout, pause=0.4)
+            requests.send("full", full, pause=0)
+            answers = requests.join()
+            np.testing.assert_allclose(answers["one"], _expected(one), rtol=1e-6)
+            np.testing.assert_allclose(answers["full"], _expected(full), rtol=1e-6)
+            window_end = requests.times["one"][0] + WINDOW
+            if requests.times["full"][0] > window_end - 0.4:
+                return False
+            assert requests.times["one"][1] >= window_end  # a one-row request waits out its window either way
+            if timeout:  # delayed: the full batch went first, at once
+                assert requests.times["full"][1] < window_end - 0.3, requests.times
+            else:
+                assert requests.times["full"][1] >= window_end, requests.times
+            return True
+
+        in_time(scenario)
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
@@ -231,18 +238,25 @@ def test_a_higher_priority_request_sent_later_completes_first(model_server, prot
     or one beyond the levels (both: the default level, 2) it completes after them."""
     _needs_one_queue(protocol)
     for priority in (1, 0, 99):
-        requests = Requests(model_server, protocol)
-        low, high = [_rows(1, 30), _rows(1, 31)], _rows(4, 32)
-        requests.send("low1", low[0], priority=2, pause=0.1)
-        requests.send("low2", low[1], priority=2, pause=0.2)
-        requests.send("high", high, priority=priority, pause=0)
-        answers = requests.join()
-        np.testing.assert_allclose(answers["low1"], _expected(low[0]), rtol=1e-6)
-        np.testing.assert_allclose(answers["low2"], _expected(low[1]), rtol=1e-6)
-        np.testing.assert_allclose(answers["high"], _expected(high), rtol=1e-6)
-        window_end = requests.times["low1"][0] + WINDOW
-        ends = {name: answered for name, (_, answered) in requests.times.items()}
-        if priority == 1:
-            assert ends["high"] < min(ends["low1"], ends["low2"]) and ends["high"] < window_end - 0.3, ends
-        else:
-            assert ends["high"] >= window_end, (priority, requests.times)
+
+        def scenario(priority=priority) -> bool:
+            requests = Requests(model_server, protocol)
+            low, high = [_rows(1, 30), _rows(1, 31)], _rows(4, 32)
+            requests.send("low1", low[0], priority=2, pause=0.1)
+            requests.send("low2", low[1], priority=2, pause=0.2)
+            requests.send("high", high, priority=priority, pause=0)
+            answers = requests.join()
+            np.testing.assert_allclose(answers["low1"], _expected(low[0]), rtol=1e-6)
+            np.testing.assert_allclose(answers["low2"], _expected(low[1]), rtol=1e-6)
+            np.testing.assert_allclose(answers["high"], _expected(high), rtol=1e-6)
+            window_end = requests.times["low1"][0] + WINDOW
+            if requests.times["high"][0] > window_end - 0.4:
+                return False
+            ends = {name: answered for name, (_, answered) in requests.times.items()}
+            if priority == 1:
+                assert ends["high"] < min(ends["low1"], ends["low2"]) and ends["high"] < window_end - 0.3, ends
+            else:
+                assert ends["high"] >= window_end, (priority, requests.times)
+            return True
+
+        in_time(scenario)
