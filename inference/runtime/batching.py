@@ -224,9 +224,8 @@ class DynamicBatcher:
         behind the others of its level) and fail queued requests whose
         deadline passed (lock held); neither is run."""
         now = time.monotonic()
-        describe = self.target.describe()
         for pending in self._queue.expire(now):
-            pending.error = timed_out(describe)
+            pending.error = timed_out(self.target.describe())
             self._finish(pending, at_once=True)
         for pending in [p for p in self._queue if p.deadline is not None and p.deadline <= now]:
             self._queue.remove(pending)

@@ -34,6 +34,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import chain
 
 from inference.protocol.errors import ModelNotReady, QueueFull
 
@@ -180,8 +181,10 @@ class PriorityQueue:
     def __init__(self, levels: PriorityLevels, describe: str):
         self.levels = levels
         self.describe = describe  # "version 1 of model 'm'", for errors
+        self._policies = dict(levels.policies)
         self._queues: dict[int, tuple[deque, deque]] = {}  # level -> (in arrival order, delayed)
-        self._order: list[int] = []  # levels with a queue, highest priority (lowest number) first
+        self._lanes: list[deque] = []  # the deques in service order: level 1's two, level 2's two, ...
+        self._size = 0
         self._timed = 0  # waiting (not delayed) items with a queue timeout: none, no scan
 
     def push(self, item, schedule: Schedule | None) -> None:
@@ -189,11 +192,11 @@ class PriorityQueue:
         QueueFull (Triton's text) when its level holds ``max_queue_size``."""
         priority, requested = (schedule.priority, schedule.timeout_us) if schedule is not None else (0, 0)
         level = self.levels.level(priority)
-        policy = self.levels.policy(level)
+        policy = self._policies.get(level, self.levels.default)
         pair = self._queues.get(level)
         if pair is None:
             pair = self._queues[level] = (deque(), deque())
-            self._order = sorted(self._queues)
+            self._lanes = [lane for number in sorted(self._queues) for lane in self._queues[number]]
         if policy.max_size and len(pair[0]) + len(pair[1]) >= policy.max_size:
             where = f"priority level {level} of " if self.levels.levels else ""
             raise QueueFull(
@@ -206,25 +209,23 @@ class PriorityQueue:
         item.expires = time.monotonic() + timeout_us / 1e6 if timeout_us else None
         item.rejects = not policy.delay
         pair[0].append(item)
+        self._size += 1
         if timeout_us:
             self._timed += 1
 
     def __len__(self) -> int:
-        return sum(len(waiting) + len(delayed) for waiting, delayed in self._queues.values())
-
-    def __bool__(self) -> bool:
-        return any(waiting or delayed for waiting, delayed in self._queues.values())
+        return self._size
 
     def __iter__(self) -> Iterator:
         """The items in service order: by level, each level's waiting ones, then its delayed ones."""
-        for level in self._order:
-            waiting, delayed = self._queues[level]
-            yield from waiting
-            yield from delayed
+        return chain.from_iterable(self._lanes)
 
     def first(self):
         """The item served next (the queue is not empty)."""
-        return next(iter(self))
+        for lane in self._lanes:
+            if lane:
+                return lane[0]
+        raise IndexError("the queue is empty")
 
     def remove(self, item) -> bool:
         """Take ``item`` out; False when it is not queued."""
@@ -235,6 +236,7 @@ class PriorityQueue:
             pair[1 if item.delayed else 0].remove(item)
         except ValueError:
             return False
+        self._size -= 1
         if item.expires is not None and not item.delayed:
             self._timed -= 1
         return True
@@ -245,7 +247,7 @@ class PriorityQueue:
         for waiting, delayed in self._queues.values():
             waiting.clear()
             delayed.clear()
-        self._timed = 0
+        self._size = self._timed = 0
         return items
 
     def expire(self, now: float) -> list:
@@ -262,6 +264,7 @@ class PriorityQueue:
                 if item.expires is not None and item.expires <= now:
                     self._timed -= 1
                     if item.rejects:
+                        self._size -= 1
                         rejected.append(item)
                     else:
                         item.delayed = True
