@@ -182,6 +182,7 @@ class PriorityQueue:
         self.levels = levels
         self.describe = describe  # "version 1 of model 'm'", for errors
         self._policies = dict(levels.policies)
+        self._plain = not levels.configured
         self._queues: dict[int, tuple[deque, deque]] = {}  # level -> (in arrival order, delayed)
         self._lanes: list[deque] = []  # the deques in service order: level 1's two, level 2's two, ...
         self._size = 0
@@ -190,13 +191,16 @@ class PriorityQueue:
     def push(self, item, schedule: Schedule | None) -> None:
         """Queue ``item`` at its level with its queue timeout. Raises
         QueueFull (Triton's text) when its level holds ``max_queue_size``."""
+        item.delayed = False
+        if self._plain:  # one queue, no bound, no timeouts
+            item.level, item.expires, item.rejects = 0, None, True
+            self._lane(0)[0].append(item)
+            self._size += 1
+            return
         priority, requested = (schedule.priority, schedule.timeout_us) if schedule is not None else (0, 0)
         level = self.levels.level(priority)
         policy = self._policies.get(level, self.levels.default)
-        pair = self._queues.get(level)
-        if pair is None:
-            pair = self._queues[level] = (deque(), deque())
-            self._lanes = [lane for number in sorted(self._queues) for lane in self._queues[number]]
+        pair = self._lane(level)
         if policy.max_size and len(pair[0]) + len(pair[1]) >= policy.max_size:
             where = f"priority level {level} of " if self.levels.levels else ""
             raise QueueFull(
@@ -205,13 +209,20 @@ class PriorityQueue:
             )
         timeout_us = policy.timeout_us_for(requested)
         item.level = level
-        item.delayed = False
         item.expires = time.monotonic() + timeout_us / 1e6 if timeout_us else None
         item.rejects = not policy.delay
         pair[0].append(item)
         self._size += 1
         if timeout_us:
             self._timed += 1
+
+    def _lane(self, level: int) -> tuple[deque, deque]:
+        """The (waiting, delayed) deques of ``level``, made on first use."""
+        pair = self._queues.get(level)
+        if pair is None:
+            pair = self._queues[level] = (deque(), deque())
+            self._lanes = [lane for number in sorted(self._queues) for lane in self._queues[number]]
+        return pair
 
     def __len__(self) -> int:
         return self._size
