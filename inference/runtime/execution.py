@@ -71,8 +71,10 @@ class RunTarget:
         """Requests of it one runner runs at once: its instances, times its
         ``max_batch_size`` with dynamic batching (a batch forms from
         requests that wait together); 0 with sequence batching (each
-        sequence holds its slot: see :mod:`inference.fair_share`)."""
-        if self.sequence is not None:
+        sequence holds its slot: see :mod:`inference.fair_share`), and 0
+        with priority levels or a queue policy: the batcher's queues order
+        and bound what waits, as in Triton (:mod:`inference.runtime.queue_policy`)."""
+        if self.sequence is not None or (self.batching is not None and self.batching.levels.configured):
             return 0
         rows = self.batching.max_batch_size if self.batching is not None else 1
         return max(1, self.instances) * max(1, rows)

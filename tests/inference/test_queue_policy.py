@@ -260,3 +260,18 @@ def test_a_model_without_a_batch_dimension_queues_by_priority_one_request_at_a_t
     np.testing.assert_allclose(results["low"].outputs[0], m.slow_loop_expected(x, 5_000), atol=1e-6)
     np.testing.assert_allclose(results["high"].outputs[0], m.slow_loop_expected(2 * x, 5_000), atol=1e-6)
     assert all(results[name].batch_size == 1 for name in ("busy", "low", "high"))
+
+
+def test_the_fair_share_gate_leaves_a_model_with_levels_or_policies_to_its_queues():
+    """A model with priority levels or a queue policy is not gated by
+    inference/fair_share.py (0 seats): its requests reach the batcher's
+    queues, whose priorities, max_queue_size and timeouts decide, as in
+    Triton; without them the gate holds what does not run (4 rows x 2)."""
+
+    def seats(levels: PriorityLevels) -> int:
+        batching = BatchingPolicy(4, levels=levels)
+        return RunTarget("affine", 1, "sha", "affine", 100, instances=2, batching=batching).seats
+
+    assert seats(PriorityLevels()) == 8
+    assert seats(PriorityLevels(0, 0, QueuePolicy(max_size=5))) == 0
+    assert seats(PriorityLevels(2, 1)) == 0
