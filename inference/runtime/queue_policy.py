@@ -250,7 +250,17 @@ class PriorityQueue:
         self._size -= 1
         if item.expires is not None and not item.delayed:
             self._timed -= 1
+        if not pair[0] and not pair[1]:
+            self._forget(item.level)
         return True
+
+    def _forget(self, level: int) -> None:
+        """Drop the empty deques of a level no policy names (as Triton
+        erases them), so that requests naming many levels leave nothing behind."""
+        if level in self._policies or level == self.levels.default_level:
+            return
+        del self._queues[level]
+        self._lanes = [lane for number in sorted(self._queues) for lane in self._queues[number]]
 
     def clear(self) -> list:
         """Take every item out (in service order)."""
@@ -267,7 +277,7 @@ class PriorityQueue:
         rejected = []
         if not self._timed:
             return rejected
-        for waiting, delayed in self._queues.values():
+        for level, (waiting, delayed) in list(self._queues.items()):
             if not any(item.expires is not None and item.expires <= now for item in waiting):
                 continue
             kept = [item for item in waiting if item.expires is None or item.expires > now]
@@ -282,6 +292,8 @@ class PriorityQueue:
                         delayed.append(item)
             waiting.clear()
             waiting.extend(kept)
+            if not waiting and not delayed:
+                self._forget(level)
         return rejected
 
     def next_expiry(self) -> float | None:

@@ -216,8 +216,9 @@ def test_delay_serves_a_timed_out_request_after_the_others_of_its_level():
 
 def test_preserve_ordering_answers_refused_requests_at_once_and_keeps_the_others_in_order():
     """With preserve_ordering, a request refused by its queue timeout answers
-    at once, one refused for a full queue takes no place in the order, and
-    the answers of the others still leave in arrival order."""
+    when it times out (not after the earlier request's answer), and neither
+    it nor one refused for a full queue holds the later answers back (a
+    refused request that took a place in the order would stall them)."""
     runner = _runner()
     policy = QueuePolicy(timeout_us=10_000_000, allow_override=True, max_size=2)
     target = _target(PriorityLevels(0, 0, policy), preserve_ordering=True)
@@ -234,7 +235,9 @@ def test_preserve_ordering_answers_refused_requests_at_once_and_keeps_the_others
     assert calls.finished[0] == "refused" and isinstance(results["refused"], ModelNotReady)
     np.testing.assert_allclose(results["first"].outputs[0], 2 * xs[0] + 1, rtol=1e-6)
     np.testing.assert_allclose(results["last"].outputs[0], 2 * xs[2] + 1, rtol=1e-6)
-    assert calls.finished[1:] == ["first", "last"]
+    refused_at = calls.times["refused"][1] - calls.times["refused"][0]
+    assert refused_at < 0.5 * WINDOW_US / 1e6  # answered when its timeout passed, not held for "first"
+    assert sorted(calls.finished[1:]) == ["first", "last"]  # neither is held back by the refused ones
 
 
 def test_a_model_without_a_batch_dimension_queues_by_priority_one_request_at_a_time():
@@ -275,3 +278,17 @@ def test_the_fair_share_gate_leaves_a_model_with_levels_or_policies_to_its_queue
     assert seats(PriorityLevels()) == 8
     assert seats(PriorityLevels(0, 0, QueuePolicy(max_size=5))) == 0
     assert seats(PriorityLevels(2, 1)) == 0
+
+
+def test_requests_naming_many_levels_leave_no_queues_behind():
+    """Levels without a policy of their own get a queue while they hold a
+    request and lose it when it empties (as Triton erases them): a client
+    sending every priority of 2**64 - 1 levels costs nothing once answered."""
+    runner = _runner()
+    target = _target(PriorityLevels(2**64 - 1, 1), max_queue_delay_us=0)
+    x = _rows(4, 5)
+    for priority in (1, 2, 3, 1000, 2**63, 2**64 - 1, 2**64):
+        result = runner.run(target, {"x": x}, ["y"], 4, None, None, Schedule(priority))
+        np.testing.assert_allclose(result.outputs[0], 2 * x + 1, rtol=1e-6)
+    queue = runner._loaded[target.key].batcher._queue
+    assert list(queue._queues) == [1]  # the default level only
