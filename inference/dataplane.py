@@ -26,7 +26,7 @@ from inference import ensemble_runs, fair_share, jobs, request_checks, response_
 from inference import shared_memory as shm
 from inference.admission import Admission
 from inference.ports import container
-from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady
+from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady, QueueFull
 from inference.protocol.types import InferenceRequest, InferenceResponse, ModelMetadata, ServerMetadata
 from inference.ratelimit import Defaults, RateLimiter
 from inference.registry import ModelRegistry
@@ -38,7 +38,7 @@ from inference.statistics import StatisticsRecorder
 EXTENSIONS = (
     "binary_tensor_data", "classification", "sequence", "sequence(string_id)", "model_repository",
     "model_repository(unload_dependents)", "model_configuration", "statistics", "parameters", "trace", "logging",
-    "system_shared_memory",
+    "system_shared_memory", "schedule_policy",
 )  # fmt: skip
 
 _now = time.perf_counter_ns
@@ -192,6 +192,8 @@ class DataPlane:
                 if gate is not None:
                     gate.leave()
             return self._respond(entry, request, job, run, cached)
+        except QueueFull:
+            raise  # refused before it queued: not a failed inference (as Triton counts)
         except InferenceError:
             self.statistics.record_failure(entry.model_name, entry.number, _now() - started)
             raise
@@ -248,6 +250,8 @@ class DataPlane:
                 if gate is not None:
                     gate.leave()
             return self._respond(entry, request, job, run, cached)
+        except QueueFull:
+            raise  # refused before it queued: not a failed inference (as Triton counts)
         except InferenceError:
             self.statistics.record_failure(entry.model_name, entry.number, _now() - started)
             raise

@@ -21,6 +21,7 @@ from inference import shared_memory as shm
 from inference.protocol.errors import InvalidInput
 from inference.protocol.types import InferenceRequest, InferenceResponse, ResponseOutput
 from inference.runtime import sequences
+from inference.runtime.queue_policy import Schedule
 from inference.snapshot import VersionEntry
 
 _now = time.perf_counter_ns
@@ -42,13 +43,17 @@ class Job:
     sequence: sequences.SequenceRequest | None = None
     regions: dict | None = None  # output name -> (TensorReference, the region's span it is written into)
     plan: region_tensors.RegionPlan | None = None  # for a remote executor: tensors its worker may read itself
+    schedule: Schedule | None = None  # its priority and timeout, for a dynamic batcher
 
     @property
     def options(self) -> dict:
         """The executor's keyword arguments beside the tensors."""
-        if self.plan is None:
-            return {"sequence": self.sequence}
-        return {"sequence": self.sequence, "regions": self.plan}
+        options = {"sequence": self.sequence}
+        if self.plan is not None:
+            options["regions"] = self.plan
+        if self.schedule is not None:
+            options["schedule"] = self.schedule
+        return options
 
 
 def prepare(
@@ -66,7 +71,9 @@ def prepare(
     shared-memory regions of ``regions`` (their owner) are read, regions for
     outputs looked up (for a ``remote`` executor, also planned for its
     worker to map); ``owner``: whose sequences the request continues."""
-    deadline = request_checks.deadline(request.parameters, started, timeout_seconds)
+    batching = entry.target.batching if entry.target is not None else None  # an ensemble's version has no target
+    levels = batching.levels if batching is not None else None
+    deadline = request_checks.deadline(request.parameters, started, timeout_seconds, levels)
     ids = sequences.sequence_parameters(request.parameters)  # checked first, as Triton's front ends do
     plan = region_tensors.RegionPlan() if remote else None
     for tensor in request.inputs:
@@ -78,7 +85,8 @@ def prepare(
     policy = entry.target.sequence if entry.target is not None else None  # an ensemble's version has no target
     sequence = sequences.request_for(policy, entry.model_name, ids, rows, owner)
     plan = plan if plan is not None and (plan.inputs or plan.outputs) else None
-    return Job(started, deadline, feeds, rows, names, classify, _now(), sequence, written, plan)
+    schedule = request_checks.schedule(request.parameters, levels)
+    return Job(started, deadline, feeds, rows, names, classify, _now(), sequence, written, plan, schedule)
 
 
 def _read_region(

@@ -45,7 +45,8 @@ class ModelRecord:
 
     ``dynamic_batching``: Triton's ``dynamic_batching`` message as JSON
     (``preferred_batch_size``, ``max_queue_delay_microseconds``,
-    ``preserve_ordering``), or None when the model does not batch.
+    ``preserve_ordering``, the priority levels and queue policies), or None
+    when the model does not batch.
     ``sequence_batching``: Triton's ``sequence_batching`` message as JSON
     (protobuf's ``MessageToDict``), or None when the model keeps no sequences.
     ``team``: the owning team's name ("" for operator-owned models).

@@ -30,6 +30,7 @@ from inference.registry import ModelRegistry
 from inference.runtime import frames, messages
 from inference.runtime.execution import RunTarget
 from inference.runtime.placement import device_name, queue_for
+from inference.runtime.queue_policy import Schedule
 from inference.runtime.runner import ModelRunner
 from inference.runtime.sequences import SequenceRequest
 
@@ -181,9 +182,10 @@ class WorkerRuntime:
         asked = tracing.epoch_ns() if tracing.ENABLED else 0
         given = request.sequence
         sequence = SequenceRequest(given.corrid, given.start, given.end, given.owner) if given else None
+        schedule = Schedule(request.priority, request.timeout_us) if request.priority or request.timeout_us else None
         self.meter.begin(target.key, target.instances)
         try:
-            result = self.runner.run(target, feeds, names, request.rows, deadline, sequence)
+            result = self.runner.run(target, feeds, names, request.rows, deadline, sequence, schedule)
         finally:
             self.meter.end(target.key)
         if asked:

@@ -138,6 +138,17 @@ class RateLimited(InferenceError):
         self.retry_after = retry_after
 
 
+class QueueFull(InferenceError):
+    """A dynamic batcher's queue (of the request's priority level) holds its
+    ``max_queue_size``: refused at once, before it queued (HTTP 503, gRPC
+    UNAVAILABLE, as Triton answers; not counted as a failed inference of
+    the model, as Triton does not count a request it could not enqueue)."""
+
+    code = "QUEUE_FULL"
+    http_status = 503
+    grpc_status = "UNAVAILABLE"
+
+
 class InUse(InferenceError):
     """A change refused because something that serves depends on its target
     (e.g. unloading a model that a ready ensemble composes; HTTP 409)."""
@@ -150,7 +161,7 @@ class InUse(InferenceError):
 _BY_CODE: dict[str, type[InferenceError]] = {}
 for _cls in (
     InferenceError, InvalidInput, ModelNotFound, ModelNotReady, RequestTooLarge, DeadlineExceeded, Unsupported,
-    Unauthenticated, PermissionDenied, RateLimited, InUse,
+    Unauthenticated, PermissionDenied, RateLimited, QueueFull, InUse,
 ):  # fmt: skip
     _BY_CODE.setdefault(_cls.code, _cls)
 

@@ -102,7 +102,9 @@ class RunRequest(msgspec.Struct, tag="run", omit_defaults=True):
     epoch; ``shared``: the tensors lie in the connection's shared memory;
     ``sequence``: its place in a sequence, for a model with sequence batching;
     ``regions``: inputs in clients' shared-memory regions, ``output_regions``:
-    outputs to write into them, on a worker of the same machine only)."""
+    outputs to write into them, on a worker of the same machine only;
+    ``priority`` and ``timeout_us``: the request's priority and timeout
+    parameters, for a model with dynamic batching, 0 when not given)."""
 
     model: str
     version: Positive
@@ -116,6 +118,8 @@ class RunRequest(msgspec.Struct, tag="run", omit_defaults=True):
     sequence: Sequence | None = None
     regions: list[RegionTensor] = []
     output_regions: list[RegionTensor] = []
+    priority: NonNegative = 0
+    timeout_us: NonNegative = 0
 
 
 class RunAnswer(msgspec.Struct, tag="answer"):

@@ -192,16 +192,19 @@ class RemoteExecutor(SegmentRuns):
     # -- running: the drivers ------------------------------------------------
     def run(
         self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
-        deadline: float | None = None, placement=(), sequence=None, regions=None,
+        deadline: float | None = None, placement=(), sequence=None, regions=None, schedule=None,
     ) -> RunResult:  # fmt: skip
         """Run one request on a worker of a device ``placement`` (the model's
         instance group) allows, in this thread (``sequence``: its place in a
         sequence, for a model with sequence batching; ``regions``: a
         :class:`~inference.shared_memory.RegionPlan` of its tensors in
         shared-memory regions, which a worker on this machine reads and
-        writes itself). Raises ModelNotReady, DeadlineExceeded and the errors
-        the worker reports (see module doc)."""
-        return self._drive(self._steps(target, feeds, output_names, rows, deadline, placement, True, sequence, regions))
+        writes itself; ``schedule``: its priority and timeout, for the
+        worker's dynamic batcher). Raises ModelNotReady, DeadlineExceeded
+        and the errors the worker reports (see module doc)."""
+        return self._drive(
+            self._steps(target, feeds, output_names, rows, deadline, placement, True, sequence, regions, schedule)
+        )
 
     def _drive(self, generator):
         """Run a request's steps (a generator of needs, see :meth:`_do`) in this thread; what it returns."""
@@ -215,13 +218,15 @@ class RemoteExecutor(SegmentRuns):
 
     async def run_async(
         self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
-        deadline: float | None = None, placement=(), sequence=None, regions=None,
+        deadline: float | None = None, placement=(), sequence=None, regions=None, schedule=None,
     ) -> RunResult:  # fmt: skip
         """:meth:`run` on an event loop (the gRPC front end): the connection's
         socket waits in the loop's selector, so a request costs no thread
         hand-off. The same faults and errors; a call cancelled while it
         waits closes its connection."""
-        steps = _Steps(self._steps(target, feeds, output_names, rows, deadline, placement, False, sequence, regions))
+        steps = _Steps(
+            self._steps(target, feeds, output_names, rows, deadline, placement, False, sequence, regions, schedule)
+        )
         try:
             while (need := steps.next()) is not _DONE:
                 try:
@@ -259,7 +264,10 @@ class RemoteExecutor(SegmentRuns):
             self._check_waiting(conn, deadline)
 
     # -- running: the steps ----------------------------------------------------
-    def _steps(self, target, feeds, output_names, rows, deadline, placement, blocking, sequence=None, regions=None):
+    def _steps(
+        self, target, feeds, output_names, rows, deadline, placement, blocking: bool, sequence=None, regions=None,
+        schedule=None,
+    ):  # fmt: skip
         """One request, as a generator of what it needs done (see :meth:`_do`;
         ``blocking``: for a thread, else an event loop); returns its RunResult."""
         workers = self._candidates(target, placement, caught_up=False)
@@ -267,6 +275,8 @@ class RemoteExecutor(SegmentRuns):
             yield None
             workers = self._candidates(target, placement, caught_up=sequence is None)
         request, deadline = self._request(target, output_names, rows, deadline, sequence)
+        if schedule is not None:
+            request.priority, request.timeout_us = schedule.priority, schedule.timeout_us
         if sequence is None:
             order = self._order(target.key, workers)
             answer = yield from self._exchange(order, request, feeds, deadline, blocking, regions)

@@ -312,6 +312,27 @@ def test_dynamic_batching_on_the_model_page(alice, tmp_path):
     assert "off (each request runs alone)" in _text(alice.get("/models/plain/"))
 
 
+def test_priority_levels_and_queue_policies_on_the_model_page(alice, tmp_path):
+    m.write_model(
+        tmp_path,
+        "levels",
+        m.affine(1, 1),
+        config="max_batch_size: 4\ndynamic_batching { priority_levels: 2 default_priority_level: 2 "
+        "default_queue_policy { max_queue_size: 64 } priority_queue_policy { key: 1 value: { "
+        "default_timeout_microseconds: 50000 allow_timeout_override: true max_queue_size: 16 } } }\n",
+    )
+    m.write_model(
+        tmp_path, "unbatched", m.slow_loop(), config="dynamic_batching { default_queue_policy { max_queue_size: 3 } }\n"
+    )
+    import_repository(tmp_path)
+    page = _text(alice.get("/models/levels/"))
+    assert (
+        "2 priority levels (default 2); at most 64 queued; "
+        "level 1: at most 16 queued, refused after 50 ms in the queue (a request may shorten it)"
+    ) in page
+    assert "on: one request at a time; at most 3 queued" in _text(alice.get("/models/unbatched/"))
+
+
 def test_traffic_split_form_promote_and_rollback(alice):
     for scale in (1.0, 2.0):
         _upload(alice, "canaried", m.affine(scale, 0.0), url="/upload/" if scale == 1.0 else "/models/canaried/upload/")

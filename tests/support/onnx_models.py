@@ -193,13 +193,22 @@ def two_input_classifier(labels=("neg", "pos")) -> bytes:
     return model.SerializeToString()
 
 
+def _slow_weight(width: int) -> np.ndarray:
+    return (np.random.default_rng(0).standard_normal((width, width)) / width).astype(np.float32)
+
+
+def slow_loop_expected(x: np.ndarray, n: int, width: int = 256) -> np.ndarray:
+    """What :func:`slow_loop` answers for ``x`` ([1, width] FP32) and ``n``, in numpy."""
+    weight, y = _slow_weight(width), x.astype(np.float32)
+    for _ in range(n):
+        y = np.tanh(y @ weight)
+    return y
+
+
 def slow_loop(width: int = 256) -> bytes:
     """y = tanh(tanh(x W) W ...), ``n`` (INT64 scalar input) iterations: a
     model whose run time the caller chooses (about n x 20 us here)."""
-    rng = np.random.default_rng(0)
-    weight = helper.make_tensor(
-        "W", TensorProto.FLOAT, [width, width], (rng.standard_normal((width, width)) / width).astype(np.float32).ravel()
-    )
+    weight = helper.make_tensor("W", TensorProto.FLOAT, [width, width], _slow_weight(width).ravel())
     body = helper.make_graph(
         [
             helper.make_node("Identity", ["cond_in"], ["cond_out"]),
