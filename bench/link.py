@@ -149,6 +149,11 @@ def _caller(root: Path, kind: str, certs: Path, where: str):
         def is_live(self, worker_id):
             return True
 
+        accepts = is_live
+
+        def drop(self, worker_id):
+            pass
+
     if kind == "baseline-tcp":
         worker = Worker("w-1", "infer.cpu", ("127.0.0.1", int(where)), {"address": f"127.0.0.1:{where}"})
         executor = RemoteExecutor(Directory(worker), b"k" * 32, 1 << 26)

@@ -13,10 +13,15 @@ p50, 3,600 -> 2,200 req/s), so the server stays WSGI and :class:`BodyGate`
 wraps the application instead:
 
 - **Work slots.** granian runs ``HTTP_THREADS + HTTP_BODY_THREADS`` threads
-  per process, but at most ``HTTP_THREADS`` of them do work at once (a
-  semaphore). A request takes its slot only once its body has been read to
-  the end (a request without a body: at once), so a body that trickles in
-  holds one of the waiting threads, never one that runs inferences.
+  per process, but at most ``HTTP_THREADS`` of them do work at once. A
+  request takes its slot only once its body has been read to the end (a
+  request without a body: at once), so a body that trickles in holds one of
+  the waiting threads, never one that runs inferences. The slots are a
+  fair-share gate (:mod:`inference.fair_share`): when all are taken, requests
+  wait in their caller's flow (its team, from the bearer token) and slots go
+  to the flows in turn, so one team's flood does not queue ahead of
+  everyone; a flow with ``queue_per_flow`` requests waiting already is
+  answered 429 with ``Retry-After`` (:class:`SlotRefused`).
 - **A deadline per body.** Every read is watched by one thread per process:
   a body that has not arrived ``BODY_READ_TIMEOUT_SECONDS`` after its request
   started (plus one second per ``BODY_MIN_BYTES_PER_SECOND`` bytes received
@@ -37,14 +42,15 @@ from __future__ import annotations
 
 import json
 import logging
-import queue
 import sys
 import threading
 import time
 
 from django.core.exceptions import BadRequest
 
-from inference.protocol.errors import InvalidInput
+from inference import auth
+from inference.fair_share import ANONYMOUS_FLOW, FairShare, Gate
+from inference.protocol.errors import InvalidInput, RateLimited
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +64,14 @@ class IncompleteBody(InvalidInput, BadRequest):
     bad request; the gate answers ``{"error": ...}`` either way)."""
 
     status = 400
+
+
+class SlotRefused(RateLimited, BadRequest):
+    """A flow has too many requests waiting for this process's work slots:
+    HTTP 429 with ``Retry-After`` (the answer replaces whatever the
+    application made of the exception)."""
+
+    status = 429
 
 
 class BodyTimeout(IncompleteBody):
@@ -90,8 +104,9 @@ class WatchedInput:
     short bodies (see the module docstring). Reads never go past the
     Content-Length."""
 
-    def __init__(self, gate: BodyGate, stream, length: int, caller_frame=None):
+    def __init__(self, gate: BodyGate, stream, length: int, caller_frame=None, environ=None):
         self.gate = gate
+        self.environ = environ  # for the caller's flow when it must wait for a work slot
         self.stream = stream
         self.length = length
         self.remaining = length
@@ -152,7 +167,11 @@ class WatchedInput:
         if self.failure is not None:
             raise self.failure
         if self.remaining <= 0 and not self.draining and not self.holds_slot:
-            gate.acquire()  # the body is here: now this request may work
+            try:
+                gate.acquire(self.environ)  # the body is here: now this request may work
+            except RateLimited as exc:
+                self.failure = SlotRefused(exc.message, exc.retry_after)
+                raise self.failure from None
             self.holds_slot = True
         return data
 
@@ -183,14 +202,30 @@ class WatchedInput:
         self._runner_frame = None
 
 
-def error_answer(exc: IncompleteBody) -> tuple[int, list[tuple[str, str]], bytes]:
-    """(status, headers, body) of the answer to a short or late body."""
+def error_answer(exc: IncompleteBody | SlotRefused) -> tuple[int, list[tuple[str, str]], bytes]:
+    """(status, headers, body) of the answer to a short or late body, or to a refused work slot."""
     body = json.dumps({"error": str(exc)}).encode()
-    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))), ("Connection", "close")]
+    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+    if isinstance(exc, SlotRefused):
+        headers.append(("Retry-After", exc.retry_after_header))  # the connection stays: the body was read
+    else:
+        headers.append(("Connection", "close"))
     return exc.status, headers, body
 
 
-REASONS = {400: "Bad Request", 408: "Request Timeout"}
+REASONS = {400: "Bad Request", 408: "Request Timeout", 429: "Too Many Requests"}
+
+
+def flow_of_request(environ) -> str:
+    """The flow of a request's caller for the work slots
+    (:mod:`inference.fair_share`): the owner of its bearer token's
+    shared-memory regions (its team when it has one, else its user), the
+    anonymous callers' flow without a token, one flow for every unknown
+    token. Answers from memory."""
+    token = auth.bearer_token(environ.get("HTTP_AUTHORIZATION"))
+    if token is None:
+        return ANONYMOUS_FLOW
+    return auth.region_owner(token) or "unknown-token"
 
 
 class BodyGate:
@@ -199,16 +234,18 @@ class BodyGate:
 
     ``slots``: requests of this process that may work at once (HTTP_THREADS);
     ``timeout`` (s) and ``min_rate`` (bytes/s): the body deadline;
-    ``drain_limit`` (bytes): the most of an unread body read after an early answer.
+    ``drain_limit`` (bytes): the most of an unread body read after an early answer;
+    ``queue_per_flow``: requests one flow may have waiting for a slot (more: 429);
+    ``flow(environ)``: a request's flow (asked only when it must wait).
     """
 
-    def __init__(self, app, *, slots: int, timeout: float, min_rate: float, drain_limit: int):
+    def __init__(
+        self, app, *, slots: int, timeout: float, min_rate: float, drain_limit: int, queue_per_flow: int = 16,
+        flow=flow_of_request,
+    ):  # fmt: skip
         self.app = app
-        # Work slots as tokens in a SimpleQueue: its blocking get() is C code,
-        # cheaper than threading.Semaphore's Condition (measured).
-        self.slots = queue.SimpleQueue()
-        for _ in range(max(1, slots)):
-            self.slots.put(None)
+        self.slots = Gate("the work slots of this HTTP process", max(1, slots), FairShare(queue_per_flow))
+        self.flow = flow
         self.timeout = timeout
         self.min_rate = max(1.0, min_rate)
         self.drain_limit = drain_limit
@@ -219,14 +256,19 @@ class BodyGate:
     def __call__(self, environ, start_response):
         length = _content_length(environ)
         if not length:
-            self.acquire()
+            try:
+                self.acquire(environ)
+            except RateLimited as exc:
+                status, headers, payload = error_answer(SlotRefused(exc.message, exc.retry_after))
+                start_response(f"{status} {REASONS[status]}", headers)
+                return [payload]
             try:
                 return self.app(environ, start_response)
             finally:
                 self.release()
         if self._watchdog is None:
             self._start_watchdog()
-        body = WatchedInput(self, environ["wsgi.input"], length, sys._getframe(1))
+        body = WatchedInput(self, environ["wsgi.input"], length, sys._getframe(1), environ)
         environ["wsgi.input"] = body
         try:
             result = self.app(environ, start_response)
@@ -254,15 +296,18 @@ class BodyGate:
         finally:
             body.finish()
 
-    def acquire(self) -> None:
-        """Take a work slot (waits until one is free)."""
-        self.slots.get()
+    def acquire(self, environ=None) -> None:
+        """Take a work slot: at once when one is free and nobody waits, else
+        in turn with the other flows. Raises RateLimited when the request's
+        flow has ``queue_per_flow`` requests waiting already."""
+        if not self.slots.try_enter():
+            self.slots.enter(self.flow(environ or {}))
 
     def release(self) -> None:
-        self.slots.put(None)
+        self.slots.leave()
 
     def free_slots(self) -> int:
-        return self.slots.qsize()
+        return self.slots.free
 
     def _start_watchdog(self) -> None:
         with self._lock:

@@ -22,6 +22,7 @@ from hosting import deployment
 from inference import observability, outage, ports, runtime_settings, tracing
 from inference.changes import beacon_at
 from inference.dataplane import DataPlane
+from inference.fair_share import FairShare
 from inference.instance_groups import cpu_instances
 from inference.payload_log import PayloadLogger, sink_for
 from inference.ports import Quota
@@ -34,6 +35,7 @@ from inference.runtime.executors import InProcessExecutor, session_loader
 from inference.runtime.placement import WorkerDirectory, read_workers
 from inference.runtime.remote import RemoteExecutor
 from inference.runtime.runner import ModelRunner
+from inference.runtime.sequence_batcher import SequenceBatcher
 from inference.shared_memory import RegionRegistry
 from inference.statistics import StatisticsRecorder
 from inference.statistics_db import DatabaseStatistics
@@ -259,6 +261,7 @@ def build_limiter() -> RateLimiter:
 
 def build_dataplane() -> DataPlane:
     """This server process's data plane, from settings."""
+    SequenceBatcher.backlog_per_owner = settings.FAIR_SEQUENCE_BACKLOG
     registry = _registry()
     if executor_mode() == WORKERS:
         executor = RemoteExecutor(
@@ -267,6 +270,7 @@ def build_dataplane() -> DataPlane:
             settings.WORKER_TIMEOUT_SECONDS,
             tls=deployment.worker_tls(),
             idle_seconds=settings.WORKER_IDLE_SECONDS / 2,
+            connections_per_worker=settings.WORKER_CONNECTIONS_PER_PROCESS,
         )
     else:
         providers = onnx_runtime.provider_list(settings.ORT_EXECUTION_PROVIDERS, settings.ORT_DEVICE_ID)
@@ -305,6 +309,12 @@ def build_dataplane() -> DataPlane:
         payload_log=build_payload_log(),
         shared_memory=RegionRegistry(Path(settings.VAR_DIR) / "run" / "shm"),  # this machine's registered regions
         cache=build_response_cache(),
+        fair=FairShare(
+            settings.FAIR_QUEUE_PER_FLOW,
+            weights=settings.FAIR_SHARE_WEIGHTS,
+            seats=executor.seats,
+            enabled=settings.FAIR_SHARE,
+        ),
     )
 
 
@@ -338,6 +348,7 @@ def build_worker(device: str, providers: list, where: str = "") -> WorkerRuntime
     WORKER_CACHE_DIR and dropped when their version is deleted). Validation
     tasks this process runs use the same providers and cache (``where``
     describes the worker in the versions' logs)."""
+    SequenceBatcher.backlog_per_owner = settings.FAIR_SEQUENCE_BACKLOG
     validating.configure(
         validating.Validator(where or f"the {device} worker", tuple(providers), settings.WORKER_CACHE_DIR)
     )

@@ -1,5 +1,6 @@
 """Start-up checks of a worker-mode deployment: one SECRET_KEY that cannot
-be guessed, and the worker link's TLS files.
+be guessed, the worker link's TLS files, and connection limits that fit
+together (a front end's pool never above a worker's per-peer limit).
 
 In worker mode the processes of a deployment run on several machines and
 share the database: SECRET_KEY signs every web UI session and CSRF token
@@ -57,10 +58,26 @@ def worker_tls() -> TLSFiles | None:
         raise DeploymentError(str(exc)) from None
 
 
+def connection_limits_problem(per_process: int, per_peer: int) -> str | None:
+    """Why a front end's pool (``per_process`` connections to a worker) and a
+    worker's per-peer limit (``per_peer``) cannot go together, or None: the
+    worker must never refuse a connection a front end's pool may open."""
+    if per_process < 1:
+        return f"WORKER_CONNECTIONS_PER_PROCESS is {per_process}: a front end needs at least 1 connection per worker"
+    if per_peer < per_process:
+        return (
+            f"WORKER_MAX_CONNECTIONS_PER_PEER ({per_peer}) is below WORKER_CONNECTIONS_PER_PROCESS ({per_process}): "
+            "a worker would refuse connections a front end's pool opens; keep it several times larger"
+        )
+    return None
+
+
 def check_worker_mode() -> TLSFiles | None:
     """Everything a worker-mode process checks at start-up; its TLS files.
     Raises DeploymentError."""
-    problem = secret_key_problem(settings.SECRET_KEY, settings.SECRET_KEY_GENERATED)
+    problem = secret_key_problem(settings.SECRET_KEY, settings.SECRET_KEY_GENERATED) or connection_limits_problem(
+        settings.WORKER_CONNECTIONS_PER_PROCESS, settings.WORKER_MAX_CONNECTIONS_PER_PEER
+    )
     if problem:
         raise DeploymentError(problem)
     return worker_tls()

@@ -24,6 +24,7 @@ application = BodyGate(
     timeout=settings.BODY_READ_TIMEOUT_SECONDS,
     min_rate=settings.BODY_MIN_BYTES_PER_SECOND,
     drain_limit=settings.MAX_REQUEST_BYTES,
+    queue_per_flow=max(1, settings.HTTP_BODY_THREADS // 2),  # one team never holds every waiting thread
 )
 
 if os.environ.get("MODELHOST_WARM_START", "1") == "1":

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 
-from inference import auth, ratelimit
+from inference import auth, fair_share, ratelimit
 from inference.protocol.errors import PermissionDenied
 from inference.protocol.types import InferenceRequest
 from inference.runtime import sequences
@@ -24,16 +24,28 @@ class Admission:
     ``with`` block (``async with`` on an event loop) frees its in-flight
     slots. ``owner``: whose sequences its requests continue
     (:func:`inference.runtime.sequences.owner_of`); ``regions``: whose
-    shared-memory regions they may use (:func:`inference.auth.region_owner`)."""
+    shared-memory regions they may use (:func:`inference.auth.region_owner`);
+    ``flow``: the queue its requests wait in for model instances
+    (:func:`inference.fair_share.flow_of`)."""
 
-    __slots__ = ("_blocking", "_slots", "model_name", "owner", "regions")
+    __slots__ = ("_blocking", "_slots", "flow", "model_name", "owner", "regions")
 
-    def __init__(self, model_name: str, slots: ratelimit.Admission, blocking: bool, owner: str = "", regions: str = ""):
+    def __init__(
+        self, model_name: str, slots: ratelimit.Admission, blocking: bool, owner: str = "", regions: str = "",
+        flow: str = fair_share.ANONYMOUS_FLOW,
+    ):  # fmt: skip
         self.model_name = model_name
         self._slots = slots
         self._blocking = blocking  # releasing its slots talks to a shared store
         self.owner = owner
         self.regions = regions
+        self.flow = flow
+
+    @property
+    def limits(self) -> ratelimit.Admission:
+        """The call's place in its rate limits (:meth:`inference.ratelimit.Admission.charge`
+        charges it more: an ensemble's further steps)."""
+        return self._slots
 
     def __enter__(self) -> Admission:
         return self
@@ -69,10 +81,17 @@ def admit(registry, limiter: ratelimit.RateLimiter, token: str | None, name: str
     principal = auth.principal(token, name)
     slots = limiter.admit(principal)
     owner = sequences.owner_of(principal)
-    return Admission(name, slots, limiter.blocking, owner, auth.region_owner(token))
+    return Admission(name, slots, limiter.blocking, owner, auth.region_owner(token), fair_share.flow_of(principal))
 
 
-def may_block(limiter: ratelimit.RateLimiter, token: str | None) -> bool:
-    """Whether :func:`admit` may block (a token to look up or required, a
-    shared rate limit to ask): an event loop then admits in a thread."""
-    return token is not None or auth.tokens_required() or limiter.blocks_for(auth.ANONYMOUS)
+def may_block(limiter: ratelimit.RateLimiter, token: str | None, name: str) -> bool:
+    """Whether :func:`admit` may block (a token the authorizer cannot answer
+    for from memory, a shared rate limit to ask): an event loop then admits
+    in a thread. A known token's caller is admitted inline, so that admitting
+    a flood of calls is not a queue of thread hand-offs in front of everyone
+    else's."""
+    if token is not None:
+        if not auth.answers_now(token, name):
+            return True
+        return limiter.blocking and limiter.blocks_for(auth.principal(token, name))
+    return auth.tokens_required() or limiter.blocks_for(auth.ANONYMOUS)

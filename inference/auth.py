@@ -58,6 +58,12 @@ def authorize(token: str | None, model_name: str) -> None:
         _authorizer().check_inference(token, model_name)
 
 
+def answers_now(token: str, model_name: str) -> bool:
+    """Whether admitting ``token``'s call of ``model_name`` needs no query
+    (the authorizer answers from memory), so an event loop may do it inline."""
+    return container.authorizer is not None and container.authorizer.answers_now(token, model_name)
+
+
 def authorize_control(token: str | None, model_name: str) -> Caller:
     """The caller if ``token`` may load/unload ``model_name``; raises
     Unauthenticated / PermissionDenied."""

@@ -22,11 +22,11 @@ import threading
 import time
 
 from inference import admission as admissions
-from inference import ensemble_runs, jobs, response_cache, runtime_settings, tracing
+from inference import ensemble_runs, fair_share, jobs, request_checks, response_cache, runtime_settings, tracing
 from inference import shared_memory as shm
 from inference.admission import Admission
 from inference.ports import container
-from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady
+from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady, QueueFull
 from inference.protocol.types import InferenceRequest, InferenceResponse, ModelMetadata, ServerMetadata
 from inference.ratelimit import Defaults, RateLimiter
 from inference.registry import ModelRegistry
@@ -38,7 +38,7 @@ from inference.statistics import StatisticsRecorder
 EXTENSIONS = (
     "binary_tensor_data", "classification", "sequence", "sequence(string_id)", "model_repository",
     "model_repository(unload_dependents)", "model_configuration", "statistics", "parameters", "trace", "logging",
-    "system_shared_memory",
+    "system_shared_memory", "schedule_policy",
 )  # fmt: skip
 
 _now = time.perf_counter_ns
@@ -58,7 +58,8 @@ class DataPlane:
     def __init__(self, registry: ModelRegistry, executor, server_name: str, server_version: str,
                  statistics: StatisticsRecorder | None = None, timeout_seconds: float = 0.0,
                  limiter: RateLimiter | None = None, payload_log=None, shared_memory: shm.RegionRegistry | None = None,
-                 cache: response_cache.ResponseCache | None = None):  # fmt: skip
+                 cache: response_cache.ResponseCache | None = None,
+                 fair: fair_share.FairShare | None = None):  # fmt: skip
         self.registry = registry
         self.executor = executor
         self.response_cache = cache  # for models whose config enables it (inference/response_cache.py)
@@ -71,6 +72,9 @@ class DataPlane:
         #: The machine's registered shared-memory regions (inference/shared_memory.py).
         self.shared_memory = shared_memory or shm.RegionRegistry()
         self._metadata = ServerMetadata(server_name, server_version, EXTENSIONS)
+        #: Fair admission to each version's instances, per flow (inference/fair_share.py).
+        self.fair = fair or fair_share.FairShare(queue_per_flow=16, seats=executor.seats)
+        self._lag: fair_share.LoopLag | None = None  # the gRPC event loop's (infer_async)
 
     # -- health and metadata --------------------------------------------
     def live(self) -> bool:
@@ -147,19 +151,22 @@ class DataPlane:
     async def admit_async(self, token: str | None, name: str) -> Admission:
         """:meth:`admit` from an event loop: inline when it cannot block, in a
         thread when it may. Hold the result with ``async with``."""
-        if admissions.may_block(self.limiter, token):
+        if admissions.may_block(self.limiter, token, name):
             return await asyncio.to_thread(self.admit, token, name)  # may reload token scopes, ask Redis
         return self.admit(token, name)
 
     def infer(
-        self, admission: Admission, request: InferenceRequest, version: ServedVersion | None = None
-    ) -> InferenceResponse:
+        self, admission: Admission, request: InferenceRequest, version: ServedVersion | None = None,
+        seated: bool = False,
+    ) -> InferenceResponse:  # fmt: skip
         """Run ``request`` on the resolved model version (``version``, when the adapter resolved it already
         for this request) for a caller ``admission`` (:meth:`admit`) admitted to its model, once checked
-        (:mod:`inference.request_checks`, :mod:`inference.jobs`). Outputs requested with ``classification:
-        N`` come back as their top N (Triton's classification extension). An ensemble's version runs its
-        graph (:mod:`inference.ensemble_runs`). Raises PermissionDenied (an
-        admission to another model), InvalidInput, ModelNotFound, ModelNotReady or DeadlineExceeded."""
+        (:mod:`inference.request_checks`, :mod:`inference.jobs`), when its flow's turn at the version's
+        seats comes (:mod:`inference.fair_share`; ``seated``: the caller took the seat already). Outputs
+        requested with ``classification: N`` come back as their top N (Triton's classification extension).
+        An ensemble's version runs its graph (:mod:`inference.ensemble_runs`), each step taking its turn.
+        Raises PermissionDenied (an admission to another model), InvalidInput, ModelNotFound, ModelNotReady,
+        DeadlineExceeded, RateLimited (its flow has too many requests waiting)."""
         started = _now()
         admission.check(request)
         runtime_settings.follow()  # the machine's trace and log settings (one memory read)
@@ -170,13 +177,23 @@ class DataPlane:
             job, cached = self._prepare(entry, request, started, admission)
             if isinstance(cached, response_cache.CachedRun):
                 return self._respond(entry, request, job, cached)
-            if tracing.ENABLED and tracing.recording():
-                run = tracing.traced_run(self.executor, entry, job)
-            else:
-                run = self.executor.run(
-                    entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group, **job.options
-                )
+            gate = None if seated else self.fair.gate(entry.target, entry.instance_group)
+            if gate is not None:
+                gate.enter(admission.flow, job.deadline)
+            try:
+                if tracing.ENABLED and tracing.recording():
+                    run = tracing.traced_run(self.executor, entry, job)
+                else:
+                    run = self.executor.run(
+                        entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group,
+                        **job.options,
+                    )  # fmt: skip
+            finally:
+                if gate is not None:
+                    gate.leave()
             return self._respond(entry, request, job, run, cached)
+        except QueueFull:
+            raise  # refused before it queued: not a failed inference (as Triton counts)
         except InferenceError:
             self.statistics.record_failure(entry.model_name, entry.number, _now() - started)
             raise
@@ -184,32 +201,67 @@ class DataPlane:
     async def infer_async(self, admission: Admission, request: InferenceRequest) -> InferenceResponse:
         """:meth:`infer` from an event loop (``admission`` from
         :meth:`admit_async`): inline when that cannot block (in process, no
-        batching), else in a thread or, in worker mode, on the loop
-        (``run_async``: the worker transport's sockets in the loop's
-        selector, no thread per request)."""
+        batching), a seat is free and the loop keeps up; else the request
+        waits for its turn on the loop (:mod:`inference.fair_share`) and runs
+        in a thread or, in worker mode, on the loop (``run_async``: the worker
+        transport's sockets in the loop's selector, no thread per request)."""
         admission.check(request)
         entry = self._route(admission, request)
+        behind = self._behind()
         if entry.ensemble is not None:  # in a thread when a step may wait on a batch or a worker
-            if ensemble_runs.blocks(self, entry):
+            if behind or ensemble_runs.blocks(self, entry, admission):
                 return await asyncio.to_thread(self.infer, admission, request, ServedVersion.of(entry))
             return self.infer(admission, request, ServedVersion.of(entry))
+        gate = self.fair.gate(entry.target, entry.instance_group)
         if not self.executor.blocks(entry.target):
-            return self.infer(admission, request, ServedVersion.of(entry))
-        if not self._runs_on_loop or (tracing.ENABLED and tracing.recording()):
+            if not behind and (gate is None or gate.try_enter()):
+                try:
+                    return self.infer(admission, request, ServedVersion.of(entry), seated=True)
+                finally:
+                    if gate is not None:
+                        gate.leave()
+        elif self._runs_on_loop and not (tracing.ENABLED and tracing.recording()):
+            return await self._infer_on_loop(admission, request, entry, gate)
+        if gate is None:
             return await asyncio.to_thread(self.infer, admission, request, ServedVersion.of(entry))
+        deadline = request_checks.deadline(request.parameters, _now(), self.timeout_seconds)
+        await gate.enter_async(admission.flow, deadline)
+        try:
+            return await asyncio.to_thread(self.infer, admission, request, ServedVersion.of(entry), True)
+        finally:
+            gate.leave()
+
+    async def _infer_on_loop(self, admission: Admission, request: InferenceRequest, entry, gate):
+        """:meth:`infer` in worker mode on the event loop: the turn and the
+        worker's answer awaited in the loop."""
         started = _now()
         runtime_settings.follow()
         try:
             job, cached = self._prepare(entry, request, started, admission)
             if isinstance(cached, response_cache.CachedRun):
                 return self._respond(entry, request, job, cached)
-            run = await self.executor.run_async(
-                entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group, **job.options
-            )
+            if gate is not None:
+                await gate.enter_async(admission.flow, job.deadline)
+            try:
+                run = await self.executor.run_async(
+                    entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group, **job.options
+                )
+            finally:
+                if gate is not None:
+                    gate.leave()
             return self._respond(entry, request, job, run, cached)
+        except QueueFull:
+            raise  # refused before it queued: not a failed inference (as Triton counts)
         except InferenceError:
             self.statistics.record_failure(entry.model_name, entry.number, _now() - started)
             raise
+
+    def _behind(self) -> bool:
+        """Whether the running event loop is behind (:class:`~inference.fair_share.LoopLag`)."""
+        lag = self._lag
+        if lag is None or lag.loop is not asyncio.get_running_loop():
+            lag = self._lag = fair_share.LoopLag(asyncio.get_running_loop())
+        return lag.behind()
 
     def _route(self, admission: Admission, request: InferenceRequest, version: ServedVersion | None = None):
         """The request's version: ``version`` when the adapter resolved it, unless a traffic split

@@ -8,9 +8,14 @@ sent to it together (:mod:`inference.ensemble_segments`): the tensors
 between them stay there.
 
 The caller was admitted for the ensemble (token, rate limits): its steps run
-under that admission, without a second credential check or rate-limit
-charge. Triton counts statistics the same way: the ensemble counts its
-requests, each composing model its own inferences
+under that admission, without a second credential check. A request to an
+N-step ensemble costs N requests of the caller's rate limits: admitted for
+one, it is charged the other N - 1 before anything else
+(:meth:`inference.ratelimit.Admission.charge`; refused with RateLimited, no
+step run, when the caller cannot afford them now). It holds one in-flight
+slot, as any request does (docs/ensembles.md says why). Triton counts
+statistics the same way: the ensemble counts its requests, each composing
+model its own inferences
 (https://github.com/triton-inference-server/server/blob/main/docs/user_guide/ensemble_models.md).
 Errors of a step are raised with its category (InvalidInput stays 400),
 their message naming the step: ``ensemble 'e' step 2 (model 'b' version 1): ...``.
@@ -36,7 +41,10 @@ def infer(dataplane, admission: Admission, request: InferenceRequest, entry: Ver
     """The response of ``request`` on the ensemble version ``entry`` (see the
     module doc); ``dataplane``: the :class:`~inference.dataplane.DataPlane`
     whose :meth:`infer` runs each step. Raises InvalidInput (the request, or
-    a step's), ModelNotReady, DeadlineExceeded, InferenceError."""
+    a step's), ModelNotReady, DeadlineExceeded, InferenceError, RateLimited
+    (before anything is done: the caller cannot afford the steps now)."""
+    steps = len(entry.ensemble.steps)
+    admission.limits.charge(steps - 1, f"a request to ensemble '{entry.model_name}' ({steps} steps)")
     try:
         job = jobs.prepare(entry, request, started, admission.owner, admission.regions, dataplane.timeout_seconds,
                            dataplane.shared_memory, False)  # fmt: skip
@@ -45,7 +53,7 @@ def infer(dataplane, admission: Admission, request: InferenceRequest, entry: Ver
         fits = ensemble_segments.worker_fits(dataplane, snapshot)
         if fits is not None:  # worker mode: consecutive steps on one worker run there together
             plan = ensemble_segments.fuse(plan, fits)
-            run_step = ensemble_segments.runner(dataplane, snapshot, job, run_step)
+            run_step = ensemble_segments.runner(dataplane, snapshot, job, run_step, admission.flow)
         tensors = ensembles.run(entry.model_name, plan, job.feeds, run_step)
         run = RunResult([tensors[name] for name in job.names], job.rows, True, 0, _now() - job.computed)
         return jobs.respond(entry, request, job, run, dataplane.statistics, dataplane.payload_log)
@@ -54,11 +62,14 @@ def infer(dataplane, admission: Admission, request: InferenceRequest, entry: Ver
         raise
 
 
-def blocks(dataplane, entry: VersionEntry) -> bool:
-    """Whether running the ensemble version ``entry`` may wait (a step's
-    model batches, runs sequences or runs on a worker, or is itself an
-    ensemble): an event loop then runs it in a thread. A step whose version
-    is gone does not wait: it fails at once."""
+def blocks(dataplane, entry: VersionEntry, admission: Admission) -> bool:
+    """Whether running the ensemble version ``entry`` for ``admission`` may
+    wait (charging its steps asks a shared rate-limit store, a step's model
+    batches, runs sequences or runs on a worker, or is itself an ensemble):
+    an event loop then runs it in a thread. A step whose version is gone
+    does not wait: it fails at once."""
+    if len(entry.ensemble.steps) > 1 and admission.limits.charge_blocks:
+        return True
     snapshot = dataplane.registry.models
     for step in entry.ensemble.steps:
         version = ensemble_segments.step_entry(snapshot, step)
@@ -93,7 +104,7 @@ def _step_runner(snapshot, dataplane, admission: Admission, job: jobs.Job):
             parameters=parameters,
             outputs=[RequestedOutput(name) for name in step.output_map],
         )
-        inside = Admission(step.model, _NO_SLOTS, False, admission.owner, "")
+        inside = Admission(step.model, _NO_SLOTS, False, admission.owner, "", admission.flow)
         response = dataplane.infer(inside, request, ServedVersion.of(entry))
         return {output.name: output.data for output in response.outputs}
 

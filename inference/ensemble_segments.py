@@ -159,24 +159,26 @@ def _fusable(dataplane, entry) -> bool:
     )
 
 
-def runner(dataplane, snapshot, job, run_step):
+def runner(dataplane, snapshot, job, run_step, flow: str):
     """The unit runner of a fused plan for :func:`inference.ensembles.run`:
-    a :class:`Segment` through the executor's ``run_segment``, a step with
-    ``run_step``."""
+    a :class:`Segment` through the executor's ``run_segment`` (for the
+    caller's ``flow``), a step with ``run_step``."""
 
     def run_unit(unit, inputs: dict) -> dict:
         if isinstance(unit, Segment):
-            return run_segment(dataplane, snapshot, job, unit, inputs)
+            return run_segment(dataplane, snapshot, job, unit, inputs, flow)
         return run_step(unit, inputs)
 
     return run_unit
 
 
-def run_segment(dataplane, snapshot, job, segment: Segment, inputs: dict) -> dict:
+def run_segment(dataplane, snapshot, job, segment: Segment, inputs: dict, flow: str) -> dict:
     """Run ``segment`` on ``inputs`` (ensemble tensors by name) on one worker
     and return the tensors of its ``output_map`` by name; counts each step's
-    statistics. Raises :class:`~inference.ensembles.StepFailed` naming the
-    step that failed (the first for a failed exchange)."""
+    statistics. It waits for ``flow``'s turn at its first step's seats, as
+    many turns as it has steps (:mod:`inference.fair_share`). Raises
+    :class:`~inference.ensembles.StepFailed` naming the step that failed
+    (the first for a failed exchange)."""
     steps = segment.steps
     entries = [step_entry(snapshot, step) for step in steps]
     started = _now()
@@ -184,11 +186,18 @@ def run_segment(dataplane, snapshot, job, segment: Segment, inputs: dict) -> dic
     try:
         if job.deadline is not None and job.deadline <= time.monotonic():
             raise DeadlineExceeded("the request's deadline passed before this step ran")
-        with tracing.step("segment", steps=",".join(str(s.number) for s in steps)):
-            ran = dataplane.executor.run_segment(
-                [(entry.target, step.input_map, step.output_map) for entry, step in zip(entries, steps)],
-                inputs, list(segment.output_map), job.deadline, [entry.instance_group for entry in entries],
-            )  # fmt: skip
+        gate = dataplane.fair.gate(entries[0].target, entries[0].instance_group)
+        if gate is not None:
+            gate.enter(flow, job.deadline, cost=len(steps))
+        try:
+            with tracing.step("segment", steps=",".join(str(s.number) for s in steps)):
+                ran = dataplane.executor.run_segment(
+                    [(entry.target, step.input_map, step.output_map) for entry, step in zip(entries, steps)],
+                    inputs, list(segment.output_map), job.deadline, [entry.instance_group for entry in entries],
+                )  # fmt: skip
+        finally:
+            if gate is not None:
+                gate.leave()
     except InferenceError as exc:
         statistics.record_failure(steps[0].model, steps[0].version, _now() - started)
         raise StepFailed(steps[0], exc) from None

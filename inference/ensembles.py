@@ -4,7 +4,7 @@
 An ensemble version is a :class:`Plan`: its steps, each a composing
 model's *pinned* version (the registry resolves a configured
 ``model_version: -1`` when the ensemble version is created, see
-models_store/ensembles.py) with Triton's maps: ``input_map`` (the step
+models_store/intake/ensembles.py) with Triton's maps: ``input_map`` (the step
 model's input name -> the ensemble tensor it reads) and ``output_map`` (the
 step model's output name -> the ensemble tensor it writes). Ensemble
 tensors are the ensemble's own inputs, and what the steps write; the

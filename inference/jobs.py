@@ -21,6 +21,7 @@ from inference import shared_memory as shm
 from inference.protocol.errors import InvalidInput
 from inference.protocol.types import InferenceRequest, InferenceResponse, ResponseOutput
 from inference.runtime import sequences
+from inference.runtime.queue_policy import Schedule
 from inference.snapshot import VersionEntry
 
 _now = time.perf_counter_ns
@@ -40,15 +41,19 @@ class Job:
     classify: dict
     computed: int
     sequence: sequences.SequenceRequest | None = None
-    regions: dict | None = None  # output name -> (TensorReference, the region's view it is written into)
-    plan: region_tensors.RegionPlan | None = None  # for a remote executor: tensors its worker may map itself
+    regions: dict | None = None  # output name -> (TensorReference, the region's span it is written into)
+    plan: region_tensors.RegionPlan | None = None  # for a remote executor: tensors its worker may read itself
+    schedule: Schedule | None = None  # its priority and timeout, for a dynamic batcher
 
     @property
     def options(self) -> dict:
         """The executor's keyword arguments beside the tensors."""
-        if self.plan is None:
-            return {"sequence": self.sequence}
-        return {"sequence": self.sequence, "regions": self.plan}
+        options = {"sequence": self.sequence}
+        if self.plan is not None:
+            options["regions"] = self.plan
+        if self.schedule is not None:
+            options["schedule"] = self.schedule
+        return options
 
 
 def prepare(
@@ -66,7 +71,9 @@ def prepare(
     shared-memory regions of ``regions`` (their owner) are read, regions for
     outputs looked up (for a ``remote`` executor, also planned for its
     worker to map); ``owner``: whose sequences the request continues."""
-    deadline = request_checks.deadline(request.parameters, started, timeout_seconds)
+    batching = entry.target.batching if entry.target is not None else None  # an ensemble's version has no target
+    levels = batching.levels if batching is not None else None
+    deadline = request_checks.deadline(request.parameters, started, timeout_seconds, levels)
     ids = sequences.sequence_parameters(request.parameters)  # checked first, as Triton's front ends do
     plan = region_tensors.RegionPlan() if remote else None
     for tensor in request.inputs:
@@ -78,25 +85,28 @@ def prepare(
     policy = entry.target.sequence if entry.target is not None else None  # an ensemble's version has no target
     sequence = sequences.request_for(policy, entry.model_name, ids, rows, owner)
     plan = plan if plan is not None and (plan.inputs or plan.outputs) else None
-    return Job(started, deadline, feeds, rows, names, classify, _now(), sequence, written, plan)
+    schedule = request_checks.schedule(request.parameters, levels)
+    return Job(started, deadline, feeds, rows, names, classify, _now(), sequence, written, plan, schedule)
 
 
 def _read_region(
     shared_memory: shm.RegionRegistry, tensor, regions: str, plan: region_tensors.RegionPlan | None
 ) -> None:
-    """An input's data from its region (in ``plan`` too, when numeric, for a worker to map itself)."""
+    """An input's data from its region (when numeric and ``plan`` is given,
+    only planned: a worker on this machine reads it itself)."""
     reference = region_tensors.tensor_reference(tensor.parameters, f"input '{tensor.name}'")
     if reference is None:
         raise InvalidInput(f"input '{tensor.name}' has no data")
-    tensor.data, located = region_tensors.read_input(shared_memory, regions, tensor, reference)
-    if plan is not None and tensor.datatype != "BYTES":
+    defer = plan is not None and tensor.datatype != "BYTES"
+    tensor.data, located = region_tensors.read_input(shared_memory, regions, tensor, reference, defer)
+    if defer:
         plan.inputs[tensor.name] = located
 
 
 def _output_regions(
     shared_memory: shm.RegionRegistry, request: InferenceRequest, regions: str, plan: region_tensors.RegionPlan | None
 ) -> dict | None:
-    """{output name: (reference, view)} of the outputs requested into
+    """{output name: (reference, span)} of the outputs requested into
     shared-memory regions (checked against their regions before the run;
     in ``plan`` too, for a worker to write itself)."""
     written = None
@@ -111,8 +121,8 @@ def _output_regions(
             raise InvalidInput(f"{where}: Output can't set both 'shared_memory_region' and 'binary_data'")
         if written is None:
             written = {}
-        located, view = shared_memory.span(regions, reference, where)
-        written[output.name] = (reference, view)
+        located = shared_memory.span(regions, reference, where)
+        written[output.name] = (reference, located)
         if plan is not None:
             plan.outputs[output.name] = located
     return written
@@ -131,7 +141,8 @@ def respond(
     finished = _now()
     rate, cap = entry.payload_log
     if rate and payload_log is not None and (rate >= 1.0 or random.random() < rate):
-        payload_log.submit(entry, request, result, cap)  # never blocks
+        if region_tensors.read_for_log(job.plan, request.inputs, result, getattr(run, "written", None)):
+            payload_log.submit(entry, request, result, cap)  # never blocks
     started, computed = job.started, job.computed
     if isinstance(run, response_cache.CachedRun):
         statistics.record_cache_hit(
@@ -162,7 +173,8 @@ def outputs(entry: VersionEntry, job: Job, run) -> list[ResponseOutput]:
     result = []
     for name, array in zip(job.names, run.outputs):
         if array is None:  # a worker wrote it into its shared-memory region
-            result.append(region_tensors.written_output(name, types[name], *job.regions[name], *run.written[name]))
+            reference = job.regions[name][0]
+            result.append(region_tensors.written_output(name, types[name], reference, *run.written[name]))
             continue
         count = job.classify.get(name)
         if count:

@@ -158,11 +158,11 @@ def render(model, entry, gpus=()) -> dict:
         if not config.get(key):
             config[key] = copy.deepcopy(default)
     config.pop("dynamic_batching", None)
-    if model.batching is not None:  # dynamic batching serves only with max_batch_size > 0
+    if model.batching is not None:  # it serves with max_batch_size > 0, or with priority levels or a queue policy
         batching = {**DYNAMIC_BATCHING_DEFAULTS, **stored.get("dynamic_batching", {})}
         for key in ("max_queue_delay_microseconds", "priority_levels", "default_priority_level"):
             batching[key] = int(batching[key])  # a config stored before 64-bit integers were numbers
-        if not batching["preferred_batch_size"]:
+        if not batching["preferred_batch_size"] and model.max_batch_size > 0:
             batching["preferred_batch_size"] = [model.max_batch_size]
         config["dynamic_batching"] = batching
     config.pop("sequence_batching", None)

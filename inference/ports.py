@@ -45,7 +45,8 @@ class ModelRecord:
 
     ``dynamic_batching``: Triton's ``dynamic_batching`` message as JSON
     (``preferred_batch_size``, ``max_queue_delay_microseconds``,
-    ``preserve_ordering``), or None when the model does not batch.
+    ``preserve_ordering``, the priority levels and queue policies), or None
+    when the model does not batch.
     ``sequence_batching``: Triton's ``sequence_batching`` message as JSON
     (protobuf's ``MessageToDict``), or None when the model keeps no sequences.
     ``team``: the owning team's name ("" for operator-owned models).
@@ -191,6 +192,12 @@ class Authorizer(Protocol):
         """(:meth:`region_owner`, the caller, audited) for registering,
         listing or unregistering shared-memory regions; raises
         Unauthenticated for an unknown, revoked or expired token."""
+
+    def answers_now(self, token: str, model_name: str) -> bool:
+        """Whether :meth:`check_inference`, :meth:`principal` and
+        :meth:`region_owner` of ``token`` for ``model_name`` answer from
+        memory, with no query to wait for (an event loop then admits the
+        call inline rather than in a thread)."""
 
 
 class StatisticsStore(Protocol):

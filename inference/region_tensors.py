@@ -3,7 +3,13 @@ https://github.com/triton-inference-server/server/blob/main/docs/protocol/extens
 the tensor parameters that name a region (``shared_memory_region``,
 ``shared_memory_byte_size``, ``shared_memory_offset``; :func:`tensor_reference`),
 reading an input from its region and writing an output into one, and
-mapping a checked span in an inference worker (:func:`map_span`).
+opening a checked span in an inference worker on the front end's machine
+(:func:`open_span`), which reads and writes its request's regions itself.
+
+Regions are never mapped: their bytes are read into arrays of ours and
+written from them through the object's descriptor
+(:mod:`inference.region_io`), so a client that shrinks its object gets an
+InvalidInput naming the region, never a process killed by SIGBUS.
 
 A tensor's bytes are the binary tensor data layout (BYTES: 4-byte
 little-endian length, then the bytes, per element). The registered regions
@@ -12,9 +18,6 @@ themselves are :mod:`inference.shared_memory`.
 
 from __future__ import annotations
 
-import mmap
-import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +33,7 @@ from inference.protocol.types import (
     RequestInput,
     ResponseOutput,
 )
+from inference.region_io import ObjectFile, Span
 
 #: Where POSIX shared-memory objects live (``shm_open`` names, without their leading "/").
 SHM_DIR = Path("/dev/shm")
@@ -52,7 +56,7 @@ class TensorReference:
 class ObjectSpan:
     """``nbytes`` bytes of the shared-memory object ``key`` from ``offset``
     (from the object's start): a checked tensor span, as a worker on this
-    machine maps it (:func:`map_span`)."""
+    machine opens it (:func:`open_span`)."""
 
     key: str
     offset: int
@@ -62,47 +66,82 @@ class ObjectSpan:
 @dataclass
 class RegionPlan:
     """One request's tensors in shared-memory regions, for an executor whose
-    worker, on this machine, maps them itself: numeric inputs (name -> span;
-    the feed gives dtype and shape) and requested outputs (name -> the room
-    in the region)."""
+    worker, on this machine, reads and writes them itself: numeric inputs
+    (name -> span; the feed is a stand-in of its dtype and shape,
+    :func:`unread`) and requested outputs (name -> the room in the region).
+    For a worker elsewhere, :meth:`read_inputs` reads the inputs here."""
 
-    inputs: dict[str, ObjectSpan] = field(default_factory=dict)
-    outputs: dict[str, ObjectSpan] = field(default_factory=dict)
+    inputs: dict[str, Span] = field(default_factory=dict)
+    outputs: dict[str, Span] = field(default_factory=dict)
+
+    def read_inputs(self, feeds: dict) -> dict:
+        """``feeds`` with the planned inputs read from their regions (new
+        arrays of the stand-ins' dtypes and shapes: one copy each). Raises
+        InvalidInput (a region that shrank)."""
+        read = {name: span.read(feeds[name].dtype, feeds[name].shape) for name, span in self.inputs.items()}
+        return {**feeds, **read}
 
 
-def map_span(span: ObjectSpan) -> memoryview:
-    """Map a span of a shared-memory object in this process (an inference
+def unread(dtype, shape: tuple) -> np.ndarray:
+    """The stand-in of a tensor left in its region (an input a worker on
+    this machine reads itself, an output it wrote): its dtype and shape,
+    zeros, read-only, no memory."""
+    return np.broadcast_to(np.zeros((), dtype), shape)
+
+
+def open_span(span: ObjectSpan, where: str) -> Span:
+    """Open a span of a shared-memory object in this process (an inference
     worker on the front end's machine, which checked the span against the
-    caller's region): a writable view, mapped while it lives. The object is
-    opened without following links and must be a regular file holding the
-    span. Raises InvalidInput."""
-    try:
-        fd = os.open(object_path(span.key), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        raise InvalidInput(f"Unable to open shared memory region: '{span.key}' ({exc.strerror})") from None
-    try:
-        info = os.fstat(fd)
-        end = span.offset + span.nbytes
-        if not stat.S_ISREG(info.st_mode) or info.st_size < end:
-            raise InvalidInput(f"Invalid shared memory region: '{span.key}' (it does not hold {end} bytes)")
-        if not span.nbytes:
-            return memoryview(bytearray())
-        start = span.offset - span.offset % mmap.ALLOCATIONGRANULARITY
-        return memoryview(mmap.mmap(fd, end - start, offset=start))[span.offset - start :]
-    finally:
-        os.close(fd)
+    caller's region): a :class:`~inference.region_io.Span` to read or write
+    it, never a mapping, open while it lives. The object is opened without
+    following links and must be a regular file holding the span. Raises
+    InvalidInput."""
+    file = ObjectFile(object_path(span.key), span.key)
+    opened = Span(file, span.offset, span.nbytes, span.offset + span.nbytes, f"{where}: shared memory region")
+    opened.check()
+    return opened
 
 
-def written_output(
-    name: str, datatype: str, reference: TensorReference, view: memoryview, shape: tuple, size: int
-) -> ResponseOutput:
+def read_span(span: ObjectSpan, where: str) -> np.ndarray:
+    """The bytes of a span, read in this process (:func:`open_span`) into a
+    new uint8 array: one copy. Raises InvalidInput."""
+    return open_span(span, where).read(np.uint8, (span.nbytes,))
+
+
+def written_output(name: str, datatype: str, reference: TensorReference, shape: tuple, size: int) -> ResponseOutput:
     """An output an inference worker wrote into its region (``size`` bytes
-    of ``shape`` at the start of ``view``, the span ``reference`` names): a
-    view of it there (for the payload log), marked written."""
-    array = binary.tensor_from_buffer(f"output '{name}'", BY_NAME[datatype], shape, view[:size])
-    output = ResponseOutput(name, datatype, shape, array)
+    of ``shape`` at the start of the span ``reference`` names), marked
+    written; its data a stand-in (:func:`unread`; :func:`read_for_log`
+    reads it when the payload log wants it)."""
+    kind = BY_NAME[datatype]
+    output = ResponseOutput(name, datatype, shape, unread(object if kind.is_bytes else kind.numpy, shape))
     mark_written(output, reference, size)
     return output
+
+
+def read_for_log(
+    plan: RegionPlan | None, inputs: list[RequestInput], outputs: list[ResponseOutput], written: dict | None
+) -> bool:
+    """Read what a worker on this machine read or wrote itself for the
+    payload log: the planned ``inputs``' data, the ``outputs`` it wrote
+    (``written``: their names). False when a region no longer holds them
+    (the request was answered; its record is left out)."""
+    if plan is None:
+        return True
+    try:
+        for tensor in inputs:
+            span = plan.inputs.get(tensor.name)
+            if span is not None:
+                tensor.data = span.read(tensor.data.dtype, tensor.shape)
+        for output in outputs:
+            if written and output.name in written:
+                size = output.parameters[PARAM_SIZE]
+                buffer = plan.outputs[output.name].first(size).read(np.uint8, (size,))
+                where = f"output '{output.name}'"
+                output.data = binary.tensor_from_buffer(where, BY_NAME[output.datatype], output.shape, buffer.data)
+    except InvalidInput:
+        return False
+    return True
 
 
 def mark_written(output: ResponseOutput, reference: TensorReference, size: int) -> None:
@@ -159,15 +198,27 @@ def tensor_reference(parameters: dict, where: str) -> TensorReference | None:
     return TensorReference(region, size, offset)
 
 
-def read_input(registry, owner: str, tensor: RequestInput, reference: TensorReference) -> tuple[np.ndarray, ObjectSpan]:
-    """The data of an input sent in a region: a view of the mapping for
-    numeric datatypes (no copy), the length-prefixed elements for BYTES; and
-    where it lies in its object. ``shared_memory_byte_size`` must be exactly
-    the tensor's bytes. ``registry``: the machine's RegionRegistry
-    (:meth:`inference.shared_memory.RegionRegistry.span`). Raises InvalidInput naming the input."""
+def read_input(
+    registry, owner: str, tensor: RequestInput, reference: TensorReference, defer: bool = False
+) -> tuple[np.ndarray, Span]:
+    """The data of an input sent in a region, read into a new array (one
+    copy; allocated only once ``shared_memory_byte_size``, which must be
+    exactly the tensor's bytes, was checked against the region and the
+    region against its object's current size), and its span. ``defer``: a
+    numeric input a worker on this machine reads itself is not read here
+    (its data a stand-in, :func:`unread`). ``registry``: the machine's
+    RegionRegistry (:meth:`inference.shared_memory.RegionRegistry.span`).
+    Raises InvalidInput naming the input (and the region)."""
     where = f"input '{tensor.name}'"
-    located, view = registry.span(owner, reference, where)
-    return binary.tensor_from_buffer(where, BY_NAME[tensor.datatype], tensor.shape, view), located
+    datatype = BY_NAME[tensor.datatype]
+    span = registry.span(owner, reference, where)
+    if datatype.is_bytes:
+        buffer = span.read(np.uint8, (reference.byte_size,))
+        return binary.tensor_from_buffer(where, datatype, tensor.shape, buffer.data), span
+    binary.check_byte_size(where, datatype, tensor.shape, reference.byte_size)
+    if defer:
+        return unread(datatype.numpy, tensor.shape), span
+    return span.read(datatype.numpy, tensor.shape), span
 
 
 def check_room(name: str, room: int, size: int) -> None:
@@ -179,17 +230,17 @@ def check_room(name: str, room: int, size: int) -> None:
         )
 
 
-def write_output(output: ResponseOutput, reference: TensorReference, view: memoryview) -> None:
-    """Write an output's binary form into ``view`` (the span ``reference``
-    names, :meth:`RegionRegistry.view`) and mark it so (parameters
-    ``shared_memory_region``, ``shared_memory_byte_size``: the bytes written,
-    ``shared_memory_offset`` when not 0: for the payload log and the
-    transports, which send neither data nor parameters for it, as Triton).
-    Raises InvalidInput when the span is too small for the result (Triton's
-    text)."""
+def write_output(output: ResponseOutput, reference: TensorReference, span: Span) -> None:
+    """Write an output's binary form into its region (``span``, the room
+    ``reference`` names, :meth:`RegionRegistry.span`; ``pwrite``, never a
+    mapping) and mark it so (parameters ``shared_memory_region``,
+    ``shared_memory_byte_size``: the bytes written, ``shared_memory_offset``
+    when not 0: for the payload log and the transports, which send neither
+    data nor parameters for it, as Triton). Raises InvalidInput when the
+    room is too small for the result (Triton's text) or the region shrank."""
     buffer = binary.tensor_to_buffer(output.data, BY_NAME[output.datatype])
     size = memoryview(buffer).nbytes
     check_room(output.name, reference.byte_size, size)
     if size:
-        view[:size] = memoryview(buffer).cast("B")
+        span.write(buffer)
     mark_written(output, reference, size)

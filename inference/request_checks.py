@@ -19,6 +19,7 @@ import time
 from inference import classification
 from inference.protocol.errors import InvalidInput
 from inference.protocol.types import InferenceRequest
+from inference.runtime.queue_policy import UINT64_END, PriorityLevels, Schedule
 from inference.snapshot import VersionEntry
 
 #: Reserved names Triton accepts (gRPC clients such as perf_analyzer send it); ignored here.
@@ -27,13 +28,18 @@ ALLOWED_RESERVED = frozenset({"triton_enable_empty_final_response"})
 _now = time.perf_counter_ns
 
 
-def deadline(parameters: dict, started_ns: int, timeout_seconds: float) -> float | None:
+def deadline(
+    parameters: dict, started_ns: int, timeout_seconds: float, levels: PriorityLevels | None = None
+) -> float | None:
     """The run's deadline on the ``time.monotonic()`` clock, or None: the
     server's ``timeout_seconds`` (0: none), or the request's ``timeout``
-    parameter (microseconds) when shorter. ``started_ns``: when the request
-    arrived, on ``time.perf_counter_ns()``. Raises InvalidInput for a
-    reserved ``triton_`` name, a ``priority`` or ``timeout`` that is not a
-    non-negative integer."""
+    parameter (microseconds) when shorter, unless the request's level of a
+    dynamic batcher's ``levels`` allows a timeout override: the timeout is
+    then its queue timeout (Triton's schedule policy extension), not a
+    deadline. ``started_ns``: when the request arrived, on
+    ``time.perf_counter_ns()``. Raises InvalidInput for a reserved
+    ``triton_`` name, a ``priority`` or ``timeout`` that is not an
+    unsigned 64-bit integer."""
     timeout = timeout_seconds
     if parameters:
         for key in parameters:
@@ -43,17 +49,28 @@ def deadline(parameters: dict, started_ns: int, timeout_seconds: float) -> float
                     "for Triton usage and should not be specified"
                 )
         priority = parameters.get("priority")
-        if priority is not None and (type(priority) is not int or priority < 0):
+        if priority is not None and (type(priority) is not int or not 0 <= priority < UINT64_END):
             raise InvalidInput(f"parameter 'priority' must be a non-negative integer, got {priority!r}")
         micros = parameters.get("timeout")
         if micros is not None:
-            if type(micros) is not int or micros < 0:
+            if type(micros) is not int or not 0 <= micros < UINT64_END:
                 raise InvalidInput(f"parameter 'timeout' must be a non-negative integer (microseconds), got {micros!r}")
-            if micros and (not timeout or micros / 1e6 < timeout):
+            queued = levels is not None and levels.queue_timeout(priority or 0)
+            if micros and not queued and (not timeout or micros / 1e6 < timeout):
                 timeout = micros / 1e6
     if not timeout:
         return None
     return time.monotonic() - (_now() - started_ns) / 1e9 + timeout
+
+
+def schedule(parameters: dict, levels: PriorityLevels | None) -> Schedule | None:
+    """A request's place in a dynamic batcher with ``levels``: its
+    ``priority`` and ``timeout`` parameters (checked by :func:`deadline`);
+    None without a dynamic batcher or when it gives neither."""
+    if levels is None or not parameters:
+        return None
+    priority, micros = parameters.get("priority") or 0, parameters.get("timeout") or 0
+    return Schedule(priority, micros) if priority or micros else None
 
 
 def check_inputs(entry: VersionEntry, request: InferenceRequest) -> tuple[dict, int]:

@@ -75,7 +75,7 @@ def compact(now_s: float, max_hours: int = 48) -> int:
 def _fold_hour(start: int) -> None:
     minutes = MinuteRollupRow.objects.filter(minute__gte=start, minute__lt=start + 60).exclude(writer=HOURLY)
     with transaction.atomic():
-        rows = list(minutes)
+        rows = list(minutes.order_by("pk").select_for_update())  # locked in one order: processes queue, never cross
         if minutes.delete()[0] != len(rows):
             raise _Raced
         hours: dict[tuple, MinuteRollupRow] = {}
@@ -95,5 +95,5 @@ def _fold_hour(start: int) -> None:
             for name in ("queue_histogram", "compute_histogram", "batch_sizes"):
                 merged = add_histograms({}, getattr(hour, name))  # int keys (the database gives strings)
                 setattr(hour, name, add_histograms(merged, getattr(row, name)))
-        for hour in hours.values():
+        for _key, hour in sorted(hours.items()):
             hour.save()

@@ -16,13 +16,17 @@ Spec: https://github.com/triton-inference-server/server/blob/main/docs/protocol/
   can neither see, use nor unregister it; and a ``/dev/shm`` key registered
   by one owner cannot be registered by another (which could otherwise read
   and write the first owner's tensors).
-- :meth:`RegionRegistry.view` maps a region (``mmap`` of ``/dev/shm/<key>``, opened with
-  ``O_NOFOLLOW``, a regular file whose size covers the region) and returns
-  the checked ``[offset, offset + byte_size)`` slice. Mappings are cached per
-  registration and process; a request holds its slice, so a region
-  unregistered while a request uses it stays mapped for that request. The
-  object's size is checked again on every use (a client that shrank it
-  would otherwise make a read past its end fault the process).
+- :meth:`RegionRegistry.span` checks a tensor's ``[offset, offset +
+  byte_size)`` against its region and returns it as a
+  :class:`~inference.region_io.Span` of the region's object, open
+  (``/dev/shm/<key>``, with ``O_NOFOLLOW``, a regular file), never mapped:
+  its bytes are read with ``preadv`` into buffers of ours and written with
+  ``pwrite`` (:mod:`inference.region_io`), and the object's size is checked
+  against the region on every use, so a client that shrinks its object
+  gets a 400 (INVALID_ARGUMENT) naming the region, never a server process
+  killed by SIGBUS. Open objects are cached per registration and process;
+  a request holds its span, so a region unregistered while a request uses
+  it stays open for that request.
 
 Tensors in regions (the request parameters that name them, reading and
 writing their bytes) are :mod:`inference.region_tensors`.
@@ -34,9 +38,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import mmap
 import os
-import stat
 import threading
 import time
 import uuid
@@ -44,14 +46,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from inference.protocol.errors import InferenceError, InvalidInput
-from inference.region_tensors import ObjectSpan, TensorReference, check_name, non_negative, object_path
+from inference.region_io import ObjectFile, Span
+from inference.region_tensors import TensorReference, check_name, non_negative, object_path
 
 #: Regions one owner may have registered at once.
 MAX_REGIONS = 256
-#: Mappings a process keeps open (least recently used ones are dropped).
-CACHED_MAPPINGS = 64
-#: How often a process drops its mappings of regions unregistered elsewhere (seconds), so that
-#: an object the client removed is freed (a mapping keeps its memory allocated).
+#: Objects a process keeps open (least recently used ones are closed).
+CACHED_OBJECTS = 64
+#: How often a process closes its objects of regions unregistered elsewhere (seconds), so that
+#: an object the client removed is freed (an open descriptor keeps its memory allocated).
 PRUNE_SECONDS = 1.0
 CUDA_UNSUPPORTED = "CUDA shared memory is not supported by this server"
 
@@ -68,7 +71,7 @@ class RegionNotFound(InferenceError):
 class Region:
     """One registered region: ``byte_size`` bytes of the shared-memory object
     ``key`` from byte ``offset`` on; ``id`` tells registrations of the same
-    name apart (a process's cached mapping follows it)."""
+    name apart (a process's cached open object follows it)."""
 
     name: str
     key: str
@@ -94,44 +97,18 @@ def check_span(region: Region, offset: int, byte_size: int, where: str) -> None:
         )
 
 
-class _Mapping:
-    """An open shared-memory object mapped from 0 to the region's end (the
-    descriptor stays open to check its size on every use), for ``region``."""
-
-    __slots__ = ("end", "fd", "map", "region")
-
-    def __init__(self, region: Region):
-        self.region = region
-        path = object_path(region.key)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as exc:
-            raise InvalidInput(f"Unable to open shared memory region: '{region.key}' ({exc.strerror})") from None
-        try:
-            info = os.fstat(fd)
-            end = region.offset + region.byte_size
-            if not stat.S_ISREG(info.st_mode):
-                raise InvalidInput(f"Invalid shared memory region: '{region.key}' (not a shared memory object)")
-            if info.st_size < end:
-                raise InvalidInput(
-                    f"failed to register shared memory region '{region.name}': invalid args "
-                    f"(offset {region.offset} + byte_size {region.byte_size} is past the end of "
-                    f"'{region.key}', {info.st_size} bytes)"
-                )
-            self.map = mmap.mmap(fd, end) if end else None
-        except BaseException:
-            os.close(fd)
-            raise
-        self.fd, self.end = fd, end
-
-    def check(self, region: Region) -> None:
-        if os.fstat(self.fd).st_size < self.end:
-            raise InvalidInput(f"shared memory region '{region.name}': its object '{region.key}' was made smaller")
-
-    def __del__(self):
-        fd, self.fd = getattr(self, "fd", -1), -1
-        if fd >= 0:
-            os.close(fd)  # the map itself closes when its last view goes
+def _open(region: Region) -> ObjectFile:
+    """The region's object, open, after checking that it holds the region
+    (Triton's register text). Raises InvalidInput."""
+    file = ObjectFile(object_path(region.key), region.key)
+    size = file.size()
+    if size < region.offset + region.byte_size:
+        raise InvalidInput(
+            f"failed to register shared memory region '{region.name}': invalid args "
+            f"(offset {region.offset} + byte_size {region.byte_size} is past the end of "
+            f"'{region.key}', {size} bytes)"
+        )
+    return file
 
 
 class RegionRegistry:
@@ -144,7 +121,8 @@ class RegionRegistry:
             self.directory.mkdir(parents=True, exist_ok=True)
         self._memory: dict[tuple[str, str], Region] = {}
         self._lock = threading.Lock()
-        self._maps: dict[str, _Mapping] = {}  # registration id -> mapping, least recently used first
+        #: registration id -> (the region, its open object), least recently used first
+        self._objects: dict[str, tuple[Region, ObjectFile]] = {}
         self._pruned = time.monotonic()
 
     # -- the registrations ----------------------------------------------------
@@ -206,7 +184,7 @@ class RegionRegistry:
         non_negative(offset, "'offset'")
         non_negative(byte_size, "'byte_size'")
         region = Region(name, key, offset, byte_size, owner, uuid.uuid4().hex)
-        mapping = _Mapping(region)  # the object exists and holds the region
+        file = _open(region)  # the object exists and holds the region
         with self._exclusive():
             regions = self._all()
             if any(r.owner == owner and r.name == name for r in regions):
@@ -225,14 +203,14 @@ class RegionRegistry:
                 temporary = path.with_suffix(f".{os.getpid()}.tmp")
                 temporary.write_text(json.dumps(asdict(region)))
                 os.replace(temporary, path)
-        self._remember(region.id, mapping)
+        self._remember(region, file)
         return region
 
     def unregister(self, owner: str, name: str | None = None) -> list[Region]:
         """Unregister the owner's region ``name``, or all of the owner's
         regions (``name`` empty); an unknown name is no error (as Triton).
-        Requests that hold a region's mapping keep it. Returns the regions
-        unregistered."""
+        Requests that hold a region's span keep its object open. Returns
+        the regions unregistered."""
         with self._exclusive():
             gone = [r for r in self._all() if r.owner == owner and (not name or r.name == name)]
             for region in gone:
@@ -242,20 +220,19 @@ class RegionRegistry:
                     self._file(owner, region.name).unlink(missing_ok=True)
         with self._lock:
             for region in gone:
-                self._maps.pop(region.id, None)
+                self._objects.pop(region.id, None)
         return gone
 
     # -- the data -------------------------------------------------------------
     def prune(self) -> None:
-        """Drop this process's mappings of regions no longer registered (by
+        """Close this process's objects of regions no longer registered (by
         any process of the machine): requests still using one keep it, and
         the object's memory is freed once the client removed it too."""
         self._pruned = time.monotonic()
         with self._lock:
-            cached = list(self._maps.values())
+            cached = [region for region, _file in self._objects.values()]
         stale = []
-        for mapping in cached:
-            region = mapping.region
+        for region in cached:
             try:
                 current = self.get(region.owner, region.name)
             except RegionNotFound:
@@ -264,24 +241,22 @@ class RegionRegistry:
                 stale.append(region.id)
         with self._lock:
             for key in stale:
-                self._maps.pop(key, None)
+                self._objects.pop(key, None)
 
-    def _remember(self, key: str, mapping: _Mapping) -> None:
+    def _remember(self, region: Region, file: ObjectFile) -> None:
         with self._lock:
-            self._maps[key] = mapping
-            while len(self._maps) > CACHED_MAPPINGS:
-                self._maps.pop(next(iter(self._maps)))
+            self._objects[region.id] = (region, file)
+            while len(self._objects) > CACHED_OBJECTS:
+                self._objects.pop(next(iter(self._objects)))
 
-    def view(self, owner: str, reference: TensorReference, where: str) -> memoryview:
-        """The bytes a tensor reference names, as a writable view of the
-        mapping (it keeps the mapping open while it lives). Raises
-        RegionNotFound as InvalidInput (a request's mistake), InvalidInput for
-        a span outside the region or an object made smaller than it."""
-        return self.span(owner, reference, where)[1]
-
-    def span(self, owner: str, reference: TensorReference, where: str) -> tuple[ObjectSpan, memoryview]:
-        """:meth:`view`, and where its bytes lie in the shared-memory object
-        (for a worker on this machine that maps the object itself)."""
+    def span(self, owner: str, reference: TensorReference, where: str) -> Span:
+        """The bytes a tensor reference names, checked against its region
+        and the region against its object's current size: a
+        :class:`~inference.region_io.Span` to read or write them (it keeps
+        the object open while it lives), labelled "<where>: shared memory
+        region '<name>'". Raises InvalidInput: an unknown region (a
+        request's mistake: Triton's text), a span outside the region, an
+        object smaller than the region (it shrank)."""
         if time.monotonic() - self._pruned >= PRUNE_SECONDS:
             self.prune()
         try:
@@ -290,15 +265,16 @@ class RegionRegistry:
             raise InvalidInput(f"{where}: {exc.message}") from None
         check_span(region, reference.offset, reference.byte_size, where)
         with self._lock:
-            mapping = self._maps.pop(region.id, None)
-            if mapping is not None:
-                self._maps[region.id] = mapping  # most recently used
-        if mapping is None:
-            mapping = _Mapping(region)
-            self._remember(region.id, mapping)
-        mapping.check(region)
-        start = region.offset + reference.offset
-        located = ObjectSpan(region.key, start, reference.byte_size)
-        if not reference.byte_size:
-            return located, memoryview(b"")
-        return located, memoryview(mapping.map)[start : start + reference.byte_size]
+            cached = self._objects.pop(region.id, None)
+            if cached is not None:
+                self._objects[region.id] = cached  # most recently used
+        if cached is None:
+            file = ObjectFile(object_path(region.key), region.key)
+            self._remember(region, file)
+        else:
+            file = cached[1]
+        end = region.offset + region.byte_size
+        located = Span(file, region.offset + reference.offset, reference.byte_size, end,
+                       f"{where}: shared memory region '{region.name}'")  # fmt: skip
+        located.check()
+        return located

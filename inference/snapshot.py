@@ -20,6 +20,7 @@ from inference.protocol.datatypes import BY_NAME, Datatype
 from inference.protocol.types import MetadataTensor
 from inference.runtime.execution import BatchingPolicy, RunTarget
 from inference.runtime.onnx import asks_for_extensions
+from inference.runtime.queue_policy import PriorityLevels, QueuePolicyError
 from inference.runtime.sequences import SequenceConfigError, SequencePolicy
 from inference.serving_state import ServingState, serving_states
 
@@ -125,15 +126,25 @@ def _tensors(items: list) -> tuple[MetadataTensor, ...]:
 
 
 def batching_policy(record: ModelRecord) -> BatchingPolicy | None:
-    """The model's dynamic batching, or None (no ``dynamic_batching``, or ``max_batch_size`` 0)."""
+    """The model's dynamic batching, or None: no ``dynamic_batching``, or
+    ``max_batch_size`` 0 without priority levels or a queue policy (with
+    them, its requests queue by level and run one at a time, as in Triton)."""
     config = record.dynamic_batching
-    if config is None or record.max_batch_size <= 0:
+    if config is None:
+        return None
+    preserve = bool(config.get("preserve_ordering", False))
+    try:
+        levels = PriorityLevels.from_config(config, preserve)
+    except QueuePolicyError:  # checked when the config was stored: not reached
+        levels = PriorityLevels()
+    if record.max_batch_size <= 0 and not levels.configured:
         return None
     return BatchingPolicy(
-        record.max_batch_size,
+        max(0, record.max_batch_size),
         tuple(int(n) for n in config.get("preferred_batch_size", ())),
         int(config.get("max_queue_delay_microseconds", 0)),
-        bool(config.get("preserve_ordering", False)),
+        preserve,
+        levels,
     )
 
 

@@ -1,7 +1,12 @@
 """The database as the statistics store (:class:`inference.ports.StatisticsStore`):
 every process adds its deltas to its machine's rows with ``F()`` increments;
 a read sums the rows of every machine but the reader's own (which it counts
-exactly from its processes' tables, :mod:`inference.statistics_local`)."""
+exactly from its processes' tables, :mod:`inference.statistics_local`).
+
+The processes of a machine update the same rows: each transaction updates
+them in one order (sorted by key, the version rows before the batch rows),
+so that two of them never wait for each other's rows (PostgreSQL's
+"deadlock detected")."""
 
 from __future__ import annotations
 
@@ -15,15 +20,16 @@ from inference.statistics import BatchCounters, VersionCounters
 
 class DatabaseStatistics:
     def add(self, machine: str, versions: dict, batches: dict, last: dict) -> None:
-        """One transaction: UPDATE ... SET x = x + delta per row of ``machine`` (created when missing)."""
+        """One transaction: UPDATE ... SET x = x + delta per row of ``machine``
+        (created when missing), in the rows' sorted order (see the module doc)."""
         try:
             with transaction.atomic():
-                for (model, version), counters in versions.items():
+                for (model, version), counters in sorted(versions.items(), key=_key):
                     changes = {name: F(name) + value for name, value in counters.as_dict().items() if value}
                     changes["last_inference_ms"] = Greatest(F("last_inference_ms"), last.get((model, version), 0))
                     key = {"machine": machine, "model_name": model, "version": version}
                     _add(ModelStatisticsRow, key, changes)
-                for (model, version, size), counters in batches.items():
+                for (model, version, size), counters in sorted(batches.items(), key=_key):
                     changes = {name: F(name) + value for name, value in counters.as_dict().items()}
                     key = {"machine": machine, "model_name": model, "version": version, "batch_size": size}
                     _add(BatchStatisticsRow, key, changes)
@@ -42,6 +48,10 @@ class DatabaseStatistics:
             key = (row.model_name, row.version, row.batch_size)
             batches.setdefault(key, BatchCounters()).add(BatchCounters(**{f: getattr(row, f) for f in _BATCH}))
         return versions, batches, last
+
+
+def _key(item: tuple) -> tuple:
+    return item[0]
 
 
 _VERSION = list(VersionCounters().as_dict())

@@ -30,6 +30,7 @@ from inference.registry import ModelRegistry
 from inference.runtime import frames, messages
 from inference.runtime.execution import RunTarget
 from inference.runtime.placement import device_name, queue_for
+from inference.runtime.queue_policy import Schedule
 from inference.runtime.runner import ModelRunner
 from inference.runtime.sequences import SequenceRequest
 
@@ -172,17 +173,19 @@ class WorkerRuntime:
             return worker_segments.run(self, request, body, shared)
         target = self.target(request.model, request.version, request.sha256)
         feeds = frames.tensors(request, body, "request", shared)
-        for tensor in request.regions:  # inputs in clients' shared-memory regions: mapped here, not copied
-            view = region_tensors.map_span(region_tensors.ObjectSpan(tensor.key, tensor.offset, tensor.nbytes))
-            feeds[tensor.name] = frames.tensor_in(view, 0, tensor, "request region")
+        for tensor in request.regions:  # inputs in clients' shared-memory regions: read here (one copy, no mapping)
+            span = region_tensors.ObjectSpan(tensor.key, tensor.offset, tensor.nbytes)
+            buffer = region_tensors.read_span(span, f"input '{tensor.name}'")
+            feeds[tensor.name] = frames.tensor_in(buffer, 0, tensor, "request region")
         deadline = time.monotonic() + (request.deadline - time.time())
         names = request.outputs
         asked = tracing.epoch_ns() if tracing.ENABLED else 0
         given = request.sequence
         sequence = SequenceRequest(given.corrid, given.start, given.end, given.owner) if given else None
+        schedule = Schedule(request.priority, request.timeout_us) if request.priority or request.timeout_us else None
         self.meter.begin(target.key, target.instances)
         try:
-            result = self.runner.run(target, feeds, names, request.rows, deadline, sequence)
+            result = self.runner.run(target, feeds, names, request.rows, deadline, sequence, schedule)
         finally:
             self.meter.end(target.key)
         if asked:
@@ -200,9 +203,9 @@ class WorkerRuntime:
 
 def _write_regions(regions: list[messages.RegionTensor], outputs: dict) -> list[messages.TensorInfo]:
     """Write outputs into the clients' shared-memory regions the request
-    names (each mapped here); their descriptions (offset: the object's,
-    nbytes: the bytes written). Raises InvalidInput (Triton's text) for a
-    region too small for its output."""
+    names (here, with ``pwrite``: never mapped); their descriptions (offset:
+    the object's, nbytes: the bytes written). Raises InvalidInput (Triton's
+    text) for a region too small for its output, or one that shrank."""
     written = []
     for region in regions:
         array = outputs.get(region.name)
@@ -212,7 +215,7 @@ def _write_regions(regions: list[messages.RegionTensor], outputs: dict) -> list[
         size = memoryview(data).nbytes
         region_tensors.check_room(region.name, region.nbytes, size)
         if size:
-            view = region_tensors.map_span(region_tensors.ObjectSpan(region.key, region.offset, size))
-            view[:] = memoryview(data).cast("B")
+            span = region_tensors.ObjectSpan(region.key, region.offset, size)
+            region_tensors.open_span(span, f"output '{region.name}'").write(data)
         written.append(messages.TensorInfo(region.name, kind, list(array.shape), region.offset, size))
     return written

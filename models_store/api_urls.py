@@ -1,7 +1,7 @@
 """Routes of the management API under ``/api/``, its OpenAPI schema and docs."""
 
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from models_store.registry.api import models, routes, versions
 from models_store.webhooks import apis as webhook_apis
@@ -31,5 +31,10 @@ urlpatterns = [
         name="api-webhook-redeliver",
     ),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # Swagger UI with its script served apart and no inline style: the Content-Security-Policy allows no inline code.
+    path(
+        "docs/",
+        SpectacularSwaggerSplitView.as_view(url_name="api-schema", template_name="models_store/swagger_ui.html"),
+        name="api-docs",
+    ),
 ]

@@ -74,6 +74,15 @@ def test_every_long_running_service_has_a_health_check():
         assert service["healthcheck"]["test"], name
 
 
+def test_workers_have_time_to_drain():
+    """SIGTERM drains a worker for up to WORKER_DRAIN_SECONDS: Docker waits longer before it kills."""
+    drain = float(re.search(r'"WORKER_DRAIN_SECONDS", default=([\d.]+)', SETTINGS_TEXT).group(1))
+    workers = {n: s for n, s in APP_SERVICES.items() if "runworker" in s["command"]}
+    assert len(workers) >= 3
+    for name, service in workers.items():
+        assert float(service["stop_grace_period"].removesuffix("s")) >= drain + 5, name
+
+
 def test_gpu_workers_are_pinned_to_their_device():
     for name, service in SERVICES.items():
         if not name.startswith("worker-gpu"):

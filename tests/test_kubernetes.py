@@ -233,6 +233,9 @@ def test_workers_per_device_and_pool(objects):
             assert deployment["spec"]["template"]["spec"]["nodeSelector"]["nvidia.com/gpu.product"]
         else:
             assert run.device == "cpu" and "nvidia.com/gpu" not in limits
+        # SIGTERM drains the worker for up to WORKER_DRAIN_SECONDS: the kubelet waits longer before it kills
+        drain = float(re.search(r'"WORKER_DRAIN_SECONDS", default=([\d.]+)', SETTINGS_TEXT).group(1))
+        assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= drain + 5, name
     assert len(pools) == len(workers)  # each Deployment its own pool, so each scales on its own depth
 
 

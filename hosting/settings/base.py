@@ -64,6 +64,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Content-Security-Policy (django-csp; CONTENT_SECURITY_POLICY in hosting/settings/web.py).
+    "csp.middleware.CSPMiddleware",
     # Sign-in throttling (django-axes): answers a locked-out sign-in with the lockout page.
     "axes.middleware.AxesMiddleware",
     # A dependency down (database, S3, broker) answers the web UI 503 with Retry-After, not 500.

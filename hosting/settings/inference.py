@@ -67,6 +67,18 @@ RATE_LIMIT_TOKEN_IN_FLIGHT = env.int("RATE_LIMIT_TOKEN_IN_FLIGHT", default=0)
 RATE_LIMIT_ANONYMOUS_RPS = env.float("RATE_LIMIT_ANONYMOUS_RPS", default=0.0)
 RATE_LIMIT_ANONYMOUS_BURST = env.int("RATE_LIMIT_ANONYMOUS_BURST", default=0)
 RATE_LIMIT_ANONYMOUS_IN_FLIGHT = env.int("RATE_LIMIT_ANONYMOUS_IN_FLIGHT", default=0)
+# Fair admission to model instances (inference/fair_share.py; docs/rate-limits.md#fair-share): each
+# team is a flow; when a version's seats are all taken, requests wait in their flow's queue and
+# seats go to the flows in turn. FAIR_QUEUE_PER_FLOW: requests one flow may have waiting per server
+# process (more are refused 429 / RESOURCE_EXHAUSTED; on gRPC a waiting request is a coroutine, so
+# the default lets a burst of a few hundred calls wait rather than be refused and resent, which would
+# queue the resends in front of everyone in gRPC's own FIFO); FAIR_SHARE_WEIGHTS: team=weight pairs
+# (turns per round, default 1); FAIR_SHARE=false turns it off (requests then wait in arrival order).
+FAIR_SHARE = env.bool("FAIR_SHARE", default=True)
+FAIR_QUEUE_PER_FLOW = env.int("FAIR_QUEUE_PER_FLOW", default=256)
+# Sequences one team may have waiting for a sequence slot of a model version (more STARTs: 429).
+FAIR_SEQUENCE_BACKLOG = env.int("FAIR_SEQUENCE_BACKLOG", default=64)
+FAIR_SHARE_WEIGHTS = {k: int(v) for k, v in env.dict("FAIR_SHARE_WEIGHTS", default={}).items()}
 #: Where every process shares the limits (default: REDIS_URL); empty: each
 #: process keeps its own (the embedded mode, one machine).
 RATE_LIMIT_REDIS_URL = env.str("RATE_LIMIT_REDIS_URL", default=REDIS_URL)

@@ -50,6 +50,11 @@ STORAGES = {
 #: skipped and the validation log says why.
 VALIDATION_WARMUP_MAX_BYTES = env.int("VALIDATION_WARMUP_MAX_BYTES", default=MAX_REQUEST_BYTES)
 
+# --- Ensembles (models_store/intake/ensembles.py) -----------------------------------
+#: The most steps an ensemble may have (uploads and repository imports above it are
+#: refused); each step is one inference per request (docs/ensembles.md).
+ENSEMBLE_MAX_STEPS = env.int("ENSEMBLE_MAX_STEPS", default=64)
+
 # --- Webhooks (models_store/webhooks/, docs/webhooks.md) ------------------------------
 #: Hosts (names or IP addresses, as in the URL) a webhook may target even though they
 #: resolve to a private, loopback or link-local address (by default such targets are refused).

@@ -42,6 +42,24 @@ CSRF_COOKIE_HTTPONLY = True  # the pages' scripts read the token from the form, 
 SESSION_COOKIE_AGE = env.int("SESSION_COOKIE_AGE", default=12 * 3600)
 #: Origins (scheme://host[:port]) trusted for CSRF behind a proxy, e.g. https://models.example.com
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+#: Content-Security-Policy of the web UI, the admin and the management API (django-csp): scripts,
+#: styles, fonts and fetches from this origin only (no inline script or style: the templates have
+#: none, the API docs page uses its own template), images also as data: URIs (Swagger UI's icons);
+#: no plugin, no <base>, forms post here, and no page may be framed (frame-ancestors 'none').
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 #: Largest model file accepted by an upload (web UI and management API), in bytes.
 MAX_UPLOAD_BYTES = env.int("MAX_UPLOAD_BYTES", default=1024 * 1024 * 1024)
 # Request bodies are bounded by MAX_REQUEST_BYTES in the inference views,

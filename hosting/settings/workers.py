@@ -24,11 +24,18 @@ WORKER_TLS_KEY = env.str("WORKER_TLS_KEY", default="")
 WORKER_TLS_SERVER_NAME = env.str("WORKER_TLS_SERVER_NAME", default="modelhost-worker")
 #: A worker also listens on a Unix socket in $VAR_DIR/run/ for front ends on its machine.
 WORKER_UNIX_SOCKET = env.bool("WORKER_UNIX_SOCKET", default=True)
-#: Connections a worker holds at most, in all and per peer address; idle ones
-#: are closed after WORKER_IDLE_SECONDS (front ends drop theirs at half that).
+#: Connections a worker holds at most, in all and per authenticated front end (a
+#: process on its machine; over TLS a certificate at one address); idle ones are
+#: closed after WORKER_IDLE_SECONDS (front ends drop theirs at half that).
 WORKER_MAX_CONNECTIONS = env.int("WORKER_MAX_CONNECTIONS", default=1024)
 WORKER_MAX_CONNECTIONS_PER_PEER = env.int("WORKER_MAX_CONNECTIONS_PER_PEER", default=256)
 WORKER_IDLE_SECONDS = env.float("WORKER_IDLE_SECONDS", default=300.0)
+#: Connections each front-end process holds to one worker at most; a request
+#: beyond waits (until its deadline) for one to come free (docs/worker-mode.md).
+WORKER_CONNECTIONS_PER_PROCESS = env.int("WORKER_CONNECTIONS_PER_PROCESS", default=32)
+#: How long a draining worker (SIGTERM, manage.py drainworker) waits for the
+#: requests it holds before it exits (s).
+WORKER_DRAIN_SECONDS = env.float("WORKER_DRAIN_SECONDS", default=20.0)
 #: The host:port front ends connect to (default: the listening address; set it
 #: when the worker listens on 0.0.0.0 or behind NAT, e.g. worker-gpu0:7070).
 WORKER_ADVERTISE = env.str("WORKER_ADVERTISE", default="")

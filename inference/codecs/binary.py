@@ -81,21 +81,26 @@ class BinaryTail:
             )
 
 
+def check_byte_size(where: str, datatype: Datatype, shape: tuple[int, ...], nbytes: int) -> None:
+    """Raise InvalidInput unless ``nbytes`` is exactly the size of a numeric
+    tensor of ``shape`` and ``datatype``."""
+    expected = math.prod(shape) * datatype.itemsize
+    if nbytes != expected:
+        raise InvalidInput(
+            f"{where}: {nbytes} bytes of {datatype.name} data do not match shape "
+            f"{list(shape)}, which needs {expected} bytes"
+        )
+
+
 def tensor_from_buffer(where: str, datatype: Datatype, shape: tuple[int, ...], view: memoryview) -> np.ndarray:
     """View ``view`` as a tensor of ``shape``; numeric data is not copied.
 
     Raises InvalidInput if the byte size does not match shape x datatype
     (for BYTES: if the elements do not fill exactly ``prod(shape)`` entries).
     """
-    count = math.prod(shape)
     if datatype.is_bytes:
-        return bytes_codec.deserialize(view, count, where).reshape(shape)
-    expected = count * datatype.itemsize
-    if len(view) != expected:
-        raise InvalidInput(
-            f"{where}: {len(view)} bytes of {datatype.name} data do not match shape "
-            f"{list(shape)}, which needs {expected} bytes"
-        )
+        return bytes_codec.deserialize(view, math.prod(shape), where).reshape(shape)
+    check_byte_size(where, datatype, shape, len(view))
     array = np.frombuffer(view, dtype=datatype.numpy).reshape(shape)
     if not array.flags.aligned:
         # ONNX Runtime converts misaligned input element by element (~7x

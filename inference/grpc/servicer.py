@@ -29,7 +29,7 @@ from inference.extensions import configuration, repository, settings, shared_mem
 from inference.grpc import converters, streaming
 from inference.grpc.proto import oip_pb2 as pb
 from inference.grpc.proto import oip_pb2_grpc
-from inference.protocol.errors import InferenceError, RateLimited, Unsupported
+from inference.protocol.errors import InferenceError, Unsupported
 
 logger = logging.getLogger(__name__)
 
@@ -39,9 +39,11 @@ def status_of(exc: InferenceError) -> grpc.StatusCode:
 
 
 async def abort(context, exc: InferenceError):
-    """Abort the call with the error's status and message (a rate limit also
-    with ``retry-after`` trailing metadata, in seconds)."""
-    trailing = (("retry-after", exc.retry_after_header),) if isinstance(exc, RateLimited) else ()
+    """Abort the call with the error's status and message (an error after
+    which a retry can succeed, UNAVAILABLE or a rate limit's
+    RESOURCE_EXHAUSTED, also with ``retry-after`` trailing metadata, in
+    seconds, as REST's ``Retry-After``)."""
+    trailing = (("retry-after", exc.retry_after_header),) if exc.retry_after is not None else ()
     await context.abort(status_of(exc), exc.message, trailing_metadata=trailing)
 
 

@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 
 from inference.grpc.proto import oip_pb2 as pb
-from inference.protocol.errors import InferenceError, RateLimited
+from inference.protocol.errors import InferenceError
 
 #: Requests of one stream read ahead and in flight at once; beyond it the
 #: stream is not read (gRPC's flow control then holds the client back).
@@ -53,9 +53,10 @@ def new_answer() -> pb.ModelStreamInferResponse:
 def error_answer(request: pb.ModelInferRequest, error: InferenceError) -> pb.ModelStreamInferResponse:
     """The answer to a request that failed: its error's message and the
     request's id, model name and version (so that the client knows which
-    request failed)."""
+    request failed); an error after which a retry can succeed (UNAVAILABLE,
+    a rate limit) says when, as a unary call's ``retry-after`` metadata."""
     message = error.message
-    if isinstance(error, RateLimited):
+    if error.retry_after is not None:
         message = f"{message} (retry after {error.retry_after_header} s)"
     answer = new_answer()
     answer.error_message = message

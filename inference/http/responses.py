@@ -1,8 +1,8 @@
 """HTTP responses of the protocol adapters: JSON, JSON + binary data, errors.
 
 Errors are ``{"error": "<message>"}`` with each protocol error's
-``http_status`` (:mod:`inference.protocol.errors`; a rate limit's 429 with
-``Retry-After``); an unknown
+``http_status`` (:mod:`inference.protocol.errors`; a 503 or a rate limit's
+429 with ``Retry-After``: the error's ``retry_after``); an unknown
 Content-Encoding is 415 with ``Accept-Encoding: gzip, deflate``; anything
 unexpected is logged and answered 500 without internals.
 """
@@ -16,7 +16,7 @@ from rest_framework.exceptions import APIException
 
 from inference.codecs.message import dumps
 from inference.http.compression import UnsupportedEncoding
-from inference.protocol.errors import DependencyUnavailable, InferenceError, RateLimited
+from inference.protocol.errors import InferenceError
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def exception_handler(exc: Exception, context) -> HttpResponse:
         return response
     if isinstance(exc, InferenceError):
         response = error_response(exc.http_status, exc.message)
-        if isinstance(exc, (RateLimited, DependencyUnavailable)):
+        if exc.retry_after is not None:
             response["Retry-After"] = exc.retry_after_header
         return response
     if isinstance(exc, APIException):

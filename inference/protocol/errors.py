@@ -8,6 +8,9 @@ and its gRPC status name. Each transport maps once, from these attributes:
 the REST and TF Serving adapters through ``http_status``, the gRPC adapter
 through ``grpc_status``, the worker transport by ``code`` (:func:`from_code`).
 The message is what the client sees: it names what is wrong and where.
+An error after which a retry can succeed (every 503, and 429) carries
+``retry_after`` (seconds): REST answers it as ``Retry-After``, gRPC as
+``retry-after`` trailing metadata (whole seconds, at least 1).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ class InferenceError(Exception):
     code = "INTERNAL"
     http_status = 500
     grpc_status = "INTERNAL"
+    #: Seconds after which the same request can succeed (None: it will not by waiting).
+    retry_after: float | None = None
 
     def __init__(self, message: str):
         super().__init__(message)
@@ -28,6 +33,13 @@ class InferenceError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+    @property
+    def retry_after_header(self) -> str | None:
+        """``retry_after`` as ``Retry-After`` takes it: whole seconds, at least 1 (None: no header)."""
+        if self.retry_after is None:
+            return None
+        return str(max(1, math.ceil(self.retry_after)))
 
 
 class InvalidInput(InferenceError):
@@ -47,11 +59,17 @@ class ModelNotFound(InferenceError):
 
 
 class ModelNotReady(InferenceError):
-    """The model or version exists but cannot serve now (HTTP 503)."""
+    """The model or version exists but cannot serve now (HTTP 503 with
+    ``Retry-After``, gRPC UNAVAILABLE with ``retry-after``): ``retry_after``,
+    seconds (e.g. a worker's heartbeat expiry when no worker serves it)."""
 
     code = "UNAVAILABLE"
     http_status = 503
     grpc_status = "UNAVAILABLE"
+
+    def __init__(self, message: str, retry_after: float = 1.0):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class DependencyUnavailable(ModelNotReady):
@@ -60,12 +78,7 @@ class DependencyUnavailable(ModelNotReady):
     ``retry_after``: seconds."""
 
     def __init__(self, message: str, retry_after: float = 5.0):
-        super().__init__(message)
-        self.retry_after = retry_after
-
-    @property
-    def retry_after_header(self) -> str:
-        return str(max(1, math.ceil(self.retry_after)))
+        super().__init__(message, retry_after)
 
 
 class RequestTooLarge(InferenceError):
@@ -124,10 +137,16 @@ class RateLimited(InferenceError):
         super().__init__(message)
         self.retry_after = retry_after
 
-    @property
-    def retry_after_header(self) -> str:
-        """Whole seconds, at least 1 (``Retry-After`` takes no fractions)."""
-        return str(max(1, math.ceil(self.retry_after)))
+
+class QueueFull(InferenceError):
+    """A dynamic batcher's queue (of the request's priority level) holds its
+    ``max_queue_size``: refused at once, before it queued (HTTP 503, gRPC
+    UNAVAILABLE, as Triton answers; not counted as a failed inference of
+    the model, as Triton does not count a request it could not enqueue)."""
+
+    code = "QUEUE_FULL"
+    http_status = 503
+    grpc_status = "UNAVAILABLE"
 
 
 class InUse(InferenceError):
@@ -142,7 +161,7 @@ class InUse(InferenceError):
 _BY_CODE: dict[str, type[InferenceError]] = {}
 for _cls in (
     InferenceError, InvalidInput, ModelNotFound, ModelNotReady, RequestTooLarge, DeadlineExceeded, Unsupported,
-    Unauthenticated, PermissionDenied, RateLimited, InUse,
+    Unauthenticated, PermissionDenied, RateLimited, QueueFull, InUse,
 ):  # fmt: skip
     _BY_CODE.setdefault(_cls.code, _cls)
 

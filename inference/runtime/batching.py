@@ -18,6 +18,16 @@ it, each with the error. A request whose deadline passes while it is
 queued answers DEADLINE_EXCEEDED and is not run. With
 ``preserve_ordering`` answers are released in arrival order.
 
+Priority levels and queue policies (:mod:`inference.runtime.queue_policy`):
+the queue is one per level, and batches are formed in service order (the
+highest level first; in a level, arrival order, then the requests delayed
+by their queue timeout), so a batch starts with the highest-priority
+request and takes lower ones only to fill its room. A request over its
+level's ``max_queue_size`` is refused at once (QueueFull, UNAVAILABLE); one
+whose queue timeout passes before a batch took it is refused (REJECT:
+UNAVAILABLE "Request timeout expired", when the timeout passes, even while
+every instance is busy) or moved behind its level's others (DELAY).
+
 Statistics (Triton's): each request reports the rows of the execution it
 ran in; exactly one request per execution reports the execution.
 """
@@ -27,7 +37,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,8 +44,12 @@ import numpy as np
 from inference.protocol.errors import DeadlineExceeded, InferenceError, ModelNotReady
 from inference.runtime.execution import RunResult, RunTarget, await_result, execute, now_ns
 from inference.runtime.onnx import OnnxModel
+from inference.runtime.queue_policy import PriorityQueue, Schedule, timed_out
 
 logger = logging.getLogger(__name__)
+
+#: The longest a batcher thread or a caller sleeps at once (threading's waits refuse far longer timeouts).
+MAX_WAIT = 3600.0
 
 
 @dataclass(eq=False, slots=True)
@@ -51,6 +64,10 @@ class _Pending:
     enqueued: float  # time.monotonic()
     done: threading.Event = field(default_factory=threading.Event)
     taken: bool = False
+    level: int = 0  # set by the PriorityQueue, with expires (queue timeout, time.monotonic()), rejects, delayed
+    expires: float | None = None
+    rejects: bool = True
+    delayed: bool = False
     result: RunResult | None = None
     error: InferenceError | None = None
 
@@ -72,7 +89,7 @@ class DynamicBatcher:
         self.delay = policy.max_queue_delay_us / 1e6
         self.preserve_ordering = policy.preserve_ordering
         self._cond = threading.Condition()
-        self._queue: deque[_Pending] = deque()
+        self._queue = PriorityQueue(policy.levels, target.describe())
         self._seq = 0
         self._closed = False
         # preserve_ordering: finished requests not yet released, by sequence number, and the next to release
@@ -86,12 +103,20 @@ class DynamicBatcher:
             thread.start()
 
     # -- callers ---------------------------------------------------------
-    def submit(self, feeds: dict[str, np.ndarray], output_names: list[str], rows: int, deadline: float | None):
-        """Queue one request of ``rows`` rows and wait for its RunResult.
+    def submit(
+        self, feeds: dict[str, np.ndarray], output_names: list[str], rows: int, deadline: float | None,
+        schedule: Schedule | None = None,
+    ):  # fmt: skip
+        """Queue one request of ``rows`` rows at the level of its
+        ``schedule`` (priority and timeout parameters; None: the default
+        level) and wait for its RunResult.
 
-        Raises DeadlineExceeded when the deadline passes while it is queued
-        (it is then not run) or while its batch runs, ModelNotReady when the
-        version is unloaded meanwhile, and the error of a failed run.
+        Raises QueueFull when its level's queue is full (it is not queued),
+        ModelNotReady "Request timeout expired" when its queue timeout
+        passes before a batch took it (REJECT), DeadlineExceeded when the
+        deadline passes while it is queued (it is then not run) or while
+        its batch runs, ModelNotReady when the version is unloaded
+        meanwhile, and the error of a failed run.
         """
         with self._cond:
             if self._closed:
@@ -100,24 +125,37 @@ class DynamicBatcher:
                 feeds, output_names, rows, deadline, _signature(feeds, output_names), self._seq, now_ns(),
                 time.monotonic(),
             )  # fmt: skip
+            self._queue.push(pending, schedule)  # raises QueueFull before it takes a place in the order
             self._seq += 1
-            self._queue.append(pending)
             self._cond.notify()
+        if pending.expires is not None and pending.rejects and (deadline is None or pending.expires < deadline):
+            self._await_queue_timeout(pending)
 
         def withdraw() -> None:
-            self._queue.remove(pending)
-            self._finish(pending)
+            if self._queue.remove(pending):
+                self._finish(pending, at_once=True)
 
         return await_result(pending, deadline, self._cond, withdraw, "queued for a batch")
+
+    def _await_queue_timeout(self, pending: _Pending) -> None:
+        """Wait until ``pending`` (REJECT) ran or its queue timeout passed;
+        then refuse it if no batch took it (even while every instance is busy)."""
+        while not pending.done.wait(min(MAX_WAIT, max(0.0, pending.expires - time.monotonic()))):
+            if time.monotonic() < pending.expires:
+                continue
+            with self._cond:
+                if not pending.taken and self._queue.remove(pending):
+                    pending.error = timed_out(self.target.describe())
+                    self._finish(pending, at_once=True)
+            return
 
     def close(self) -> None:
         """Stop the threads; queued requests fail with ModelNotReady."""
         with self._cond:
             self._closed = True
-            while self._queue:
-                pending = self._queue.popleft()
+            for pending in self._queue.clear():
                 pending.error = ModelNotReady(f"{self.target.describe()} was unloaded before it ran")
-                self._finish(pending)
+                self._finish(pending, at_once=True)
             self._cond.notify_all()
 
     # -- instance threads ------------------------------------------------
@@ -139,17 +177,21 @@ class DynamicBatcher:
             self._expire()
             if not self._queue:
                 continue
-            first = self._queue[0]
+            first = self._queue.first()
             if first.rows >= self.max_rows:  # a full batch by itself
                 first.taken = True
-                self._queue.popleft()
+                self._queue.remove(first)
                 return [first]
             members, rows = self._gather(first, self.max_rows)
             size = self._ready_size(rows)
             if size is None:
-                wait = first.enqueued + self.delay - time.monotonic()
+                now = time.monotonic()
+                wait = first.enqueued + self.delay - now
                 if wait > 0:
-                    self._cond.wait(wait)
+                    expiry = self._queue.next_expiry()  # the order may change then
+                    if expiry is not None:
+                        wait = min(wait, max(0.0, expiry - now) + 1e-4)
+                    self._cond.wait(min(wait, MAX_WAIT))
                     continue
                 size = rows
             if size < rows:
@@ -178,14 +220,19 @@ class DynamicBatcher:
         return fitting[-1] if fitting else None
 
     def _expire(self) -> None:
-        """Fail queued requests whose deadline passed (lock held); they are not run."""
+        """Apply the queue timeouts that passed (REJECT: refused, DELAY: moved
+        behind the others of its level) and fail queued requests whose
+        deadline passed (lock held); neither is run."""
         now = time.monotonic()
+        for pending in self._queue.expire(now):
+            pending.error = timed_out(self.target.describe())
+            self._finish(pending, at_once=True)
         for pending in [p for p in self._queue if p.deadline is not None and p.deadline <= now]:
             self._queue.remove(pending)
             pending.error = DeadlineExceeded(
                 "the request's deadline passed while it was queued for a batch; it was not run"
             )
-            self._finish(pending)
+            self._finish(pending, at_once=True)
 
     def _run(self, instance: OnnxModel, batch: list[_Pending]) -> None:
         started = now_ns()
@@ -219,11 +266,14 @@ class DynamicBatcher:
             for pending in batch:
                 self._finish(pending)
 
-    def _finish(self, pending: _Pending) -> None:
-        """Release a finished request (lock held), in arrival order with preserve_ordering."""
-        if not self.preserve_ordering:
+    def _finish(self, pending: _Pending, at_once: bool = False) -> None:
+        """Release a finished request (lock held), in arrival order with
+        preserve_ordering; ``at_once``: one that never ran (refused,
+        expired, unloaded) is answered now, and takes its turn in the order."""
+        if not self.preserve_ordering or at_once:
             pending.done.set()
-            return
+            if not self.preserve_ordering:
+                return
         self._waiting[pending.seq] = pending
         while self._next_release in self._waiting:
             self._waiting.pop(self._next_release).done.set()

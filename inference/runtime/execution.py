@@ -16,6 +16,7 @@ import onnxruntime as ort
 from inference.protocol.errors import DeadlineExceeded
 from inference.runtime.deadlines import watchdog
 from inference.runtime.onnx import OnnxModel
+from inference.runtime.queue_policy import ONE_QUEUE, PriorityLevels
 
 if TYPE_CHECKING:
     from inference.runtime.sequences import SequencePolicy
@@ -30,13 +31,18 @@ class BatchingPolicy:
     ``preferred_batch_sizes``: batch sizes sent as soon as they can be formed;
     ``max_queue_delay_us``: how long the oldest queued request may wait for a
     fuller batch (microseconds, 0: send what is queued at once);
-    ``preserve_ordering``: answers leave in the order requests arrived.
+    ``preserve_ordering``: answers leave in the order requests arrived;
+    ``levels``: priority levels and queue policies
+    (:mod:`inference.runtime.queue_policy`). ``max_batch_size`` 0: a model
+    without a batch dimension, queued for its levels and policies, each
+    request run alone (as Triton's dynamic batcher runs one).
     """
 
     max_batch_size: int
     preferred_batch_sizes: tuple[int, ...] = ()
     max_queue_delay_us: int = 0
     preserve_ordering: bool = False
+    levels: PriorityLevels = ONE_QUEUE
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,19 @@ class RunTarget:
 
     def describe(self) -> str:
         return f"version {self.version} of model '{self.model}'"
+
+    @property
+    def seats(self) -> int:
+        """Requests of it one runner runs at once: its instances, times its
+        ``max_batch_size`` with dynamic batching (a batch forms from
+        requests that wait together); 0 with sequence batching (each
+        sequence holds its slot: see :mod:`inference.fair_share`), and 0
+        with priority levels or a queue policy: the batcher's queues order
+        and bound what waits, as in Triton (:mod:`inference.runtime.queue_policy`)."""
+        if self.sequence is not None or (self.batching is not None and self.batching.levels.configured):
+            return 0
+        rows = self.batching.max_batch_size if self.batching is not None else 1
+        return max(1, self.instances) * max(1, rows)
 
 
 @dataclass(slots=True)

@@ -60,11 +60,18 @@ class InProcessExecutor:
 
     def run(
         self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
-        deadline: float | None = None, placement=(), sequence=None,
+        deadline: float | None = None, placement=(), sequence=None, schedule=None,
     ) -> RunResult:  # fmt: skip
         """Run on this process's model runner (``placement`` is for workers;
-        ``sequence``: a SequenceRequest for a model with sequence batching)."""
-        return self.runner.run(target, feeds, output_names, rows, deadline, sequence)
+        ``sequence``: a SequenceRequest for a model with sequence batching;
+        ``schedule``: a queue_policy.Schedule, the request's priority and
+        timeout, for a model with dynamic batching)."""
+        return self.runner.run(target, feeds, output_names, rows, deadline, sequence, schedule)
+
+    def seats(self, target: RunTarget, placement=()) -> int:
+        """Requests of ``target`` this process runs at once (its fair-share
+        gate's seats, :mod:`inference.fair_share`; 0: not gated)."""
+        return target.seats
 
     def blocks(self, target: RunTarget) -> bool:
         """A batching model waits for its batch (a sequence model for its

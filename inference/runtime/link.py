@@ -149,3 +149,19 @@ def unix_socket_path(var_dir: Path, worker_id: str) -> str | None:
     digest = hashlib.sha256(str(preferred).encode()).hexdigest()[:16]
     short = directory / f"{digest}.sock"
     return str(short) if len(str(short)) < _UNIX_PATH_MAX else None
+
+
+def unix_listener(path: str) -> socket.socket:
+    """A Unix socket at ``path`` that only this user can connect to (0600
+    from the start: the umask covers the window before chmod)."""
+    if os.path.exists(path):
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        listener.bind(path)
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    listener.listen(512)
+    return listener

@@ -13,6 +13,7 @@ from inference.protocol.errors import DeadlineExceeded, InvalidInput
 from inference.runtime.batching import DynamicBatcher
 from inference.runtime.execution import RunResult, RunTarget, execute, now_ns
 from inference.runtime.onnx import OnnxModel
+from inference.runtime.queue_policy import Schedule
 from inference.runtime.sequence_batcher import SequenceBatcher
 from inference.runtime.sequences import SequenceRequest
 
@@ -69,14 +70,17 @@ class LoadedVersion:
 
     def run(
         self, feeds: dict, output_names: list[str], rows: int, deadline: float | None,
-        sequence: SequenceRequest | None = None,
+        sequence: SequenceRequest | None = None, schedule: Schedule | None = None,
     ) -> RunResult:  # fmt: skip
+        """Run one request: through the sequence batcher, the dynamic batcher
+        (at the level of its ``schedule``: priority and timeout parameters),
+        or on an idle instance."""
         if self.sequencer is not None:
             if sequence is None:
                 raise InvalidInput(f"{self.target.describe()} uses sequence batching: send a sequence_id")
             return self.sequencer.submit(feeds, output_names, deadline, sequence)
         if self.batcher is not None:
-            return self.batcher.submit(feeds, output_names, rows, deadline)
+            return self.batcher.submit(feeds, output_names, rows, deadline, schedule)
         queued = now_ns()
         instance = self._acquire(deadline)
         started = now_ns()

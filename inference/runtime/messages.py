@@ -15,8 +15,11 @@ Front end -> worker: :class:`ShareMemory` (a Unix-socket connection's shared
 memory, its descriptor attached), :class:`RunRequest`, :class:`SegmentRequest`
 (steps of an ensemble run together).
 Worker -> front end: :class:`Hello` (once, when the worker accepted the
-connection), :class:`RunAnswer`, :class:`SegmentAnswer` or
-:class:`ErrorAnswer` (one per request).
+connection; an :class:`ErrorAnswer` instead when it refuses it, e.g. at its
+connection limit for that front end), :class:`RunAnswer`,
+:class:`SegmentAnswer` or :class:`ErrorAnswer` (one per request), and
+:class:`Draining` (once, last: the worker takes no new request on this
+connection and closes it).
 """
 
 from __future__ import annotations
@@ -44,8 +47,8 @@ class TensorInfo(msgspec.Struct, array_like=True, frozen=True):
 
 class RegionTensor(msgspec.Struct, array_like=True, frozen=True):
     """A tensor in a client's shared-memory region (Triton's system
-    shared-memory extension), for a worker on the front end's machine to map
-    itself: ``nbytes`` bytes of the ``/dev/shm`` object ``key`` from byte
+    shared-memory extension), for a worker on the front end's machine to read
+    and write itself: ``nbytes`` bytes of the ``/dev/shm`` object ``key`` from byte
     ``offset`` of the object; an input's ``dtype`` (numeric, as in
     :class:`TensorInfo`) and ``shape``; for an output, the room it may take
     (``dtype`` "", ``shape`` [])."""
@@ -64,6 +67,15 @@ class Hello(msgspec.Struct, tag="hello"):
 
     worker: str
     device: str
+
+
+class Draining(msgspec.Struct, tag="draining"):
+    """The worker is draining (told to stop): it answered every request it
+    held on this connection and takes no new one; it closes the connection
+    after this frame. A request the front end sent on it meanwhile was not
+    run: it may go to another worker."""
+
+    worker: str
 
 
 class ShareMemory(msgspec.Struct, tag="shared"):
@@ -90,7 +102,9 @@ class RunRequest(msgspec.Struct, tag="run", omit_defaults=True):
     epoch; ``shared``: the tensors lie in the connection's shared memory;
     ``sequence``: its place in a sequence, for a model with sequence batching;
     ``regions``: inputs in clients' shared-memory regions, ``output_regions``:
-    outputs to write into them, on a worker of the same machine only)."""
+    outputs to write into them, on a worker of the same machine only;
+    ``priority`` and ``timeout_us``: the request's priority and timeout
+    parameters, for a model with dynamic batching, 0 when not given)."""
 
     model: str
     version: Positive
@@ -104,6 +118,8 @@ class RunRequest(msgspec.Struct, tag="run", omit_defaults=True):
     sequence: Sequence | None = None
     regions: list[RegionTensor] = []
     output_regions: list[RegionTensor] = []
+    priority: NonNegative = 0
+    timeout_us: NonNegative = 0
 
 
 class RunAnswer(msgspec.Struct, tag="answer"):
@@ -182,7 +198,7 @@ class ErrorAnswer(msgspec.Struct, tag="error"):
 
 #: What a worker reads, and what a front end reads.
 ToWorker = RunRequest | SegmentRequest | ShareMemory
-ToFrontEnd = RunAnswer | SegmentAnswer | ErrorAnswer | Hello
+ToFrontEnd = RunAnswer | SegmentAnswer | ErrorAnswer | Hello | Draining
 
 _encoder = msgspec.msgpack.Encoder()
 encode = _encoder.encode
@@ -197,7 +213,9 @@ class Announcement(msgspec.Struct, omit_defaults=True):
     second): where front ends reach it (``address``: host:port of its TLS
     listener, empty when it has none; ``unix``: its Unix socket, for front
     ends on the same ``machine``), its device and how busy it is (``busy``:
-    requests held now; ``busy_fraction``: 0..1 over its last 10 s).
+    requests held now; ``busy_fraction``: 0..1 over its last 10 s;
+    ``connections``: front-end connections it holds); ``draining``: it was
+    told to stop and takes no new request (front ends drop it at once).
 
     Nothing in it is trusted: a front end sends work only to a worker that
     proves itself on connection (TLS certificate of the deployment's CA, or
@@ -213,6 +231,8 @@ class Announcement(msgspec.Struct, omit_defaults=True):
     busy: NonNegative = 0
     busy_fraction: float = 0.0
     served: NonNegative = 0
+    connections: NonNegative = 0
+    draining: bool = False
     rss_bytes: NonNegative = 0
     control: bool = True
     pool: str = ""

@@ -7,7 +7,10 @@ A device is ``cpu`` or ``cuda:<n>``; its queue is ``infer.cpu`` or
 expiry) whose value gives the address where it accepts front-end
 connections. The front end reads those keys to know which workers are live,
 and sends each request to a worker of a device that the model's instance
-group allows (round robin).
+group allows (round robin). A worker told to stop marks its heartbeat
+``draining``: front ends drop it at the next read (it still answers what it
+holds), and its key goes once it has drained
+(:mod:`inference.runtime.heartbeat`).
 
 Instance groups (read in :mod:`inference.instance_groups`) follow Triton:
 ``KIND_GPU`` with ``gpus: [0, 1]`` -> cuda:0, cuda:1 (no gpus: any GPU);
@@ -151,44 +154,6 @@ def read_workers(redis_client) -> dict[str, Worker]:
     return workers
 
 
-class Heartbeat:
-    """Keeps this worker's heartbeat key alive from a daemon thread; the key's
-    value (JSON) is ``announcement()``, a :class:`messages.Announcement`."""
-
-    def __init__(self, redis_client, queue: str, worker_id: str, announcement):
-        self.redis = redis_client
-        self.key = heartbeat_key(queue, worker_id)
-        self.announcement = announcement
-        self._stop = threading.Event()
-        self.redis_watch = DependencyWatch("Redis (this worker's heartbeat)", logger)
-
-    def beat(self) -> None:
-        self.redis.set(self.key, messages.encode_json(self.announcement()), px=HEARTBEAT_TTL_MS)
-
-    def start(self) -> None:
-        self.beat()
-        threading.Thread(target=self._run, name="heartbeat", daemon=True).start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        try:
-            self.redis.delete(self.key)
-        except Exception:
-            pass
-
-    def _run(self) -> None:
-        while not self._stop.wait(HEARTBEAT_SECONDS):
-            try:
-                self.beat()
-            except Exception as exc:
-                self.redis_watch.failed(
-                    exc,
-                    f"front ends drop this worker once its heartbeat expires; retrying every {HEARTBEAT_SECONDS:g} s",
-                )
-            else:
-                self.redis_watch.ok()
-
-
 #: The least time between two reads of the heartbeats for requests that found no worker
 #: (:meth:`WorkerDirectory.catch_up`).
 CATCH_UP_SECONDS = 0.05
@@ -199,7 +164,10 @@ class WorkerDirectory:
     from their heartbeats (a SCAN and an MGET every ``interval`` seconds).
     Reading it is free. While Redis is unreachable the last view stays
     (requests keep going over the workers' connections, which tell by
-    closing when a worker dies); only heartbeat expiry cannot be seen then."""
+    closing when a worker dies); only heartbeat expiry cannot be seen then.
+    A worker whose heartbeat says ``draining``, or that said so over a
+    connection (:meth:`drop`), gets no new request at once; it stays live
+    (:meth:`is_live`) for the requests it holds until its key goes."""
 
     def __init__(self, redis_client, interval: float = 0.5, publish_depth: bool = False):
         self.redis = redis_client
@@ -210,6 +178,9 @@ class WorkerDirectory:
         self._pool_depths: dict[str, int] = {}
         self._published: set[str] = set()
         self._workers: dict[str, Worker] = {}
+        self._draining: frozenset[str] = frozenset()  # ids whose heartbeat says draining
+        self._dropped: dict[str, float] = {}  # worker id -> until when (monotonic): it said it drains
+        self._lock = threading.Lock()  # refresh and drop
         self._seen_once = False
         self._grace_until_ms = 0.0  # after an outage of Redis: known workers stay until then
         self._by_queue: dict[str, tuple[Worker, ...]] = {}
@@ -233,22 +204,29 @@ class WorkerDirectory:
         if self.redis_watch.down:  # back from an outage: no worker could beat meanwhile
             self._grace_until_ms = now_ms + HEARTBEAT_TTL_MS
         self.redis_watch.ok()
-        # A worker missing from this read whose last heartbeat has not expired yet (Redis restarted
-        # empty, or lost the key) stays until it would have: its next beat comes within a second.
-        # After an outage of Redis, every known worker stays one heartbeat expiry for its next beat.
-        for worker_id, worker in self._workers.items():
-            if worker_id not in workers and (
-                worker.announcement.beat_ms + HEARTBEAT_TTL_MS > now_ms or now_ms < self._grace_until_ms
-            ):
-                workers[worker_id] = worker
-        by_queue: dict[str, list[Worker]] = {}
-        for worker in sorted(workers.values(), key=lambda w: w.id):
-            by_queue.setdefault(worker.queue, []).append(worker)
-        if self._seen_once:
-            _log_changes(self._workers, workers)
-        self._seen_once = True
-        self._workers = workers
-        self._by_queue = {q: tuple(ws) for q, ws in by_queue.items()}
+        draining = frozenset(i for i, w in workers.items() if w.announcement.draining)
+        with self._lock:
+            now = time.monotonic()
+            self._dropped = {i: until for i, until in self._dropped.items() if until > now}
+            # A worker missing from this read whose last heartbeat has not expired yet (Redis restarted
+            # empty, or lost the key) stays until it would have: its next beat comes within a second.
+            # After an outage of Redis, every known worker stays one heartbeat expiry for its next beat.
+            # A draining worker (marked so, or it said so) is dropped at once and never kept.
+            for worker_id, worker in self._workers.items():
+                if worker_id not in workers and (
+                    worker.announcement.beat_ms + HEARTBEAT_TTL_MS > now_ms or now_ms < self._grace_until_ms
+                ):
+                    workers[worker_id] = worker
+            workers = {i: w for i, w in workers.items() if i not in draining and i not in self._dropped}
+            by_queue: dict[str, list[Worker]] = {}
+            for worker in sorted(workers.values(), key=lambda w: w.id):
+                by_queue.setdefault(worker.queue, []).append(worker)
+            if self._seen_once:
+                _log_changes(self._workers, workers, draining | self._dropped.keys())
+            self._seen_once = True
+            self._workers = workers
+            self._draining = draining
+            self._by_queue = {q: tuple(ws) for q, ws in by_queue.items()}
         self.error = ""
         for queue in set(self._depths) - set(by_queue):
             QUEUE_DEPTH.labels(queue).set(0)
@@ -327,8 +305,32 @@ class WorkerDirectory:
         return list(self._workers.values())
 
     def is_live(self, worker_id: str) -> bool:
-        """Whether the worker's heartbeat is current (True while Redis cannot tell)."""
-        return bool(self.error) or worker_id in self._workers
+        """Whether the worker's heartbeat is current, draining or not (True
+        while Redis cannot tell): a request it holds may still be answered."""
+        return (
+            bool(self.error)
+            or worker_id in self._workers
+            or worker_id in self._draining
+            or (worker_id in self._dropped)
+        )
+
+    def accepts(self, worker_id: str) -> bool:
+        """Whether the worker takes new requests (live and not draining)."""
+        return worker_id in self._workers
+
+    def drop(self, worker_id: str) -> None:
+        """The worker said it is draining: no new request goes to it from now
+        on (its heartbeat may not say so yet); it stays live for what it holds."""
+        with self._lock:
+            self._dropped[worker_id] = time.monotonic() + 2 * HEARTBEAT_TTL_MS / 1000
+            worker = self._workers.get(worker_id)
+            if worker is None:
+                return
+            self._workers = {i: w for i, w in self._workers.items() if i != worker_id}
+            members = tuple(w for w in self._by_queue.get(worker.queue, ()) if w.id != worker_id)
+            self._by_queue = {**{q: ws for q, ws in self._by_queue.items() if q != worker.queue},
+                              **({worker.queue: members} if members else {})}  # fmt: skip
+        logger.info("worker %s is draining: no new request goes to it", describe_worker(worker))
 
     def candidates(self, instance_group) -> list[Worker]:
         """Live workers of the devices the instance group allows, in device order."""
@@ -350,11 +352,14 @@ def describe_worker(worker: Worker) -> str:
     return f"{worker.id} ({a.device}, {where})"
 
 
-def _log_changes(before: dict[str, Worker], after: dict[str, Worker]) -> None:
+def _log_changes(before: dict[str, Worker], after: dict[str, Worker], draining) -> None:
     """One line per worker that joined or left between two reads of the heartbeats."""
     for worker_id in sorted(after.keys() - before.keys()):
         logger.info("worker %s joined", describe_worker(after[worker_id]))
     for worker_id in sorted(before.keys() - after.keys()):
-        logger.warning(
-            "worker %s left: its heartbeat ended (stopped, killed or hung)", describe_worker(before[worker_id])
-        )
+        if worker_id in draining:
+            logger.info("worker %s is draining: no new request goes to it", describe_worker(before[worker_id]))
+        else:
+            logger.warning(
+                "worker %s left: its heartbeat ended (stopped, killed or hung)", describe_worker(before[worker_id])
+            )

@@ -7,19 +7,23 @@ nothing else on the request path, and a heartbeat is never trusted: a
 connection serves only once the worker proved itself
 (:mod:`inference.runtime.link`: its TLS certificate from the deployment's
 CA, or its Unix socket's peer is this user) and said hello. Each front-end
-process keeps idle connections to each worker; a request takes one (or
-opens one), sends one frame (:mod:`inference.runtime.frames`: the tensors'
-bytes as they are), waits for the answer frame and puts the connection back
-(connections: :mod:`inference.runtime.worker_connections`).
+process keeps a bounded pool of connections to each worker
+(:mod:`inference.runtime.worker_pool`: at most
+``WORKER_CONNECTIONS_PER_PROCESS``; a request beyond waits for one); a
+request takes one (or opens one), sends one frame
+(:mod:`inference.runtime.frames`: the tensors' bytes as they are), waits for
+the answer frame and gives the connection back (connections:
+:mod:`inference.runtime.worker_connections`).
 
 The steps of a request are written once, as a generator (:meth:`_steps`)
 that yields what it needs done: read the heartbeats again, connect to a
-worker, wait for the socket. :meth:`RemoteExecutor.run` does them in the
-calling thread (blocking sockets that time out every 0.25 s);
-:meth:`~RemoteExecutor.run_async` on an event loop (the socket in the loop's
-selector; connecting and reading Redis in a thread).
+worker, wait for a pooled connection, wait for the socket.
+:meth:`RemoteExecutor.run` does them in the calling thread (blocking sockets
+that time out every 0.25 s); :meth:`~RemoteExecutor.run_async` on an event
+loop (the socket in the loop's selector; connecting and reading Redis in a
+thread).
 
-Faults, each answered once and never retried after the request was sent:
+Faults, each answered once:
 
 - no live worker for the model's devices -> UNAVAILABLE at once (after one
   fresh read of the heartbeats, shared with other such requests: a worker
@@ -27,20 +31,30 @@ Faults, each answered once and never retried after the request was sent:
 - a worker that does not prove itself is passed over for the next of its
   device, and the 503 names why when none is left (another deployment's
   certificate, a socket of another user, ...);
-- the worker dies holding the request: its connection closes, so exactly
-  the requests it held answer UNAVAILABLE at once (other workers of the
-  same device keep serving); a worker that hangs without closing answers
-  UNAVAILABLE once its heartbeat expires (about 5 s);
+- the connection closes before any byte of the answer (the worker was
+  killed or stopped), or the worker answers that it is draining
+  (:class:`~inference.runtime.messages.Draining`): the request goes once
+  more, to another worker of its devices (inference is idempotent; a
+  request of a sequence never goes elsewhere); with none left it answers
+  UNAVAILABLE at once. A draining worker is dropped from this process's
+  directory at once;
+- a worker that hangs without closing answers UNAVAILABLE once its
+  heartbeat expires (about 5 s);
 - no answer before the request's deadline -> DEADLINE_EXCEEDED (the
   connection is closed, so a late answer is never read as another's);
-- a pooled connection found closed before use (a restarted worker) is
-  replaced; a send that fails on a reused connection is retried once on a
-  fresh one (the worker never received a whole frame); a worker that
-  refuses connections (killed, its heartbeat not yet expired) is passed
-  over for the next one of the device;
+- a pooled connection found closed before use is replaced; a send that
+  fails on a pooled connection, when no other worker serves, is retried
+  once on a new one (the worker never received a whole frame); a worker
+  that refuses connections (killed, its heartbeat not yet expired) is
+  passed over for the next one of the device;
+- every worker's pool is at its cap: the request waits for the first
+  one's next free connection, until its deadline (DEADLINE_EXCEEDED);
 - a request of a sequence (sequence batching) goes only to the worker that
   holds the sequence (:mod:`inference.runtime.sequence_routes`): when that
   worker is gone, the request answers UNAVAILABLE naming the lost sequence.
+
+Every UNAVAILABLE carries a retry delay (``Retry-After``): a heartbeat's
+expiry when no worker serves the devices, else a second.
 """
 
 from __future__ import annotations
@@ -48,7 +62,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import threading
 import time
 
 import numpy as np
@@ -59,17 +72,19 @@ from inference.protocol import errors
 from inference.runtime import frames, link, messages
 from inference.runtime.answers import run_result
 from inference.runtime.execution import RunResult, RunTarget
-from inference.runtime.placement import Worker, WorkerDirectory
+from inference.runtime.placement import HEARTBEAT_TTL_MS, Worker, WorkerDirectory
 from inference.runtime.remote_segments import SegmentRuns
 from inference.runtime.sequence_routes import SequenceRoutes
 from inference.runtime.worker_connections import (
     WOULD_BLOCK,
     Connection,
+    WorkerDraining,
     closed,
     connect,
     ready,
     send_failed,
 )
+from inference.runtime.worker_pool import ConnectionPool, Waiter
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +128,16 @@ class _SendFailed(Exception):
     """A request frame could not be sent (the worker never got all of it)."""
 
 
+class _Unanswered(Exception):
+    """The connection closed before any byte of the answer (``sent``: after
+    the whole request frame went), or the worker answered that it drains:
+    ``error`` is what to answer if the request cannot go again."""
+
+    def __init__(self, error: errors.ModelNotReady, sent: bool, draining: bool = False):
+        super().__init__(error.message)
+        self.error, self.sent, self.draining = error, sent, draining
+
+
 class RemoteExecutor(SegmentRuns):
     """Runs inferences on workers (see module doc), and consecutive steps of
     an ensemble together on one (:class:`SegmentRuns`); thread-safe."""
@@ -124,23 +149,23 @@ class RemoteExecutor(SegmentRuns):
         default_timeout: float = 30.0,
         tls: link.TLSFiles | None = None,
         idle_seconds: float = 150.0,
+        connections_per_worker: int = 32,
     ):
         """``idle_seconds``: pooled connections idle longer are closed here
         (half the workers' idle limit, so a worker never closes one this
-        front end is about to use)."""
+        front end is about to use); ``connections_per_worker``: the most
+        this process holds to one worker (WORKER_CONNECTIONS_PER_PROCESS)."""
         self.directory = directory
         self.max_frame = max_frame
         self.default_timeout = default_timeout
         self.tls = tls
-        self.idle_seconds = idle_seconds
-        self._idle: dict[str, list[Connection]] = {}  # blocking sockets (threads)
-        self._idle_async: dict[str, list[Connection]] = {}  # non-blocking sockets (event loops)
+        self.pool = ConnectionPool(connections_per_worker, idle_seconds, self._drained)
         self._unreachable: dict[str, float] = {}  # worker id -> until when it is skipped
-        self._lock = threading.Lock()
         self.routes = SequenceRoutes()  # the worker of each sequence this process sent
 
     def start(self) -> None:
         self.directory.start()
+        self.pool.start()
 
     def gpus(self) -> tuple[int, ...]:
         """The GPU numbers of the live workers (none: CPU workers only)."""
@@ -153,6 +178,13 @@ class RemoteExecutor(SegmentRuns):
     #: The worker records the run's spans (queue wait, batch formation, session.run) itself.
     remote = True
 
+    def seats(self, target: RunTarget, placement=()) -> int:
+        """Requests of ``target`` this front-end process sends at once (its
+        fair-share gate's seats, :mod:`inference.fair_share`): the version's
+        seats on one runner times the live workers of its devices (0: not
+        gated)."""
+        return target.seats * max(1, len(self.directory.candidates(placement)))
+
     def blocks(self, target: RunTarget) -> bool:
         """Every call waits on a worker."""
         return True
@@ -160,17 +192,18 @@ class RemoteExecutor(SegmentRuns):
     # -- running: the drivers ------------------------------------------------
     def run(
         self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
-        deadline: float | None = None, placement=(), sequence=None, regions=None,
+        deadline: float | None = None, placement=(), sequence=None, regions=None, schedule=None,
     ) -> RunResult:  # fmt: skip
         """Run one request on a worker of a device ``placement`` (the model's
         instance group) allows, in this thread (``sequence``: its place in a
         sequence, for a model with sequence batching; ``regions``: a
         :class:`~inference.shared_memory.RegionPlan` of its tensors in
         shared-memory regions, which a worker on this machine reads and
-        writes itself). Raises ModelNotReady, DeadlineExceeded and the errors
-        the worker reports (see module doc)."""
+        writes itself; ``schedule``: its priority and timeout, for the
+        worker's dynamic batcher). Raises ModelNotReady, DeadlineExceeded
+        and the errors the worker reports (see module doc)."""
         return self._drive(
-            self._steps(target, feeds, output_names, rows, deadline, placement, self._idle, sequence, regions)
+            self._steps(target, feeds, output_names, rows, deadline, placement, True, sequence, regions, schedule)
         )
 
     def _drive(self, generator):
@@ -185,14 +218,14 @@ class RemoteExecutor(SegmentRuns):
 
     async def run_async(
         self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
-        deadline: float | None = None, placement=(), sequence=None, regions=None,
+        deadline: float | None = None, placement=(), sequence=None, regions=None, schedule=None,
     ) -> RunResult:  # fmt: skip
         """:meth:`run` on an event loop (the gRPC front end): the connection's
         socket waits in the loop's selector, so a request costs no thread
         hand-off. The same faults and errors; a call cancelled while it
         waits closes its connection."""
         steps = _Steps(
-            self._steps(target, feeds, output_names, rows, deadline, placement, self._idle_async, sequence, regions)
+            self._steps(target, feeds, output_names, rows, deadline, placement, False, sequence, regions, schedule)
         )
         try:
             while (need := steps.next()) is not _DONE:
@@ -206,13 +239,16 @@ class RemoteExecutor(SegmentRuns):
 
     def _do(self, need, blocking: bool):
         """Do what a step needs, in this thread: a Worker -> a connection to
-        it; None -> read the heartbeats again; (connection, writable,
-        deadline) -> the socket waited (its timeout) and nothing came, so
-        check the request's deadline and the worker's liveness."""
+        it; None -> read the heartbeats again; a Waiter -> wait a while for
+        a pooled connection; (connection, writable, deadline) -> the socket
+        waited (its timeout) and nothing came, so check the request's
+        deadline and the worker's liveness."""
         if need is None:
             return self.directory.catch_up(time.monotonic())
         if isinstance(need, Worker):
             return connect(need, self.tls, self.max_frame, blocking)
+        if isinstance(need, Waiter):
+            return need.wait(need.slice())
         conn, _, deadline = need
         return self._check_waiting(conn, deadline)
 
@@ -221,73 +257,160 @@ class RemoteExecutor(SegmentRuns):
         rest in a thread."""
         if need is None or isinstance(need, Worker):
             return await asyncio.to_thread(self._do, need, False)
+        if isinstance(need, Waiter):
+            return await need.wait_async(need.slice())
         conn, writable, deadline = need
         if not await ready(asyncio.get_running_loop(), conn.sock, writable):
             self._check_waiting(conn, deadline)
 
     # -- running: the steps ----------------------------------------------------
-    def _steps(self, target, feeds, output_names, rows, deadline, placement, idle: dict, sequence=None, regions=None):
-        """One request, as a generator of what it needs done (see :meth:`_do`);
-        returns its RunResult."""
+    def _steps(
+        self, target, feeds, output_names, rows, deadline, placement, blocking: bool, sequence=None, regions=None,
+        schedule=None,
+    ):  # fmt: skip
+        """One request, as a generator of what it needs done (see :meth:`_do`;
+        ``blocking``: for a thread, else an event loop); returns its RunResult."""
         workers = self._candidates(target, placement, caught_up=False)
         if not workers:
             yield None
             workers = self._candidates(target, placement, caught_up=sequence is None)
         request, deadline = self._request(target, output_names, rows, deadline, sequence)
+        if schedule is not None:
+            request.priority, request.timeout_us = schedule.priority, schedule.timeout_us
         if sequence is None:
             order = self._order(target.key, workers)
-            answer = yield from self._exchange(order, request, feeds, deadline, idle, regions)
+            answer = yield from self._exchange(order, request, feeds, deadline, blocking, regions)
             return run_result(*answer, request.outputs)
         order = self.routes.order(target, sequence, workers)  # the sequence's worker, and no other
         if not order:
             self._candidates(target, placement, caught_up=True)  # raises: no live worker
         try:
-            answer = yield from self._exchange(order, request, feeds, deadline, idle, regions)
-            return run_result(*answer, request.outputs)
+            answer = yield from self._exchange(order, request, feeds, deadline, blocking, regions, resend=False)
+            result = run_result(*answer, request.outputs)
         except errors.ModelNotReady as exc:
             raise self.routes.failed(target, sequence, order[0], exc) from None
         finally:
             if sequence.end:
                 self.routes.forget(target, sequence)
+        self.routes.answered(target, sequence, order[0])  # remembered once its worker took it
+        return result
 
-    def _exchange(self, order: list[Worker], request, feeds, deadline: float, idle: dict, regions=None):
+    def _exchange(self, order: list[Worker], request, feeds, deadline: float, blocking: bool, regions=None,
+                  resend: bool = True):  # fmt: skip
         """Send the request (a RunRequest or SegmentRequest) to the first
-        reachable worker of ``order`` and read its answer (steps, see
-        :meth:`_steps`); returns (the answer, the frame's body)."""
-        conn, reused = yield from self._connection(order, idle)
-        try:
+        worker of ``order`` with a connection to spare and read its answer
+        (steps, see :meth:`_steps`); returns (the answer, the frame's body).
+        Unanswered (see :class:`_Unanswered`), it goes once more: to the
+        next worker of ``order`` (``resend``: not for a sequence's request),
+        else, when the frame never went whole on a pooled connection, on a
+        new connection to the same worker."""
+        again = True
+        while True:
+            conn, pooled = yield from self._connection(order, deadline, blocking)
             try:
-                yield from self._send(conn, request, feeds, deadline, regions)
-            except _SendFailed:
+                answer = yield from self._ask(conn, request, feeds, deadline, regions)
+            except _Unanswered as exc:
+                self.pool.release(conn.worker)
+                if exc.draining:
+                    self._drained(conn.worker.id)
+                others = [w for w in order if w.id != conn.worker.id]
+                if again and resend and others:
+                    order = others
+                elif not (again and pooled and not exc.sent and not exc.draining):
+                    raise exc.error from None
+                again = False
+                continue
+            except BaseException:  # an error, or a cancelled call: what the connection holds is unknown
                 conn.close()
-                if not reused:
-                    raise send_failed(conn, None) from None
-                conn = yield conn.worker  # the pooled connection had died: once more, on a new one
-                try:
-                    yield from self._send(conn, request, feeds, deadline, regions)
-                except _SendFailed as again:
-                    raise send_failed(conn, again.__cause__) from None
-            answer, body = yield from self._receive(conn, deadline)
-        except BaseException:  # an error, or a cancelled call: what the connection holds is unknown
-            conn.close()
-            raise
-        self._checkin(conn, idle)
-        return answer, body
+                self.pool.release(conn.worker)
+                raise
+            self.pool.give(conn)
+            return answer
 
-    def _connection(self, order: list[Worker], idle: dict):
-        """A connection to the first reachable worker of ``order`` (see
-        :meth:`_order`) and whether it was pooled."""
+    def _ask(self, conn: Connection, request, feeds, deadline: float, regions=None):
+        """Send the request on ``conn`` and read the answer (steps); raises
+        _Unanswered (closed before any byte of the answer, or Draining)."""
+        try:
+            yield from self._send(conn, request, feeds, deadline, regions)
+        except _SendFailed as exc:
+            raise _Unanswered(send_failed(conn, exc.__cause__), sent=False) from None
+        answer = yield from self._receive(conn, deadline)
+        if isinstance(answer[0], messages.Draining):
+            conn.close()
+            worker = conn.worker
+            raise _Unanswered(WorkerDraining(f"the {worker.queue} worker {worker.id} is draining"), True, True)
+        return answer
+
+    def _connection(self, order: list[Worker], deadline: float, blocking: bool):
+        """A connection (for a thread, or an event loop) to the first worker
+        of ``order`` (see :meth:`_order`) that has one to spare: pooled, or
+        new while its pool is under its cap; when every worker's pool is
+        at its cap, the first one's next free connection (steps); and
+        whether it was pooled."""
         failure = None
-        for worker in order:
-            conn = self._pooled(worker, idle)
-            if conn is not None:
-                return conn, True
+        order = list(order)
+        while order:
+            worker = grant = None
+            for worker in order:
+                if (grant := self.pool.take(worker)) is not None:
+                    break
+            if grant is None:
+                worker = order[0]
+                grant = yield from self._wait(worker, deadline)
+                if grant is None:  # it stopped taking requests meanwhile
+                    order.remove(worker)
+                    failure = failure or self._not_accepting(worker)
+                    continue
+            if isinstance(grant, Connection):
+                grant.use(blocking)
+                return grant, True
             try:
-                return (yield worker), False
+                conn = yield worker
             except errors.ModelNotReady as exc:
-                self._unreachable[worker.id] = time.monotonic() + _UNREACHABLE_SECONDS
+                self.pool.release(worker)
+                if isinstance(exc, WorkerDraining):
+                    self._drained(worker.id)
+                else:
+                    self._unreachable[worker.id] = time.monotonic() + _UNREACHABLE_SECONDS
+                order.remove(worker)
                 failure = exc
-        raise failure
+                continue
+            except BaseException:  # cancelled while connecting: its place is free again
+                self.pool.release(worker)
+                raise
+            return conn, False
+        raise failure or errors.ModelNotReady("no worker to send the request to")
+
+    def _wait(self, worker: Worker, deadline: float):
+        """Wait (steps) for a connection to ``worker`` to come free in this
+        process's pool: the connection, or ``worker`` (open one); None once
+        the worker takes no new request. Raises DeadlineExceeded."""
+        waiter = self.pool.wait(worker, deadline)
+        try:
+            while True:
+                yield waiter
+                if waiter.grant is not None:
+                    grant, waiter = waiter.grant, None
+                    return grant
+                if time.monotonic() >= deadline:
+                    raise errors.DeadlineExceeded(
+                        f"no connection to the {worker.queue} worker {worker.id} came free before the request's "
+                        f"deadline (this process holds {self.pool.cap}, WORKER_CONNECTIONS_PER_PROCESS)"
+                    )
+                if not self.directory.accepts(worker.id):
+                    return None
+        finally:
+            if waiter is not None:
+                self.pool.cancel(waiter)  # what it was granted meanwhile goes to the next
+
+    @staticmethod
+    def _not_accepting(worker: Worker) -> errors.ModelNotReady:
+        return errors.ModelNotReady(f"the {worker.queue} worker {worker.id} stopped taking requests (draining)")
+
+    def _drained(self, worker_id: str) -> None:
+        """The worker said it is draining: no request of this process goes to it any more."""
+        self.directory.drop(worker_id)
+        self.pool.forget(worker_id)
 
     @staticmethod
     def _send(conn: Connection, request: messages.RunRequest, feeds, deadline: float, regions=None):
@@ -311,21 +434,9 @@ class RemoteExecutor(SegmentRuns):
                 conn.close()
                 raise errors.ModelNotReady(f"the {conn.worker.queue} worker {conn.worker.id} {exc.message}") from None
             except (OSError, frames.FrameError):
-                raise closed(conn) from None
-
-    # -- connections -----------------------------------------------------------
-    def _pooled(self, worker: Worker, idle: dict) -> Connection | None:
-        """An idle connection of ``idle`` to ``worker`` that is still open and
-        not idle for too long, if any."""
-        while True:
-            with self._lock:
-                pool = idle.get(worker.id)
-                conn = pool.pop() if pool else None
-            if conn is None:
-                return None
-            if time.monotonic() - conn.used < self.idle_seconds and not conn.closed_by_peer():
-                return conn
-            conn.close()
+                if conn.reader.partial:
+                    raise closed(conn) from None
+                raise _Unanswered(closed(conn), sent=True) from None
 
     def _order(self, key, workers: list[Worker]) -> list[Worker]:
         """The workers to try, the next in round robin (per ``key``) first;
@@ -338,11 +449,6 @@ class RemoteExecutor(SegmentRuns):
         order = workers[start:] + workers[:start]
         return [w for w in order if self._unreachable.get(w.id, 0.0) <= now] or order
 
-    def _checkin(self, conn: Connection, idle: dict) -> None:
-        conn.used = time.monotonic()
-        with self._lock:
-            idle.setdefault(conn.worker.id, []).append(conn)
-
     def _candidates(self, target: RunTarget, placement, caught_up: bool) -> list[Worker]:
         """Live workers of the devices the instance group allows; empty
         before the directory caught up (:meth:`WorkerDirectory.catch_up`),
@@ -350,7 +456,7 @@ class RemoteExecutor(SegmentRuns):
         workers = self.directory.candidates(placement)
         if not workers and caught_up:
             why = self.directory.error or f"no live worker serves {describe_group(placement)}"
-            raise errors.ModelNotReady(f"model '{target.model}' cannot run now: {why}")
+            raise errors.ModelNotReady(f"model '{target.model}' cannot run now: {why}", HEARTBEAT_TTL_MS / 1000)
         return workers
 
     def _request(self, target: RunTarget, output_names, rows, deadline, sequence) -> tuple[messages.RunRequest, float]:

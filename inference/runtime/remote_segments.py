@@ -5,7 +5,7 @@ between them never cross the link.
 
 A part of :class:`~inference.runtime.remote.RemoteExecutor` (its
 connections, round robin and faults: a segment is one request like any
-other, answered once and never retried after it was sent).
+other, answered once, sent once more only when no byte of its answer came).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from inference.runtime.placement import Worker
 
 class SegmentRuns:
     """Segments on workers; mixed into RemoteExecutor (its ``directory``,
-    ``default_timeout``, ``_idle``, ``_drive``, ``_order`` and ``_exchange``)."""
+    ``default_timeout``, ``_drive``, ``_order`` and ``_exchange``)."""
 
     def segment_workers(self, placements: list) -> list[Worker]:
         """The live workers that serve a device every instance group of
@@ -69,5 +69,5 @@ class SegmentRuns:
         if tracing.ENABLED:
             request.traceparent = tracing.traceparent()  # only for a traced request: the worker's spans join it
         order = self._order(tuple(target.key for target, _, _ in steps), workers)
-        answer = yield from self._exchange(order, request, feeds, deadline, self._idle)
+        answer = yield from self._exchange(order, request, feeds, deadline, True)
         return segment_result(*answer, request.returns, len(steps))

@@ -37,6 +37,7 @@ from inference.protocol.errors import InferenceError, ModelNotReady
 from inference.runtime.execution import RunResult, RunTarget
 from inference.runtime.loaded_version import LoadedVersion
 from inference.runtime.onnx import OnnxModel
+from inference.runtime.queue_policy import Schedule
 from inference.runtime.residency import Admission, Costs, rss_bytes
 from inference.runtime.sequences import SequenceRequest
 
@@ -113,13 +114,15 @@ class ModelRunner:
     # -- running ---------------------------------------------------------
     def run(
         self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
-        deadline: float | None = None, sequence: SequenceRequest | None = None,
+        deadline: float | None = None, sequence: SequenceRequest | None = None, schedule: Schedule | None = None,
     ) -> RunResult:  # fmt: skip
         """Run one request of ``rows`` batch rows on ``target`` (loading it
         first if needed; ``sequence``: its place in a sequence, for a model
-        with sequence batching). Raises ModelNotReady when it cannot load,
-        DeadlineExceeded, InvalidInput (inputs the model refuses, a sequence
-        not started)."""
+        with sequence batching; ``schedule``: its priority and timeout, for
+        a model with dynamic batching). Raises ModelNotReady when it cannot
+        load, DeadlineExceeded, InvalidInput (inputs the model refuses, a
+        sequence not started), and the dynamic batcher's QueueFull and
+        queue timeout (:mod:`inference.runtime.batching`)."""
         if self.budget:
             self.admission.touch(target.key)
         version = self._loaded.get(target.key)
@@ -127,7 +130,7 @@ class ModelRunner:
             if self.budget:
                 self.counts["hits"] += 1
             version.last_used = time.monotonic()
-            return version.run(feeds, output_names, rows, deadline, sequence)
+            return version.run(feeds, output_names, rows, deadline, sequence, schedule)
         started = time.perf_counter()
         version, transient = self._get(target)
         if self.budget:
@@ -136,7 +139,7 @@ class ModelRunner:
             self._on_wait(target, time.perf_counter() - started, transient)
         version.last_used = time.monotonic()
         try:
-            return version.run(feeds, output_names, rows, deadline, sequence)
+            return version.run(feeds, output_names, rows, deadline, sequence, schedule)
         finally:
             if transient:
                 self._leave_transient(target.key)

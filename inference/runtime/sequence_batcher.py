@@ -25,6 +25,11 @@ sequence_batch_scheduler.cc``):
   instance's candidate sequences that can join, up to ``max_batch_size``,
   as soon as that many or a preferred batch size are ready, else once the
   oldest waited ``max_queue_delay_microseconds``.
+- The backlog is bounded per owner (:attr:`SequenceBatcher.backlog_per_owner`,
+  ``FAIR_SEQUENCE_BACKLOG``): a START that would be one owner's sequence too
+  many waiting for a slot is refused at once (RateLimited: HTTP 429, gRPC
+  RESOURCE_EXHAUSTED), so one team's flood of sequences neither grows the
+  backlog without end nor holds every server thread.
 - A sequence whose last request ended (``sequence_end``) frees its slot for
   the backlog. One with no request for ``max_sequence_idle_microseconds``
   is released the same way (its state dropped).
@@ -49,10 +54,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from inference.protocol.errors import DeadlineExceeded, InferenceError, InvalidInput, ModelNotReady
+from inference.protocol.errors import DeadlineExceeded, InferenceError, InvalidInput, ModelNotReady, RateLimited
 from inference.runtime.execution import RunResult, RunTarget, await_result, execute, now_ns
 from inference.runtime.onnx import OnnxModel
-from inference.runtime.sequences import SequencePolicy, SequenceRequest
+from inference.runtime.sequences import SequencePolicy, SequenceRequest, shown
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +103,9 @@ class SequenceBatcher:
     """Runs the requests of one model version's sequences on ``instances``
     (one thread each); see the module doc."""
 
+    #: Sequences one owner may have waiting for a slot (set from settings by the composition root).
+    backlog_per_owner = 64
+
     def __init__(self, target: RunTarget, instances: list[OnnxModel]):
         self.target = target
         self.policy: SequencePolicy = target.sequence
@@ -138,9 +146,11 @@ class SequenceBatcher:
             if sequence is None:
                 if not request.start:
                     raise InvalidInput(
-                        f"inference request for sequence {request.corrid} to model '{self.target.model}' must "
+                        f"inference request for sequence {shown(request.corrid)} to model '{self.target.model}' must "
                         "specify the START flag on the first request of the sequence"
                     )
+                if not self._free:
+                    self._check_backlog(request.owner)
                 sequence = self._sequences[request.key] = _Sequence(request.key)
                 self._place(sequence)
             elif request.start:
@@ -178,6 +188,17 @@ class SequenceBatcher:
             self._cond.notify_all()
 
     # -- slots (lock held) -----------------------------------------------------------
+    def _check_backlog(self, owner: str) -> None:
+        """Raise RateLimited when ``owner`` has as many sequences in the backlog as it may."""
+        waiting = sum(1 for s in self._backlog if s.key[0] == owner)
+        if waiting >= self.backlog_per_owner:
+            who = owner.replace(":", " ", 1) if owner else "anonymous callers"
+            raise RateLimited(
+                f"{who} already has {waiting} sequences waiting for a sequence slot of {self.target.describe()} "
+                f"(at most {self.backlog_per_owner}); end sequences, or retry later",
+                1.0,
+            )
+
     def _place(self, sequence: _Sequence) -> None:
         if self._free:
             sequence.slot, sequence.instance = heapq.heappop(self._free)
@@ -225,7 +246,7 @@ class SequenceBatcher:
             left = sequence.last_seen + idle - now
             if left <= 0:
                 logger.info(
-                    "sequence %s of %s idle for %.3f s: released", sequence.key[1], self.target.describe(), idle
+                    "sequence %s of %s idle for %.3f s: released", shown(sequence.key[1]), self.target.describe(), idle
                 )
                 self._release(sequence)
             else:

@@ -5,9 +5,10 @@ request of the sequence must go to that worker. Each front-end process
 sends a sequence's START to the worker that rendezvous hashing picks among
 the live workers of the model's devices (the same pick in every front-end
 process of every machine while they see the same workers), remembers the
-pick, and sends the sequence's later requests there: to the remembered
-worker, or, for a sequence another front-end process started, to the
-worker the hash picks.
+pick once that worker has answered the request (:meth:`SequenceRoutes.answered`:
+nothing is kept for a request a worker refused or never got), and sends
+the sequence's later requests there: to the remembered worker, or, for a
+sequence another front-end process started, to the worker the hash picks.
 
 If the worker holding a sequence goes away (killed, its heartbeat expired,
 it refuses connections), the sequence's next request is refused with an
@@ -76,9 +77,16 @@ class SequenceRoutes:
                 return live
             if not workers:
                 return []
-            chosen = max(workers, key=lambda w: _score(key, w.id))
-            self._routes[key] = (chosen.id, chosen.queue, now + keep)
-            return [chosen]
+            return [max(workers, key=lambda w: _score(key, w.id))]
+
+    def answered(self, target: RunTarget, sequence: SequenceRequest, worker: Worker) -> None:
+        """``worker`` answered this request of ``sequence``: it holds the
+        sequence (remembered, unless the request ended it)."""
+        if sequence.end:
+            return
+        keep = 2 * target.sequence.idle_us / 1e6 + 1.0
+        with self._lock:
+            self._routes[self._key(target, sequence)] = (worker.id, worker.queue, self._clock() + keep)
 
     def failed(self, target: RunTarget, sequence: SequenceRequest, worker: Worker, exc: errors.ModelNotReady):
         """The error to answer when the worker holding the sequence could not

@@ -15,7 +15,10 @@ and the data plane share:
   echoed back as Triton returns it (``NormalizeModelConfig``, ``ModelConfigToJson``);
 - :func:`sequence_parameters`: a request's ``sequence_id``,
   ``sequence_start`` and ``sequence_end``, type-checked as Triton's front
-  ends do (server ``src/http_server.cc``, ``src/grpc/infer_handler.cc``);
+  ends do (server ``src/http_server.cc``, ``src/grpc/infer_handler.cc``),
+  a string ID at most :data:`MAX_ID_BYTES` long (Triton sets no limit; we
+  do, before anything is kept under it); :func:`shown`: an ID as error
+  messages and logs show it, cut to :data:`SHOWN_ID_CHARS` characters;
 - :func:`request_for`: the checks Triton makes before a request reaches the
   sequence batcher (``InferenceRequest::ValidateCorrelationId``, batch size
   1, a non-zero correlation ID), giving the :class:`SequenceRequest` the
@@ -30,6 +33,7 @@ Triton does (only its front ends check their types).
 from __future__ import annotations
 
 import hashlib
+import reprlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +52,20 @@ from inference.runtime.sequence_config import (
     State,
     fields,
 )
+
+#: The longest string sequence ID, in bytes of UTF-8 (longer: InvalidInput).
+MAX_ID_BYTES = 256
+#: Characters of a sequence ID that error messages and logs show ("..." after).
+SHOWN_ID_CHARS = 64
+
+
+def shown(value: object) -> str:
+    """``value`` (a sequence ID, or what was sent as one) as messages show
+    it: its text (a short ``repr`` for what is neither a string nor an
+    integer), the first :data:`SHOWN_ID_CHARS` characters and "..." when
+    longer."""
+    text = str(value) if isinstance(value, int | str) else reprlib.repr(value)
+    return text if len(text) <= SHOWN_ID_CHARS else text[:SHOWN_ID_CHARS] + "..."
 
 
 @dataclass(frozen=True)
@@ -235,14 +253,16 @@ class SequenceRequest:
         return (self.owner, self.corrid)
 
     def describe(self) -> str:
-        return f'"{self.corrid}"' if isinstance(self.corrid, str) else str(self.corrid)
+        """The ID as messages show it (:func:`shown`), a string ID quoted."""
+        return f'"{shown(self.corrid)}"' if isinstance(self.corrid, str) else str(self.corrid)
 
 
 def sequence_parameters(parameters: dict | None) -> tuple[int | str, bool, bool]:
     """(sequence_id, sequence_start, sequence_end) of request parameters,
     type-checked as Triton's front ends do: the ID an unsigned 64-bit
-    integer or a string (0 or "": not part of a sequence), the flags
-    booleans. Raises InvalidInput."""
+    integer or a string of at most :data:`MAX_ID_BYTES` bytes (UTF-8; 0 or
+    "": not part of a sequence), the flags booleans. Raises InvalidInput
+    (the ID shown cut, :func:`shown`)."""
     if not parameters:
         return 0, False, False
     corrid = parameters.get("sequence_id", 0)
@@ -250,13 +270,18 @@ def sequence_parameters(parameters: dict | None) -> tuple[int | str, bool, bool]
         isinstance(corrid, int) and not 0 <= corrid < UINT64_END
     ):  # fmt: skip
         raise InvalidInput(
-            f"Unable to parse 'sequence_id': expected an unsigned 64-bit integer or a string, got {corrid!r}"
+            f"Unable to parse 'sequence_id': expected an unsigned 64-bit integer or a string, got {shown(corrid)}"
+        )
+    if isinstance(corrid, str) and len(corrid.encode()) > MAX_ID_BYTES:
+        raise InvalidInput(
+            f"'sequence_id' is {len(corrid.encode())} bytes long; at most {MAX_ID_BYTES} are allowed: "
+            f'"{shown(corrid)}"'
         )
     flags = []
     for name in ("sequence_start", "sequence_end"):
         value = parameters.get(name, False)
         if not isinstance(value, bool):
-            raise InvalidInput(f"Unable to parse '{name}': expected a boolean, got {value!r}")
+            raise InvalidInput(f"Unable to parse '{name}': expected a boolean, got {shown(value)}")
         flags.append(value)
     return corrid, flags[0], flags[1]
 

@@ -4,10 +4,11 @@
 A connection serves only once the worker proved itself
 (:mod:`inference.runtime.link`: its TLS certificate from the deployment's
 CA, or its Unix socket's peer is this user) and said hello
-(:class:`~inference.runtime.messages.Hello`). A connection for a thread has
-blocking reads that give up every ``LIVENESS_SECONDS`` (so a waiting
-request checks its deadline and its worker); one for an event loop is
-non-blocking and waits in the loop's selector (:func:`ready`).
+(:class:`~inference.runtime.messages.Hello`). Used by a thread, a
+connection has blocking reads that give up every ``LIVENESS_SECONDS`` (so a
+waiting request checks its deadline and its worker); by an event loop, it
+is non-blocking and waits in the loop's selector (:func:`ready`); one
+connection serves either, one request at a time (:meth:`Connection.use`).
 """
 
 from __future__ import annotations
@@ -38,14 +39,19 @@ _CONNECT_SECONDS = 3.0
 _TRUSTED_SECONDS = 0.05
 #: What a socket operation raises when it would block (or its timeout passed).
 WOULD_BLOCK = (BlockingIOError, TimeoutError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
-_POLL_CLOSED = select.POLLIN | select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)
+POLL_CLOSED = select.POLLIN | select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)
+
+
+class WorkerDraining(errors.ModelNotReady):
+    """The worker said it is draining (told to stop): it takes no new request."""
 
 
 class Connection:
     """A proven connection to one worker (:func:`connect`); ``used``: when it
-    last answered (``time.monotonic()``); ``local``: a Unix socket."""
+    last answered (``time.monotonic()``); ``local``: a Unix socket;
+    ``blocking``: set for a thread, clear for an event loop (:meth:`use`)."""
 
-    __slots__ = ("local", "reader", "shared", "sock", "tls", "used", "worker")
+    __slots__ = ("blocking", "local", "reader", "shared", "sock", "tls", "used", "worker")
 
     def __init__(self, sock: socket.socket, worker: Worker, max_frame: int):
         self.sock = sock
@@ -55,16 +61,37 @@ class Connection:
         self.tls = isinstance(sock, ssl.SSLSocket)
         self.local = sock.family == socket.AF_UNIX  # the worker is on this machine: memory can be shared
         self.shared: frames.SharedBuffer | None = None
+        self.blocking: bool | None = None
+
+    def use(self, blocking: bool) -> None:
+        """Make the socket serve a thread (``blocking``: reads and writes give
+        up every ``LIVENESS_SECONDS``) or an event loop (non-blocking)."""
+        if self.blocking is blocking:
+            return
+        self.blocking = blocking
+        sock = self.sock
+        if not blocking:
+            sock.setblocking(False)
+        elif self.tls:
+            sock.settimeout(LIVENESS_SECONDS)
+        else:
+            sock.settimeout(None)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _SOCKET_TIMEO)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _SOCKET_TIMEO)
 
     def encode(self, request, feeds: dict[str, np.ndarray], regions=None) -> list[memoryview]:
         """The request frame's byte views (a RunRequest or SegmentRequest):
         the tensors in the connection's shared memory when the worker is on
         this machine and they are large, else inline. ``regions`` (a
         RegionPlan, RunRequest only): tensors in clients' shared-memory
-        regions, which a worker on this machine maps itself (they are left
-        out of the frame); elsewhere they travel as usual."""
+        regions, which a worker on this machine reads and writes itself
+        (they are left out of the frame); for a worker elsewhere the inputs
+        are read here and travel as usual. Raises InvalidInput (a region that
+        shrank)."""
         if regions is not None:
             request.regions, request.output_regions = [], []
+            if not self.local:
+                feeds = regions.read_inputs(feeds)
         if regions is not None and self.local:
             request.regions = [
                 messages.RegionTensor(name, _dtype(feeds[name]), list(feeds[name].shape), s.key, s.offset, s.nbytes)
@@ -97,16 +124,28 @@ class Connection:
         return self.shared
 
     def closed_by_peer(self) -> bool:
-        """True when the worker closed it (or sent something unasked) while
-        it sat idle. A connection that answered less than
-        ``_TRUSTED_SECONDS`` ago is not asked (a syscall saved per request
-        under load): a worker that died since fails the request it then
-        gets, as it fails those it held."""
+        """True when the worker closed it (or sent something unasked, such as
+        Draining after its last answer) while it sat idle. A connection that
+        answered less than ``_TRUSTED_SECONDS`` ago is not asked the kernel
+        (a syscall saved per request under load): a worker that died since
+        fails the request it then gets, which then goes to another worker."""
+        if self.reader.partial:
+            return True  # bytes came after the last answer (read with it)
         if time.monotonic() - self.used < _TRUSTED_SECONDS:
             return False
         poller = select.poll()
-        poller.register(self.sock.fileno(), _POLL_CLOSED)
+        poller.register(self.sock.fileno(), POLL_CLOSED)
         return bool(poller.poll(0))
+
+    def said_draining(self) -> bool:
+        """Whether what an idle connection received is the worker's
+        :class:`~inference.runtime.messages.Draining` (call when it is
+        readable; the connection is unusable after)."""
+        try:
+            message, _ = self.reader.frame()
+        except (OSError, frames.FrameError, frames.BadHeader):
+            return False
+        return isinstance(message, messages.Draining)
 
     def close(self) -> None:
         try:
@@ -180,29 +219,30 @@ def connect(worker: Worker, tls: link.TLSFiles | None, max_frame: int, blocking:
     a thread (``blocking``: reads give up every 0.25 s, so a waiting
     request checks its deadline and its worker) or an event loop.
     Raises ModelNotReady with the reason."""
+    sock = None
     try:
         sock = open_socket(worker, tls)
         conn = Connection(sock, worker, max_frame)
         hello, _ = conn.reader.frame()
+        if isinstance(hello, messages.Draining):
+            sock.close()
+            raise WorkerDraining(f"the {worker.queue} worker {worker.id} is draining: it takes no new request")
+        if isinstance(hello, messages.ErrorAnswer):
+            raise link.LinkRefused(f"it refused the connection: {hello.message}")
         if not isinstance(hello, messages.Hello):
             raise link.LinkRefused(f"it answered {type(hello).__name__} to a new connection")
         if hello.worker != worker.id:
             raise link.LinkRefused(f"it says it is the worker {hello.worker}")
-        if not blocking:
-            sock.setblocking(False)
-        elif conn.tls:
-            sock.settimeout(LIVENESS_SECONDS)
-        else:
-            sock.settimeout(None)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _SOCKET_TIMEO)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _SOCKET_TIMEO)
+        conn.use(blocking)
     except (OSError, frames.FrameError, frames.BadHeader) as exc:
+        if sock is not None:
+            sock.close()
         if isinstance(exc, ssl.SSLError):
             exc = link.LinkRefused(link.refusal_reason(exc))
         elif isinstance(exc, frames.FrameError):
             exc = link.LinkRefused(
                 "it closed the connection before saying hello (this front end's certificate is not "
-                "its deployment's, or it is at its connection limit: see its log)"
+                "its deployment's, or it was stopping: see its log)"
             )
         if isinstance(exc, link.LinkRefused):
             logger.warning("not using the %s worker %s at %s: %s", worker.queue, worker.id, worker.address, exc)

@@ -9,15 +9,24 @@ body, shared) -> buffers`` (the worker runtime: the model runner) and
 writes the answer; many connections feed the model runner at once, which is
 where requests meet (model instances, dynamic batching).
 
-Bounded before anyone is authenticated: at most ``Limits.pending`` (and
-``pending_per_peer``) connections may be in their handshake, which has one
+Bounded before anyone is authenticated: handshakes and authenticated
+connections have budgets of their own (:mod:`inference.runtime.worker_admission`:
+handshakes per source address and in all, a flood displacing only itself;
+connections per authenticated front end and in all); a handshake has one
 deadline for the whole of it (``handshake_seconds``); nothing is read into
 memory before it succeeds but what TLS itself reads (OpenSSL bounds a
-handshake's messages). At most ``connections`` (and ``per_peer``)
-connections in all; connections idle longer than ``idle_seconds`` are
-closed (front ends drop theirs at half that). One watchdog thread enforces
-the deadlines. The accept loop backs off when the process is out of file
-descriptors or threads, and never dies.
+handshake's messages). A connection refused at a limit after it
+authenticated is told why (an ErrorAnswer instead of the Hello).
+Connections idle longer than ``idle_seconds`` are closed (front ends drop
+theirs at half that). One watchdog thread enforces the deadlines. The
+accept loop backs off when the process is out of file descriptors or
+threads, and never dies.
+
+Draining (:meth:`WorkerServer.drain`): no request that arrives after it is
+run; each is answered :class:`~inference.runtime.messages.Draining` (the
+front end sends it to another worker), as is a new connection instead of
+its Hello; a request being handled is answered, then Draining follows on
+its connection. :meth:`WorkerServer.wait_drained` waits for those answers.
 """
 
 from __future__ import annotations
@@ -30,23 +39,13 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from inference.runtime import frames, link, messages
+from inference.runtime.worker_admission import Admission, Limits, local_identity, tls_identity
+
+__all__ = ["Limits", "WorkerServer"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Limits:
-    """How many connections a worker holds, and for how long."""
-
-    connections: int = 1024
-    per_peer: int = 256
-    pending: int = 64
-    pending_per_peer: int = 16
-    handshake_seconds: float = 5.0
-    idle_seconds: float = 300.0
 
 
 #: errno values of accept() that mean "out of a resource": wait, then retry.
@@ -79,17 +78,19 @@ class _PortCheck(Exception):
 
 
 class _Connection:
-    """One accepted connection as the watchdog sees it."""
+    """One accepted connection as the watchdog sees it (``peer``: its source
+    address; ``identity``: the authenticated front end's, once it is)."""
 
-    __slots__ = ("authenticated", "busy", "deadline", "last", "peer", "sock")
+    __slots__ = ("authenticated", "busy", "deadline", "identity", "last", "peer", "sock", "started")
 
     def __init__(self, sock: socket.socket, peer: str, deadline: float):
         self.sock = sock
         self.peer = peer
         self.deadline = deadline  # of the handshake
         self.authenticated = False
+        self.identity: str | None = None
         self.busy = False
-        self.last = time.monotonic()
+        self.started = self.last = time.monotonic()
 
     def cut(self) -> None:
         """Wake whatever blocks on the socket (the connection's thread then
@@ -116,7 +117,7 @@ class WorkerServer:
         address: tuple[str, int] | None = None,
         tls: link.TLSFiles | None = None,
         unix_path: str | None = None,
-        limits: Limits = Limits(),
+        limits: Limits | None = None,
     ):
         if address is not None and tls is None:
             raise link.LinkConfigError("a worker listens on TCP only with TLS (WORKER_TLS_CA/CERT/KEY)")
@@ -126,7 +127,7 @@ class WorkerServer:
         self.worker_id = worker_id
         self.device = device
         self.max_frame = max_frame
-        self.limits = limits
+        self.limits = limits = limits or Limits()
         self._tls = tls.server_context if tls is not None else None
         self._uid = os.getuid()
         self._listeners: list[socket.socket] = []
@@ -137,12 +138,14 @@ class WorkerServer:
             self._listeners.append(listener)
         self.unix_path = unix_path
         if unix_path:
-            self._listeners.append(_unix_listener(unix_path))
+            self._listeners.append(link.unix_listener(unix_path))
         self._connections: set[_Connection] = set()
+        self._admission = Admission(limits)
         self._lock = threading.Lock()
         self._busy = 0
         self.served = 0  # requests answered since start
         self._stopping = threading.Event()
+        self.draining = False  # told to stop: no new request runs
         self._idle = threading.Condition(self._lock)
         self._log = _Throttled()
 
@@ -150,6 +153,11 @@ class WorkerServer:
     def busy(self) -> int:
         """Requests being handled now."""
         return self._busy
+
+    @property
+    def connections(self) -> int:
+        """Authenticated connections held now."""
+        return self._admission.authenticated
 
     def start(self) -> None:
         for listener in self._listeners:
@@ -184,35 +192,68 @@ class WorkerServer:
 
     def _admit(self, sock: socket.socket, peer: str) -> None:
         """Take the connection if the limits allow (else close it at once) and
-        start its thread."""
-        limits = self.limits
-        with self._lock:
-            held = [c for c in self._connections if c.peer == peer]
-            pending = sum(1 for c in self._connections if not c.authenticated)
-            refused = (
-                len(self._connections) >= limits.connections
-                or len(held) >= limits.per_peer
-                or pending >= limits.pending
-                or sum(1 for c in held if not c.authenticated) >= limits.pending_per_peer
-            )
-            if not refused:
-                record = _Connection(sock, peer, time.monotonic() + limits.handshake_seconds)
-                self._connections.add(record)
-        if refused:
-            self._log.warning("limit", "refused a connection from %s: at the worker's connection limits", peer)
-            sock.close()
-            return
-        if sock.family != socket.AF_UNIX:
+        start its thread: a Unix socket's peer is known now (one of this
+        user's processes, counted per process); a TCP connection starts its
+        handshake if the handshake budget allows (displacing another, maybe:
+        see :class:`~inference.runtime.worker_admission.Admission`)."""
+        record = _Connection(sock, peer, time.monotonic() + self.limits.handshake_seconds)
+        displaced, refusal = None, None
+        if sock.family == socket.AF_UNIX:
+            try:
+                pid, uid = link.peer_credentials(sock)
+            except OSError as exc:
+                self._log.warning("accept", "dropped a connection on the Unix socket: %s", exc)
+                sock.close()
+                return
+            if uid != self._uid:
+                self._log.warning(f"uid {uid}", "refused a connection from process %s: it runs as uid %s, not %s",
+                                  pid, uid, self._uid)  # fmt: skip
+                sock.close()
+                return
+            identity = local_identity(pid, uid)
+            with self._lock:
+                refusal = self._admission.authenticate(record, identity)
+                if refusal is None:
+                    record.authenticated = True
+                    self._connections.add(record)
+        else:
+            with self._lock:
+                admitted, displaced = self._admission.handshake(record)
+                if admitted:
+                    self._connections.add(record)
+            if not admitted:
+                self._log.warning("limit", "refused a connection from %s: at the worker's connection limits "
+                                  "for handshakes", peer)  # fmt: skip
+                sock.close()
+                return
+            if displaced is not None:
+                displaced.cut()  # its thread ends and forgets it
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if refusal is not None:
+            self._refuse(sock, identity, refusal)
+            return
         try:
             threading.Thread(target=self._serve, args=(record,), name="worker-conn", daemon=True).start()
         except BaseException:
             self._forget(record)
             raise
 
+    def _refuse(self, sock: socket.socket, identity: str, why: str) -> None:
+        """Tell an authenticated peer why its connection is refused, then close it."""
+        self._log.warning(f"limit {why[:60]}", "refused a connection from %s: at the worker's connection limits: %s",
+                          identity, why)  # fmt: skip
+        try:
+            sock.settimeout(1.0)
+            frames.send(sock, frames.encode(messages.ErrorAnswer("UNAVAILABLE", f"{why}: try again")))
+        except OSError:
+            pass
+        finally:
+            sock.close()
+
     def _forget(self, record: _Connection) -> None:
         with self._lock:
             self._connections.discard(record)
+            self._admission.forget(record)
 
     def _watch(self) -> None:
         """The watchdog: cuts handshakes past their deadline and connections
@@ -229,15 +270,15 @@ class WorkerServer:
                 record.cut()
 
     # -- one connection --------------------------------------------------------
-    def _authenticate(self, record: _Connection) -> socket.socket:
+    def _authenticate(self, record: _Connection) -> socket.socket | None:
         """The connection's socket once the peer proved itself (TLS client
-        certificate of the deployment's CA, or a Unix peer of this user);
-        raises LinkRefused or OSError."""
+        certificate of the deployment's CA; a Unix peer was checked on
+        accept) and was counted against its limits and said hello to; None
+        when it was refused at a limit or the worker drains (it was told).
+        Raises LinkRefused or OSError."""
         sock = record.sock
         sock.settimeout(self.limits.handshake_seconds)  # per step; the watchdog bounds the whole
-        if sock.family == socket.AF_UNIX:
-            link.check_local_peer(sock, self._uid)
-        else:
+        if sock.family != socket.AF_UNIX:
             if not sock.recv(1, socket.MSG_PEEK):
                 raise _PortCheck()  # connected and closed without a byte: a liveness probe
             sock = record.sock = self._tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
@@ -245,9 +286,18 @@ class WorkerServer:
                 sock.do_handshake()
             except ssl.SSLError as exc:
                 raise link.LinkRefused(link.refusal_reason(exc)) from None
-        frames.send(sock, frames.encode(messages.Hello(self.worker_id, self.device)))
+            identity = tls_identity(sock, record.peer)
+            with self._lock:
+                self._admission.handshake_over(record)
+                refusal = self._admission.authenticate(record, identity)
+                record.authenticated = refusal is None
+            if refusal is not None:
+                self._refuse(sock, identity, refusal)
+                return None
+        hello = messages.Draining(self.worker_id) if self.draining else messages.Hello(self.worker_id, self.device)
+        frames.send(sock, frames.encode(hello))
         sock.settimeout(None)
-        return sock
+        return None if self.draining else sock
 
     def _serve(self, record: _Connection) -> None:
         try:
@@ -260,8 +310,9 @@ class WorkerServer:
                     cause = f"refused {record.peer} {str(exc)[:80]}"  # once per peer and reason per 10 s
                     self._log.warning(cause, "refused a connection from %s: %s", record.peer, exc)
                 return
+            if sock is None:
+                return
             with self._lock:
-                record.authenticated = True
                 record.last = time.monotonic()
             self._requests(sock, record)
         finally:
@@ -287,6 +338,8 @@ class WorkerServer:
                     continue
                 reader.close_fds()  # descriptors sent with a request mean nothing: not kept open
                 with self._lock:
+                    if self.draining:  # not run: the front end sends it elsewhere
+                        break
                     self._busy += 1
                     record.busy = True
                 try:
@@ -300,8 +353,20 @@ class WorkerServer:
                         record.busy = False
                         record.last = time.monotonic()
                         self._idle.notify_all()
+                if self.draining:
+                    break
+            else:
+                return
+            self._tell_draining(sock)
         finally:
             reader.close_fds()
+
+    def _tell_draining(self, sock: socket.socket) -> None:
+        """Say Draining on a connection (its last frame; the caller closes it)."""
+        try:
+            frames.send(sock, frames.encode(messages.Draining(self.worker_id)))
+        except OSError:
+            pass
 
     def _attach(self, reader: frames.Reader, size: int, peer: str) -> frames.SharedBuffer | None:
         """The shared memory a front end announced: exactly one sealed memfd
@@ -320,6 +385,18 @@ class WorkerServer:
             for fd in received:
                 os.close(fd)
 
+    # -- stopping ------------------------------------------------------------------
+    def drain(self) -> None:
+        """Take no new request from now on (see module doc); returns at once."""
+        with self._lock:
+            self.draining = True
+
+    def wait_drained(self, grace: float) -> bool:
+        """Wait until no request is being handled (at most ``grace``
+        seconds); whether none is."""
+        with self._lock:
+            return self._idle.wait_for(lambda: self._busy == 0, timeout=grace)
+
     def stop(self, grace: float = 10.0) -> None:
         """Stop accepting, let requests being handled finish (up to ``grace``
         seconds), then close every connection."""
@@ -336,19 +413,3 @@ class WorkerServer:
             records = list(self._connections)
         for record in records:
             record.cut()
-
-
-def _unix_listener(path: str) -> socket.socket:
-    """A Unix socket at ``path`` that only this user can connect to (0600
-    from the start: the umask covers the window before chmod)."""
-    if os.path.exists(path):
-        os.unlink(path)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        listener.bind(path)
-    finally:
-        os.umask(old)
-    os.chmod(path, 0o600)
-    listener.listen(512)
-    return listener

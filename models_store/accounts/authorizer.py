@@ -142,6 +142,15 @@ class TokenCache:
             return self.refresh()
         return self.reload_if_older(self._ttl)
 
+    def answers_now(self, key: str, model_name: str) -> bool:
+        """Whether a check of the token hashed ``key`` for ``model_name``
+        answers from the snapshot without reloading it (see :meth:`get`)."""
+        scopes = self._scopes
+        if scopes is None or time.monotonic() - scopes.loaded_at >= self._ttl:
+            return False
+        scope = scopes.tokens.get(key)
+        return scope is not None and (scope.all_models or model_name in scopes.model_teams)
+
     def reload_if_older(self, seconds: float) -> Scopes:
         """Reload unless the snapshot is younger than ``seconds``. One thread
         reloads; the others keep answering from the current snapshot, which
@@ -223,6 +232,12 @@ class StoreAuthorizer:
     def __init__(self, cache: TokenCache):
         self.cache = cache
         self.check_inference = InferenceTokenChecker(cache)
+
+    def answers_now(self, token: str, model_name: str) -> bool:
+        """Whether the checks of ``token`` for ``model_name`` answer from the
+        current snapshot (loaded, younger than its TTL, knows the token and
+        the model): no query to wait for."""
+        return self.cache.answers_now(hash_token(token), model_name)
 
     def _scope(self, token: str | None, what: str) -> tuple[Scopes, TokenScope]:
         if not token:

@@ -9,7 +9,9 @@ server does not support, given with a value other than its default, is
 refused by name (:data:`SUPPORTED`), never dropped: :class:`ConfigError`
 says which field and why. Unknown field names and malformed text are
 refused with the parser's line and column. ``sequence_batching`` is checked
-with Triton's rules (inference/runtime/sequences.py).
+with Triton's rules (inference/runtime/sequences.py), and so are
+``dynamic_batching``'s priority levels and queue policies
+(inference/runtime/queue_policy.py).
 
 What is kept: ``TritonConfig.raw``, the whole message in Triton's JSON form
 (:func:`triton_json`: proto field names, every field with its default,
@@ -28,6 +30,7 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from inference import instance_groups
 from inference.grpc.proto import model_config_pb2 as pb
+from inference.runtime.queue_policy import PriorityLevels, QueuePolicyError
 from inference.runtime.sequences import SequenceConfigError, SequencePolicy
 
 __all__ = [
@@ -79,14 +82,14 @@ SUPPORTED: dict = {
     "input": {"name": ALL, "data_type": ALL, "format": ALL, "dims": ALL, "optional": ALL},
     "output": {"name": ALL, "data_type": ALL, "dims": ALL, "label_filename": ALL},
     "instance_group": {"name": ALL, "kind": ALL, "count": ALL, "gpus": ALL},
-    "dynamic_batching": {"preferred_batch_size": ALL, "max_queue_delay_microseconds": ALL, "preserve_ordering": ALL},
+    "dynamic_batching": ALL,  # priority levels and queue policies too (inference/runtime/queue_policy.py)
     "sequence_batching": ALL,  # sequence batching (inference/runtime/sequences.py) reads it
     "default_model_filename": ALL,
     "parameters": ALL,
     "model_warmup": ALL,
     "model_transaction_policy": {},  # decoupled: false only
     "response_cache": ALL,  # enable: the response cache (inference/response_cache.py)
-    # platform "ensemble": the steps (inference/ensembles.py; models_store/ensembles.py pins their versions)
+    # platform "ensemble": the steps (inference/ensembles.py; models_store/intake/ensembles.py pins their versions)
     "ensemble_scheduling": {"step": {"model_name": ALL, "model_version": ALL, "input_map": ALL, "output_map": ALL}},
 }
 
@@ -105,10 +108,6 @@ WHY = {
     "output.reshape": "give the model's own shape in dims",
     "ensemble_scheduling.step.model_namespace": "model namespaces are not supported",
     "model_transaction_policy.decoupled": "decoupled models are not supported: one response per request",
-    "dynamic_batching.priority_levels": "priority queues are not supported: requests are served in arrival order",
-    "dynamic_batching.default_priority_level": "priority queues are not supported",
-    "dynamic_batching.default_queue_policy": "queue policies are not supported",
-    "dynamic_batching.priority_queue_policy": "queue policies are not supported",
     "instance_group.rate_limiter": "rate limiter resources are not supported; teams have rate limits",
     "instance_group.secondary_devices": "secondary devices are not supported",
     "instance_group.profile": "TensorRT profiles are not supported",
@@ -253,6 +252,7 @@ def triton_json(message) -> dict:
 
 
 _NO_FIELD = re.compile(r'Message type "modelhost\.config\.(\w+)" has no field named "(\w+)"')
+_NO_VALUE = re.compile(r'Enum type "modelhost\.config\.([\w.]+)" has no value named (\w+)\.?')
 
 
 def _parse_error(source: str, exc: Exception) -> ConfigError:
@@ -262,6 +262,11 @@ def _parse_error(source: str, exc: Exception) -> ConfigError:
         where = text[: found.start()].strip().rstrip(":").strip()
         prefix = f"{where}: " if where else ""
         text = f"{prefix}{found.group(1)} has no field '{found.group(2)}' (not a Triton model configuration field)"
+    found = _NO_VALUE.search(text)
+    if found:  # the same for an enum, with the values it has
+        enum = pb.DESCRIPTOR.pool.FindEnumTypeByName(f"modelhost.config.{found.group(1)}")
+        names = ", ".join(value.name for value in enum.values)
+        text = f"{text[: found.start()]}{found.group(1)} has no value '{found.group(2)}' (one of {names})"
     return ConfigError(f"{source}: {text}")
 
 
@@ -282,8 +287,8 @@ def _checked(message: pb.ModelConfig, source: str, refuse: bool = True) -> Trito
     for tensor in message.input:
         if tensor.format != pb.ModelInput.FORMAT_NONE and tensor.dims and len(tensor.dims) != 3:
             raise ConfigError(f"{source}: model input NHWC/NCHW require 3 dims (input '{tensor.name}')")
-    if message.HasField("dynamic_batching") and any(t.optional for t in message.input):
-        raise ConfigError(f"{source}: optional inputs cannot be dynamically batched (input left out by some requests)")
+    if message.HasField("dynamic_batching"):
+        _check_dynamic_batching(message, source)
     choice = message.version_policy.WhichOneof("policy_choice") or "latest"
     latest = message.version_policy.latest.num_versions if choice == "latest" else 1
     if choice == "latest" and latest == 0:
@@ -325,6 +330,20 @@ def _checked(message: pb.ModelConfig, source: str, refuse: bool = True) -> Trito
         ensemble=steps,
         raw=triton_json(message),
     )
+
+
+def _check_dynamic_batching(message: pb.ModelConfig, source: str) -> None:
+    """Triton's checks of ``dynamic_batching``: no optional inputs; its
+    priority levels and queue policies (:class:`PriorityLevels`). Raises ConfigError."""
+    if any(t.optional for t in message.input):
+        raise ConfigError(f"{source}: optional inputs cannot be dynamically batched (input left out by some requests)")
+    batching = message.dynamic_batching
+    try:
+        PriorityLevels.from_config(
+            json_format.MessageToDict(batching, preserving_proto_field_name=True), batching.preserve_ordering
+        )
+    except QueuePolicyError as exc:
+        raise ConfigError(f"{source}: dynamic_batching: {exc}") from None
 
 
 _MESSAGE_FIELDS = ("dynamic_batching", "sequence_batching", "response_cache")

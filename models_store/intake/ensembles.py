@@ -9,6 +9,8 @@ plan's canonical JSON (the same ensemble uploaded twice is a duplicate, as
 the same bytes are), ``artifact`` is empty and ``size`` 0. It is checked
 when it is created, so it is READY at once or refused:
 
+- it has at most ``ENSEMBLE_MAX_STEPS`` steps (checked first, before any
+  step is looked up: :func:`check_model`; docs/ensembles.md says why 64);
 - every step's model exists and is visible to the ensemble's team (the
   same team or an operator-owned model; an operator-owned ensemble may
   compose any model), and is neither an ensemble itself nor a model with
@@ -36,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from django.conf import settings
 from django.db import transaction
 
 from inference.ensembles import PLATFORM, EnsembleError, Plan, Step
@@ -190,7 +193,13 @@ def config_sha256(config: TritonConfig) -> str:
 
 
 def check_model(model, name: str, config: TritonConfig) -> None:
-    """Raise EnsembleRefused unless ``model`` (a RegisteredModel; None: to be created) can take an ensemble version."""
+    """Raise EnsembleRefused unless ``model`` (a RegisteredModel; None: to be
+    created) can take an ensemble version of ``config`` (its number of steps first)."""
+    limit = settings.ENSEMBLE_MAX_STEPS
+    if len(config.ensemble) > limit:
+        raise EnsembleRefused(
+            f"the ensemble has {len(config.ensemble)} steps; at most {limit} are allowed (ENSEMBLE_MAX_STEPS)"
+        )
     if config.name and config.name != name:
         raise EnsembleRefused(f"the config names the model {config.name!r}, not {name!r}")
     if model is not None and model.platform != PLATFORM and model.versions.exists():

@@ -7,7 +7,8 @@ check against a Triton ``config.pbtxt`` when one is given, the size check
 (no input larger than a request may be), and a warm-up inference on zero
 inputs whose output shapes must agree with the ones the graph declares. Any
 failure raises :class:`ValidationError` whose message is the reason shown to
-users for a FAILED version.
+users for a FAILED version: the model's directory (a worker's cache, the
+store) shown as ``<model dir>``, never as the absolute path of a server.
 
 The warm-up is bounded: a 76-byte model may declare a fixed [40000, 40000]
 FP32 input (6.4 GB). Its memory is estimated from the graph first (inputs,
@@ -22,6 +23,7 @@ import json
 import logging
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +42,10 @@ logger = logging.getLogger(__name__)
 
 #: Bytes counted per element of a string tensor (its object pointer).
 STRING_ELEMENT_BYTES = 8
+#: Control characters (C0, DEL, C1; NUL among them): never in a name that becomes a path.
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+#: How a reason shows the model's directory.
+MODEL_DIR = "<model dir>"
 
 
 class ValidationError(ValueError):
@@ -98,9 +104,11 @@ def without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
 def external_data_files(model: onnx.ModelProto, model_dir: Path) -> list[Path]:
     """The files a model's external-data tensors reference, all inside ``model_dir``.
 
-    Raises ValidationError for an absolute location, a ``..`` component, a
-    symlink, a path resolving outside ``model_dir``, or a missing file: ONNX
-    Runtime would otherwise read arbitrary files of the server's disk.
+    Raises ValidationError for a location holding a control character
+    (checked before any path is made of it), an absolute location, a ``..``
+    component, a symlink, a path resolving outside ``model_dir``, or a
+    missing file: ONNX Runtime would otherwise read arbitrary files of the
+    server's disk.
     """
     root = model_dir.resolve()
     files: list[Path] = []
@@ -109,6 +117,11 @@ def external_data_files(model: onnx.ModelProto, model_dir: Path) -> list[Path]:
             continue
         info = external_data_helper.ExternalDataInfo(tensor)
         location = info.location
+        if CONTROL_CHARACTERS.search(location):
+            raise ValidationError(
+                f"tensor '{tensor.name}' references external data at {location!r}: a location may not hold "
+                "control characters"
+            )
         parts = Path(location).parts
         if not location or os.path.isabs(location) or ".." in parts or location.startswith(("/", "\\")):
             raise ValidationError(
@@ -376,11 +389,27 @@ def validate_artifact(
     ``(name, options)`` pairs, as :func:`inference.runtime.onnx.provider_list`
     gives them; default CPU), so that a GPU worker's warm-up runs on its GPU.
 
-    Returns the Signature; raises ValidationError with a user-facing reason.
-    Each step that passed is appended to ``log`` when given (so that a caller
-    sees how far a failed validation got) and to ``Signature.log``.
+    Returns the Signature; raises ValidationError with a user-facing reason
+    (:func:`without_model_dir`). Each step that passed is appended to ``log``
+    when given (so that a caller sees how far a failed validation got) and
+    to ``Signature.log``.
     """
-    log = [] if log is None else log
+    try:
+        return _validate(path, config, [] if log is None else log, providers)
+    except ValidationError as exc:
+        raise ValidationError(without_model_dir(str(exc), path.parent)) from None
+
+
+def without_model_dir(text: str, model_dir: Path) -> str:
+    """``text`` with the absolute path of ``model_dir`` (as given, and
+    resolved) shown as :data:`MODEL_DIR`."""
+    for shown in sorted({str(model_dir), str(model_dir.resolve())}, key=len, reverse=True):
+        if os.path.isabs(shown):
+            text = text.replace(shown, MODEL_DIR)
+    return text
+
+
+def _validate(path: Path, config: TritonConfig | None, log: list[str], providers: list | None) -> Signature:
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # onnx raises DecodeError, ValueError, OSError...

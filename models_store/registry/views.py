@@ -53,15 +53,48 @@ def _form_errors(form) -> str:
 def describe_batching(model) -> str:
     """Triton's dynamic batching of a model in words ("" when it is off)."""
     config = (model.config or {}).get("dynamic_batching")
-    if config is None or model.max_batch_size <= 0:
+    if config is None:
         return ""
-    delay_us = int(config.get("max_queue_delay_microseconds", 0))
-    parts = [f"batches of up to {model.max_batch_size}", f"waiting at most {delay_us / 1000:g} ms for a fuller batch"]
+    levels = int(config.get("priority_levels", 0))
+    policies = {"": config.get("default_queue_policy")} | {
+        f"level {key}": value for key, value in sorted((config.get("priority_queue_policy") or {}).items())
+    }
+    queues = [f"{name}: {text}" if name else text for name, text in _queue_policies(policies)]
+    if model.max_batch_size > 0:
+        delay_us = int(config.get("max_queue_delay_microseconds", 0))
+        parts = [
+            f"batches of up to {model.max_batch_size}",
+            f"waiting at most {delay_us / 1000:g} ms for a fuller batch",
+        ]
+    elif levels or queues:
+        parts = ["one request at a time"]
+    else:
+        return ""
     if config.get("preferred_batch_size"):
         parts.append("preferred sizes " + ", ".join(str(int(n)) for n in config["preferred_batch_size"]))
     if config.get("preserve_ordering"):
         parts.append("answers in arrival order")
-    return "; ".join(parts)
+    if levels:
+        parts.append(f"{levels} priority levels (default {int(config.get('default_priority_level', 0))})")
+    return "; ".join(parts + queues)
+
+
+def _queue_policies(policies: dict) -> list[tuple[str, str]]:
+    """(whose, what it says) of each queue policy that bounds anything (Triton's ModelQueuePolicy as JSON)."""
+    described = []
+    for name, policy in policies.items():
+        policy = policy or {}
+        said = []
+        if int(policy.get("max_queue_size", 0)):
+            said.append(f"at most {int(policy['max_queue_size'])} queued")
+        timeout_us = int(policy.get("default_timeout_microseconds", 0))
+        if timeout_us:
+            action = "delayed" if policy.get("timeout_action") == "DELAY" else "refused"
+            override = " (a request may shorten it)" if policy.get("allow_timeout_override") else ""
+            said.append(f"{action} after {timeout_us / 1000:g} ms in the queue{override}")
+        if said:
+            described.append((name, ", ".join(said)))
+    return described
 
 
 def _get_model(request, name: str) -> RegisteredModel:

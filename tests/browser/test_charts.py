@@ -17,7 +17,7 @@ from playwright.sync_api import expect
 from tritonclient.utils import InferenceServerException
 
 from tests.support import onnx_models as m
-from tests.support.browser import new_page, sign_in
+from tests.support.browser import csp_violations, new_page, sign_in
 from tests.support.live import bearer, infer_json, manage, multipart, request, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.interop]
@@ -104,7 +104,8 @@ def test_charts_show_the_load_per_version_and_transport(page, ui_server, shots):
     want_requests = {f"v{v} {t}": ok + bad for (v, t), (ok, bad) in LOAD.items()}
     want_errors = {f"v{v} {t}": bad for (v, t), (_, bad) in LOAD.items()}
 
-    page.goto(f"/models/{MODEL}/")
+    answer = page.goto(f"/models/{MODEL}/")
+    assert "frame-ancestors 'none'" in answer.headers["content-security-policy"]
 
     def flushed() -> bool:  # each serving process writes its minutes every CHART_FLUSH_SECONDS (1 s here)
         page.evaluate("window.modelCharts.load('hour')")
@@ -132,6 +133,7 @@ def test_charts_show_the_load_per_version_and_transport(page, ui_server, shots):
     assert {v for v in batches if v is not None} == {1.0}
     page.select_option("#chart-series", "all")
     shots.take(page, "model-charts", full_page=True, doc=True)
+    assert csp_violations(page) == []  # Chart.js and the page's scripts run under the policy
 
     # the other ranges: the same counts in coarser steps
     for name, step, steps in (("day", 300, 288), ("week", 3600, 168)):
@@ -151,6 +153,7 @@ def test_charts_show_the_load_per_version_and_transport(page, ui_server, shots):
         MODEL,
     )
     assert len(line) == 60 and sum(line) == 21
+    assert csp_violations(page) == []
 
 
 def test_charts_json_is_team_scoped_and_checks_its_range(page, browser, ui_server):

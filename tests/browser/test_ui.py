@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from playwright.sync_api import expect
 
 from tests.support import onnx_models as m
-from tests.support.browser import new_page
+from tests.support.browser import csp_violations, new_page
 from tests.support.live import bearer, multipart, request
 
 pytestmark = [pytest.mark.browser, pytest.mark.interop]
@@ -323,6 +323,7 @@ def test_api_docs(page, shots):
     expect(page.locator(".swagger-ui .info")).to_contain_text("modelhost management API")
     expect(page.locator(".swagger-ui")).to_contain_text("/api/models/{name}/versions/")
     shots.take(page, "api-docs")
+    assert csp_violations(page) == []  # its script served apart, its style a file: nothing inline
 
 
 def test_the_models_list_filters_and_sorts(page, ui_server):

@@ -148,3 +148,64 @@ def test_a_token_with_no_team_to_charge_is_charged_to_its_users_own_bucket(store
 def test_no_user_bucket_without_a_team_default():
     limiter = RateLimiter(Defaults(token=Quota(rate=5), anonymous=Quota(rate=1)))
     assert [b.limit for b in limiter.buckets(Principal("", "tok-x", user="7"))] == ["token"]
+
+
+# -- a call's cost (issue 34 T4: an N-step ensemble costs N) ------------------------------
+def test_a_call_costs_its_cost_all_or_nothing(store):
+    """2/s, bursts of 5: a call costing 3 fits; a second costing 3 finds 2
+    left: refused, to retry in one interval (0.5 s), having taken nothing
+    (a call costing 2 still fits, then the bucket is empty)."""
+    limiter = RateLimiter(Defaults(team=Quota(rate=2, burst=5)), store)
+    limiter.admit(team(), cost=3)
+    with pytest.raises(RateLimited) as info:
+        limiter.admit(team(), cost=3)
+    assert 0.4 < info.value.retry_after <= 0.5
+    limiter.admit(team(), cost=2)
+    with pytest.raises(RateLimited):
+        limiter.admit(team())
+
+
+def test_an_admitted_call_charged_more(store):
+    """2/s, bursts of 5: a call admitted (1) and charged 3 more leaves 1; the
+    next call, admitted for that 1, cannot be charged 3 more: refused,
+    counted, with when the whole call (4) fits: 2 s; the refused charge
+    took nothing (after one interval, one request fits, and only one)."""
+    limiter = RateLimiter(Defaults(team=Quota(rate=2, burst=5)), store)
+    first = limiter.admit(team())
+    assert first.charge_blocks is isinstance(store, RedisStore)
+    first.charge(3, "a request to ensemble 'e' (4 steps)")
+    second = limiter.admit(team())
+    with pytest.raises(RateLimited) as info:
+        second.charge(3, "a request to ensemble 'e' (4 steps)")
+    assert info.value.message.startswith(
+        "rate limit: team ml may send 2 requests per second (bursts of 5); "
+        "a request to ensemble 'e' (4 steps) costs 4 requests; retry after"
+    )
+    assert 1.9 < info.value.retry_after <= 2.0
+    time.sleep(0.5)
+    limiter.admit(team())
+    with pytest.raises(RateLimited):
+        limiter.admit(team())
+    NOTHING.charge(5)  # a call with no rate limit: nothing to charge
+    RateLimiter(Defaults(team=Quota(in_flight=3)), store).admit(team("capped")).charge(5)  # a cap, no rate
+
+
+def test_a_call_costing_more_than_the_burst_needs_a_full_bucket_and_leaves_a_debt(store):
+    """4/s, bursts of 2: a call costing 6 waits for a full bucket (never
+    refused for ever), then leaves the bucket 4 requests in debt: the next
+    call waits 1.25 s. An admitted call charged past the burst likewise."""
+    limiter = RateLimiter(Defaults(team=Quota(rate=4, burst=2)), store)
+    limiter.admit(team())
+    with pytest.raises(RateLimited) as info:
+        limiter.admit(team(), cost=6)
+    assert 0.15 < info.value.retry_after <= 0.25
+    time.sleep(info.value.retry_after + 0.01)
+    limiter.admit(team(), cost=6)
+    with pytest.raises(RateLimited) as info:
+        limiter.admit(team())
+    assert 1.1 < info.value.retry_after <= 1.25
+    other = limiter.admit(team("other"))  # a full bucket: admitted for 1, charged 5 more
+    other.charge(5)
+    with pytest.raises(RateLimited) as info:
+        limiter.admit(team("other"))
+    assert 1.1 < info.value.retry_after <= 1.25

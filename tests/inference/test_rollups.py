@@ -161,3 +161,55 @@ def test_old_minutes_fold_into_hours_without_changing_the_week():
     assert [(r.minute, r.writer) for r in rows][:2] == [(old_hour, HOURLY), (old_hour + 60, HOURLY)]
     assert rows.count() == 4  # two hour rows, and the recent minute's two writers
     assert rows.first().successes == 3 * 2 * 50 and rows.first().batch_sizes == {"1": 180, "2": 60}
+
+
+@pytest.mark.db
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(
+    not __import__("os").environ.get("DATABASE_URL", "").startswith("postgres"),
+    reason="row locks: PostgreSQL (DATABASE_URL)",
+)
+def test_processes_folding_the_same_hours_at_once_neither_fail_nor_count_twice():
+    """Four processes' upkeep (each its own connection) folds the same six
+    hours of three series at once: none fails, each hour is folded once
+    (one hour row per series and hour), and the totals are unchanged."""
+    import threading
+
+    from django.db import connection
+
+    now = 1_800_000_000.0
+    first = (int(now) // 3600 - COMPACT_AFTER_HOURS - 8) * 60
+    series = ("a", "b", "c")
+    for hour in range(6):
+        for minute in range(0, 60, 7):
+            for model in series:
+                for writer in ("w-1", "w-2"):
+                    MinuteRollupRow.objects.create(
+                        minute=first + hour * 60 + minute, model_name=model, version=1, transport="rest",
+                        writer=writer, successes=hour + 1, inferences=2, queue_histogram={3: 1},
+                        compute_histogram={4: 2}, batch_sizes={1: 1},
+                    )  # fmt: skip
+    minutes_per_hour = len(range(0, 60, 7))
+    barrier, failures = threading.Barrier(4), []
+
+    def upkeep() -> None:
+        try:
+            barrier.wait()
+            compact(now)
+        except Exception as exc:  # each failure is reported below
+            failures.append(repr(exc))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=upkeep) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert failures == []
+    rows = list(MinuteRollupRow.objects.order_by("model_name", "minute"))
+    assert [(r.model_name, r.minute, r.writer) for r in rows] == [
+        (model, first + hour * 60, HOURLY) for model in series for hour in range(6)
+    ]
+    assert [r.successes for r in rows] == [2 * minutes_per_hour * (hour + 1) for _ in series for hour in range(6)]
+    assert all(r.compute_histogram == {"4": 2 * 2 * minutes_per_hour} for r in rows)

@@ -10,9 +10,13 @@ import time
 import numpy as np
 import pytest
 
-from inference.protocol.errors import DeadlineExceeded, InvalidInput
+from inference.protocol.errors import DeadlineExceeded, InvalidInput, ModelNotReady, RateLimited
+from inference.runtime import messages
 from inference.runtime.execution import RunTarget
+from inference.runtime.placement import Worker
 from inference.runtime.runner import ModelRunner
+from inference.runtime.sequence_batcher import SequenceBatcher
+from inference.runtime.sequence_routes import SequenceRoutes
 from inference.runtime.sequences import (
     SequenceConfigError,
     SequencePolicy,
@@ -178,6 +182,35 @@ def test_backlog_waits_for_a_free_slot():
     assert done.wait(5) and int(answer["r"].outputs[0][0, 0]) == 6
 
 
+def test_an_owners_backlog_is_bounded_and_other_owners_still_queue(monkeypatch):
+    """One slot: owner a's second and third STARTs wait in the backlog; its
+    fourth is refused at once (429) with a bound of 2, while owner b's START
+    still queues, and runs once a slot frees."""
+    monkeypatch.setattr(SequenceBatcher, "backlog_per_owner", 2)
+    config = m.sequence_config("one", max_batch_size=1)
+    runner = ModelRunner(Loader(one=m.sequence_simple()))
+    target = seq_target("one", config)
+    ask(runner, target, 1, 1, start=True, owner="team:a")
+    answers = {}
+    threads = []
+    for corrid, owner in ((2, "team:a"), (3, "team:a"), (4, "team:b")):
+
+        def start(corrid=corrid, owner=owner):
+            answers[corrid] = ask(runner, target, corrid, corrid, start=True, end=True, owner=owner)
+
+        threads.append(threading.Thread(target=start))
+        threads[-1].start()
+        deadline = time.monotonic() + 5  # until it waits in the backlog: the order of the backlog is known
+        while runner._loaded[target.key].sequencer.active < 1 + len(threads) and time.monotonic() < deadline:
+            time.sleep(0.005)
+    with pytest.raises(RateLimited, match="team a already has 2 sequences waiting for a sequence slot"):
+        ask(runner, target, 5, 5, start=True, owner="team:a")
+    ask(runner, target, 1, 1, end=True, owner="team:a")  # frees the slot: the backlog runs in turn
+    for thread in threads:
+        thread.join(5)
+    assert {corrid: int(r.outputs[0][0, 0]) for corrid, r in answers.items()} == {2: 3, 3: 4, 4: 5}
+
+
 def test_idle_sequences_are_released():
     config = m.sequence_config("idle", idle_us=100_000)
     runner = ModelRunner(Loader(idle=m.sequence_simple()))
@@ -238,6 +271,56 @@ def test_sequence_parameters_are_type_checked_as_tritons_front_ends_do():
             sequence_parameters({"sequence_id": bad})
     with pytest.raises(InvalidInput, match="Unable to parse 'sequence_start'"):
         sequence_parameters({"sequence_id": 1, "sequence_start": 1})
+
+
+def test_a_string_sequence_id_is_at_most_256_bytes_and_shown_cut():
+    """256 bytes of UTF-8 (128 two-byte characters) pass; 257 bytes, or 1 MB,
+    are refused naming the limit and showing the first 64 characters and
+    "..." (the whole message under 200 characters); anything else sent as
+    an ID is shown cut too."""
+    assert sequence_parameters({"sequence_id": "é" * 128}) == ("é" * 128, False, False)
+    assert sequence_parameters({"sequence_id": "x" * 256})[0] == "x" * 256
+    for sent, size in (("é" * 128 + "x", 257), ("y" * (1 << 20), 1 << 20)):
+        with pytest.raises(InvalidInput) as info:
+            sequence_parameters({"sequence_id": sent, "sequence_start": True})
+        assert info.value.message == (
+            f"'sequence_id' is {size} bytes long; at most 256 are allowed: \"{sent[:64]}...\""
+        )
+        assert len(info.value.message) < 200
+    with pytest.raises(InvalidInput) as info:
+        sequence_parameters({"sequence_id": list(range(100_000))})
+    assert info.value.message.endswith("got [0, 1, 2, 3, 4, 5, ...]")
+    assert SequenceRequest("z" * 256).describe() == '"' + "z" * 64 + '..."'
+    assert SequenceRequest(2**64 - 1).describe() == str(2**64 - 1)
+
+
+def _worker(name: str) -> Worker:
+    return Worker(name, "infer.cpu", None, messages.Announcement(device="cpu"))
+
+
+def test_a_sequences_worker_is_remembered_once_it_answered():
+    """order() picks the worker of a START without remembering it (a
+    refused or lost START leaves nothing behind); answered() remembers it,
+    and the sequence's next request goes there even when the hash would
+    now pick another; a request that ends it forgets it; a lost worker's
+    error names the sequence, its ID cut."""
+    target = seq_target("s", m.sequence_config("s"))
+    routes = SequenceRoutes()
+    a, b = _worker("a"), _worker("b")
+    start = SequenceRequest("q" * 200, start=True, owner="team:t")
+    (picked,) = routes.order(target, start, [a, b])
+    assert len(routes) == 0
+    routes.answered(target, start, picked)
+    assert len(routes) == 1
+    other = b if picked is a else a
+    going_on = SequenceRequest("q" * 200, owner="team:t")
+    assert routes.order(target, going_on, [other, picked]) == [picked]
+    with pytest.raises(ModelNotReady) as info:
+        routes.order(target, going_on, [other])
+    assert info.value.message.startswith(f"sequence \"{'q' * 64}...\" of model 's' was lost: the infer.cpu worker")
+    routes.answered(target, SequenceRequest("q" * 200, end=True, owner="team:t"), picked)  # an END: not kept
+    routes.forget(target, going_on)
+    assert len(routes) == 0
 
 
 def test_request_checks_in_tritons_order():

@@ -2,7 +2,9 @@
 (inference/shared_memory.py) on real ``/dev/shm`` objects: every offset and
 size checked against its region, owners apart, registrations shared by the
 processes of a machine, a region unregistered while in use still valid for
-its user, an object shrunk behind the server's back refused, not a fault."""
+its user, an object shrunk behind the server's back refused, not a fault
+(regions are read and written through descriptors: tests/inference/
+test_region_io.py)."""
 
 from __future__ import annotations
 
@@ -128,15 +130,15 @@ def test_processes_of_a_machine_share_registrations(tmp_path, objects):
     first, second = shm.RegionRegistry(tmp_path / "shm"), shm.RegionRegistry(tmp_path / "shm")
     first.register("anonymous", "r", key, 0, 64)
     memory.buf[:8] = np.arange(2, dtype=np.int32).tobytes()
-    view = second.view("anonymous", region_tensors.TensorReference("r", 8, 0), "input 'x'")
-    np.testing.assert_array_equal(np.frombuffer(view, np.int32), [0, 1])
+    span = second.span("anonymous", region_tensors.TensorReference("r", 8, 0), "input 'x'")
+    np.testing.assert_array_equal(span.read(np.int32, (2,)), [0, 1])
     first.unregister("anonymous", "r")
     with pytest.raises(InvalidInput, match="Unable to find system shared memory region: 'r'"):
-        second.view("anonymous", region_tensors.TensorReference("r", 8, 0), "input 'x'")
-    del view
-    assert second._maps
-    second.prune()  # the other process's mapping of the unregistered region goes: its memory can be freed
-    assert not second._maps
+        second.span("anonymous", region_tensors.TensorReference("r", 8, 0), "input 'x'")
+    del span
+    assert second._objects
+    second.prune()  # the other process's open object of the unregistered region goes: its memory can be freed
+    assert not second._objects
 
 
 def test_a_region_unregistered_in_use_stays_valid_for_its_user(registry, objects):
@@ -145,28 +147,52 @@ def test_a_region_unregistered_in_use_stays_valid_for_its_user(registry, objects
     memory.buf[: data.nbytes] = data.tobytes()
     registry.register("team:a", "r", key, 0, data.nbytes)
     tensor = RequestInput("x", "FP32", (4, 256), None, {})
-    array, span = region_tensors.read_input(
-        registry, "team:a", tensor, region_tensors.TensorReference("r", data.nbytes, 0)
-    )
-    assert span == region_tensors.ObjectSpan(key, 0, data.nbytes)
+    reference = region_tensors.TensorReference("r", data.nbytes, 0)
+    array, span = region_tensors.read_input(registry, "team:a", tensor, reference)
+    assert (span.key, span.offset, span.nbytes) == (key, 0, data.nbytes)
+    memory.buf[:4] = np.float32(7).tobytes()  # the array is ours: a later write into the region is not seen
     registry.unregister("team:a")
-    del memory  # the client's own mapping is gone too (the fixture keeps the object)
     np.testing.assert_array_equal(array.reshape(-1), data)
+    assert span.read(np.float32, (1024,))[0] == 7  # the request's span stays open after the unregistration
     with pytest.raises(InvalidInput, match="Unable to find"):
-        region_tensors.read_input(registry, "team:a", tensor, region_tensors.TensorReference("r", data.nbytes, 0))
+        region_tensors.read_input(registry, "team:a", tensor, reference)
+
+
+def test_inputs_are_checked_before_they_are_read(registry, objects):
+    """A size that does not match the tensor is refused before anything is
+    allocated or read; a numeric input a worker reads itself is a stand-in
+    without memory; BYTES inputs keep their layout."""
+    key, memory = objects(64)
+    text = np.array([b"one", b"", b"drei"], dtype=object)
+    packed = b"".join(len(t).to_bytes(4, "little") + t for t in text)
+    memory.buf[: len(packed)] = packed
+    registry.register("team:a", "r", key, 0, 64)
+    tensor = RequestInput("x", "FP32", (4, 4), None, {})
+    with pytest.raises(InvalidInput, match="60 bytes of FP32 data do not match shape"):
+        region_tensors.read_input(registry, "team:a", tensor, region_tensors.TensorReference("r", 60, 0))
+    standin, _span = region_tensors.read_input(
+        registry, "team:a", tensor, region_tensors.TensorReference("r", 64, 0), defer=True
+    )
+    assert standin.shape == (4, 4) and standin.dtype == np.float32 and standin.strides == (0, 0)
+    strings = RequestInput("t", "BYTES", (3,), None, {})
+    array, _ = region_tensors.read_input(
+        registry, "team:a", strings, region_tensors.TensorReference("r", len(packed), 0), defer=True
+    )
+    assert array.tolist() == text.tolist()
 
 
 def test_an_object_made_smaller_is_refused_not_a_fault(registry, objects):
     key, _memory = objects(8192)
     registry.register("team:a", "r", key, 0, 8192)
-    registry.view("team:a", region_tensors.TensorReference("r", 8192, 0), "input 'x'")
+    registry.span("team:a", region_tensors.TensorReference("r", 8192, 0), "input 'x'")
     fd = os.open(region_tensors.object_path(key), os.O_RDWR)
     try:
         os.ftruncate(fd, 16)
     finally:
         os.close(fd)
-    with pytest.raises(InvalidInput, match="was made smaller"):
-        registry.view("team:a", region_tensors.TensorReference("r", 4096, 4096), "input 'x'")
+    text = r"input 'x': shared memory region 'r' is smaller than it was registered: .* holds 16 bytes.*\(it shrank\)"
+    with pytest.raises(InvalidInput, match=text):
+        registry.span("team:a", region_tensors.TensorReference("r", 4096, 4096), "input 'x'")
 
 
 def test_outputs_need_room_and_bytes_keep_their_layout(registry, objects):
@@ -175,7 +201,7 @@ def test_outputs_need_room_and_bytes_keep_their_layout(registry, objects):
     text = np.array([b"one", b"", b"drei"], dtype=object)
     reference = region_tensors.TensorReference("out", 56, 8)
     output = ResponseOutput("y", "BYTES", (3,), text)
-    region_tensors.write_output(output, reference, registry.view("team:a", reference, "output 'y'"))
+    region_tensors.write_output(output, reference, registry.span("team:a", reference, "output 'y'"))
     expected = b"".join(len(t).to_bytes(4, "little") + t for t in text)
     assert bytes(memory.buf[8 : 8 + len(expected)]) == expected
     assert output.parameters == {
@@ -186,26 +212,61 @@ def test_outputs_need_room_and_bytes_keep_their_layout(registry, objects):
     small = region_tensors.TensorReference("out", 8, 0)
     big = ResponseOutput("z", "FP64", (2,), np.ones(2))
     with pytest.raises(InvalidInput, match=r"\(8 bytes\) should be at least 16 bytes"):
-        region_tensors.write_output(big, small, registry.view("team:a", small, "output 'z'"))
+        region_tensors.write_output(big, small, registry.span("team:a", small, "output 'z'"))
 
 
-def test_a_worker_writes_outputs_the_front_end_reads_in_place(registry, objects):
+def test_a_worker_writes_outputs_the_front_end_reads_back_for_the_log(registry, objects):
     """Worker mode on one machine: the worker writes an output into the span
-    the front end checked (BYTES in their binary layout) and the front end
-    reads it there; a span too small is refused with Triton's text."""
+    the front end checked (BYTES in their binary layout); the front end's
+    output is a stand-in, read back from the region only for the payload
+    log; a span too small is refused with Triton's text."""
     from inference.runtime import messages
     from inference.worker import _write_regions
 
     key, _memory = objects(256)
     registry.register("team:a", "out", key, 64, 128)
     reference = region_tensors.TensorReference("out", 100, 8)
-    located, view = registry.span("team:a", reference, "output 'y'")
-    assert located == region_tensors.ObjectSpan(key, 72, 100)
+    located = registry.span("team:a", reference, "output 'y'")
+    assert (located.key, located.offset, located.nbytes) == (key, 72, 100)
     text = np.array([["ab", "c"], ["", "déf"]], dtype=object)  # ONNX Runtime's string outputs are str
     (info,) = _write_regions([messages.RegionTensor("y", "", [], key, 72, 100)], {"y": text})
     assert (info.dtype, info.shape, info.offset, info.nbytes) == ("bytes", [2, 2], 72, 4 * 4 + 7)
-    output = region_tensors.written_output("y", "BYTES", reference, view, tuple(info.shape), info.nbytes)
-    assert output.data.tolist() == [[b"ab", b"c"], [b"", "déf".encode()]]
+    output = region_tensors.written_output("y", "BYTES", reference, tuple(info.shape), info.nbytes)
     assert output.in_region and output.parameters["shared_memory_byte_size"] == 23
+    plan = region_tensors.RegionPlan(outputs={"y": located})
+    assert region_tensors.read_for_log(plan, [], [output], {"y": info})
+    assert output.data.tolist() == [[b"ab", b"c"], [b"", "déf".encode()]]
     with pytest.raises(InvalidInput, match=r"\(8 bytes\) should be at least 16 bytes"):
         _write_regions([messages.RegionTensor("z", "", [], key, 72, 8)], {"z": np.ones(2)})
+
+
+def test_a_planned_input_is_read_where_it_is_needed(registry, objects):
+    """For a remote executor a numeric input in a region is only planned (a
+    worker on this machine reads it itself): a worker elsewhere gets it read
+    by the front end (RegionPlan.read_inputs, as the connection encodes the
+    request), and the payload log reads it back when it samples the
+    request; a region that shrank meanwhile refuses the first and leaves the
+    record out of the second."""
+    key, memory = objects(4096)
+    data = np.arange(-8, 8, dtype=np.float32).reshape(4, 4)
+    memory.buf[64 : 64 + data.nbytes] = data.tobytes()
+    registry.register("team:a", "r", key, 0, 4096)
+    tensor = RequestInput("x", "FP32", (4, 4), None, {})
+    reference = region_tensors.TensorReference("r", data.nbytes, 64)
+    tensor.data, span = region_tensors.read_input(registry, "team:a", tensor, reference, defer=True)
+    plan = region_tensors.RegionPlan(inputs={"x": span})
+    assert not tensor.data.any()  # a stand-in: nothing was read
+    other = np.ones(3, np.int64)
+    feeds = plan.read_inputs({"x": tensor.data, "other": other})
+    np.testing.assert_array_equal(feeds["x"], data)
+    assert feeds["other"] is other and not tensor.data.any()
+    assert region_tensors.read_for_log(plan, [tensor], [], None)
+    np.testing.assert_array_equal(tensor.data, data)
+    fd = os.open(region_tensors.object_path(key), os.O_RDWR)
+    try:
+        os.ftruncate(fd, 100)
+    finally:
+        os.close(fd)
+    with pytest.raises(InvalidInput, match=r"input 'x': shared memory region 'r' is smaller .*\(it shrank\)"):
+        plan.read_inputs({"x": region_tensors.unread(np.float32, (4, 4))})
+    assert not region_tensors.read_for_log(plan, [tensor], [], None)

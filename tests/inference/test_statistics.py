@@ -109,3 +109,52 @@ def test_a_table_grows_and_readers_see_every_key(tmp_path):
     (tmp_path / "garbage.stats").write_bytes(b"not a table")  # ignored, never a crash
     assert len(local.machine_totals(tmp_path)) == 40
     assert np.array_equal(table.snapshot()[("model-5", 3, 0)], totals[("model-5", 3, 0)])
+
+
+@pytest.mark.skipif(
+    not os.environ.get("DATABASE_URL", "").startswith("postgres"), reason="row locks: PostgreSQL (DATABASE_URL)"
+)
+def test_processes_of_a_machine_flushing_the_same_rows_at_once_never_deadlock():
+    """Six flushers of one machine (each its own connection and transactions,
+    as the machine's processes are) add overlapping counters at once, each
+    in its own dict order, 25 times: none fails (before: PostgreSQL's
+    "deadlock detected"), and every row holds exactly the sum."""
+    import random
+    import threading
+
+    from django.db import connection
+
+    from inference.statistics import BatchCounters, VersionCounters
+
+    flushers, rounds = 6, 25
+    keys = [(f"model-{i}", 1 + i % 2) for i in range(12)]
+    barrier, failures = threading.Barrier(flushers), []
+
+    def flush(seed: int) -> None:
+        order = random.Random(seed)
+        try:
+            barrier.wait()
+            for _ in range(rounds):
+                mine = order.sample(keys, len(keys))  # another order each time: the dict order of a process
+                versions = {k: VersionCounters(inference_count=seed + 1, execution_count=1) for k in mine}
+                batches = {(*k, 4): BatchCounters(compute_infer_count=1, compute_infer_ns=seed) for k in reversed(mine)}
+                DatabaseStatistics().add("machine-a", versions, batches, {k: 1000 + seed for k in mine})
+        except Exception as exc:  # each failure is reported below
+            failures.append(repr(exc))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=flush, args=(seed,)) for seed in range(flushers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert failures == []
+    versions, batches, last = DatabaseStatistics().read(keys)
+    assert {k: (c.inference_count, c.execution_count) for k, c in versions.items()} == {
+        k: (rounds * sum(range(1, flushers + 1)), rounds * flushers) for k in keys
+    }
+    assert {k: (c.compute_infer_count, c.compute_infer_ns) for k, c in batches.items()} == {
+        (*k, 4): (rounds * flushers, rounds * sum(range(flushers))) for k in keys
+    }
+    assert last == {k: 1000 + flushers - 1 for k in keys}

@@ -41,6 +41,7 @@ EXTENSIONS = [
     "trace",
     "logging",
     "system_shared_memory",
+    "schedule_policy",
 ]
 
 

@@ -4,7 +4,8 @@ Redis (database TEST_REDIS_DB): a team over its rate gets 429 with
 ``Retry-After`` (gRPC RESOURCE_EXHAUSTED with ``retry-after`` metadata)
 while another team's requests keep succeeding; a team's own limits set by
 an operator (audited); an in-flight cap; anonymous callers' own small
-bucket; throttled requests counted per team in the metrics."""
+bucket; throttled requests counted per team in the metrics; a request to
+an ensemble charged one request per step, refused before any step runs."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from tritonclient.utils import InferenceServerException
 from tests.conftest import EXECUTOR, TEST_REDIS_URL
 from tests.support import onnx_models as m
 from tests.support.live import bearer, manage, people_with_tokens, request, upload
+from tests.support.repository import _ensemble
 from tests.support.server import LiveServer
 
 pytestmark = [
@@ -35,6 +37,14 @@ RATE = 5  # requests per second per team (and the burst)
 RUN = uuid.uuid4().hex[:6]  # team names of this run: Redis keys of earlier runs do not count
 FLOOD, CALM, SLOW, GUSH = f"flood{RUN}", f"calm{RUN}", f"slow{RUN}", f"gush{RUN}"
 STREAM = f"stream{RUN}"
+ENS, ENS_GRPC = f"ens{RUN}", f"ensgrpc{RUN}"
+#: An ensemble of three steps: plus_one three times (y = x + 3).
+CHAIN = _ensemble(
+    "chain3",
+    '{ name: "X" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+    '{ name: "Y" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+    [("plus_one", -1, {"x": t}, {"y": u}) for t, u in (("X", "a"), ("a", "b"), ("b", "Y"))],
+)
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +52,8 @@ def server(tmp_path_factory):
     repository = tmp_path_factory.mktemp("limits-repository")
     m.write_model(repository, "plus_one", m.affine(1.0, 1.0))
     m.write_model(repository, "slow", m.slow_loop())
+    (repository / "chain3" / "1").mkdir(parents=True)
+    (repository / "chain3" / "config.pbtxt").write_text(CHAIN)
     live = LiveServer(
         repository,
         tmp_path_factory.mktemp("limits-live"),
@@ -63,8 +75,9 @@ def tokens(server):
     """One member of each team, with an API token (the test's models are operator-owned:
     a call is charged to the caller's only team)."""
     return people_with_tokens(
-        server, flooder=FLOOD, steady=CALM, sloth=SLOW, gusher=GUSH, streamer=STREAM, limits_ops="superuser"
-    )
+        server, flooder=FLOOD, steady=CALM, sloth=SLOW, gusher=GUSH, streamer=STREAM, ensembler=ENS,
+        ensembler_grpc=ENS_GRPC, limits_ops="superuser"
+    )  # fmt: skip
 
 
 BODY = json.dumps(
@@ -241,6 +254,56 @@ def test_an_in_flight_cap(server, tokens):
     assert status == 429 and retry == "1" and f"team {SLOW} may have 1 inferences in flight" in body["error"]
     assert infer(server, tokens["sloth"], "slow", small)[0] == 200  # the slot was released
     assert throttled(server, SLOW, "team_in_flight") == 1
+
+
+def _inferences(server, model: str) -> int:
+    status, body = request(server, "GET", f"/v2/models/{model}/stats")
+    assert status == 200, body
+    return sum(int(s["inference_count"]) for s in body["model_stats"])
+
+
+def test_a_request_to_an_ensemble_costs_one_request_per_step(server, tokens):
+    """A flood of requests to a 3-step ensemble for 1.5 s by a team of 5
+    requests per second (bursts of 5): at most (5 + 5 x the time) / 3 are
+    admitted (before: the team's rate in requests, 3 inferences each);
+    each runs its 3 steps, the refused ones none (the composing model's
+    statistics count exactly 3 per admitted request); every refusal is a
+    429 with Retry-After, counted in the metrics."""
+    before = _inferences(server, "plus_one")
+    answers = []
+    start = time.monotonic()
+    while time.monotonic() - start < 1.5:
+        answers.append(infer(server, tokens["ensembler"], "chain3", BODY.replace(b'"x"', b'"X"')))
+    elapsed = time.monotonic() - start
+    admitted = [body for status, _, body in answers if status == 200]
+    refused = [(status, retry, body) for status, retry, body in answers if status != 200]
+    assert all(body["outputs"][0]["data"] == [4.0, 5.0, 6.0, 7.0] for body in admitted)
+    assert 1 <= len(admitted) <= (RATE + RATE * elapsed) / 3 + 1, (len(admitted), elapsed)
+    assert refused and all(status == 429 and int(retry) >= 1 for status, retry, _ in refused)
+    messages = [body["error"] for _, _, body in refused]
+    assert all(f"team {ENS} may send {RATE} requests per second" in e for e in messages)
+    assert any("a request to ensemble 'chain3' (3 steps) costs 3 requests" in e for e in messages)
+    assert _inferences(server, "plus_one") - before == 3 * len(admitted)
+    assert throttled(server, ENS, "team_rate") == len(refused)
+
+
+def test_an_ensemble_over_the_rate_on_grpc_is_resource_exhausted(server, tokens):
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    inp = grpcclient.InferInput("X", [1, 4], "FP32")
+    inp.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+    errors, outputs = [], []
+    try:
+        for _ in range(2 * RATE):
+            try:
+                result = client.infer("chain3", [inp], headers={"authorization": f"Bearer {tokens['ensembler_grpc']}"})
+                outputs.append(result.as_numpy("Y").tolist())
+            except InferenceServerException as exc:
+                errors.append(exc)
+    finally:
+        client.close()
+    assert outputs and all(o == [[4.0, 4.0, 4.0, 4.0]] for o in outputs)
+    assert errors and all(e.status() == "StatusCode.RESOURCE_EXHAUSTED" for e in errors)
+    assert any("a request to ensemble 'chain3' (3 steps) costs 3 requests" in e.message() for e in errors)
 
 
 def test_anonymous_callers_share_their_own_small_bucket(server, tokens):

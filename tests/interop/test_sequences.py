@@ -189,6 +189,33 @@ def test_sequence_parameters_of_the_wrong_type_are_400(model_server):
             assert status == 400 and f"Unable to parse '{name}'" in answer["error"], (model, params, answer)
 
 
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_sequence_ids_are_at_most_256_bytes_and_errors_show_them_cut(model_server, transport):
+    """A string ID of 256 bytes (128 two-byte characters) runs a sequence;
+    257 bytes, or 1 MB, is 400 / INVALID_ARGUMENT naming the limit (in
+    worker mode too: refused before any worker is asked), the answer
+    showing the ID's first 64 characters, never the whole ID; Triton's
+    START error shows a long ID cut too; the server stays ready."""
+    client = client_of(model_server, transport)
+    bad = "400" if transport == "http" else "StatusCode.INVALID_ARGUMENT"
+    longest = ("é" if transport == "http" else "è") * 128
+    values = [4, -1, 10]
+    assert sync_send(client, "seq_accumulator", values, longest) == np.cumsum(values).tolist()
+    for sent, size in ((longest + "x", 257), ("m" * (1 << 20), 1 << 20)):
+        status, message = refused(lambda sent=sent: send(client, "seq_accumulator", 1, sent, start=True))
+        assert status == bad and message.endswith(
+            f"'sequence_id' is {size} bytes long; at most 256 are allowed: \"{sent[:64]}...\""
+        )
+        assert len(message) < 300
+    never = "n" * 200
+    status, message = refused(lambda: send(client, "seq_accumulator", 1, never))
+    assert status == bad and message.endswith(
+        f"inference request for sequence {'n' * 64}... to model 'seq_accumulator' must specify the START flag on "
+        "the first request of the sequence"
+    )
+    assert client.is_server_ready()
+
+
 def test_a_model_without_sequence_batching_ignores_sequence_parameters(model_server):
     """As Triton: the request runs as any other (no state, no START check)."""
     client = httpclient.InferenceServerClient(model_server.http_url)

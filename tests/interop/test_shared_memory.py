@@ -320,3 +320,35 @@ print(json.dumps([
     for e in events if e.detail.get("key") in keys or (e.action.endswith("unregister") and e.detail["owner"] in owners)
 ]))
 """
+
+
+def test_a_client_that_shrinks_its_region_gets_400s_and_crashes_nothing(model_server):
+    """Issue 34: a client truncates its registered 16 MiB region to 4 KiB and
+    back in a tight loop while three threads infer from it (HTTP, gRPC,
+    HTTP; inputs and outputs in the region) and another caller sends its
+    tensors in the body. Every answer is correct (numpy; see
+    tests/support/shrinking.py for the zeros a truncation leaves) or a
+    400/INVALID_ARGUMENT naming the region ("it shrank"); no 5xx, no refused
+    connection; the other caller is never refused; no server process (nor,
+    in worker mode, the worker) died or was replaced, and the server is
+    ready after, for that caller too."""
+    from tests.support.rss import process_tree
+    from tests.support.shrinking import Model, shrink_while_inferring
+
+    model = Model("identity_fp32", "INPUT0", "OUTPUT0", (1, 1 << 18), lambda x: x, (1, 1024))
+    processes = sorted(process_tree(model_server.process.pid))
+    workers = {name: process.pid for name, process in model_server.worker_processes.items()}
+    run = shrink_while_inferring(model_server, model)
+    assert not run.failures, run.failures[:5]
+    assert run.whole and run.refused and run.other, (run.whole, len(run.refused), run.other)
+    assert any(f"shared memory region '{run.name}'" in message for message in run.refused), run.refused[:3]
+    assert sorted(process_tree(model_server.process.pid)) == processes
+    assert {name: p.pid for name, p in model_server.worker_processes.items() if p.poll() is None} == workers
+    http = httpclient.InferenceServerClient(model_server.http_url)
+    assert http.is_server_ready()
+    with grpcclient.InferenceServerClient(model_server.grpc_url) as grpc_client:
+        assert grpc_client.is_server_ready()
+        x = np.arange(8, dtype=np.float32).reshape(2, 4)
+        tensor = grpcclient.InferInput("INPUT0", [2, 4], "FP32")
+        tensor.set_data_from_numpy(x)
+        np.testing.assert_array_equal(grpc_client.infer("identity_fp32", [tensor]).as_numpy("OUTPUT0"), x)

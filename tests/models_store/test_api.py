@@ -121,8 +121,14 @@ def test_upload_creates_a_ready_version(alice_api):
         (b"", 400, "the file is empty"),
         (b"GIF89a not a model", 400, "not an ONNX model"),
         (external_data_model("../../etc/passwd"), 400, "'../../etc/passwd', outside the model's directory"),
+        (
+            external_data_model("w\x00.bin"),
+            400,
+            "tensor 'w' references external data at 'w\\x00.bin': a location may not hold control characters",
+        ),
+        (external_data_model("data/\x1b[2J.bin"), 400, "a location may not hold control characters"),
     ],
-    ids=["empty", "not-onnx", "etc-passwd"],
+    ids=["empty", "not-onnx", "etc-passwd", "nul", "escape"],
 )
 def test_bad_uploads_are_4xx_and_store_nothing(alice_api, payload, status, message):
     assert message in _error(alice_api.upload("m", payload, team="ml"), status)
@@ -202,6 +208,20 @@ def test_upload_that_fails_validation_is_422_with_the_failed_version(alice_api):
     assert response.json()["version"]["state"] == "FAILED"
     version = alice_api.get("/api/models/m/versions/2/").json()
     assert version["state"] == "FAILED" and version["reason"] in error and not version["serving"]
+
+
+def test_a_failed_versions_reason_shows_the_model_directory_not_the_servers_path(alice_api):
+    """ONNX Runtime names the file it could not load: the reason (and the
+    log) say ``<model dir>/model.onnx``, never the store's absolute path (in
+    worker mode: the worker's cache)."""
+    response = alice_api.upload("m", m.unknown_domain_operator(), team="ml")
+    error = _error(response, 422)
+    version = ModelVersion.objects.get(model__name="m", number=1)
+    assert "ONNX Runtime could not create a session" in version.reason
+    assert "Load model from <model dir>/model.onnx failed" in version.reason and version.reason in error
+    root = str(storage.store_root().resolve())
+    assert root not in error and not any(root in line for line in version.log), version.log
+    assert version.log[-1] == f"failed: {version.reason}"
 
 
 def test_teams_guard_changes(alice_api, bob_api):

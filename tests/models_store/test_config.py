@@ -91,7 +91,6 @@ def test_every_supported_field_parses_in_every_syntax():
             "'input.allow_ragged_batch': ragged batching is not supported",
         ),
         ('input [ { name: "a" reshape: { shape: [ 2 ] } } ]', "'input.reshape': give the model's own shape in dims"),
-        ("dynamic_batching { priority_levels: 2 }", "'dynamic_batching.priority_levels': priority queues"),
         ("instance_group [ { count: 1 rate_limiter { priority: 2 } } ]", "'instance_group.rate_limiter'"),
         ('ensemble_scheduling { step [ { model_name: "a" } ] }', 'ensemble_scheduling is for platform "ensemble" only'),
         ('platform: "ensemble"', "an ensemble needs ensemble_scheduling with at least one step"),

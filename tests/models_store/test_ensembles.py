@@ -260,3 +260,46 @@ def test_the_management_api_and_the_serving_registry_agree_on_an_ensemble_whose_
     assert [v["serving"] for v in ops_api.get("/api/models/ens_pipeline/").json()["versions"]] == [False]
     assert not selectors.serving(RegisteredModel.objects.get(name="ens_pipeline")).serves(1)
     assert selectors.serving(RegisteredModel.objects.get(name="ens_pipeline")).reason(1, "READY") == entry.reason
+
+
+def _chain(name: str, steps: int, model: str = "step") -> str:
+    """The config.pbtxt of an ensemble running ``model`` (y = x + 1) ``steps`` times in a row."""
+    tensors = ["X", *(f"t{i}" for i in range(1, steps)), "Y"]
+    return _ensemble(
+        name,
+        '{ name: "X" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        '{ name: "Y" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        [(model, -1, {"x": tensors[i]}, {"y": tensors[i + 1]}) for i in range(steps)],
+    )
+
+
+def test_an_ensemble_of_more_steps_than_the_limit_is_refused_everywhere(alice_api, tmp_path, settings):
+    """ENSEMBLE_MAX_STEPS (here 5): an upload through the management API and
+    the web UI answers 400 naming the limit, a repository import fails that
+    directory, and nothing is created; 5 steps are accepted."""
+    from django.test import Client
+
+    from tests.models_store.test_views import _post
+    from tests.support.store import PASSWORD
+
+    settings.ENSEMBLE_MAX_STEPS = 5
+    assert alice_api.upload("step", m.affine(1.0, 1.0), team="ml").status_code == 201
+    refusal = "the ensemble has 6 steps; at most 5 are allowed (ENSEMBLE_MAX_STEPS)"
+    assert _error(_upload_config(alice_api, "long", _chain("long", 6), team="ml"), 400) == refusal
+
+    browser = Client(enforce_csrf_checks=True)
+    assert browser.login(username="alice", password=PASSWORD)
+    page = _post(browser, "/upload/", {"name": "long", "team": "ml", "description": "", "config": _chain("long", 6)})
+    assert page.status_code == 400 and refusal in page.content.decode()
+
+    root = tmp_path / "repo"
+    m.write_model(root, "step", m.affine(1.0, 1.0))
+    (root / "long" / "1").mkdir(parents=True)
+    (root / "long" / "config.pbtxt").write_text(_chain("long", 6))
+    imported = {r.model: r for r in import_repository(root)}
+    assert (imported["long"].outcome, imported["long"].message) == ("failed", refusal)
+    assert not RegisteredModel.objects.filter(name="long").exists()
+
+    response = _upload_config(alice_api, "five", _chain("five", 5), team="ml")
+    assert response.status_code == 201, response.content
+    assert len(ModelVersion.objects.get(model__name="five").properties["ensemble"]["steps"]) == 5

@@ -170,7 +170,7 @@ def _model_with_external_data(directory: Path, location: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("location", ["../../etc/passwd", "/etc/passwd", "link.bin"])
+@pytest.mark.parametrize("location", ["../../etc/passwd", "/etc/passwd", "link.bin", "nul\x00.bin"])
 def test_external_data_outside_the_model_directory_is_refused(tmp_path, location):
     version_dir = tmp_path / "repo" / "sneaky" / "1"
     _model_with_external_data(version_dir, location)

@@ -313,6 +313,27 @@ def test_dynamic_batching_on_the_model_page(alice, tmp_path):
     assert "off (each request runs alone)" in _text(alice.get("/models/plain/"))
 
 
+def test_priority_levels_and_queue_policies_on_the_model_page(alice, tmp_path):
+    m.write_model(
+        tmp_path,
+        "levels",
+        m.affine(1, 1),
+        config="max_batch_size: 4\ndynamic_batching { priority_levels: 2 default_priority_level: 2 "
+        "default_queue_policy { max_queue_size: 64 } priority_queue_policy { key: 1 value: { "
+        "default_timeout_microseconds: 50000 allow_timeout_override: true max_queue_size: 16 } } }\n",
+    )
+    m.write_model(
+        tmp_path, "unbatched", m.slow_loop(), config="dynamic_batching { default_queue_policy { max_queue_size: 3 } }\n"
+    )
+    import_repository(tmp_path)
+    page = _text(alice.get("/models/levels/"))
+    assert (
+        "2 priority levels (default 2); at most 64 queued; "
+        "level 1: at most 16 queued, refused after 50 ms in the queue (a request may shorten it)"
+    ) in page
+    assert "on: one request at a time; at most 3 queued" in _text(alice.get("/models/unbatched/"))
+
+
 def test_traffic_split_form_promote_and_rollback(alice):
     for scale in (1.0, 2.0):
         _upload(alice, "canaried", m.affine(scale, 0.0), url="/upload/" if scale == 1.0 else "/models/canaried/upload/")
@@ -464,3 +485,43 @@ def test_an_ensemble_is_uploaded_as_its_config_alone(alice):
     missing = _post(alice, "/upload/", {"name": "nothing", "team": "ml", "description": "", "config": ""})
     assert missing.status_code == 400 and "no model file in the upload" in _text(missing)
     assert not RegisteredModel.objects.filter(name="nothing").exists()
+
+
+#: The Content-Security-Policy of every page (hosting/settings/web.py): directive -> its sources.
+CSP = {
+    "default-src": "'self'", "script-src": "'self'", "style-src": "'self'", "img-src": "'self' data:",
+    "font-src": "'self'", "connect-src": "'self'", "object-src": "'none'", "base-uri": "'none'",
+    "form-action": "'self'", "frame-ancestors": "'none'",
+}  # fmt: skip
+
+
+def _policy(response) -> dict[str, str]:
+    return dict(part.strip().split(" ", 1) for part in response["Content-Security-Policy"].split(";"))
+
+
+def test_every_page_has_the_content_security_policy_and_no_inline_code(alice):
+    """The web UI's pages, the sign-in page, the admin and the API docs carry
+    the policy (frame-ancestors 'none' among it); no template of ours (nor
+    the API docs page) holds an inline script, style or event handler,
+    which the policy would block."""
+    from pathlib import Path
+
+    assert _upload(alice, "pipe", m.affine(1, 1)).status_code == 302
+    pages = ["/models/", "/models/pipe/", "/models/pipe/versions/1/", "/upload/", "/tokens/", "/api/docs/"]
+    for path in pages:
+        response = alice.get(path)
+        assert (response.status_code, _policy(response)) == (200, CSP), path
+    assert _policy(Client().get("/accounts/login/")) == CSP
+    assert _policy(Client().get("/admin/login/")) == CSP
+    docs = _text(alice.get("/api/docs/"))
+    assert "<style" not in docs and re.findall(r"<script[^>]*>", docs) == [
+        '<script src="/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js">',
+        '<script src="/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-standalone-preset.js">',
+        '<script src="/api/docs/?script=">',
+    ]
+    script = alice.get("/api/docs/?script=")
+    assert script["Content-Type"].startswith("application/javascript") and b"SwaggerUIBundle(" in script.content
+    inline = re.compile(r"<style|<script(?![^>]*\bsrc=)[^>]*>|\sstyle=|\son[a-z]+=", re.IGNORECASE)
+    templates = sorted((Path(__file__).parents[2] / "templates").rglob("*.html"))
+    assert len(templates) > 10
+    assert {t.name: inline.findall(t.read_text()) for t in templates if inline.search(t.read_text())} == {}

@@ -19,7 +19,23 @@ def new_page(browser, server, storage_state=None):
     page.errors = PageErrors()
     page.on("pageerror", lambda exc: page.errors.append(str(exc)))
     page.on("console", lambda msg: page.errors.append(msg.text) if msg.type == "error" else None)
+    page.add_init_script(_RECORD_CSP_VIOLATIONS)
     return page
+
+
+#: Records each Content-Security-Policy violation of a document (its ``securitypolicyviolation`` events).
+_RECORD_CSP_VIOLATIONS = """
+window.cspViolations = [];
+document.addEventListener("securitypolicyviolation",
+  (e) => window.cspViolations.push(`${e.violatedDirective} blocked ${e.blockedURI || "inline"} (${e.sourceFile}:${e.lineNumber})`));
+"""
+
+
+def csp_violations(page) -> list[str]:
+    """The Content-Security-Policy violations of the page's document so far,
+    from its events and from the console (Chromium reports each there too)."""
+    console = [e for e in page.errors if "Content Security Policy" in e]
+    return page.evaluate("window.cspViolations") + console
 
 
 def sign_in(page, server) -> None:

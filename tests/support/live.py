@@ -11,6 +11,8 @@ import sys
 import time
 import uuid
 
+import pytest
+
 from tests.support.server import ROOT, LiveServer
 
 
@@ -91,6 +93,17 @@ def wait_for(predicate, timeout: float = 15.0, interval: float = 0.05) -> bool:
             return True
         time.sleep(interval)
     return False
+
+
+def in_time(scenario, attempts: int = 3) -> None:
+    """Run ``scenario`` until it could assert: it returns False when the
+    machine stalled so long that what it times did not happen in the order
+    it set up (a later request reached a queue after the batching window of
+    earlier ones: nothing to assert then); skip if it never could."""
+    for _ in range(attempts):
+        if scenario():
+            return
+    pytest.skip(f"the machine stalled past the timing the test sets up in all {attempts} attempts")
 
 
 def token_server(tmp_path_factory, poll_seconds: float):

@@ -193,13 +193,22 @@ def two_input_classifier(labels=("neg", "pos")) -> bytes:
     return model.SerializeToString()
 
 
+def _slow_weight(width: int) -> np.ndarray:
+    return (np.random.default_rng(0).standard_normal((width, width)) / width).astype(np.float32)
+
+
+def slow_loop_expected(x: np.ndarray, n: int, width: int = 256) -> np.ndarray:
+    """What :func:`slow_loop` answers for ``x`` ([1, width] FP32) and ``n``, in numpy."""
+    weight, y = _slow_weight(width), x.astype(np.float32)
+    for _ in range(n):
+        y = np.tanh(y @ weight)
+    return y
+
+
 def slow_loop(width: int = 256) -> bytes:
     """y = tanh(tanh(x W) W ...), ``n`` (INT64 scalar input) iterations: a
     model whose run time the caller chooses (about n x 20 us here)."""
-    rng = np.random.default_rng(0)
-    weight = helper.make_tensor(
-        "W", TensorProto.FLOAT, [width, width], (rng.standard_normal((width, width)) / width).astype(np.float32).ravel()
-    )
+    weight = helper.make_tensor("W", TensorProto.FLOAT, [width, width], _slow_weight(width).ravel())
     body = helper.make_graph(
         [
             helper.make_node("Identity", ["cond_in"], ["cond_out"]),
@@ -271,6 +280,18 @@ def external_data_sum(weights: dict[str, np.ndarray]) -> bytes:
 def failing_model() -> bytes:
     """Parses as ONNX but fails the ONNX checker: a node of an unknown operator."""
     return _model([helper.make_node("NoSuchOperator", ["x"], ["y"])], [_vi("x", "FP32", [2])], [_vi("y", "FP32", [2])])
+
+
+def unknown_domain_operator() -> bytes:
+    """Passes the ONNX checker (an operator of a domain it does not know) but
+    not ONNX Runtime, whose error names the file it loaded."""
+    node = helper.make_node("Frobnicate", ["x"], ["y"], domain="example.custom")
+    graph = helper.make_graph([node], "g", [_vi("x", "FP32", [2])], [_vi("y", "FP32", [2])])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("example.custom", 1)]
+    )
+    model.ir_version = 8
+    return model.SerializeToString()
 
 
 def gather_table(table=(0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5)) -> bytes:

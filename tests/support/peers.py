@@ -1,13 +1,16 @@
 """Hostile and measuring peers of the worker link, for the attack tests:
 a rogue worker, a relay between a front end and a worker that records or
-tampers, and readings of another process from /proc."""
+tampers, and readings of other processes from /proc and ``ss``."""
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import ssl
+import subprocess
 import threading
+from collections import Counter
 from pathlib import Path
 
 
@@ -140,3 +143,22 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time the process used so far, seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def unix_connections(path: str) -> Counter:
+    """The connections to the Unix socket listening at ``path`` now, counted
+    by the pid of the process at the other end, as the kernel lists them
+    (``ss -xpn``: the accepted socket names the path and its peer's inode)."""
+    listing = subprocess.run(["ss", "-xpn"], capture_output=True, text=True, timeout=10, check=True).stdout
+    owner: dict[str, int] = {}
+    accepted: list[str] = []
+    for line in listing.splitlines():
+        fields = line.split()
+        if len(fields) < 8 or fields[0] != "u_str":
+            continue
+        local, inode, peer = fields[4], fields[5], fields[7]
+        if found := re.search(r"pid=(\d+)", line):
+            owner[inode] = int(found.group(1))
+        if local == path:
+            accepted.append(peer)
+    return Counter(owner.get(peer, 0) for peer in accepted)

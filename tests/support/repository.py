@@ -103,6 +103,28 @@ OPTIONAL_CONFIG = """input [ { name: "x" data_type: TYPE_FP32 dims: [ -1, 4 ] },
 """
 
 
+#: Priority levels and queue policies (tests/interop/test_queue_policy.py): y = 5x + 1 in batches of up to 4,
+#: one-row requests held 1 s for a fuller batch; level 1 plain, 2 (the default) DELAY, 3 holds one request,
+#: 4 REJECT; a request may shorten the 30 s queue timeout of levels 2 and 4.
+QUEUE_POLICY_CONFIG = """max_batch_size: 4
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
+dynamic_batching {
+  preferred_batch_size: [ 4 ]
+  max_queue_delay_microseconds: 1000000
+  priority_levels: 4
+  default_priority_level: 2
+  default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 30000000 allow_timeout_override: true }
+  priority_queue_policy { key: 1 value: { } }
+  priority_queue_policy { key: 3 value: { max_queue_size: 1 } }
+  priority_queue_policy {
+    key: 4
+    value: { timeout_action: REJECT default_timeout_microseconds: 30000000 allow_timeout_override: true }
+  }
+}
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+
 #: Changed by repository loads with a config (tests/interop/test_model_config.py).
 RECONFIGURED_CONFIG = """max_batch_size: 8
 input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
@@ -253,6 +275,7 @@ def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
     m.write_model(root, "batched", m.affine(3.0, -1.0), config=DYNAMIC_BATCHING.format(delay=20000))
     m.write_model(root, "batched_gather", m.gather_table(), config=DYNAMIC_BATCHING.format(delay=20000))
     m.write_model(root, "batched_slow", m.affine(1.0, 0.0), config=DYNAMIC_BATCHING.format(delay=2000000))
+    m.write_model(root, "queue_policy", m.affine(5.0, 1.0), config=QUEUE_POLICY_CONFIG)
     for name, (payload, config) in SEQUENCE_MODELS.items():
         m.write_model(root, name, payload, config=config)
     # The whole model configuration (tests/interop/test_model_config.py).

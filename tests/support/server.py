@@ -73,7 +73,7 @@ class LiveServer:
         self.repository = repository
         self.var_dir = var_dir
         self.log_path = var_dir / "serve.log"
-        self.env = dict(os.environ, VAR_DIR=str(var_dir), HTTP_WORKERS=str(workers), **(extra_env or {}))
+        self.env = dict(os.environ, VAR_DIR=str(var_dir), HTTP_WORKERS=str(workers))
         self.env.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
         self.env.pop("DATABASE_URL", None)
         self.env.update(extra_env or {})

@@ -251,6 +251,12 @@ def test_a_front_end_without_this_deployments_certificate_is_refused_with_the_re
         def pick(self, key, workers):
             return workers[0]
 
+        def accepts(self, worker_id):
+            return True
+
+        def drop(self, worker_id):
+            pass
+
     executor = RemoteExecutor(Directory(), 1 << 26, tls=files)
     target = RunTarget("affine", 1, hashlib.sha256(AFFINE).hexdigest(), "", 0)
     log = fleet.worker_log_path("cpu")

@@ -133,23 +133,30 @@ def test_large_requests_share_memory_with_a_worker_on_the_same_machine(server):
     assert "memfd:modelhost-frame" in maps
 
 
-def test_a_worker_on_the_same_machine_maps_shared_memory_regions_itself(server):
+def test_a_worker_on_the_same_machine_reads_and_writes_shared_memory_regions_itself(server):
     """Triton's system shared memory in worker mode with the workers on this
     machine (Unix sockets): inputs read from and outputs written into the
-    client's regions, exact over REST and gRPC; and the worker maps the
-    client's object itself (seen in its memory maps while it runs a slow
-    request) rather than receiving the bytes from the front end."""
+    client's regions, exact over REST and gRPC; and the worker reads and
+    writes the client's object itself, through its descriptor (no mapping,
+    no copy through the front end): an 8 MiB input and output move the
+    worker's read and write counters (``/proc/<pid>/io`` rchar and wchar:
+    pread and pwrite count there, a socket's recv and send do not) by at
+    least their bytes, the front end's by less."""
     import tritonclient.utils.shared_memory as shm
+
+    from tests.support.rss import process_tree
 
     tag = secrets.token_hex(6)
     x = np.random.default_rng(7).random((8, 4), dtype=np.float32)
-    handles = [shm.create_shared_memory_region(f"{n}-{tag}", f"/mh-w-{n}-{tag}", 4096) for n in ("in", "out")]
+    big = np.random.default_rng(8).random((1 << 19, 4), dtype=np.float32)  # 8 MiB
+    size = 16 + big.nbytes
+    handles = [shm.create_shared_memory_region(f"{n}-{tag}", f"/mh-w-{n}-{tag}", size) for n in ("in", "out")]
     try:
         shm.set_shared_memory_region(handles[0], [x], offset=16)
         for module, url in ((httpclient, server.http_url), (grpcclient, server.grpc_url)):
             client = module.InferenceServerClient(url)
-            client.register_system_shared_memory("in", f"/mh-w-in-{tag}", 4096)
-            client.register_system_shared_memory("out", f"/mh-w-out-{tag}", 4096)
+            client.register_system_shared_memory("in", f"/mh-w-in-{tag}", size)
+            client.register_system_shared_memory("out", f"/mh-w-out-{tag}", size)
             try:
                 inp = module.InferInput("x", [8, 4], "FP32")
                 inp.set_shared_memory("in", x.nbytes, offset=16)
@@ -163,38 +170,81 @@ def test_a_worker_on_the_same_machine_maps_shared_memory_regions_itself(server):
                 client.unregister_system_shared_memory()
 
         http = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
-        http.register_system_shared_memory("in", f"/mh-w-in-{tag}", 4096)
-        http.register_system_shared_memory("out", f"/mh-w-out-{tag}", 4096)
-        start = np.ones((1, 256), dtype=np.float32) / 4
-        shm.set_shared_memory_region(handles[0], [start])
-        answers = []
-
-        def slow_in_regions():
-            inputs = [httpclient.InferInput("x", [1, 256], "FP32"), httpclient.InferInput("n", [], "INT64")]
-            inputs[0].set_shared_memory("in", start.nbytes)
-            inputs[1].set_data_from_numpy(np.array(400_000, dtype=np.int64))  # ~1.5 s on the cuda:0 worker
-            out = httpclient.InferRequestedOutput("y")
-            out.set_shared_memory("out", start.nbytes)
-            client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)  # one per thread
-            answers.append(client.infer("slow", inputs, outputs=[out]))
-
-        thread = threading.Thread(target=slow_in_regions)
-        thread.start()
-        maps = f"/proc/{server.worker_processes['cuda:0'].pid}/maps"
-        try:
-            assert wait_for(lambda: f"/dev/shm/mh-w-in-{tag}" in open(maps).read(), timeout=20, interval=0.01)
-        finally:
-            thread.join(60)
-        assert answers, "the slow request did not answer"
-        _x, expected = _slow(http, start, np.array(400_000, dtype=np.int64))  # the same request, tensors in the body
-        np.testing.assert_array_equal(shm.get_contents_as_numpy(handles[1], np.float32, [1, 256]), expected)
+        http.register_system_shared_memory("in", f"/mh-w-in-{tag}", size)
+        http.register_system_shared_memory("out", f"/mh-w-out-{tag}", size)
+        shm.set_shared_memory_region(handles[0], [big], offset=16)
+        worker, front_end = [server.worker_processes["cpu"].pid], process_tree(server.process.pid)
+        before = [_io(worker), _io(front_end)]
+        inp = httpclient.InferInput("x", list(big.shape), "FP32")
+        inp.set_shared_memory("in", big.nbytes, offset=16)
+        out = httpclient.InferRequestedOutput("y")
+        out.set_shared_memory("out", big.nbytes, offset=16)
+        http.infer("on_cpu", [inp], outputs=[out])
+        (worker_read, worker_wrote), (front_read, front_wrote) = [
+            (after[0] - start[0], after[1] - start[1]) for start, after in zip(before, [_io(worker), _io(front_end)])
+        ]
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(handles[1], np.float32, big.shape, offset=16), 3 * big)
+        assert worker_read >= big.nbytes and worker_wrote >= big.nbytes, (worker_read, worker_wrote)
+        assert front_read < big.nbytes and front_wrote < big.nbytes, (front_read, front_wrote)
         http.unregister_system_shared_memory()
     finally:
         for handle in handles:
             shm.destroy_shared_memory_region(handle)
 
 
-def test_no_live_worker_for_the_device_is_503_at_once(server):
+def _io(pids: list[int]) -> tuple[int, int]:
+    """(rchar, wchar) summed over ``pids`` (bytes they read and wrote with read/pread and write/pwrite)."""
+    totals = [0, 0]
+    for pid in pids:
+        try:
+            fields = dict(line.split(": ") for line in open(f"/proc/{pid}/io").read().splitlines())
+        except OSError:  # exited meanwhile
+            continue
+        totals[0] += int(fields["rchar"])
+        totals[1] += int(fields["wchar"])
+    return totals[0], totals[1]
+
+
+def test_a_client_shrinking_its_region_cannot_crash_a_worker_on_the_same_machine(server):
+    """Issue 34 in worker mode with the worker on this machine, which reads
+    and writes the client's region itself: the client truncates its 16 MiB
+    region to 4 KiB and back while three threads infer from it (HTTP,
+    gRPC); every answer is correct or a 400/INVALID_ARGUMENT saying the
+    region shrank (some from the worker itself, which names the object's
+    key), another caller is never refused, and the worker and the server's
+    processes are the same processes after (no SIGBUS, no restart)."""
+    from tests.support.rss import process_tree
+    from tests.support.shrinking import Model, shrink_while_inferring
+
+    model = Model("on_cpu", "x", "y", (1 << 16, 4), lambda x: 3 * x, (2, 4))
+    processes = sorted(process_tree(server.process.pid))
+    workers = {name: process.pid for name, process in server.worker_processes.items()}
+    run = shrink_while_inferring(server, model, until=lambda run: run.whole and _from_the_worker(run))
+    assert not run.failures, run.failures[:5]
+    assert run.whole and _from_the_worker(run) and run.other, (run.whole, run.refused[:3], run.other)
+    assert sorted(process_tree(server.process.pid)) == processes
+    assert {name: p.pid for name, p in server.worker_processes.items() if p.poll() is None} == workers
+    assert httpclient.InferenceServerClient(server.http_url).is_server_ready()
+    x, y = _affine(grpcclient.InferenceServerClient(server.grpc_url), grpcclient, "on_cpu")
+    np.testing.assert_array_equal(y, 3 * x)
+
+
+def _from_the_worker(run) -> bool:
+    """Whether a refusal came from the worker (it knows the object's key, not the region's name)."""
+    return any(run.key in message and run.name not in message for message in run.refused)
+
+
+def test_no_live_worker_for_the_device_is_503_at_once_with_retry_after(server):
+    """503 at once, with ``Retry-After: 5`` (a heartbeat's expiry: a worker
+    that starts is seen by then) over REST, and UNAVAILABLE with the same
+    ``retry-after`` trailing metadata over gRPC."""
+    import json
+    from http.client import HTTPConnection
+
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb
+    from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
     http = httpclient.InferenceServerClient(server.http_url)
     started = time.monotonic()
     with pytest.raises(InferenceServerException) as info:
@@ -202,6 +252,22 @@ def test_no_live_worker_for_the_device_is_503_at_once(server):
     assert info.value.status() == "503"
     assert "no live worker serves cuda:3" in info.value.message()
     assert time.monotonic() - started < 1.0
+    body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+    conn = HTTPConnection(*server.http_url.split(":"), timeout=10)
+    conn.request("POST", "/v2/models/on_gpu3/infer", json.dumps(body), {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    answer = json.loads(response.read())
+    assert (response.status, response.getheader("Retry-After")) == (503, "5"), answer
+    assert "no live worker serves cuda:3" in answer["error"]
+    request = pb.ModelInferRequest(model_name="on_gpu3")
+    tensor = request.inputs.add(name="x", datatype="FP32", shape=[1, 4])
+    tensor.contents.fp32_contents.extend([1, 2, 3, 4])
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        with pytest.raises(grpc.RpcError) as failure:
+            pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=10)
+    assert failure.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "no live worker serves cuda:3" in failure.value.details()
+    assert dict(failure.value.trailing_metadata())["retry-after"] == "5"
 
 
 def test_a_worker_serves_as_soon_as_its_heartbeat_is_in_redis(server):
@@ -241,10 +307,14 @@ def _metric(server: LiveServer, name: str, **labels) -> float | None:
 
 
 def test_killed_worker_under_load_answers_every_held_request_and_a_restart_serves_again(server):
-    """Several requests in flight on the cuda:0 worker (one running, the
-    others waiting for its one instance), kill -9: every one answers 503
-    within 10 s, none hangs; the CPU worker keeps serving; a restarted
-    worker serves again without restarting the front end."""
+    """Several requests in flight to the cuda:0 worker (one running there per
+    HTTP process, the others waiting for their turn at the front end's
+    fair-share gate: its seats are the model's one instance), kill -9: every
+    one answers 503 within 10 s, none hangs (those on the worker: it stopped
+    before answering; those still waiting: it cannot be reached, or no live
+    worker); the CPU worker
+    keeps serving; a restarted worker serves again without restarting the
+    front end."""
     http = httpclient.InferenceServerClient(server.http_url)
     outcomes: list[dict] = []
 
@@ -267,7 +337,7 @@ def test_killed_worker_under_load_answers_every_held_request_and_a_restart_serve
     log = server.worker_log_path("cuda:0")
     assert wait_for(lambda: "loaded slow/" in log.read_text())
     # /metrics: the queue depth the workers' heartbeats report, and the worker's busy fraction.
-    assert wait_for(lambda: _metric(server, "modelhost_worker_queue_depth", queue="infer.cuda0") == HELD, timeout=5)
+    assert wait_for(lambda: (_metric(server, "modelhost_worker_queue_depth", queue="infer.cuda0") or 0) >= 1, 5)
     assert wait_for(lambda: (_metric(server, "modelhost_worker_busy_fraction", queue="infer.cuda0") or 0) > 0, 5)
     assert _metric(server, "modelhost_workers", queue="infer.cuda0") == 1
     server.worker_processes["cuda:0"].send_signal(signal.SIGKILL)
@@ -282,9 +352,11 @@ def test_killed_worker_under_load_answers_every_held_request_and_a_restart_serve
     assert len(outcomes) == HELD
     for outcome in outcomes:
         assert outcome["result"][0] == "503", outcome
-        assert "stopped before answering" in outcome["result"][1], outcome
+        reasons = ("stopped before answering", "no live worker", "cannot connect to the infer.cuda0 worker")
+        assert any(why in outcome["result"][1] for why in reasons), outcome
         # Its connection closed with it: answered at once, not at the request's 30 s deadline.
         assert outcome["ended"] - killed < 10, outcome
+    assert any("stopped before answering" in outcome["result"][1] for outcome in outcomes), outcomes
     with pytest.raises(InferenceServerException) as info:
         _affine(http, httpclient, "on_gpu")
     assert info.value.status() == "503"
@@ -532,13 +604,13 @@ def test_container_health_checks(server):
 
 
 @pytest.mark.parametrize("transport", ["http", "grpc"])
-def test_a_killed_worker_fails_exactly_its_requests_while_another_serves_the_device(tmp_path, transport):
+def test_a_killed_worker_s_requests_go_once_more_to_another_worker_of_the_device(tmp_path, transport):
     """Two workers on the cpu device, 8 slow requests in flight (spread by
-    round robin), kill -9 one: the requests it held answer 503 (gRPC
-    UNAVAILABLE) within 6 s (its connections close), the other worker's
-    answer correctly, nothing is run again elsewhere (executions ==
-    successes, failures counted once), and the front end keeps serving.
-    Over REST the front end waits in a thread; over gRPC on its event loop."""
+    round robin), kill -9 one: the requests it held (their connections
+    closed before any byte of an answer) go once more to the other worker,
+    so all 8 answer correctly, each answered and counted once (executions
+    == answers, no failure), and the front end keeps serving. Over REST the
+    front end waits in a thread; over gRPC on its event loop."""
     repo = tmp_path / "repo"
     m.write_model(repo, "slow", m.slow_loop(), config="instance_group [ { kind: KIND_CPU count: 2 } ]\n")
     url = REDIS_URL.rsplit("/", 1)[0] + "/" + str(int(REDIS_URL.rsplit("/", 1)[1]) + 1)
@@ -580,18 +652,14 @@ def test_a_killed_worker_fails_exactly_its_requests_while_another_serves_the_dev
             time.sleep(0.02)
         time.sleep(0.5)
         workers["host-a"].send_signal(signal.SIGKILL)
-        killed = time.monotonic()
+        # (its connections close: the requests it held go to host-b)
         for t in threads:
             t.join(60)
-        failed = [o for o in outcomes if o[0] != "ok"]
-        succeeded = [o for o in outcomes if o[0] == "ok"]
-        assert failed and succeeded and len(failed) + len(succeeded) == 8, outcomes
-        unavailable = "StatusCode.UNAVAILABLE" if transport == "grpc" else "503"
-        for status, message, ended in failed:
-            assert status == unavailable and "stopped before answering" in message, (status, message)
-            assert ended - killed < 6
-        for _, y, _ in succeeded:
+        assert all(o is not None and o[0] == "ok" for o in outcomes), outcomes
+        for _, y, _ in outcomes:
             np.testing.assert_allclose(y, expected, rtol=1e-5)
+        log = (live.var_dir / "host-a.log").read_text()
+        assert "drain" not in log  # killed, not drained: its requests went again because their connections closed
         # The survivor serves every new request; the killed one is passed over.
         for _ in range(4):
             np.testing.assert_allclose(_slow(http, x, np.array(1, dtype=np.int64))[1], _tanh_step(x), atol=1e-6)
@@ -600,7 +668,7 @@ def test_a_killed_worker_fails_exactly_its_requests_while_another_serves_the_dev
             (stats,) = http.get_inference_statistics("slow")["model_stats"]
             return int(stats["execution_count"]), int(stats["inference_stats"]["fail"]["count"])
 
-        expected_counts = (1 + len(succeeded) + 4, len(failed))  # warm-up, survivors, the 4 after the kill
+        expected_counts = (1 + 8 + 4, 0)  # warm-up, the 8, the 4 after the kill; each counted once
         assert wait_for(lambda: executions() == expected_counts, timeout=10), (executions(), expected_counts)
     finally:
         for process in workers.values():

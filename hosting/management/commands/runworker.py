@@ -7,8 +7,12 @@ front ends of this machine and, with ``WORKER_LISTEN`` and the
 ``WORKER_TLS_*`` files, over mutual TLS from other machines. It announces
 itself with a Redis heartbeat, follows the registry, and consumes the model
 store's control tasks (validation of uploaded versions, queue
-``modelhost.control``) with Celery. SIGTERM: the heartbeat goes first (front
-ends stop sending), requests in progress finish, then it exits.
+``modelhost.control``) with Celery.
+
+SIGTERM (or SIGINT, or ``manage.py drainworker <id>``) drains it: it takes no
+new request (front ends are told over their connections and by its
+heartbeat, and send elsewhere), answers every request it holds (at most
+WORKER_DRAIN_SECONDS), then exits (inference/runtime/worker_drain.py).
 """
 
 from __future__ import annotations
@@ -21,23 +25,19 @@ import time
 from pathlib import Path
 
 import redis
+from celery.signals import worker_shutting_down
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from hosting import composition
 from hosting.celery import CONTROL_QUEUE, app
 from hosting.deployment import DeploymentError, check_worker_mode
+from inference.runtime.heartbeat import Heartbeat
 from inference.runtime.link import LinkConfigError, unix_socket_path
 from inference.runtime.messages import Announcement
-from inference.runtime.placement import (
-    DeviceError,
-    DeviceUnavailable,
-    Heartbeat,
-    parse_device,
-    providers_for,
-    queue_for,
-)
+from inference.runtime.placement import DeviceError, DeviceUnavailable, parse_device, providers_for, queue_for
 from inference.runtime.residency import rss_bytes
+from inference.runtime.worker_drain import Drain
 from inference.runtime.worker_server import Limits, WorkerServer
 from models_store import maintenance
 
@@ -122,10 +122,12 @@ class Command(BaseCommand):
                 device, beat_ms=int(time.time() * 1000), address=advertise if server.address is not None else "",
                 unix=server.unix_path or "", machine=socket.gethostname(), host=hostname, pid=os.getpid(),
                 busy=server.busy, busy_fraction=round(runtime.meter.fraction(), 4), served=server.served,
-                rss_bytes=rss_bytes(),
+                connections=server.connections, draining=server.draining, rss_bytes=rss_bytes(),
                 control=not no_control, pool=pool, providers=[str(p) for p in providers],
             ),
+            on_drain=lambda: os.kill(os.getpid(), signal.SIGTERM),  # manage.py drainworker: as SIGTERM
         )  # fmt: skip
+        drain = Drain(server, heartbeat, settings.WORKER_DRAIN_SECONDS)
         heartbeat.start()
         where = ", ".join(x for x in (f"{advertise} (TLS)" if server.address else "", server.unix_path or "") if x)
         self.stdout.write(f"worker {worker_id} for {device} on {where} (providers {providers})")
@@ -137,6 +139,9 @@ class Command(BaseCommand):
                     signal.signal(sig, lambda *_: stopped.set())
                 stopped.wait()
             else:
+                # Celery handles SIGTERM (a warm shutdown: the control task at hand finishes); the drain
+                # starts at once, beside it.
+                worker_shutting_down.connect(lambda **_: drain.start(), weak=False)
                 maintenance.start(settings.WORKER_CACHE_DIR)  # the reaper and the cleanup, on a timer (daemon)
                 app.worker_main(
                     [
@@ -145,7 +150,8 @@ class Command(BaseCommand):
                         "--without-heartbeat", "--loglevel", settings.LOG_LEVEL,
                     ]
                 )  # fmt: skip
+            drain.wait()
         finally:
             heartbeat.stop()
-            server.stop(grace=settings.GRPC_GRACE_SECONDS)
+            server.stop(grace=0.0 if drain.over else settings.WORKER_DRAIN_SECONDS)
             runtime.registry.stop()
