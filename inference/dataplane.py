@@ -25,6 +25,7 @@ from inference import admission as admissions
 from inference import ensemble_runs, fair_share, jobs, request_checks, response_cache, runtime_settings, tracing
 from inference import shared_memory as shm
 from inference.admission import Admission
+from inference.executor import Executor
 from inference.ports import container
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady, QueueFull
 from inference.protocol.types import InferenceRequest, InferenceResponse, ModelMetadata, ServerMetadata
@@ -48,14 +49,12 @@ class DataPlane:
     """Health, metadata, lookups and inference over a registry and an
     executor: the door of the REST, gRPC and TF Serving adapters.
 
-    ``executor`` runs a version's model: ``run(target, feeds, output_names,
-    rows, deadline, placement) -> RunResult`` (in process: the model
-    runner; worker mode: the remote executor); ``blocks(target)`` says
-    whether a call waits on something other than this thread (a worker, a
-    batch), so that an event loop must not make it inline.
+    ``executor`` runs a version's model (:class:`~inference.executor.Executor`:
+    in process, the model runner; worker mode, the remote executor, which
+    can also await a run on an event loop and run ensemble segments).
     """
 
-    def __init__(self, registry: ModelRegistry, executor, server_name: str, server_version: str,
+    def __init__(self, registry: ModelRegistry, executor: Executor, server_name: str, server_version: str,
                  statistics: StatisticsRecorder | None = None, timeout_seconds: float = 0.0,
                  limiter: RateLimiter | None = None, payload_log=None, shared_memory: shm.RegionRegistry | None = None,
                  cache: response_cache.ResponseCache | None = None,
@@ -64,7 +63,7 @@ class DataPlane:
         self.executor = executor
         self.response_cache = cache  # for models whose config enables it (inference/response_cache.py)
         #: The executor can run on an event loop itself (worker mode): no thread per request.
-        self._runs_on_loop = getattr(executor, "run_async", None) is not None
+        self._runs_on_loop = executor.remote
         self.limiter = limiter or RateLimiter(Defaults())
         self.payload_log = payload_log  # a PayloadLogger (inference/payload_log.py), or None
         self.statistics = statistics or StatisticsRecorder(flush_seconds=0)
@@ -275,7 +274,7 @@ class DataPlane:
         """(the request's checked job, :func:`inference.jobs.prepare`; its
         response cache lookup: a CachedRun, a key to keep the run under, or None)."""
         job = jobs.prepare(entry, request, started, admission.owner, admission.regions, self.timeout_seconds,
-                           self.shared_memory, getattr(self.executor, "remote", False))  # fmt: skip
+                           self.shared_memory, self.executor.remote)  # fmt: skip
         return job, response_cache.lookup(self.response_cache, entry, request, job)
 
     def _respond(self, entry: VersionEntry, request: InferenceRequest, job: jobs.Job, run, cached=None):

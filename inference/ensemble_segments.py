@@ -82,9 +82,9 @@ def fuse(plan: Plan, fits) -> Plan:
         units.append(step if len(chain) == 1 else _segment(chain, readers, plan.outputs))
     if len(units) == len(plan.steps):
         return plan
+    members = {unit.number: unit.steps if isinstance(unit, Segment) else (unit,) for unit in units}
     waits = {
-        unit.number: frozenset(unit_of[w] for s in getattr(unit, "steps", (unit,)) for w in plan.waits[s.number])
-        - {unit.number}
+        unit.number: frozenset(unit_of[w] for s in members[unit.number] for w in plan.waits[s.number]) - {unit.number}
         for unit in units
     }
     return Plan(plan.inputs, plan.outputs, tuple(units), waits)
@@ -129,7 +129,7 @@ def worker_fits(dataplane, snapshot):
     together when each may (see module doc) and a live worker serves the
     devices every one of their instance groups allows."""
     executor = dataplane.executor
-    if getattr(executor, "run_segment", None) is None:
+    if not executor.remote:
         return None
 
     def fits(steps: list[Step]) -> bool:

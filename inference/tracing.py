@@ -235,6 +235,6 @@ def traced_run(executor, entry, job):
         run = executor.run(
             entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group, **job.options
         )
-        if not getattr(executor, "remote", False):
+        if not executor.remote:
             record_run(asked, run.queue_ns, run.form_ns, run.infer_ns, run.batch_size)
     return run

@@ -21,7 +21,7 @@ def config(plane: DataPlane, name: str, version: str | None = None) -> dict:
     version's. Raises ModelNotFound (an unknown model or version),
     InvalidInput (a version that is not a number)."""
     model = plane.registry.model(name)
-    gpus = getattr(plane.executor, "gpus", tuple)()  # what KIND_AUTO resolves to
+    gpus = plane.executor.gpus()  # what KIND_AUTO resolves to
     return model_config.render(model, _version(model, version), gpus)
 
 

@@ -2,8 +2,8 @@
 
 :class:`InProcessExecutor` (the embedded default) runs the model runner in
 the server process; :class:`~inference.runtime.remote.RemoteExecutor` sends
-requests to inference workers. Both answer ``run(target, feeds,
-output_names, rows, deadline, placement) -> RunResult``.
+requests to inference workers. Both implement the data plane's
+:class:`inference.executor.Executor`.
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ def session_loader(
 
 class InProcessExecutor:
     """Runs sessions in this process (``INFERENCE_EXECUTOR=inprocess``)."""
+
+    #: Runs happen in this process (its trace spans recorded here, shared-memory regions read here).
+    remote = False
 
     def __init__(self, runner: ModelRunner, gpus: tuple[int, ...] = ()):
         """``gpus``: the GPU numbers the runner's execution providers use (none: CPU only)."""
