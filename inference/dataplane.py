@@ -32,7 +32,7 @@ from inference.protocol.types import InferenceRequest, InferenceResponse, ModelM
 from inference.ratelimit import Defaults, RateLimiter
 from inference.registry import ModelRegistry
 from inference.runtime import sequences
-from inference.snapshot import ServedVersion, VersionEntry
+from inference.snapshot import VersionEntry
 from inference.statistics import StatisticsRecorder
 
 #: Extensions this server implements, exactly, as listed in server metadata.
@@ -91,23 +91,25 @@ class DataPlane:
         """Whether a model of this name exists (for metrics labels; never queries)."""
         return name in self.registry.models
 
-    def resolve(self, name: str, version: str | None = None) -> ServedVersion:
+    def resolve(self, name: str, version: str | None = None) -> VersionEntry:
         """The version that serves a request for ``name`` (``version`` None:
         the default version). Raises ModelNotFound, ModelNotReady (with the
         version's state and reason)."""
-        return ServedVersion.of(self.registry.resolve(name, version))
+        return self.registry.resolve(name, version)
 
-    def route(self, name: str, version: str | None = None) -> ServedVersion:
+    def route(self, name: str, version: str | None = None) -> VersionEntry:
         """The version that runs an inference request for ``name``: the named
         one, or, when ``version`` is None, the one the model's traffic split
         draws (by weight; the default version without a split). Requests
         naming a version or a label are never split. Raises like
         :meth:`resolve`."""
-        entry = self.registry.route(name, version)
-        if version:
-            return ServedVersion.of(entry)
+        return self.registry.route(name, version)
+
+    def splits_traffic(self, name: str) -> bool:
+        """Whether a traffic split draws the version of a request to ``name``
+        that names none (TF Serving's answers then name the version drawn)."""
         model = self.registry.models.get(name)
-        return ServedVersion.of(entry, model is not None and bool(model.split))
+        return model is not None and bool(model.split)
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
         """Whether the version (default: the default version) can serve.
@@ -132,11 +134,11 @@ class DataPlane:
             self.registry.model(name)  # an unknown model stays NOT_FOUND
             raise InvalidInput(f"Unrecognized servable version label: {label}") from None
 
-    def model_versions(self, name: str) -> list[ServedVersion]:
+    def model_versions(self, name: str) -> list[VersionEntry]:
         """Every version of a model in the registry, highest first, whatever
         its state (for status endpoints). Raises ModelNotFound."""
         model = self.registry.model(name)
-        return [ServedVersion.of(model.versions[n]) for n in sorted(model.versions, reverse=True)]
+        return [model.versions[n] for n in sorted(model.versions, reverse=True)]
 
     # -- inference -------------------------------------------------------
     def admit(self, token: str | None, name: str) -> Admission:
@@ -155,7 +157,7 @@ class DataPlane:
         return self.admit(token, name)
 
     def infer(
-        self, admission: Admission, request: InferenceRequest, version: ServedVersion | None = None,
+        self, admission: Admission, request: InferenceRequest, version: VersionEntry | None = None,
         seated: bool = False,
     ) -> InferenceResponse:  # fmt: skip
         """Run ``request`` on the resolved model version (``version``, when the adapter resolved it already
@@ -209,24 +211,24 @@ class DataPlane:
         behind = self._behind()
         if entry.ensemble is not None:  # in a thread when a step may wait on a batch or a worker
             if behind or ensemble_runs.blocks(self, entry, admission):
-                return await asyncio.to_thread(self.infer, admission, request, ServedVersion.of(entry))
-            return self.infer(admission, request, ServedVersion.of(entry))
+                return await asyncio.to_thread(self.infer, admission, request, entry)
+            return self.infer(admission, request, entry)
         gate = self.fair.gate(entry.target, entry.instance_group)
         if not self.executor.blocks(entry.target):
             if not behind and (gate is None or gate.try_enter()):
                 try:
-                    return self.infer(admission, request, ServedVersion.of(entry), seated=True)
+                    return self.infer(admission, request, entry, seated=True)
                 finally:
                     if gate is not None:
                         gate.leave()
         elif self._runs_on_loop and not (tracing.ENABLED and tracing.recording()):
             return await self._infer_on_loop(admission, request, entry, gate)
         if gate is None:
-            return await asyncio.to_thread(self.infer, admission, request, ServedVersion.of(entry))
+            return await asyncio.to_thread(self.infer, admission, request, entry)
         deadline = request_checks.deadline(request.parameters, _now(), self.timeout_seconds)
         await gate.enter_async(admission.flow, deadline)
         try:
-            return await asyncio.to_thread(self.infer, admission, request, ServedVersion.of(entry), True)
+            return await asyncio.to_thread(self.infer, admission, request, entry, True)
         finally:
             gate.leave()
 
@@ -262,12 +264,13 @@ class DataPlane:
             lag = self._lag = fair_share.LoopLag(asyncio.get_running_loop())
         return lag.behind()
 
-    def _route(self, admission: Admission, request: InferenceRequest, version: ServedVersion | None = None):
-        """The request's version: ``version`` when the adapter resolved it, unless a traffic split
-        drew it for a request of a sequence: the split sends all of a sequence to one version."""
+    def _route(self, admission: Admission, request: InferenceRequest, version: VersionEntry | None = None):
+        """The request's version: ``version`` when the adapter resolved it, unless the request
+        names no version and belongs to a sequence: then the traffic split (if any) draws it by
+        the sequence, so that all of a sequence goes to one version."""
         draw = sequences.split_draw(request.parameters, admission.owner)
-        if version is not None and (draw is None or not version.routed):
-            return version.entry
+        if version is not None and (draw is None or request.model_version):
+            return version
         return self.registry.route(request.model_name, request.model_version, draw)
 
     def _prepare(self, entry: VersionEntry, request: InferenceRequest, started: int, admission: Admission):

@@ -30,7 +30,7 @@ from inference.admission import Admission
 from inference.protocol.errors import DeadlineExceeded, InferenceError, ModelNotReady
 from inference.protocol.types import InferenceRequest, RequestedOutput, RequestInput
 from inference.runtime.execution import RunResult
-from inference.snapshot import ServedVersion, VersionEntry
+from inference.snapshot import VersionEntry, step_entry
 
 _now = time.perf_counter_ns
 #: An admission that holds no rate-limit slots: a step runs under its ensemble's.
@@ -72,7 +72,7 @@ def blocks(dataplane, entry: VersionEntry, admission: Admission) -> bool:
         return True
     snapshot = dataplane.registry.models
     for step in entry.ensemble.steps:
-        version = ensemble_segments.step_entry(snapshot, step)
+        version = step_entry(snapshot, step)
         if version is not None and (version.target is None or dataplane.executor.blocks(version.target)):
             return True
     return False
@@ -83,7 +83,7 @@ def _step_runner(snapshot, dataplane, admission: Admission, job: jobs.Job):
     ``snapshot``) through ``dataplane.infer``."""
 
     def run_step(step: ensembles.Step, inputs: dict) -> dict:
-        entry = ensemble_segments.step_entry(snapshot, step)
+        entry = step_entry(snapshot, step)
         if entry is None or not entry.serving:
             why = "was deleted" if entry is None else f"does not serve ({entry.reason or entry.state})"
             raise ModelNotReady(f"version {step.version} of model '{step.model}' {why}")
@@ -105,7 +105,7 @@ def _step_runner(snapshot, dataplane, admission: Admission, job: jobs.Job):
             outputs=[RequestedOutput(name) for name in step.output_map],
         )
         inside = Admission(step.model, _NO_SLOTS, False, admission.owner, "", admission.flow)
-        response = dataplane.infer(inside, request, ServedVersion.of(entry))
+        response = dataplane.infer(inside, request, entry)
         return {output.name: output.data for output in response.outputs}
 
     return run_step

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from inference import tracing
 from inference.ensembles import Plan, Step, StepFailed
 from inference.protocol.errors import DeadlineExceeded, InferenceError
+from inference.snapshot import step_entry
 
 _now = time.perf_counter_ns
 
@@ -139,12 +140,6 @@ def worker_fits(dataplane, snapshot):
         return bool(executor.segment_workers([entry.instance_group for entry in entries]))
 
     return fits
-
-
-def step_entry(snapshot, step: Step):
-    """The VersionEntry of ``step``'s pinned version in the registry's ``snapshot`` (None when gone)."""
-    model = snapshot.get(step.model)
-    return model.versions.get(step.version) if model is not None else None
 
 
 def _fusable(dataplane, entry) -> bool:

@@ -1,7 +1,7 @@
-"""The serving registry's snapshot: every model and model version as the data
-plane sees them (:class:`ModelEntry`, :class:`VersionEntry`), built from the
-model store's records (:func:`build_snapshot`), and a version as the
-transport adapters see it (:class:`ServedVersion`).
+"""The serving registry's snapshot: every model and model version as the
+serving side sees them (:class:`ModelEntry`, :class:`VersionEntry`: the
+data plane, the transport adapters, the extensions and the workers read the
+same entries), built from the model store's records (:func:`build_snapshot`).
 
 A snapshot is immutable once built; :class:`inference.registry.ModelRegistry`
 swaps whole snapshots. Which versions serve is decided by
@@ -34,13 +34,17 @@ class InputSpec:
 
 @dataclass(eq=False)
 class VersionEntry:
-    """One model version as the data plane sees it.
+    """One model version as the serving side sees it: its signature and
+    state (what the adapters read: :meth:`inference.dataplane.DataPlane.route`
+    returns it, and :meth:`~inference.dataplane.DataPlane.infer` takes it
+    back, so that a request resolves its version once) and how it runs.
 
     ``serving`` is true when the version is READY and the version policy
     serves it; ``reason`` explains why it does not serve otherwise. An
     ensemble's version has no ``target`` (no model file) but its
     ``ensemble`` plan (inference/ensembles.py); it serves only while every
-    version it pins serves.
+    version it pins serves. Entries do not change once their snapshot is
+    published.
     """
 
     model_name: str
@@ -65,12 +69,15 @@ class VersionEntry:
     optional_inputs: frozenset = frozenset()  # inputs a request may leave out (config.pbtxt ``optional``)
     response_cache: bool = False  # config.pbtxt ``response_cache { enable: true }``
     ensemble: ensembles.Plan | None = None  # an ensemble's version: the graph it runs
-    views: tuple | None = field(default=None, init=False, repr=False)  # ServedVersion.of's, made once
+    version: str = field(default="", init=False)  # ``number`` as the protocols write it
+    class_labels: tuple[str, ...] = field(default=(), init=False)  # for classification outputs (may be empty)
 
     def __post_init__(self) -> None:
         self.input_specs = {t.name: InputSpec(t.name, BY_NAME[t.datatype], t.shape) for t in self.inputs}
         self.output_types = {t.name: t.datatype for t in self.outputs}
         self.output_names = [t.name for t in self.outputs]
+        self.version = str(self.number)
+        self.class_labels = tuple(self.properties.get("labels") or ())
 
     @property
     def key(self) -> tuple[str, int, str]:
@@ -243,41 +250,9 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
     return snapshot
 
 
-@dataclass(frozen=True)
-class ServedVersion:
-    """A model version as adapters see it: its signature and state.
-
-    Returned by :meth:`inference.dataplane.DataPlane.resolve` and handed back to
-    :meth:`~inference.dataplane.DataPlane.infer` so that a request resolves its version once.
-    """
-
-    model_name: str
-    number: int
-    state: str  # the registry's: READY, FAILED, UNAVAILABLE, UPLOADED, VALIDATING
-    reason: str  # why it does not serve ("" when it does)
-    serving: bool
-    inputs: tuple[MetadataTensor, ...]
-    outputs: tuple[MetadataTensor, ...]
-    max_batch_size: int
-    class_labels: tuple[str, ...]  # for classification outputs (may be empty)
-    entry: VersionEntry = field(repr=False, compare=False)
-    routed: bool = False  # drawn by the model's traffic split (the request named no version)
-
-    @property
-    def version(self) -> str:
-        return str(self.number)
-
-    @classmethod
-    def of(cls, entry: VersionEntry, routed: bool = False) -> ServedVersion:
-        """The adapters' view of ``entry`` (``routed``: drawn by the traffic
-        split), made once per entry (a snapshot's entries do not change once
-        it is published; each request asks for one)."""
-        views = entry.views
-        if views is None:
-            labels = tuple(entry.properties.get("labels") or ())
-            views = entry.views = tuple(
-                cls(entry.model_name, entry.number, entry.state, entry.reason, entry.serving, entry.inputs,
-                    entry.outputs, entry.max_batch_size, labels, entry, drawn)
-                for drawn in (False, True)
-            )  # fmt: skip
-        return views[routed]
+def step_entry(snapshot: dict[str, ModelEntry], step) -> VersionEntry | None:
+    """The entry of the version a step pins (``step.model``, ``step.version``:
+    an ensemble's step, or a step of a segment a worker runs) in
+    ``snapshot``; None when it is gone."""
+    model = snapshot.get(step.model)
+    return model.versions.get(step.version) if model is not None else None

@@ -29,6 +29,7 @@ from inference.protocol.errors import InferenceError, InvalidInput, ModelNotRead
 from inference.registry import ModelRegistry
 from inference.runtime import frames, messages
 from inference.runtime.execution import RunTarget
+from inference.runtime.executors import runnable
 from inference.runtime.placement import device_name, queue_for
 from inference.runtime.queue_policy import Schedule
 from inference.runtime.runner import ModelRunner
@@ -121,11 +122,9 @@ class WorkerRuntime:
         the change yet still route to it: a rollout fails no request);
         its sessions are dropped after."""
         targets = {}
-        for model in snapshot.values():
+        for model, version in runnable(snapshot):
             instances = instances_on(device_name(self.device), model.instance_group, self.cpu_instances)
-            for version in model.versions.values():
-                if version.serving and version.target is not None:  # an ensemble's has none: its steps run
-                    targets[version.key] = dataclasses.replace(version.target, instances=instances)
+            targets[version.key] = dataclasses.replace(version.target, instances=instances)
         now = time.monotonic()
         until = now + self.runner.drain_seconds
         draining = {k: v for k, v in self._draining.items() if v[1] > now and k not in targets}

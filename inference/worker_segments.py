@@ -20,6 +20,7 @@ from inference import request_checks, tracing
 from inference.protocol.errors import DeadlineExceeded, InferenceError, InvalidInput, ModelNotReady
 from inference.protocol.types import InferenceRequest, RequestedOutput, RequestInput
 from inference.runtime import frames, messages
+from inference.snapshot import step_entry
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +56,7 @@ def _run_step(runtime, step: messages.SegmentStep, tensors: dict, deadline: floa
     if time.monotonic() >= deadline:
         raise DeadlineExceeded("the request's deadline passed before this step ran")
     target = runtime.target(step.model, step.version, step.sha256)
-    model = runtime.registry.models.get(step.model)
-    entry = model.versions.get(step.version) if model is not None else None
+    entry = step_entry(runtime.registry.models, step)
     if entry is None:
         raise ModelNotReady(f"version {step.version} of model '{step.model}' was deleted")
     specs = entry.input_specs

@@ -6,9 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from inference import auth
-from inference.protocol import triton_texts
 from inference.protocol.errors import PermissionDenied
-from inference.registry import parse_version
 from inference.statistics import ModelStatistics
 
 if TYPE_CHECKING:
@@ -30,10 +28,7 @@ def model_statistics(
             raise PermissionDenied(f"the token may not see model '{name}'")
         model = registry.model(name)
         if version:
-            number = parse_version(version)
-            if number not in model.versions:
-                raise triton_texts.unknown_version(name, number, list(model.versions))
-            keys = [(name, number)]
+            keys = [(name, registry.version(name, version).number)]
         else:
             keys = [(name, n) for n in sorted(model.served)]
     else:

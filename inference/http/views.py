@@ -76,7 +76,7 @@ OUTCOMES = {
 
 class ObservedView(ProtocolView):
     """Records every POST in metrics and the request log; a view sets
-    ``served`` (the ServedVersion that ran) and ``request_id``."""
+    ``served`` (the VersionEntry that ran) and ``request_id``."""
 
     protocol = "rest"
     served = None

@@ -43,6 +43,17 @@ def session_loader(
     return load
 
 
+def runnable(snapshot: dict):
+    """(model, version) entries of a registry snapshot (model name ->
+    :class:`~inference.snapshot.ModelEntry`) whose version serves and runs
+    on a model runner (an ensemble's version has no run target: its steps
+    run): the sessions an executor or a worker keeps."""
+    for model in snapshot.values():
+        for version in model.versions.values():
+            if version.serving and version.target is not None:
+                yield model, version
+
+
 class InProcessExecutor:
     """Runs sessions in this process (``INFERENCE_EXECUTOR=inprocess``)."""
 
@@ -83,6 +94,4 @@ class InProcessExecutor:
 
     def on_snapshot(self, snapshot: dict) -> None:
         """Keep only sessions of versions that still serve."""
-        self.runner.retain(
-            {v.key for m in snapshot.values() for v in m.versions.values() if v.serving and v.target is not None}
-        )
+        self.runner.retain({version.key for _model, version in runnable(snapshot)})

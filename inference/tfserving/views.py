@@ -29,7 +29,7 @@ from inference.http.views import DirectPostView
 from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InvalidInput, ModelNotFound
 from inference.protocol.types import InferenceRequest, RequestedOutput
-from inference.snapshot import ServedVersion
+from inference.snapshot import VersionEntry
 
 _SPEC = r"(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?"
 POST_PATH = re.compile(r"(?i)/v1/models/([^/:]+)" + _SPEC + r":(classify|regress|predict)")
@@ -53,7 +53,7 @@ def _pick(outputs, names: tuple[str, ...], accept) -> str | None:
     return candidates[0].name if candidates else None
 
 
-def _version_status(entry: ServedVersion) -> dict:
+def _version_status(entry: VersionEntry) -> dict:
     """TF Serving's ModelVersionStatus for a registry version."""
     if entry.serving:
         state, code, message = "AVAILABLE", "OK", ""
@@ -78,6 +78,7 @@ class TFServingView(DirectPostView):
     """All of ``/v1/...``; dispatches on TF Serving's path grammar."""
 
     protocol = "tfserving"
+    drawn = False  # the model's traffic split drew the version that answers (the request named none)
 
     def http_method_not_allowed(self, request, *args, **kwargs):
         raise _malformed(request)
@@ -141,28 +142,29 @@ class TFServingView(DirectPostView):
         with self.dataplane.admit(self.token(request), name) as admission:  # 401/403/429 before the body
             with tracing.step("decode"):
                 doc = codec.loads(read_body(request, allow_empty=True))
-            entry = self.served = self.dataplane.route(name, self._version(name, version, label))
+            asked = self._version(name, version, label)
+            entry = self.served = self.dataplane.route(name, asked)
+            self.drawn = asked is None and self.dataplane.splits_traffic(name)
             return getattr(self, f"_{verb}")(admission, entry, doc)
 
-    def _run(self, admission: Admission, entry: ServedVersion, inputs, outputs=None):
+    def _run(self, admission: Admission, entry: VersionEntry, inputs, outputs=None):
         request = InferenceRequest(entry.model_name, inputs, model_version=entry.version, outputs=outputs)
         return self.dataplane.infer(admission, request, entry).outputs
 
-    @staticmethod
-    def _spec(entry: ServedVersion) -> dict | None:
+    def _spec(self, entry: VersionEntry) -> dict | None:
         """``model_spec`` (naming the version that answered) for a request the
         model's traffic split routed; TF Serving's REST answers carry none
         otherwise."""
-        if not entry.routed:
+        if not self.drawn:
             return None
         return {"model_spec": {"name": entry.model_name, "signature_name": "serving_default", "version": entry.version}}
 
-    def _predict(self, admission: Admission, entry: ServedVersion, doc) -> HttpResponse:
+    def _predict(self, admission: Admission, entry: VersionEntry, doc) -> HttpResponse:
         inputs, fmt = codec.decode_predict(doc, entry.inputs)
         body = codec.encode_predict(self._run(admission, entry, inputs), fmt, self._spec(entry))
         return HttpResponse(body, content_type="application/json")
 
-    def _classify(self, admission: Admission, entry: ServedVersion, doc) -> HttpResponse:
+    def _classify(self, admission: Admission, entry: VersionEntry, doc) -> HttpResponse:
         inputs = codec.decode_examples(doc, entry.inputs, "classify", settings.MAX_REQUEST_BYTES)
         score = _pick(entry.outputs, SCORE_NAMES, lambda shape: len(shape) == 2)
         if score is None:
@@ -178,7 +180,7 @@ class TFServingView(DirectPostView):
         body = codec.encode_classify(scores.data, labels, self._spec(entry))
         return HttpResponse(body, content_type="application/json")
 
-    def _regress(self, admission: Admission, entry: ServedVersion, doc) -> HttpResponse:
+    def _regress(self, admission: Admission, entry: VersionEntry, doc) -> HttpResponse:
         inputs = codec.decode_examples(doc, entry.inputs, "regress", settings.MAX_REQUEST_BYTES)
         value = _pick(entry.outputs, VALUE_NAMES, lambda s: len(s) == 1 or (len(s) == 2 and s[1] == 1))
         if value is None:

@@ -125,6 +125,13 @@ def test_unload_and_load_reach_every_process(http, grpc_client, ops):
     assert info.value.status() == "StatusCode.UNAVAILABLE" and "unloaded" in info.value.message()
     entry = next(e for e in http.get_model_repository_index() if e["name"] == "repo_probe")
     assert entry["state"] == "UNAVAILABLE" and "unloaded" in entry["reason"]  # the version is still stored
+    for ask in (http.get_model_metadata, http.get_model_config):  # no default version: one lookup, one answer
+        with pytest.raises(InferenceServerException) as info:
+            ask("repo_probe")
+        assert info.value.status() == "503" and "'repo_probe' has no available versions" in info.value.message()
+    with pytest.raises(InferenceServerException) as info:
+        grpc_client.get_model_config("repo_probe")
+    assert info.value.status() == "StatusCode.UNAVAILABLE" and "no available versions" in info.value.message()
     grpc_client.load_model("repo_probe", headers=ops)
     assert everywhere(lambda: http.is_model_ready("repo_probe") and grpc_client.is_model_ready("repo_probe"))
     np.testing.assert_array_equal(grpc_client.infer("repo_probe", [inp]).as_numpy("OUTPUT0"), x)
