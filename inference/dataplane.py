@@ -20,12 +20,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import cast
 
 from inference import admission as admissions
 from inference import ensemble_runs, fair_share, jobs, request_checks, response_cache, runtime_settings, tracing
 from inference import shared_memory as shm
 from inference.admission import Admission
-from inference.executor import Executor
+from inference.ensemble_segments import SegmentRunner
+from inference.executor import Executor, WorkerExecutor
 from inference.ports import container
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady, QueueFull
 from inference.protocol.types import InferenceRequest, InferenceResponse, ModelMetadata, ServerMetadata
@@ -43,6 +45,8 @@ EXTENSIONS = (
 )  # fmt: skip
 
 _now = time.perf_counter_ns
+#: What an inference's steps wait for (:meth:`DataPlane._steps`): its flow's turn at the version's seats, the run.
+_TURN, _RUN = "turn", "run"
 
 
 class DataPlane:
@@ -62,8 +66,8 @@ class DataPlane:
         self.registry = registry
         self.executor = executor
         self.response_cache = cache  # for models whose config enables it (inference/response_cache.py)
-        #: The executor can run on an event loop itself (worker mode): no thread per request.
-        self._runs_on_loop = executor.remote
+        #: The executor's worker calls (worker mode): a run awaited on an event loop, no thread per request.
+        self._remote = cast(WorkerExecutor, executor) if executor.remote else None
         self.limiter = limiter or RateLimiter(Defaults())
         self.payload_log = payload_log  # a PayloadLogger (inference/payload_log.py), or None
         self.statistics = statistics or StatisticsRecorder(flush_seconds=0)
@@ -74,6 +78,15 @@ class DataPlane:
         #: Fair admission to each version's instances, per flow (inference/fair_share.py).
         self.fair = fair or fair_share.FairShare(queue_per_flow=16, seats=executor.seats)
         self._lag: fair_share.LoopLag | None = None  # the gRPC event loop's (infer_async)
+        segments = None
+        if self._remote is not None:  # consecutive steps of an ensemble on one worker
+            segments = SegmentRunner(
+                executor=self._remote, fair=self.fair, statistics=self.statistics, response_cache=cache is not None
+            )
+        self._ensembles = ensemble_runs.EnsembleRuns(
+            registry=registry, executor=executor, statistics=self.statistics, payload_log=payload_log,
+            regions=self.shared_memory, timeout_seconds=timeout_seconds, segments=segments, step=self.infer,
+        )  # fmt: skip
 
     # -- health and metadata --------------------------------------------
     def live(self) -> bool:
@@ -173,31 +186,28 @@ class DataPlane:
         runtime_settings.follow()  # the machine's trace and log settings (one memory read)
         entry = self._route(admission, request, version)
         if entry.ensemble is not None:  # a graph of other versions (inference/ensemble_runs.py)
-            return ensemble_runs.infer(self, admission, request, entry, started)
+            return self._ensembles.infer(admission, request, entry, started)
+        gate = None if seated else self.fair.gate(entry.target, entry.instance_group)
+        steps = self._steps(admission, request, entry, started, gate)
         try:
-            job, cached = self._prepare(entry, request, started, admission)
-            if isinstance(cached, response_cache.CachedRun):
-                return self._respond(entry, request, job, cached)
-            gate = None if seated else self.fair.gate(entry.target, entry.instance_group)
-            if gate is not None:
-                gate.enter(admission.flow, job.deadline)
-            try:
-                if tracing.ENABLED and tracing.recording():
-                    run = tracing.traced_run(self.executor, entry, job)
+            need, job = steps.send(None)
+            while True:  # each wait in this thread
+                try:
+                    if need is _TURN:
+                        value = gate.enter(admission.flow, job.deadline)
+                    elif tracing.ENABLED and tracing.recording():
+                        value = tracing.traced_run(self.executor, entry, job)
+                    else:
+                        value = self.executor.run(
+                            entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group,
+                            **job.options,
+                        )  # fmt: skip
+                except BaseException as exc:
+                    need, job = steps.throw(exc)
                 else:
-                    run = self.executor.run(
-                        entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group,
-                        **job.options,
-                    )  # fmt: skip
-            finally:
-                if gate is not None:
-                    gate.leave()
-            return self._respond(entry, request, job, run, cached)
-        except QueueFull:
-            raise  # refused before it queued: not a failed inference (as Triton counts)
-        except InferenceError:
-            self.statistics.record_failure(entry.model_name, entry.number, _now() - started)
-            raise
+                    need, job = steps.send(value)
+        except StopIteration as done:
+            return done.value
 
     async def infer_async(self, admission: Admission, request: InferenceRequest) -> InferenceResponse:
         """:meth:`infer` from an event loop (``admission`` from
@@ -210,7 +220,7 @@ class DataPlane:
         entry = self._route(admission, request)
         behind = self._behind()
         if entry.ensemble is not None:  # in a thread when a step may wait on a batch or a worker
-            if behind or ensemble_runs.blocks(self, entry, admission):
+            if behind or self._ensembles.blocks(entry, admission):
                 return await asyncio.to_thread(self.infer, admission, request, entry)
             return self.infer(admission, request, entry)
         gate = self.fair.gate(entry.target, entry.instance_group)
@@ -221,7 +231,7 @@ class DataPlane:
                 finally:
                     if gate is not None:
                         gate.leave()
-        elif self._runs_on_loop and not (tracing.ENABLED and tracing.recording()):
+        elif self._remote is not None and not (tracing.ENABLED and tracing.recording()):
             return await self._infer_on_loop(admission, request, entry, gate)
         if gate is None:
             return await asyncio.to_thread(self.infer, admission, request, entry)
@@ -232,21 +242,49 @@ class DataPlane:
         finally:
             gate.leave()
 
-    async def _infer_on_loop(self, admission: Admission, request: InferenceRequest, entry, gate):
-        """:meth:`infer` in worker mode on the event loop: the turn and the
-        worker's answer awaited in the loop."""
+    async def _infer_on_loop(self, admission: Admission, request: InferenceRequest, entry: VersionEntry, gate):
+        """:meth:`infer`'s steps in worker mode on the event loop: the turn and
+        the worker's answer awaited in the loop."""
         started = _now()
         runtime_settings.follow()
+        steps = self._steps(admission, request, entry, started, gate)
         try:
-            job, cached = self._prepare(entry, request, started, admission)
+            need, job = steps.send(None)
+            while True:  # each wait awaited on the loop
+                try:
+                    if need is _TURN:
+                        value = await gate.enter_async(admission.flow, job.deadline)
+                    else:
+                        value = await self._remote.run_async(
+                            entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group,
+                            **job.options,
+                        )  # fmt: skip
+                except BaseException as exc:  # cancelled too: the steps give the seat back
+                    need, job = steps.throw(exc)
+                else:
+                    need, job = steps.send(value)
+        except StopIteration as done:
+            return done.value
+
+    def _steps(self, admission: Admission, request: InferenceRequest, entry: VersionEntry, started: int, gate):
+        """The one body of an inference, driven by :meth:`infer` (in a thread)
+        and :meth:`_infer_on_loop` (on an event loop): the checked job
+        (:func:`inference.jobs.prepare`), the response cache, the flow's turn
+        at ``gate`` (None: not gated, or seated already), the run, the
+        response (:func:`inference.jobs.respond`), a failure counted. A
+        generator of its waits: it yields ``(_TURN, job)`` and ``(_RUN,
+        job)``; the driver sends back the run's result, or throws in what
+        the wait raised; it returns the response."""
+        try:
+            job = jobs.prepare(entry, request, started, admission.owner, admission.regions, self.timeout_seconds,
+                               self.shared_memory, self.executor.remote)  # fmt: skip
+            cached = response_cache.lookup(self.response_cache, entry, request, job)
             if isinstance(cached, response_cache.CachedRun):
                 return self._respond(entry, request, job, cached)
             if gate is not None:
-                await gate.enter_async(admission.flow, job.deadline)
+                yield _TURN, job
             try:
-                run = await self.executor.run_async(
-                    entry.target, job.feeds, job.names, job.rows, job.deadline, entry.instance_group, **job.options
-                )
+                run = yield _RUN, job
             finally:
                 if gate is not None:
                     gate.leave()
@@ -272,13 +310,6 @@ class DataPlane:
         if version is not None and (draw is None or request.model_version):
             return version
         return self.registry.route(request.model_name, request.model_version, draw)
-
-    def _prepare(self, entry: VersionEntry, request: InferenceRequest, started: int, admission: Admission):
-        """(the request's checked job, :func:`inference.jobs.prepare`; its
-        response cache lookup: a CachedRun, a key to keep the run under, or None)."""
-        job = jobs.prepare(entry, request, started, admission.owner, admission.regions, self.timeout_seconds,
-                           self.shared_memory, self.executor.remote)  # fmt: skip
-        return job, response_cache.lookup(self.response_cache, entry, request, job)
 
     def _respond(self, entry: VersionEntry, request: InferenceRequest, job: jobs.Job, run, cached=None):
         """The response of a finished run (:func:`inference.jobs.respond`),

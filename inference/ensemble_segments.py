@@ -6,8 +6,8 @@ where each step after the first reads only tensors of the steps before it
 in the chain (or ensemble inputs), and no step outside the chain reads a
 tensor of a step but the last (so fusing never delays a step that could
 have started sooner); ``fits(steps)`` says which steps may run together
-(:func:`worker_fits`: a live worker holds all of their versions). A fused
-plan has a :class:`Segment` in place of its steps; :func:`runner` runs a
+(:meth:`SegmentRunner.fits`: a live worker holds all of their versions). A fused
+plan has a :class:`Segment` in place of its steps; :meth:`SegmentRunner.runner` runs a
 segment with the executor's ``run_segment`` (one message: the steps with
 their maps; the worker runs them in order and returns only the tensors read
 after the segment) and every other step with the ordinary step runner.
@@ -34,8 +34,12 @@ from dataclasses import dataclass
 
 from inference import tracing
 from inference.ensembles import Plan, Step, StepFailed
+from inference.executor import WorkerExecutor
+from inference.fair_share import FairShare
+from inference.jobs import Job
 from inference.protocol.errors import DeadlineExceeded, InferenceError
-from inference.snapshot import step_entry
+from inference.snapshot import VersionEntry, step_entry
+from inference.statistics import StatisticsRecorder
 
 _now = time.perf_counter_ns
 
@@ -125,88 +129,98 @@ def _segment(chain: list[Step], readers: dict, outputs: tuple) -> Segment:
     return Segment(tuple(chain), reads, needed)
 
 
-def worker_fits(dataplane, snapshot):
-    """``fits`` for :func:`fuse` in worker mode (None in process): steps run
-    together when each may (see module doc) and a live worker serves the
-    devices every one of their instance groups allows."""
-    executor = dataplane.executor
-    if not executor.remote:
-        return None
+class SegmentRunner:
+    """Runs the segments of ensemble plans on workers (worker mode), over the
+    data plane's collaborators: the remote ``executor``
+    (:class:`~inference.executor.WorkerExecutor`), the fair-share gates
+    (``fair``), the ``statistics`` recorder, and whether a ``response_cache``
+    is configured (a step whose version uses it is not fused)."""
 
-    def fits(steps: list[Step]) -> bool:
+    def __init__(
+        self, *, executor: WorkerExecutor, fair: FairShare, statistics: StatisticsRecorder, response_cache: bool
+    ):
+        self.executor = executor
+        self.fair = fair
+        self.statistics = statistics
+        self.response_cache = response_cache
+
+    def fits(self, snapshot: dict):
+        """``fits`` for :func:`fuse` over the registry's ``snapshot``: steps
+        run together when each may (see module doc) and a live worker serves
+        the devices every one of their instance groups allows."""
+
+        def fits(steps: list[Step]) -> bool:
+            entries = [step_entry(snapshot, step) for step in steps]
+            if any(not self._fusable(entry) for entry in entries):
+                return False
+            return bool(self.executor.segment_workers([entry.instance_group for entry in entries]))
+
+        return fits
+
+    def _fusable(self, entry: VersionEntry | None) -> bool:
+        """Whether a step's version may run inside a segment (see module doc)."""
+        return (
+            entry is not None
+            and entry.serving
+            and entry.target is not None
+            and entry.target.sequence is None
+            and not (entry.response_cache and self.response_cache)
+            and not entry.payload_log[0]
+        )
+
+    def runner(self, snapshot: dict, job: Job, run_step, flow: str):
+        """The unit runner of a fused plan for :func:`inference.ensembles.run`:
+        a :class:`Segment` through the executor's ``run_segment`` (for the
+        caller's ``flow``), a step with ``run_step``."""
+
+        def run_unit(unit, inputs: dict) -> dict:
+            if isinstance(unit, Segment):
+                return self.run(snapshot, job, unit, inputs, flow)
+            return run_step(unit, inputs)
+
+        return run_unit
+
+    def run(self, snapshot: dict, job: Job, segment: Segment, inputs: dict, flow: str) -> dict:
+        """Run ``segment`` on ``inputs`` (ensemble tensors by name) on one worker
+        and return the tensors of its ``output_map`` by name; counts each step's
+        statistics. It waits for ``flow``'s turn at its first step's seats, as
+        many turns as it has steps (:mod:`inference.fair_share`). Raises
+        :class:`~inference.ensembles.StepFailed` naming the step that failed
+        (the first for a failed exchange)."""
+        steps = segment.steps
         entries = [step_entry(snapshot, step) for step in steps]
-        if any(not _fusable(dataplane, entry) for entry in entries):
-            return False
-        return bool(executor.segment_workers([entry.instance_group for entry in entries]))
-
-    return fits
-
-
-def _fusable(dataplane, entry) -> bool:
-    """Whether a step's version may run inside a segment (see module doc)."""
-    return (
-        entry is not None
-        and entry.serving
-        and entry.target is not None
-        and entry.target.sequence is None
-        and not (entry.response_cache and dataplane.response_cache is not None)
-        and not entry.payload_log[0]
-    )
-
-
-def runner(dataplane, snapshot, job, run_step, flow: str):
-    """The unit runner of a fused plan for :func:`inference.ensembles.run`:
-    a :class:`Segment` through the executor's ``run_segment`` (for the
-    caller's ``flow``), a step with ``run_step``."""
-
-    def run_unit(unit, inputs: dict) -> dict:
-        if isinstance(unit, Segment):
-            return run_segment(dataplane, snapshot, job, unit, inputs, flow)
-        return run_step(unit, inputs)
-
-    return run_unit
-
-
-def run_segment(dataplane, snapshot, job, segment: Segment, inputs: dict, flow: str) -> dict:
-    """Run ``segment`` on ``inputs`` (ensemble tensors by name) on one worker
-    and return the tensors of its ``output_map`` by name; counts each step's
-    statistics. It waits for ``flow``'s turn at its first step's seats, as
-    many turns as it has steps (:mod:`inference.fair_share`). Raises
-    :class:`~inference.ensembles.StepFailed` naming the step that failed
-    (the first for a failed exchange)."""
-    steps = segment.steps
-    entries = [step_entry(snapshot, step) for step in steps]
-    started = _now()
-    statistics = dataplane.statistics
-    try:
-        if job.deadline is not None and job.deadline <= time.monotonic():
-            raise DeadlineExceeded("the request's deadline passed before this step ran")
-        gate = dataplane.fair.gate(entries[0].target, entries[0].instance_group)
-        if gate is not None:
-            gate.enter(flow, job.deadline, cost=len(steps))
+        started = _now()
+        statistics = self.statistics
         try:
-            with tracing.step("segment", steps=",".join(str(s.number) for s in steps)):
-                ran = dataplane.executor.run_segment(
-                    [(entry.target, step.input_map, step.output_map) for entry, step in zip(entries, steps)],
-                    inputs, list(segment.output_map), job.deadline, [entry.instance_group for entry in entries],
-                )  # fmt: skip
-        finally:
+            if job.deadline is not None and job.deadline <= time.monotonic():
+                raise DeadlineExceeded("the request's deadline passed before this step ran")
+            gate = self.fair.gate(entries[0].target, entries[0].instance_group)
             if gate is not None:
-                gate.leave()
-    except InferenceError as exc:
-        statistics.record_failure(steps[0].model, steps[0].version, _now() - started)
-        raise StepFailed(steps[0], exc) from None
-    # the exchange's own time: the first step's compute_input, or the failed step's time
-    overhead = max(0, _now() - started - sum(run.total_ns for run in ran.runs))
-    for index, (step, run) in enumerate(zip(steps, ran.runs)):
-        extra = overhead if index == 0 and ran.error is None else 0
-        statistics.record_success(
-            step.model, step.version, rows=run.rows, total_ns=run.total_ns + extra, queue_ns=run.queue_ns,
-            input_ns=run.input_ns + extra, infer_ns=max(0, run.run_ns - run.queue_ns),
-            output_ns=max(0, run.total_ns - run.input_ns - run.run_ns), batch_size=run.batch, executed=run.executed,
-        )  # fmt: skip
-    if ran.error is not None:
-        failed = steps[len(ran.runs)]
-        statistics.record_failure(failed.model, failed.version, overhead)
-        raise StepFailed(failed, ran.error)
-    return ran.outputs
+                gate.enter(flow, job.deadline, cost=len(steps))
+            try:
+                with tracing.step("segment", steps=",".join(str(s.number) for s in steps)):
+                    ran = self.executor.run_segment(
+                        [(entry.target, step.input_map, step.output_map) for entry, step in zip(entries, steps)],
+                        inputs, list(segment.output_map), job.deadline, [entry.instance_group for entry in entries],
+                    )  # fmt: skip
+            finally:
+                if gate is not None:
+                    gate.leave()
+        except InferenceError as exc:
+            statistics.record_failure(steps[0].model, steps[0].version, _now() - started)
+            raise StepFailed(steps[0], exc) from None
+        # the exchange's own time: the first step's compute_input, or the failed step's time
+        overhead = max(0, _now() - started - sum(run.total_ns for run in ran.runs))
+        for index, (step, run) in enumerate(zip(steps, ran.runs)):
+            extra = overhead if index == 0 and ran.error is None else 0
+            statistics.record_success(
+                step.model, step.version, rows=run.rows, total_ns=run.total_ns + extra, queue_ns=run.queue_ns,
+                input_ns=run.input_ns + extra, infer_ns=max(0, run.run_ns - run.queue_ns),
+                output_ns=max(0, run.total_ns - run.input_ns - run.run_ns), batch_size=run.batch,
+                executed=run.executed,
+            )  # fmt: skip
+        if ran.error is not None:
+            failed = steps[len(ran.runs)]
+            statistics.record_failure(failed.model, failed.version, overhead)
+            raise StepFailed(failed, ran.error)
+        return ran.outputs
