@@ -11,7 +11,9 @@ gRPC processes) or worker runtime (``runworker``) from settings.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
@@ -22,6 +24,8 @@ from hosting import deployment
 from inference import observability, outage, ports, runtime_settings, tracing
 from inference.changes import beacon_at
 from inference.dataplane import DataPlane
+from inference.executor import Executor
+from inference.extensions import Extensions
 from inference.fair_share import FairShare
 from inference.instance_groups import cpu_instances
 from inference.payload_log import PayloadLogger, sink_for
@@ -83,6 +87,7 @@ def install() -> None:
         authorizer=StoreAuthorizer(token_cache),
         statistics_store=DatabaseStatistics(),
         dataplane_factory=build_dataplane,
+        extensions_factory=build_extensions,
         audit_log=StoreAuditLog(),
     )
     if executor_mode() == IN_PROCESS:
@@ -259,8 +264,65 @@ def build_limiter() -> RateLimiter:
     return RateLimiter(defaults, MemoryStore())
 
 
+@dataclass(frozen=True)
+class ServingParts:
+    """A server process's collaborators, one of each, which its data plane
+    and its extensions share."""
+
+    registry: ModelRegistry
+    executor: Executor
+    statistics: StatisticsRecorder
+    regions: RegionRegistry
+
+
+_parts: ServingParts | None = None
+_parts_lock = threading.Lock()
+
+
+def serving_parts() -> ServingParts:
+    """This server process's collaborators, built and started on first use."""
+    global _parts
+    with _parts_lock:
+        if _parts is None:
+            _parts = _build_parts()
+        return _parts
+
+
+def build_extensions() -> Extensions:
+    """This server process's Triton extensions, over its data plane's collaborators."""
+    parts = serving_parts()
+    return Extensions.over(
+        registry=parts.registry, executor=parts.executor, statistics=parts.statistics, regions=parts.regions
+    )
+
+
 def build_dataplane() -> DataPlane:
     """This server process's data plane, from settings."""
+    parts = serving_parts()
+    executor = parts.executor
+    return DataPlane(
+        parts.registry,
+        executor,
+        hosting.SERVER_NAME,
+        hosting.__version__,
+        statistics=parts.statistics,
+        timeout_seconds=settings.INFERENCE_TIMEOUT_SECONDS,
+        limiter=build_limiter(),
+        payload_log=build_payload_log(),
+        shared_memory=parts.regions,
+        cache=build_response_cache(),
+        fair=FairShare(
+            settings.FAIR_QUEUE_PER_FLOW,
+            weights=settings.FAIR_SHARE_WEIGHTS,
+            seats=executor.seats,
+            enabled=settings.FAIR_SHARE,
+        ),
+    )
+
+
+def _build_parts() -> ServingParts:
+    """The registry (loaded, following changes), the executor (started), the statistics recorder (flushing) and
+    the machine's shared-memory regions of a server process, from settings."""
     SequenceBatcher.backlog_per_owner = settings.FAIR_SEQUENCE_BACKLOG
     registry = _registry()
     if executor_mode() == WORKERS:
@@ -298,24 +360,8 @@ def build_dataplane() -> DataPlane:
         rollup_seconds=settings.CHART_FLUSH_SECONDS,
     )
     statistics.start()
-    return DataPlane(
-        registry,
-        executor,
-        hosting.SERVER_NAME,
-        hosting.__version__,
-        statistics=statistics,
-        timeout_seconds=settings.INFERENCE_TIMEOUT_SECONDS,
-        limiter=build_limiter(),
-        payload_log=build_payload_log(),
-        shared_memory=RegionRegistry(Path(settings.VAR_DIR) / "run" / "shm"),  # this machine's registered regions
-        cache=build_response_cache(),
-        fair=FairShare(
-            settings.FAIR_QUEUE_PER_FLOW,
-            weights=settings.FAIR_SHARE_WEIGHTS,
-            seats=executor.seats,
-            enabled=settings.FAIR_SHARE,
-        ),
-    )
+    regions = RegionRegistry(Path(settings.VAR_DIR) / "run" / "shm")  # this machine's registered regions
+    return ServingParts(registry, executor, statistics, regions)
 
 
 def build_response_cache() -> ResponseCache | None:

@@ -224,6 +224,7 @@ class Container:
     authorizer: Authorizer | None = None
     statistics_store: StatisticsStore | None = None
     dataplane_factory: Any = None  # () -> DataPlane
+    extensions_factory: Any = None  # () -> Extensions (inference/extensions), over the data plane's collaborators
     audit_log: AuditLog | None = None
 
 

@@ -1,30 +1,73 @@
-"""Triton's extensions beside inference, over the data plane: the model
-repository (:mod:`.repository`), model configuration (:mod:`.configuration`),
+"""Triton's extensions beside inference: the model repository
+(:mod:`.repository`), model configuration (:mod:`.configuration`),
 statistics (:mod:`.statistics`), system and CUDA shared memory
 (:mod:`.shared_memory`), trace and logging settings (:mod:`.settings`).
 
-Each function takes the process's :class:`~inference.dataplane.DataPlane`
-first (its registry, executor, statistics and regions) and raises only
-protocol errors; the REST and gRPC adapters make one call per endpoint and
-encode what it returns. Calls that change state need a credential and are
-audited with their actor.
+Each extension is an object built with the collaborators it needs (the
+registry, the executor, the statistics recorder, the machine's
+shared-memory regions: the same ones the process's data plane was built
+with), one method per endpoint, raising only protocol errors; the REST and
+gRPC adapters make one call per endpoint and encode what it returns.
+:class:`Extensions` holds the five, :func:`get_extensions` the process's.
+Calls that change state need a credential and are audited with their actor.
 
 Spec: https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_<name>.md
 """
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass
+
+from inference.executor import Executor
+from inference.extensions.configuration import ConfigurationExtension
+from inference.extensions.repository import RepositoryExtension
+from inference.extensions.settings import SettingsExtension
+from inference.extensions.shared_memory import SharedMemoryExtension
+from inference.extensions.statistics import StatisticsExtension
 from inference.ports import container
+from inference.registry import ModelRegistry
+from inference.shared_memory import RegionRegistry
+from inference.statistics import StatisticsRecorder
 
 
-def follow_scopes(plane) -> None:
-    """Bring the registry (and the token scopes, a registry listener) up to
-    date before a credential is checked: reading ``registry.models`` follows
-    the change beacon."""
-    plane.registry.models  # noqa: B018
+@dataclass(frozen=True)
+class Extensions:
+    """The extensions of one server process."""
+
+    repository: RepositoryExtension
+    configuration: ConfigurationExtension
+    statistics: StatisticsExtension
+    shared_memory: SharedMemoryExtension
+    settings: SettingsExtension
+
+    @classmethod
+    def over(
+        cls, *, registry: ModelRegistry, executor: Executor, statistics: StatisticsRecorder, regions: RegionRegistry
+    ) -> Extensions:
+        """The five over these collaborators (the data plane's)."""
+        return cls(
+            RepositoryExtension(registry),
+            ConfigurationExtension(registry, executor),
+            StatisticsExtension(registry, statistics),
+            SharedMemoryExtension(registry, regions),
+            SettingsExtension(registry),
+        )
 
 
-def audit(caller, action: str, model_name: str, **detail) -> None:
-    """Record ``action`` by ``caller.actor`` in the installed audit log (none: nothing)."""
-    if container.audit_log is not None:
-        container.audit_log.record(caller.actor, action, model_name, **detail)
+_extensions: Extensions | None = None
+_lock = threading.Lock()
+
+
+def get_extensions() -> Extensions:
+    """The process-wide extensions, built on first use by the factory the
+    composition root installed (``container.extensions_factory``), over the
+    same collaborators as the process's data plane."""
+    global _extensions
+    if _extensions is None:
+        with _lock:
+            if _extensions is None:
+                if container.extensions_factory is None:
+                    raise RuntimeError("no extensions factory is installed (the composition root did not run)")
+                _extensions = container.extensions_factory()
+    return _extensions

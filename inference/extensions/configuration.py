@@ -3,22 +3,27 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from inference import model_config
+from inference.executor import Executor
+from inference.registry import ModelRegistry
 
-if TYPE_CHECKING:
-    from inference.dataplane import DataPlane
 
+class ConfigurationExtension:
+    """Models' configurations from the ``registry``, instance groups
+    resolved to the devices the ``executor`` runs models on."""
 
-def config(plane: DataPlane, name: str, version: str | None = None) -> dict:
-    """Triton's model configuration of a model as JSON-ready data, as
-    Triton returns it (inference/model_config.py). The signature is the
-    given version's, else the default version's (the registry's lookup,
-    as for metadata). Raises ModelNotFound (an unknown model or version, a
-    version that is not a number), ModelNotReady (no version named and
-    none serves: Triton's "has no available versions")."""
-    model = plane.registry.model(name)
-    entry = plane.registry.version(name, version)
-    gpus = plane.executor.gpus()  # what KIND_AUTO resolves to
-    return model_config.render(model, entry, gpus)
+    def __init__(self, registry: ModelRegistry, executor: Executor):
+        self.registry = registry
+        self.executor = executor
+
+    def config(self, name: str, version: str | None = None) -> dict:
+        """Triton's model configuration of a model as JSON-ready data, as
+        Triton returns it (inference/model_config.py). The signature is the
+        given version's, else the default version's (the registry's lookup,
+        as for metadata). Raises ModelNotFound (an unknown model or version, a
+        version that is not a number), ModelNotReady (no version named and
+        none serves: Triton's "has no available versions")."""
+        model = self.registry.model(name)
+        entry = self.registry.version(name, version)
+        gpus = self.executor.gpus()  # what KIND_AUTO resolves to
+        return model_config.render(model, entry, gpus)

@@ -5,15 +5,12 @@ Loading and unloading change every server process before they return."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from inference import auth
-from inference.extensions import follow_scopes
+from inference.extensions.common import follow_scopes
 from inference.protocol import triton_texts
 from inference.protocol.errors import InvalidInput, ModelNotFound
-
-if TYPE_CHECKING:
-    from inference.dataplane import DataPlane
+from inference.registry import ModelRegistry
 
 
 @dataclass(frozen=True)
@@ -26,74 +23,78 @@ class IndexEntry:
     reason: str
 
 
-def index(plane: DataPlane, ready_only: bool = False, token: str | None = None) -> list[IndexEntry]:
-    """Every model version with its state (READY, UNAVAILABLE, LOADING)
-    and the reason it does not serve; only READY ones with ``ready_only``.
-    While tokens are required, only the models the token may see."""
-    models = plane.registry.models  # first: token scopes follow the registry
-    visible = auth.visible_models(token)
-    entries = []
-    for name in sorted(models):
-        if visible is not None and not visible(name):
-            continue
-        model = models[name]
-        for number in sorted(model.versions):
-            version = model.versions[number]
-            if version.serving:
-                state, reason = "READY", ""
-            elif version.state in ("UPLOADED", "VALIDATING", "LOADING"):
-                state, reason = "LOADING", version.state.lower()
-            else:
-                state, reason = "UNAVAILABLE", version.reason or version.state
-            if ready_only and state != "READY":
+class RepositoryExtension:
+    """The model repository: its index, load and unload, over the ``registry``."""
+
+    def __init__(self, registry: ModelRegistry):
+        self.registry = registry
+
+    def index(self, ready_only: bool = False, token: str | None = None) -> list[IndexEntry]:
+        """Every model version with its state (READY, UNAVAILABLE, LOADING)
+        and the reason it does not serve; only READY ones with ``ready_only``.
+        While tokens are required, only the models the token may see."""
+        models = self.registry.models  # first: token scopes follow the registry
+        visible = auth.visible_models(token)
+        entries = []
+        for name in sorted(models):
+            if visible is not None and not visible(name):
                 continue
-            entries.append(IndexEntry(name, str(number), state, reason))
-    return entries
+            model = models[name]
+            for number in sorted(model.versions):
+                version = model.versions[number]
+                if version.serving:
+                    state, reason = "READY", ""
+                elif version.state in ("UPLOADED", "VALIDATING", "LOADING"):
+                    state, reason = "LOADING", version.state.lower()
+                else:
+                    state, reason = "UNAVAILABLE", version.reason or version.state
+                if ready_only and state != "READY":
+                    continue
+                entries.append(IndexEntry(name, str(number), state, reason))
+        return entries
 
+    def load(self, name: str, parameters: dict | None = None, token: str | None = None) -> None:
+        """Load ``name`` in every server process (its policy's READY versions
+        serve again) before returning. Parameters: ``config`` (a JSON string:
+        the model's whole Triton configuration, replacing its own as Triton's
+        load does; the registry source checks and applies it). Needs a token
+        of the model's team or an operator's (audited as its user). Raises Unauthenticated,
+        PermissionDenied; ModelNotFound, InvalidInput with Triton's "failed to
+        load '<name>', " before the reason."""
+        follow_scopes(self.registry)
+        registry = self.registry
+        caller = auth.authorize_control(token, name)
+        try:
+            registry.model(name)
+            for key, value in (parameters or {}).items():
+                if key == "config":
+                    if not isinstance(value, str):
+                        raise InvalidInput("Config parameter 'config' must have string type for its value")
+                    registry.set_config(name, value, actor=caller.actor)
+                elif key.startswith("file:"):
+                    raise InvalidInput("file: parameters are not supported; upload new versions to the model store")
+                else:
+                    raise InvalidInput(f"Unrecognized load parameter '{key}'")
+        except (ModelNotFound, InvalidInput) as exc:
+            raise type(exc)(triton_texts.load_failed(name, exc.message)) from None
+        registry.set_loaded(name, True, caller.actor)
 
-def load(plane: DataPlane, name: str, parameters: dict | None = None, token: str | None = None) -> None:
-    """Load ``name`` in every server process (its policy's READY versions
-    serve again) before returning. Parameters: ``config`` (a JSON string:
-    the model's whole Triton configuration, replacing its own as Triton's
-    load does; the registry source checks and applies it). Needs a token
-    of the model's team or an operator's (audited as its user). Raises Unauthenticated,
-    PermissionDenied; ModelNotFound, InvalidInput with Triton's "failed to
-    load '<name>', " before the reason."""
-    follow_scopes(plane)
-    registry = plane.registry
-    caller = auth.authorize_control(token, name)
-    try:
-        registry.model(name)
+    def unload(self, name: str, parameters: dict | None = None, token: str | None = None) -> None:
+        """Unload ``name`` in every server process before returning; stored
+        versions stay. ``unload_dependents: true`` on an ensemble also unloads
+        the models it runs (those no other loaded ensemble runs), as Triton does;
+        a model that a READY ensemble runs is not unloaded (InUse, HTTP 409,
+        naming the ensemble: unload the ensemble first). Needs a token like :func:`load`; an unknown
+        model is NOT_FOUND only for callers that could change it (operators).
+        Raises Unauthenticated, PermissionDenied, ModelNotFound, InvalidInput, InUse."""
+        follow_scopes(self.registry)
+        caller = auth.authorize_control(token, name)
+        self.registry.model(name)
+        dependents = False
         for key, value in (parameters or {}).items():
-            if key == "config":
-                if not isinstance(value, str):
-                    raise InvalidInput("Config parameter 'config' must have string type for its value")
-                registry.set_config(name, value, actor=caller.actor)
-            elif key.startswith("file:"):
-                raise InvalidInput("file: parameters are not supported; upload new versions to the model store")
-            else:
-                raise InvalidInput(f"Unrecognized load parameter '{key}'")
-    except (ModelNotFound, InvalidInput) as exc:
-        raise type(exc)(triton_texts.load_failed(name, exc.message)) from None
-    registry.set_loaded(name, True, caller.actor)
-
-
-def unload(plane: DataPlane, name: str, parameters: dict | None = None, token: str | None = None) -> None:
-    """Unload ``name`` in every server process before returning; stored
-    versions stay. ``unload_dependents: true`` on an ensemble also unloads
-    the models it runs (those no other loaded ensemble runs), as Triton does;
-    a model that a READY ensemble runs is not unloaded (InUse, HTTP 409,
-    naming the ensemble: unload the ensemble first). Needs a token like :func:`load`; an unknown
-    model is NOT_FOUND only for callers that could change it (operators).
-    Raises Unauthenticated, PermissionDenied, ModelNotFound, InvalidInput, InUse."""
-    follow_scopes(plane)
-    caller = auth.authorize_control(token, name)
-    plane.registry.model(name)
-    dependents = False
-    for key, value in (parameters or {}).items():
-        if key != "unload_dependents":
-            raise InvalidInput(f"unrecognized unload parameter '{key}'")
-        if not isinstance(value, bool):
-            raise InvalidInput("parameter 'unload_dependents' must be a boolean")
-        dependents = value
-    plane.registry.set_loaded(name, False, caller.actor, dependents)
+            if key != "unload_dependents":
+                raise InvalidInput(f"unrecognized unload parameter '{key}'")
+            if not isinstance(value, bool):
+                raise InvalidInput("parameter 'unload_dependents' must be a boolean")
+            dependents = value
+        self.registry.set_loaded(name, False, caller.actor, dependents)

@@ -5,46 +5,47 @@ https://github.com/triton-inference-server/server/blob/main/docs/protocol/extens
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from inference import auth, runtime_settings
-from inference.extensions import audit, follow_scopes
-
-if TYPE_CHECKING:
-    from inference.dataplane import DataPlane
+from inference.extensions.common import audit, follow_scopes
+from inference.registry import ModelRegistry
 
 
-def trace_settings(plane: DataPlane, token: str | None, model: str | None = None, update: dict | None = None) -> dict:
-    """Triton's trace settings, global or a model's (its own over the global
-    ones), changed by ``update`` when given (``None`` values clear a
-    model's own); for every process of the machine before this returns
-    (inference/runtime_settings.py). Operators only (audited). Raises
-    Unauthenticated, PermissionDenied, ModelNotFound, InvalidInput."""
-    follow_scopes(plane)
-    caller = auth.authorize_operator(token)
-    if model:
-        plane.registry.model(model)
-    settings = runtime_settings.runtime_settings()
-    settings.follow()  # another process (REST or gRPC) may have changed them since this one's last inference
-    if update is None:
-        return settings.trace(model)
-    clean = runtime_settings.clean_trace_settings(update, per_model=bool(model))  # bounded: audited as applied
-    result = settings.update_trace(clean, model)
-    audit(caller, "trace.settings", model or "", settings=clean)
-    return result
+class SettingsExtension:
+    """Trace and log settings of the machine; the ``registry`` names the models."""
 
+    def __init__(self, registry: ModelRegistry):
+        self.registry = registry
 
-def log_settings(plane: DataPlane, token: str | None, update: dict | None = None) -> dict:
-    """Triton's log settings, changed by ``update`` when given, in every
-    process of the machine. Operators only (audited). Raises
-    Unauthenticated, PermissionDenied, InvalidInput."""
-    follow_scopes(plane)
-    caller = auth.authorize_operator(token)
-    settings = runtime_settings.runtime_settings()
-    settings.follow()
-    if update is None:
-        return settings.log()
-    clean = runtime_settings.clean_log_settings(update)
-    result = settings.update_log(clean)
-    audit(caller, "log.settings", "", settings=clean)
-    return result
+    def trace_settings(self, token: str | None, model: str | None = None, update: dict | None = None) -> dict:
+        """Triton's trace settings, global or a model's (its own over the global
+        ones), changed by ``update`` when given (``None`` values clear a
+        model's own); for every process of the machine before this returns
+        (inference/runtime_settings.py). Operators only (audited). Raises
+        Unauthenticated, PermissionDenied, ModelNotFound, InvalidInput."""
+        follow_scopes(self.registry)
+        caller = auth.authorize_operator(token)
+        if model:
+            self.registry.model(model)
+        settings = runtime_settings.runtime_settings()
+        settings.follow()  # another process (REST or gRPC) may have changed them since this one's last inference
+        if update is None:
+            return settings.trace(model)
+        clean = runtime_settings.clean_trace_settings(update, per_model=bool(model))  # bounded: audited as applied
+        result = settings.update_trace(clean, model)
+        audit(caller, "trace.settings", model or "", settings=clean)
+        return result
+
+    def log_settings(self, token: str | None, update: dict | None = None) -> dict:
+        """Triton's log settings, changed by ``update`` when given, in every
+        process of the machine. Operators only (audited). Raises
+        Unauthenticated, PermissionDenied, InvalidInput."""
+        follow_scopes(self.registry)
+        caller = auth.authorize_operator(token)
+        settings = runtime_settings.runtime_settings()
+        settings.follow()
+        if update is None:
+            return settings.log()
+        clean = runtime_settings.clean_log_settings(update)
+        result = settings.update_log(clean)
+        audit(caller, "log.settings", "", settings=clean)
+        return result

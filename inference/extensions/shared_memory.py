@@ -6,66 +6,64 @@ CUDA shared memory is not supported."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from inference import auth
 from inference import shared_memory as shm
-from inference.extensions import audit, follow_scopes
+from inference.extensions.common import audit, follow_scopes
 from inference.protocol.errors import InvalidInput
-
-if TYPE_CHECKING:
-    from inference.dataplane import DataPlane
+from inference.registry import ModelRegistry
 
 
-def _caller(plane: DataPlane, token: str | None):
-    follow_scopes(plane)
-    return auth.authorize_regions(token)
+class SharedMemoryExtension:
+    """The callers' system shared-memory ``regions`` (the machine's); the
+    ``registry`` is followed before a credential is checked."""
 
+    def __init__(self, registry: ModelRegistry, regions: shm.RegionRegistry):
+        self.registry = registry
+        self.regions = regions
 
-def status(plane: DataPlane, token: str | None, name: str | None = None) -> list[shm.Region]:
-    """The caller's registered system shared-memory regions (``name``:
-    that one; raises RegionNotFound). Raises Unauthenticated (no token
-    while tokens are required, an unknown one)."""
-    owner = _caller(plane, token)[0]
-    return plane.shared_memory.status(owner, name)
+    def _caller(self, token: str | None):
+        follow_scopes(self.registry)
+        return auth.authorize_regions(token)
 
+    def status(self, token: str | None, name: str | None = None) -> list[shm.Region]:
+        """The caller's registered system shared-memory regions (``name``:
+        that one; raises RegionNotFound). Raises Unauthenticated (no token
+        while tokens are required, an unknown one)."""
+        owner = self._caller(token)[0]
+        return self.regions.status(owner, name)
 
-def register(plane: DataPlane, token: str | None, name: str, key: str, offset: int, byte_size: int) -> None:
-    """Register ``byte_size`` bytes of the shared-memory object ``key``
-    from ``offset`` as the caller's region ``name``, for every process of
-    the machine (audited). Raises Unauthenticated, InvalidInput (see
-    :meth:`inference.shared_memory.RegionRegistry.register`)."""
-    owner, caller = _caller(plane, token)
-    plane.shared_memory.register(owner, name, key, offset, byte_size)
-    audit(caller, "shared_memory.register", "", name=name, key=key, offset=offset, byte_size=byte_size,
-          owner=owner, by=caller.label)  # fmt: skip
+    def register(self, token: str | None, name: str, key: str, offset: int, byte_size: int) -> None:
+        """Register ``byte_size`` bytes of the shared-memory object ``key``
+        from ``offset`` as the caller's region ``name``, for every process of
+        the machine (audited). Raises Unauthenticated, InvalidInput (see
+        :meth:`inference.shared_memory.RegionRegistry.register`)."""
+        owner, caller = self._caller(token)
+        self.regions.register(owner, name, key, offset, byte_size)
+        audit(caller, "shared_memory.register", "", name=name, key=key, offset=offset, byte_size=byte_size,
+              owner=owner, by=caller.label)  # fmt: skip
 
+    def unregister(self, token: str | None, name: str | None = None) -> None:
+        """Unregister the caller's region ``name``, or all of its regions
+        (``name`` empty); requests using one keep it until they finish
+        (audited when something was unregistered). Raises Unauthenticated."""
+        owner, caller = self._caller(token)
+        gone = self.regions.unregister(owner, name)
+        if gone:
+            names = [r.name for r in gone]
+            audit(caller, "shared_memory.unregister", "", names=names, owner=owner, by=caller.label)
 
-def unregister(plane: DataPlane, token: str | None, name: str | None = None) -> None:
-    """Unregister the caller's region ``name``, or all of its regions
-    (``name`` empty); requests using one keep it until they finish
-    (audited when something was unregistered). Raises Unauthenticated."""
-    owner, caller = _caller(plane, token)
-    gone = plane.shared_memory.unregister(owner, name)
-    if gone:
-        names = [r.name for r in gone]
-        audit(caller, "shared_memory.unregister", "", names=names, owner=owner, by=caller.label)
+    def cuda_status(self, token: str | None, name: str | None = None) -> list:
+        """CUDA shared memory is not supported: no region (``name``: RegionNotFound)."""
+        self._caller(token)
+        if name:
+            raise shm.RegionNotFound(f"Unable to find cuda shared memory region: '{name}'")
+        return []
 
+    def cuda_register(self, token: str | None, name: str) -> None:
+        """Always InvalidInput: CUDA shared memory is not supported."""
+        self._caller(token)
+        raise InvalidInput(shm.CUDA_UNSUPPORTED)
 
-def cuda_status(plane: DataPlane, token: str | None, name: str | None = None) -> list:
-    """CUDA shared memory is not supported: no region (``name``: RegionNotFound)."""
-    _caller(plane, token)
-    if name:
-        raise shm.RegionNotFound(f"Unable to find cuda shared memory region: '{name}'")
-    return []
-
-
-def cuda_register(plane: DataPlane, token: str | None, name: str) -> None:
-    """Always InvalidInput: CUDA shared memory is not supported."""
-    _caller(plane, token)
-    raise InvalidInput(shm.CUDA_UNSUPPORTED)
-
-
-def cuda_unregister(plane: DataPlane, token: str | None, name: str | None = None) -> None:
-    """Nothing to unregister (CUDA shared memory is not supported)."""
-    _caller(plane, token)
+    def cuda_unregister(self, token: str | None, name: str | None = None) -> None:
+        """Nothing to unregister (CUDA shared memory is not supported)."""
+        self._caller(token)

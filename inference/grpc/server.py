@@ -14,6 +14,7 @@ import grpc
 from django.conf import settings
 
 from inference.dataplane import get_dataplane
+from inference.extensions import get_extensions
 from inference.grpc.proto import oip_pb2_grpc
 from inference.grpc.servicer import InferenceServicer
 
@@ -35,7 +36,7 @@ def build_server(address: str) -> tuple[grpc.aio.Server, int]:
     dataplane = get_dataplane()
     server = grpc.aio.server(options=options)
     oip_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        InferenceServicer(dataplane, settings.MAX_REQUEST_BYTES), server
+        InferenceServicer(dataplane, get_extensions(), settings.MAX_REQUEST_BYTES), server
     )
     port = server.add_insecure_port(address)
     if port == 0:

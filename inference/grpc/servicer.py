@@ -25,7 +25,6 @@ import grpc
 
 from inference import observability, rollups, tracing
 from inference.auth import bearer_token
-from inference.extensions import configuration, repository, settings, shared_memory, statistics
 from inference.grpc import converters, streaming
 from inference.grpc.proto import oip_pb2 as pb
 from inference.grpc.proto import oip_pb2_grpc
@@ -81,8 +80,9 @@ def _one_repository(request) -> None:
 class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
     """Thin adapter from ``inference.GRPCInferenceService`` to a DataPlane."""
 
-    def __init__(self, dataplane, max_request_bytes: int):
+    def __init__(self, dataplane, extensions, max_request_bytes: int):
         self.dataplane = dataplane
+        self.extensions = extensions  # Triton's other extensions (inference/extensions)
         self.max_request_bytes = max_request_bytes
 
     @rpc
@@ -179,20 +179,20 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
     # -- extensions ----------------------------------------------------------
     @rpc
     async def ModelConfig(self, request, context):
-        config = configuration.config(self.dataplane, request.name, request.version or None)
+        config = self.extensions.configuration.config(request.name, request.version or None)
         return converters.model_config_to_proto(config)
 
     @rpc
     async def ModelStatistics(self, request, context):
         stats = await asyncio.to_thread(
-            statistics.model_statistics, self.dataplane, request.name or None, request.version or None, _bearer(context)
+            self.extensions.statistics.model_statistics, request.name or None, request.version or None, _bearer(context)
         )
         return converters.statistics_to_proto(stats)
 
     @rpc
     async def RepositoryIndex(self, request, context):
         _one_repository(request)
-        entries = await asyncio.to_thread(repository.index, self.dataplane, request.ready, _bearer(context))
+        entries = await asyncio.to_thread(self.extensions.repository.index, request.ready, _bearer(context))
         response = pb.RepositoryIndexResponse()
         for entry in entries:
             response.models.add(name=entry.name, version=entry.version, state=entry.state, reason=entry.reason)
@@ -202,20 +202,20 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
     async def RepositoryModelLoad(self, request, context):
         _one_repository(request)
         parameters = converters.repository_parameters(request.parameters)
-        await asyncio.to_thread(repository.load, self.dataplane, request.model_name, parameters, _bearer(context))
+        await asyncio.to_thread(self.extensions.repository.load, request.model_name, parameters, _bearer(context))
         return pb.RepositoryModelLoadResponse()
 
     @rpc
     async def RepositoryModelUnload(self, request, context):
         _one_repository(request)
         parameters = converters.repository_parameters(request.parameters)
-        await asyncio.to_thread(repository.unload, self.dataplane, request.model_name, parameters, _bearer(context))
+        await asyncio.to_thread(self.extensions.repository.unload, request.model_name, parameters, _bearer(context))
         return pb.RepositoryModelUnloadResponse()
 
     # -- shared-memory extensions (inference/shared_memory.py) ---------------------
     @rpc
     async def SystemSharedMemoryStatus(self, request, context):
-        regions = await asyncio.to_thread(shared_memory.status, self.dataplane, _bearer(context), request.name or None)
+        regions = await asyncio.to_thread(self.extensions.shared_memory.status, _bearer(context), request.name or None)
         response = pb.SystemSharedMemoryStatusResponse()
         for region in regions:
             status = response.regions[region.name]
@@ -227,41 +227,41 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
     @rpc
     async def SystemSharedMemoryRegister(self, request, context):
         await asyncio.to_thread(
-            shared_memory.register, self.dataplane, _bearer(context), request.name, request.key, request.offset,
+            self.extensions.shared_memory.register, _bearer(context), request.name, request.key, request.offset,
             request.byte_size,
         )  # fmt: skip
         return pb.SystemSharedMemoryRegisterResponse()
 
     @rpc
     async def SystemSharedMemoryUnregister(self, request, context):
-        await asyncio.to_thread(shared_memory.unregister, self.dataplane, _bearer(context), request.name or None)
+        await asyncio.to_thread(self.extensions.shared_memory.unregister, _bearer(context), request.name or None)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     @rpc
     async def CudaSharedMemoryStatus(self, request, context):
-        await asyncio.to_thread(shared_memory.cuda_status, self.dataplane, _bearer(context), request.name or None)
+        await asyncio.to_thread(self.extensions.shared_memory.cuda_status, _bearer(context), request.name or None)
         return pb.CudaSharedMemoryStatusResponse()
 
     @rpc
     async def CudaSharedMemoryRegister(self, request, context):
-        await asyncio.to_thread(shared_memory.cuda_register, self.dataplane, _bearer(context), request.name)
+        await asyncio.to_thread(self.extensions.shared_memory.cuda_register, _bearer(context), request.name)
         return pb.CudaSharedMemoryRegisterResponse()
 
     @rpc
     async def CudaSharedMemoryUnregister(self, request, context):
-        await asyncio.to_thread(shared_memory.cuda_unregister, self.dataplane, _bearer(context), request.name or None)
+        await asyncio.to_thread(self.extensions.shared_memory.cuda_unregister, _bearer(context), request.name or None)
         return pb.CudaSharedMemoryUnregisterResponse()
 
     @rpc
     async def TraceSetting(self, request, context):
         update = converters.trace_settings_from_proto(request.settings)
         current = await asyncio.to_thread(
-            settings.trace_settings, self.dataplane, _bearer(context), request.model_name or None, update
+            self.extensions.settings.trace_settings, _bearer(context), request.model_name or None, update
         )
         return converters.trace_settings_to_proto(current)
 
     @rpc
     async def LogSettings(self, request, context):
         update = converters.log_settings_from_proto(request.settings)
-        current = await asyncio.to_thread(settings.log_settings, self.dataplane, _bearer(context), update)
+        current = await asyncio.to_thread(self.extensions.settings.log_settings, _bearer(context), update)
         return converters.log_settings_to_proto(current)

@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 from inference import observability, rollups
 from inference.auth import bearer_token
 from inference.dataplane import get_dataplane
+from inference.extensions import get_extensions
 from inference.http.responses import exception_handler
 
 
@@ -38,6 +39,10 @@ class ProtocolView(APIView):
     @property
     def dataplane(self):
         return get_dataplane()
+
+    @property
+    def extensions(self):
+        return get_extensions()
 
     def get_exception_handler(self):
         return exception_handler

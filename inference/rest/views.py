@@ -2,10 +2,10 @@
 https://github.com/kserve/open-inference-protocol/blob/main/specification/protocol/inference_rest.md)
 and Triton's extensions (model repository, model configuration, statistics,
 shared memory: https://github.com/triton-inference-server/server/blob/main/docs/protocol/):
-thin DRF views over the DataPlane.
+thin DRF views over the DataPlane and the extensions.
 
 Each view decodes with the codecs, calls one DataPlane method (or one
-function of :mod:`inference.extensions` over it), and encodes the answer;
+method of an extension, :mod:`inference.extensions`), and encodes the answer;
 errors go through :func:`inference.http.responses.exception_handler`.
 Model not ready answers 503 with ``{"error", "name", "ready": false}``.
 """
@@ -17,7 +17,6 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from inference import observability, tracing
 from inference.codecs import message
-from inference.extensions import configuration, repository, settings, shared_memory, statistics
 from inference.http import compression
 from inference.http.bodies import read_body
 from inference.http.responses import error_response, inference_response, json_response
@@ -142,7 +141,7 @@ class RepositoryIndexView(ProtocolView):
         if not isinstance(ready, bool):
             raise InvalidInput("'ready' must be a boolean")
         entries = []
-        for e in repository.index(self.dataplane, ready, self.token(request)):
+        for e in self.extensions.repository.index(ready, self.token(request)):
             item = {"name": e.name, "version": e.version, "state": e.state}
             if e.reason:
                 item["reason"] = e.reason
@@ -155,7 +154,7 @@ class RepositoryLoadView(ProtocolView):
     process (needs a token of the model's team or an operator's)."""
 
     def post(self, request, model_name):
-        repository.load(self.dataplane, model_name, _parameters(_json_object(request)), self.token(request))
+        self.extensions.repository.load(model_name, _parameters(_json_object(request)), self.token(request))
         return HttpResponse(status=200)
 
 
@@ -165,7 +164,7 @@ class RepositoryUnloadView(ProtocolView):
     like load)."""
 
     def post(self, request, model_name):
-        repository.unload(self.dataplane, model_name, _parameters(_json_object(request)), self.token(request))
+        self.extensions.repository.unload(model_name, _parameters(_json_object(request)), self.token(request))
         return HttpResponse(status=200)
 
 
@@ -173,7 +172,7 @@ class ModelConfigView(ProtocolView):
     """GET /v2/models/<m>[/versions/<v>]/config: Triton's model configuration."""
 
     def get(self, request, model_name, model_version=None):
-        return json_response(configuration.config(self.dataplane, model_name, model_version))
+        return json_response(self.extensions.configuration.config(model_name, model_version))
 
 
 def statistics_json(stats) -> dict:
@@ -205,7 +204,7 @@ class ModelStatisticsView(ProtocolView):
     """GET /v2/models[/<m>[/versions/<v>]]/stats, counted across all processes."""
 
     def get(self, request, model_name=None, model_version=None):
-        stats = statistics.model_statistics(self.dataplane, model_name, model_version, self.token(request))
+        stats = self.extensions.statistics.model_statistics(model_name, model_version, self.token(request))
         return json_response(statistics_json(stats))
 
 
@@ -218,7 +217,7 @@ class SystemSharedMemoryStatusView(ProtocolView):
     as ``[{"name", "key", "offset", "byte_size"}]`` (404 for an unknown one)."""
 
     def get(self, request, region_name=None):
-        regions = shared_memory.status(self.dataplane, self.token(request), region_name)
+        regions = self.extensions.shared_memory.status(self.token(request), region_name)
         return json_response([_region_json(r) for r in regions])
 
 
@@ -227,8 +226,8 @@ class SystemSharedMemoryRegisterView(ProtocolView):
 
     def post(self, request, region_name):
         doc = _json_object(request)
-        shared_memory.register(
-            self.dataplane, self.token(request), region_name, doc.get("key"), doc.get("offset", 0), doc.get("byte_size")
+        self.extensions.shared_memory.register(
+            self.token(request), region_name, doc.get("key"), doc.get("offset", 0), doc.get("byte_size")
         )
         return HttpResponse(status=200)
 
@@ -238,7 +237,7 @@ class SystemSharedMemoryUnregisterView(ProtocolView):
     of the caller's."""
 
     def post(self, request, region_name=None):
-        shared_memory.unregister(self.dataplane, self.token(request), region_name)
+        self.extensions.shared_memory.unregister(self.token(request), region_name)
         return HttpResponse(status=200)
 
 
@@ -246,14 +245,14 @@ class CudaSharedMemoryStatusView(ProtocolView):
     """GET /v2/cudasharedmemory[/region/<r>]/status: ``[]`` (not supported)."""
 
     def get(self, request, region_name=None):
-        return json_response(shared_memory.cuda_status(self.dataplane, self.token(request), region_name))
+        return json_response(self.extensions.shared_memory.cuda_status(self.token(request), region_name))
 
 
 class CudaSharedMemoryRegisterView(ProtocolView):
     """POST /v2/cudasharedmemory/region/<r>/register: 400, not supported."""
 
     def post(self, request, region_name):
-        shared_memory.cuda_register(self.dataplane, self.token(request), region_name)
+        self.extensions.shared_memory.cuda_register(self.token(request), region_name)
         return HttpResponse(status=200)
 
 
@@ -261,7 +260,7 @@ class CudaSharedMemoryUnregisterView(ProtocolView):
     """POST /v2/cudasharedmemory[/region/<r>]/unregister: nothing to unregister."""
 
     def post(self, request, region_name=None):
-        shared_memory.cuda_unregister(self.dataplane, self.token(request), region_name)
+        self.extensions.shared_memory.cuda_unregister(self.token(request), region_name)
         return HttpResponse(status=200)
 
 
@@ -270,11 +269,11 @@ class TraceSettingView(ProtocolView):
     trace extension (sampling of OpenTelemetry traces); operators only."""
 
     def get(self, request, model_name=None):
-        return json_response(settings.trace_settings(self.dataplane, self.token(request), model_name))
+        return json_response(self.extensions.settings.trace_settings(self.token(request), model_name))
 
     def post(self, request, model_name=None):
         update = _json_object(request)
-        return json_response(settings.trace_settings(self.dataplane, self.token(request), model_name, update))
+        return json_response(self.extensions.settings.trace_settings(self.token(request), model_name, update))
 
 
 class LogSettingsView(ProtocolView):
@@ -282,10 +281,10 @@ class LogSettingsView(ProtocolView):
     process of the machine); operators only."""
 
     def get(self, request):
-        return json_response(settings.log_settings(self.dataplane, self.token(request)))
+        return json_response(self.extensions.settings.log_settings(self.token(request)))
 
     def post(self, request):
-        return json_response(settings.log_settings(self.dataplane, self.token(request), _json_object(request)))
+        return json_response(self.extensions.settings.log_settings(self.token(request), _json_object(request)))
 
 
 def metrics_view(request):
