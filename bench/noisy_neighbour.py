@@ -139,11 +139,9 @@ def flood(kind: str, url_http: str, url_grpc: str, token: str, seconds: float, b
             n.set_data_from_numpy(np.array(A_LOOPS, np.int64))
             chain_x = aio.InferInput("X", [1, 4], "FP32")
             chain_x.set_data_from_numpy(np.ones((1, 4), np.float32))
-            seq_inputs = []
-            for name in ("INPUT", "START", "READY"):
-                tensor = aio.InferInput(name, [1, 1], "INT32")
-                tensor.set_data_from_numpy(np.ones((1, 1), np.int32))
-                seq_inputs.append(tensor)
+            seq_input = aio.InferInput("INPUT", [1, 1], "INT32")  # the server supplies START and READY
+            seq_input.set_data_from_numpy(np.ones((1, 1), np.int32))
+            seq_inputs = [seq_input]
 
             async def one() -> None:
                 while time.monotonic() < until:
