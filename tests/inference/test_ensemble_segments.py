@@ -42,9 +42,7 @@ def test_a_chain_fuses_into_one_segment_reading_the_inputs_and_returning_the_out
 def test_a_long_chain_runs_as_segments_of_at_most_segment_max_steps():
     """A 40-step chain with segments of at most 16 steps: 16 + 16 + 8, each
     reading the last tensor of the one before, and waiting for it."""
-    steps = tuple(
-        _step(i, "a", ["X" if i == 1 else f"t{i - 1}"], "OUT" if i == 40 else f"t{i}") for i in range(1, 41)
-    )
+    steps = tuple(_step(i, "a", ["X" if i == 1 else f"t{i - 1}"], "OUT" if i == 40 else f"t{i}") for i in range(1, 41))
     fused = fuse(Plan(("X",), ("OUT",), steps), _anything)
     assert _units(fused) == [tuple(range(1, 17)), tuple(range(17, 33)), tuple(range(33, 41))]
     first, second, third = fused.steps
