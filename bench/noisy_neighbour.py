@@ -21,7 +21,8 @@ B's p99 during the flood <= 2x alone, A throttled with Retry-After,
 recovery <= 1 s.
 
 Usage: ``.venv/bin/python bench/noisy_neighbour.py [--modes inprocess,workers]
-[--floods grpc,rest,seq,ensemble] [--alone 8] [--flood 10] [--after 6]``
+[--floods grpc,rest,seq,ensemble] [--alone 8] [--flood 10] [--after 6] [--rounds 3]
+[--rate 100] [--env ENSEMBLE_MAX_STEPS=300]`` (the 300-step chain needs the step limit raised)
 (worker mode needs Redis at REDIS_URL, default 127.0.0.1:6379 database 11).
 """
 
@@ -139,11 +140,9 @@ def flood(kind: str, url_http: str, url_grpc: str, token: str, seconds: float, b
             n.set_data_from_numpy(np.array(A_LOOPS, np.int64))
             chain_x = aio.InferInput("X", [1, 4], "FP32")
             chain_x.set_data_from_numpy(np.ones((1, 4), np.float32))
-            seq_inputs = []
-            for name in ("INPUT", "START", "READY"):
-                tensor = aio.InferInput(name, [1, 1], "INT32")
-                tensor.set_data_from_numpy(np.ones((1, 1), np.int32))
-                seq_inputs.append(tensor)
+            seq_input = aio.InferInput("INPUT", [1, 1], "INT32")  # the server supplies START and READY
+            seq_input.set_data_from_numpy(np.ones((1, 1), np.int32))
+            seq_inputs = [seq_input]
 
             async def one() -> None:
                 while time.monotonic() < until:
@@ -261,7 +260,7 @@ def run_mode(mode: str, args, repositories: tuple[Path, Path]) -> list[dict]:
         for repository, team in zip(repositories, ("team_a", "team_b")):  # each team owns its models
             manage(server, "import_repository", str(repository), "--team", team)
         time.sleep(3)  # every process has seen the new models (registry poll)
-        for kind in args.floods.split(","):
+        for kind in [k for _ in range(args.rounds) for k in args.floods.split(",")]:  # rounds interleaved
             work = Path(tempfile.mkdtemp(prefix="bench-noisy-out-"))
             total = args.alone + args.flood + args.after
             b = subprocess.Popen(
@@ -294,22 +293,48 @@ def run_mode(mode: str, args, repositories: tuple[Path, Path]) -> list[dict]:
     return rows
 
 
+def aggregate(rows: list[dict]) -> list[dict]:
+    """One row per (mode, flood) over the rounds: medians of the latencies,
+    the p99 ratio and the recovery; errors and A's answers summed."""
+    cells: dict[tuple, list[dict]] = {}
+    for row in rows:
+        cells.setdefault((row["mode"], row["flood"]), []).append(row)
+    out = []
+    for (mode, flood), runs in cells.items():
+        counts: dict[str, int] = {}
+        for r in runs:
+            for k, v in r["a"]["counts"].items():
+                counts[k] = counts.get(k, 0) + v
+        out.append({
+            "mode": mode, "flood": flood, "rounds": len(runs),
+            "alone": {q: statistics.median(r["alone"][q] for r in runs) for q in ("p50", "p99")},
+            "during": {q: statistics.median(r["during"][q] for r in runs) for q in ("p50", "p99")},
+            "ratio": statistics.median(r["during"]["p99"] / r["alone"]["p99"] for r in runs),
+            "errors": sum(sum(r["during"]["errors"].values()) for r in runs),
+            "errors_after": sum(sum(r["after"]["errors"].values()) for r in runs),
+            "a": counts,
+            "retry_after": {w: sum(r["a"]["retry_after"][w] for r in runs) for w in ("with", "without")},
+            "recovery_s": statistics.median(r["recovery_s"] for r in runs),
+        })  # fmt: skip
+    return out
+
+
 def table(rows: list[dict]) -> str:
+    """Markdown table of :func:`aggregate`'s rows."""
     lines = [
-        "| mode | A's flood | B alone p50 / p99 ms | B during p50 / p99 ms | p99 ratio | B errors during (after) "
-        "| A's answers | recovery s |",
-        "|---|---|---|---|---:|---|---|---:|",
+        "| mode | A's flood | rounds | B alone p50 / p99 ms | B during p50 / p99 ms | p99 ratio "
+        "| B errors during (after) | A's answers | recovery s |",
+        "|---|---|---:|---|---|---:|---|---|---:|",
     ]
     for r in rows:
         a, d = r["alone"], r["during"]
-        errors = sum(d["errors"].values())
-        answers = ", ".join(f"{k} {v}" for k, v in sorted(r["a"]["counts"].items()))
-        ra = r["a"]["retry_after"]
+        answers = ", ".join(f"{k} {v}" for k, v in sorted(r["a"].items()))
+        ra = r["retry_after"]
         if ra["with"] or ra["without"]:
-            answers += f" (Retry-After on {ra['with']} of {ra['with'] + ra['without']} 429s)"
+            answers += f" (Retry-After on {ra['with']} of {ra['with'] + ra['without']} REST 429s)"
         lines.append(
-            f"| {r['mode']} | {r['flood']} | {a['p50']:.2f} / {a['p99']:.2f} | {d['p50']:.2f} / {d['p99']:.2f} | "
-            f"{d['p99'] / a['p99']:.2f}x | {errors} ({sum(r['after']['errors'].values())}) | {answers} | "
+            f"| {r['mode']} | {r['flood']} | {r['rounds']} | {a['p50']:.2f} / {a['p99']:.2f} | "
+            f"{d['p50']:.2f} / {d['p99']:.2f} | {r['ratio']:.2f}x | {r['errors']} ({r['errors_after']}) | {answers} | "
             f"{r['recovery_s']:.2f} |"
         )
     return "\n".join(lines)
@@ -331,6 +356,7 @@ def main() -> None:
     parser.add_argument("--alone", type=float, default=8.0)
     parser.add_argument("--flood", type=float, default=10.0)
     parser.add_argument("--after", type=float, default=6.0)
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of every flood, interleaved; medians reported")
     parser.add_argument("--rate", type=float, default=40.0, help="B's requests per second, per transport")
     parser.add_argument("--burst", type=int, default=400)
     parser.add_argument("--env", action="append", default=[], help="NAME=value for the server (repeatable)")
@@ -341,7 +367,7 @@ def main() -> None:
     for mode in args.modes.split(","):
         rows += run_mode(mode, args, repositories)
     print()
-    print(table(rows))
+    print(table(aggregate(rows)))
 
 
 if __name__ == "__main__":

@@ -5,9 +5,10 @@
 where each step after the first reads only tensors of the steps before it
 in the chain (or ensemble inputs), and no step outside the chain reads a
 tensor of a step but the last (so fusing never delays a step that could
-have started sooner); ``fits(steps)`` says which steps may run together
-(:meth:`SegmentRunner.fits`: a live worker holds all of their versions). A fused
-plan has a :class:`Segment` in place of its steps; :meth:`SegmentRunner.runner` runs a
+have started sooner), at most :data:`SEGMENT_MAX_STEPS` steps each;
+``fits(steps)`` says which steps may run together (:meth:`SegmentRunner.fits`:
+a live worker holds all of their versions). A fused plan has a
+:class:`Segment` in place of its steps; :meth:`SegmentRunner.runner` runs a
 segment with the executor's ``run_segment`` (one message: the steps with
 their maps; the worker runs them in order and returns only the tensors read
 after the segment) and every other step with the ordinary step runner.
@@ -42,6 +43,12 @@ from inference.snapshot import VersionEntry, step_entry
 from inference.statistics import StatisticsRecorder
 
 _now = time.perf_counter_ns
+
+#: The most steps of one segment: a longer chain runs as several exchanges, each
+#: waiting for its turn at the front end's fair-share gate (inference/fair_share.py)
+#: and each short on the worker, so one team's long ensemble never holds a worker
+#: for long while other teams' requests wait (a 300-step chain: 19 exchanges).
+SEGMENT_MAX_STEPS = 16
 
 
 @dataclass(frozen=True)
@@ -80,7 +87,11 @@ def fuse(plan: Plan, fits) -> Plan:
         if step.number in unit_of:
             continue
         chain = [step]
-        while (follower := _follower(chain, readers, by_number, plan.waits, unit_of)) and fits([*chain, follower]):
+        while (
+            len(chain) < SEGMENT_MAX_STEPS
+            and (follower := _follower(chain, readers, by_number, plan.waits, unit_of))
+            and fits([*chain, follower])
+        ):
             chain.append(follower)
         for member in chain:
             unit_of[member.number] = step.number

@@ -39,6 +39,19 @@ def test_a_chain_fuses_into_one_segment_reading_the_inputs_and_returning_the_out
     assert fused.waits == {1: frozenset()}
 
 
+def test_a_long_chain_runs_as_segments_of_at_most_segment_max_steps():
+    """A 40-step chain with segments of at most 16 steps: 16 + 16 + 8, each
+    reading the last tensor of the one before, and waiting for it."""
+    steps = tuple(_step(i, "a", ["X" if i == 1 else f"t{i - 1}"], "OUT" if i == 40 else f"t{i}") for i in range(1, 41))
+    fused = fuse(Plan(("X",), ("OUT",), steps), _anything)
+    assert _units(fused) == [tuple(range(1, 17)), tuple(range(17, 33)), tuple(range(33, 41))]
+    first, second, third = fused.steps
+    assert (first.input_map, first.output_map) == ({"X": "X"}, {"t16": "t16"})
+    assert (second.input_map, second.output_map) == ({"t16": "t16"}, {"t32": "t32"})
+    assert (third.input_map, third.output_map) == ({"t32": "t32"}, {"OUT": "OUT"})
+    assert fused.waits == {1: frozenset(), 17: frozenset({1}), 33: frozenset({17})}
+
+
 def test_a_diamond_fuses_nothing_so_no_step_waits_longer():
     """pre's tensor is read by two steps, and join reads two: nothing may chain."""
     plan = _diamond()
