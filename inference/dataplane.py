@@ -45,6 +45,8 @@ EXTENSIONS = (
 )  # fmt: skip
 
 _now = time.perf_counter_ns
+#: An ensemble of at most this many steps may run inline on the gRPC event loop (see _ensemble_async).
+INLINE_ENSEMBLE_STEPS = 4
 #: What an inference's steps wait for (:meth:`DataPlane._steps`): its flow's turn at the version's seats, the run.
 _TURN, _RUN = "turn", "run"
 
@@ -186,7 +188,14 @@ class DataPlane:
         runtime_settings.follow()  # the machine's trace and log settings (one memory read)
         entry = self._route(admission, request, version)
         if entry.ensemble is not None:  # a graph of other versions (inference/ensemble_runs.py)
-            return self._ensembles.infer(admission, request, entry, started)
+            if seated:
+                return self._ensembles.infer(admission, request, entry, started)
+            gate = self.fair.ensemble_gate(entry)
+            gate.enter(admission.flow, request_checks.deadline(request.parameters, started, self.timeout_seconds))
+            try:
+                return self._ensembles.infer(admission, request, entry, started)
+            finally:
+                gate.leave()
         gate = None if seated else self.fair.gate(entry.target, entry.instance_group)
         steps = self._steps(admission, request, entry, started, gate)
         try:
@@ -219,10 +228,8 @@ class DataPlane:
         admission.check(request)
         entry = self._route(admission, request)
         behind = self._behind()
-        if entry.ensemble is not None:  # in a thread when a step may wait on a batch or a worker
-            if behind or self._ensembles.blocks(entry, admission):
-                return await asyncio.to_thread(self.infer, admission, request, entry)
-            return self.infer(admission, request, entry)
+        if entry.ensemble is not None:
+            return await self._ensemble_async(admission, request, entry, behind)
         gate = self.fair.gate(entry.target, entry.instance_group)
         if not self.executor.blocks(entry.target):
             if not behind and (gate is None or gate.try_enter()):
@@ -237,6 +244,31 @@ class DataPlane:
             return await asyncio.to_thread(self.infer, admission, request, entry)
         deadline = request_checks.deadline(request.parameters, _now(), self.timeout_seconds)
         await gate.enter_async(admission.flow, deadline)
+        try:
+            return await asyncio.to_thread(self.infer, admission, request, entry, True)
+        finally:
+            gate.leave()
+
+    async def _ensemble_async(self, admission: Admission, request: InferenceRequest, entry: VersionEntry, behind):
+        """An ensemble's request from an event loop: a few steps that cannot
+        wait run inline while the loop keeps up and the ensemble's seats are
+        free; else it waits for its turn at them on the loop
+        (:meth:`~inference.fair_share.FairShare.ensemble_gate`) and runs in a
+        thread, so a long graph never holds the loop."""
+        gate = self.fair.ensemble_gate(entry)
+        if (
+            not behind
+            and len(entry.ensemble.steps) <= INLINE_ENSEMBLE_STEPS
+            and not self._ensembles.blocks(entry, admission)
+            and gate.try_enter()
+        ):
+            try:
+                return self.infer(admission, request, entry, seated=True)
+            finally:
+                gate.leave()
+        await gate.enter_async(
+            admission.flow, request_checks.deadline(request.parameters, _now(), self.timeout_seconds)
+        )
         try:
             return await asyncio.to_thread(self.infer, admission, request, entry, True)
         finally:

@@ -49,6 +49,8 @@ from inference.protocol.errors import DeadlineExceeded, RateLimited
 ANONYMOUS_FLOW = "anonymous"
 #: Retry-After of a request refused because its flow's queue is full (seats free as requests end).
 QUEUE_FULL_RETRY_SECONDS = 1.0
+#: Requests of one ensemble version a process runs at once (FairShare.ensemble_gate).
+ENSEMBLE_SEATS = 2
 #: How often a gate asks the executor for its seats again.
 RESIZE_SECONDS = 1.0
 
@@ -326,6 +328,23 @@ class FairShare:
         gate.checked = now
         if gate.seats != seats:
             gate.resize(seats)
+        return gate
+
+    def ensemble_gate(self, entry) -> Gate:
+        """The gate of an ensemble's version (a VersionEntry with a plan):
+        :data:`ENSEMBLE_SEATS` of its requests run at once in this process,
+        each of their steps taking its turn at its own model's gate too. It
+        bounds the threads one flow's long graphs keep busy (their Python
+        between steps shares the process with everyone's requests)."""
+        key = ("ensemble", entry.model_name, entry.number)
+        gate = self._gates.get(key)
+        if gate is None:
+            with self.lock:
+                gate = self._gates.get(key)
+                if gate is None:
+                    name = f"ensemble '{entry.model_name}' version {entry.number}"
+                    seats = ENSEMBLE_SEATS if self.enabled else 1 << 30  # off: never waits
+                    gate = self._gates[key] = Gate(name, seats, self)
         return gate
 
     def forget(self, keys: set) -> None:

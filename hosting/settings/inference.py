@@ -75,7 +75,7 @@ RATE_LIMIT_ANONYMOUS_IN_FLIGHT = env.int("RATE_LIMIT_ANONYMOUS_IN_FLIGHT", defau
 # queue the resends in front of everyone in gRPC's own FIFO); FAIR_SHARE_WEIGHTS: team=weight pairs
 # (turns per round, default 1); FAIR_SHARE=false turns it off (requests then wait in arrival order).
 FAIR_SHARE = env.bool("FAIR_SHARE", default=True)
-FAIR_QUEUE_PER_FLOW = env.int("FAIR_QUEUE_PER_FLOW", default=256)
+FAIR_QUEUE_PER_FLOW = env.int("FAIR_QUEUE_PER_FLOW", default=512)
 # Sequences one team may have waiting for a sequence slot of a model version (more STARTs: 429).
 FAIR_SEQUENCE_BACKLOG = env.int("FAIR_SEQUENCE_BACKLOG", default=64)
 FAIR_SHARE_WEIGHTS = {k: int(v) for k, v in env.dict("FAIR_SHARE_WEIGHTS", default={}).items()}

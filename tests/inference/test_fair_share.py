@@ -207,3 +207,15 @@ def test_the_loop_lag_says_behind_only_while_the_loop_is_blocked():
         return calm, blocked, lag.behind()
 
     assert asyncio.run(scenario()) == (False, True, False)
+
+
+def test_an_ensemble_has_two_seats_per_process_and_none_when_fair_share_is_off():
+    class Entry:
+        model_name, number = "chain", 3
+
+    on, off = FairShare(10), FairShare(10, enabled=False)
+    gate = on.ensemble_gate(Entry())
+    assert gate is on.ensemble_gate(Entry()) and gate.name == "ensemble 'chain' version 3"
+    assert gate.try_enter() and gate.try_enter() and not gate.try_enter()
+    free = off.ensemble_gate(Entry())
+    assert all(free.try_enter() for _ in range(1000))
