@@ -19,6 +19,7 @@ token as soon as its upload has answered.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -40,6 +41,21 @@ logger = logging.getLogger(__name__)
 
 #: A token the checker does not know reloads the scopes at most this often (per process), in seconds.
 MISS_RELOAD_SECONDS = 1.0
+
+#: A token's stored form, computed once per token a process sees (the checks of
+#: one request ask for it three or four times: inference, principal, regions).
+token_key = functools.lru_cache(maxsize=4096)(hash_token)
+
+
+def _known(cache, token: str) -> tuple[Scopes, TokenScope | None, str]:
+    """(the scopes, ``token``'s scope or None, its key): from the current
+    snapshot, reloaded once (at most every MISS_RELOAD_SECONDS per process)
+    for a token it does not know, perhaps created a moment ago."""
+    key = token_key(token)
+    scopes = cache.get()
+    if key not in scopes.tokens:
+        scopes = cache.reload_if_older(MISS_RELOAD_SECONDS)
+    return scopes, scopes.tokens.get(key), key
 
 
 @dataclass(frozen=True)
@@ -204,11 +220,7 @@ class InferenceTokenChecker:
                 "inference requires an API token: send 'Authorization: Bearer <token>' "
                 "(gRPC: metadata 'authorization: Bearer <token>')"
             )
-        key = hash_token(token)
-        scopes = self.cache.get()
-        if key not in scopes.tokens:  # perhaps created a moment ago, before this process saw the change
-            scopes = self.cache.reload_if_older(MISS_RELOAD_SECONDS)
-        scope = scopes.tokens.get(key)
+        scopes, scope, key = _known(self.cache, token)
         if scope is not None and not scope.all_models and model_name not in scopes.model_teams:
             scopes = self.cache.catch_up()  # the model was perhaps uploaded a moment ago
             scope = scopes.tokens.get(key)
@@ -237,7 +249,7 @@ class StoreAuthorizer:
         """Whether the checks of ``token`` for ``model_name`` answer from the
         current snapshot (loaded, younger than its TTL, knows the token and
         the model): no query to wait for."""
-        return self.cache.answers_now(hash_token(token), model_name)
+        return self.cache.answers_now(token_key(token), model_name)
 
     def _scope(self, token: str | None, what: str) -> tuple[Scopes, TokenScope]:
         if not token:
@@ -245,11 +257,7 @@ class StoreAuthorizer:
                 f"{what} requires an API token: send 'Authorization: Bearer <token>' "
                 "(gRPC: metadata 'authorization: Bearer <token>')"
             )
-        key = hash_token(token)
-        scopes = self.cache.get()
-        if key not in scopes.tokens:
-            scopes = self.cache.reload_if_older(MISS_RELOAD_SECONDS)
-        scope = scopes.tokens.get(key)
+        scopes, scope, _key = _known(self.cache, token)
         if scope is None:
             raise Unauthenticated("invalid or revoked API token")
         if scope.expired(time.time()):
@@ -308,12 +316,7 @@ class StoreAuthorizer:
         """Who owns the caller's shared-memory regions (Triton's system
         shared-memory extension): the token's team when it has exactly one,
         else its user; "" for an unknown, revoked or expired token."""
-        key = hash_token(token)
-        scopes = self.cache.get()
-        scope = scopes.tokens.get(key)
-        if scope is None:
-            scopes = self.cache.reload_if_older(MISS_RELOAD_SECONDS)
-            scope = scopes.tokens.get(key)
+        scopes, scope, _key = _known(self.cache, token)
         if scope is None or scope.expired(time.time()):
             return ""
         return self._owner(scopes, scope)
@@ -334,12 +337,7 @@ class StoreAuthorizer:
         memory like the inference check."""
         if not token:
             return ANONYMOUS
-        key = hash_token(token)
-        scopes = self.cache.get()
-        scope = scopes.tokens.get(key)
-        if scope is None:
-            scopes = self.cache.reload_if_older(MISS_RELOAD_SECONDS)
-            scope = scopes.tokens.get(key)
+        scopes, scope, key = _known(self.cache, token)
         if scope is None or scope.expired(time.time()):
             return ANONYMOUS
         team_id = scopes.model_teams.get(model_name)
