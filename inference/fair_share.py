@@ -151,11 +151,9 @@ class Gate:
         turns it takes, e.g. the steps of an ensemble segment run as one).
         Raises RateLimited (the flow's queue is full) or DeadlineExceeded
         (it was not run)."""
-        with self._share.lock:
-            if self.free > 0 and not self.waiting:
-                self.free -= 1
-                return
-            waiter = self._enqueue(flow, None, cost)
+        waiter = self._seat_or_queue(flow, None, cost)
+        if waiter is None:
+            return
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         if waiter.event.wait(timeout):
             return
@@ -164,11 +162,9 @@ class Gate:
     async def enter_async(self, flow: str, deadline: float | None = None, cost: int = 1) -> None:
         """:meth:`enter` on an event loop (the wait is a future). A call
         cancelled while it waits gives up its place (or its seat)."""
-        with self._share.lock:
-            if self.free > 0 and not self.waiting:
-                self.free -= 1
-                return
-            waiter = self._enqueue(flow, asyncio.get_running_loop(), cost)
+        waiter = self._seat_or_queue(flow, asyncio.get_running_loop(), cost)
+        if waiter is None:
+            return
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
             await asyncio.wait_for(asyncio.shield(waiter.future), timeout)
@@ -182,6 +178,15 @@ class Gate:
                 self._grant_next()
             else:
                 self.free += 1
+
+    def _seat_or_queue(self, flow: str, loop, cost: int) -> _Waiter | None:
+        """None with a seat taken (one free and nobody waits), else the
+        request's place in its flow's queue. Raises RateLimited."""
+        with self._share.lock:
+            if self.free > 0 and not self.waiting:
+                self.free -= 1
+                return None
+            return self._enqueue(flow, loop, cost)
 
     # -- queues (lock held) ------------------------------------------------------
     def _enqueue(self, flow: str, loop, cost: int) -> _Waiter:
@@ -321,10 +326,7 @@ class FairShare:
         seats = self._seats(target, placement) if self._seats is not None else target.seats
         if seats <= 0:
             return None
-        with self.lock:
-            gate = self._gates.get(target.key)
-            if gate is None:
-                gate = self._gates[target.key] = Gate(target.describe(), seats, self)
+        gate = self._made(target.key, target.describe(), seats)
         gate.checked = now
         if gate.seats != seats:
             gate.resize(seats)
@@ -339,13 +341,17 @@ class FairShare:
         key = ("ensemble", entry.model_name, entry.number)
         gate = self._gates.get(key)
         if gate is None:
-            with self.lock:
-                gate = self._gates.get(key)
-                if gate is None:
-                    name = f"ensemble '{entry.model_name}' version {entry.number}"
-                    seats = ENSEMBLE_SEATS if self.enabled else 1 << 30  # off: never waits
-                    gate = self._gates[key] = Gate(name, seats, self)
+            seats = ENSEMBLE_SEATS if self.enabled else 1 << 30  # off: never waits
+            gate = self._made(key, f"ensemble '{entry.model_name}' version {entry.number}", seats)
         return gate
+
+    def _made(self, key: tuple, name: str, seats: int) -> Gate:
+        """The gate under ``key``, made with ``seats`` if there is none yet."""
+        with self.lock:
+            gate = self._gates.get(key)
+            if gate is None:
+                gate = self._gates[key] = Gate(name, seats, self)
+            return gate
 
     def forget(self, keys: set) -> None:
         """Drop the gates of versions not in ``keys`` that nobody uses."""
