@@ -18,8 +18,8 @@ gRPC https://github.com/kserve/open-inference-protocol/blob/main/specification/p
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
+from collections.abc import Callable
 from typing import cast
 
 from inference import admission as admissions
@@ -28,7 +28,7 @@ from inference import shared_memory as shm
 from inference.admission import Admission
 from inference.ensemble_segments import SegmentRunner
 from inference.executor import Executor, WorkerExecutor
-from inference.ports import container
+from inference.ports import built_once
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady, QueueFull
 from inference.protocol.types import InferenceRequest, InferenceResponse, ModelMetadata, ServerMetadata
 from inference.ratelimit import Defaults, RateLimiter
@@ -329,9 +329,9 @@ class DataPlane:
 
     def _behind(self) -> bool:
         """Whether the running event loop is behind (:class:`~inference.fair_share.LoopLag`)."""
-        lag = self._lag
-        if lag is None or lag.loop is not asyncio.get_running_loop():
-            lag = self._lag = fair_share.LoopLag(asyncio.get_running_loop())
+        loop, lag = asyncio.get_running_loop(), self._lag
+        if lag is None or lag.loop is not loop:
+            lag = self._lag = fair_share.LoopLag(loop)
         return lag.behind()
 
     def _route(self, admission: Admission, request: InferenceRequest, version: VersionEntry | None = None):
@@ -351,19 +351,6 @@ class DataPlane:
         return jobs.respond(entry, request, job, run, self.statistics, self.payload_log)
 
 
-_dataplane: DataPlane | None = None
-_dataplane_lock = threading.Lock()
-
-
-def get_dataplane() -> DataPlane:
-    """The process-wide DataPlane, built on first use by the factory the
-    composition root installed (``container.dataplane_factory``), so that
-    each server process, after a fork, starts its own threads."""
-    global _dataplane
-    if _dataplane is None:
-        with _dataplane_lock:
-            if _dataplane is None:
-                if container.dataplane_factory is None:
-                    raise RuntimeError("no data plane factory is installed (the composition root did not run)")
-                _dataplane = container.dataplane_factory()
-    return _dataplane
+#: The process-wide DataPlane (``get_dataplane()``), built on first use by the
+#: factory the composition root installed (``container.dataplane_factory``).
+get_dataplane: Callable[[], DataPlane] = built_once("dataplane_factory", "data plane")

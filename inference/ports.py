@@ -18,6 +18,8 @@ implementations with :func:`install`. Tests install fakes the same way.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -237,3 +239,24 @@ def install(**implementations) -> None:
         if not hasattr(container, name):
             raise TypeError(f"unknown port {name!r}")
         setattr(container, name, value)
+
+
+def built_once(factory: str, what: str) -> Callable[[], Any]:
+    """A function returning this process's one object that the installed
+    ``container.<factory>`` builds, made on first use (so that each server
+    process, after a fork, builds its own and starts its own threads).
+    Raises RuntimeError when the composition root installed no factory."""
+    made: list = []
+    lock = threading.Lock()
+
+    def get():
+        if not made:
+            with lock:
+                if not made:
+                    build = getattr(container, factory)
+                    if build is None:
+                        raise RuntimeError(f"no {what} factory is installed (the composition root did not run)")
+                    made.append(build())
+        return made[0]
+
+    return get

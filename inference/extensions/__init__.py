@@ -16,7 +16,7 @@ Spec: https://github.com/triton-inference-server/server/blob/main/docs/protocol/
 
 from __future__ import annotations
 
-import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from inference.executor import Executor
@@ -25,7 +25,7 @@ from inference.extensions.repository import RepositoryExtension
 from inference.extensions.settings import SettingsExtension
 from inference.extensions.shared_memory import SharedMemoryExtension
 from inference.extensions.statistics import StatisticsExtension
-from inference.ports import container
+from inference.ports import built_once
 from inference.registry import ModelRegistry
 from inference.shared_memory import RegionRegistry
 from inference.statistics import StatisticsRecorder
@@ -55,19 +55,7 @@ class Extensions:
         )
 
 
-_extensions: Extensions | None = None
-_lock = threading.Lock()
-
-
-def get_extensions() -> Extensions:
-    """The process-wide extensions, built on first use by the factory the
-    composition root installed (``container.extensions_factory``), over the
-    same collaborators as the process's data plane."""
-    global _extensions
-    if _extensions is None:
-        with _lock:
-            if _extensions is None:
-                if container.extensions_factory is None:
-                    raise RuntimeError("no extensions factory is installed (the composition root did not run)")
-                _extensions = container.extensions_factory()
-    return _extensions
+#: The process-wide extensions (``get_extensions()``), built on first use by the factory
+#: the composition root installed (``container.extensions_factory``), over the same
+#: collaborators as the process's data plane.
+get_extensions: Callable[[], Extensions] = built_once("extensions_factory", "extensions")
