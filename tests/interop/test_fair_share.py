@@ -35,16 +35,6 @@ RUN = uuid.uuid4().hex[:6]
 TEAM_A, TEAM_B = f"burst{RUN}", f"calm{RUN}"
 
 
-def slow_loop_reference(x: np.ndarray, n: int) -> np.ndarray:
-    """What tests.support.onnx_models.slow_loop computes, with numpy: y = tanh(y W), n times."""
-    rng = np.random.default_rng(0)
-    w = (rng.standard_normal((WIDTH, WIDTH)) / WIDTH).astype(np.float32)
-    y = x.astype(np.float32)
-    for _ in range(n):
-        y = np.tanh(y @ w)
-    return y
-
-
 @pytest.fixture(scope="module", params=["inprocess", "workers"])
 def server(request, tmp_path_factory):
     repository = tmp_path_factory.mktemp("fair-repository")
@@ -108,7 +98,7 @@ def test_another_teams_call_is_served_at_the_next_turn_not_after_a_burst(server,
         return mine, answers, sent
 
     mine, answers, sent = asyncio.run(scenario())
-    expected = slow_loop_reference(x, SLOW)
+    expected = m.slow_loop_expected(x, SLOW, WIDTH)
     np.testing.assert_allclose(mine, expected, rtol=1e-4, atol=1e-5)
     for y in answers:
         np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
@@ -124,7 +114,7 @@ def test_a_flood_of_one_team_leaves_the_others_calls_all_answered(server, tokens
     or refused RESOURCE_EXHAUSTED (its flow's queue holds 40), never
     UNAVAILABLE or INTERNAL."""
     x = np.random.default_rng(3).standard_normal((1, WIDTH)).astype(np.float32)
-    expected = slow_loop_reference(x, 20)
+    expected = m.slow_loop_expected(x, 20, WIDTH)
     statuses: dict[str, int] = {}
     stop = time.monotonic() + 3.0
 
@@ -217,7 +207,7 @@ def test_a_flow_over_its_queue_bound_gets_429_with_retry_after(server, tokens):
         thread.join(120)
     statuses = sorted({status for status, _, _ in answers})
     assert statuses == [200, 429], statuses
-    expected = slow_loop_reference(x, SLOW)
+    expected = m.slow_loop_expected(x, SLOW, WIDTH)
     for status, retry_after, answer in answers:
         if status == 200:
             np.testing.assert_allclose(

@@ -31,20 +31,6 @@ REDIS_URL = redis_db.url("TEST_DRAIN_REDIS_DB", 15)
 ITERATIONS = 5_000  # about 50-100 ms a run: several requests are held whenever a worker is stopped
 
 
-def _expected(x: np.ndarray) -> np.ndarray:
-    """The slow model's answer from its weights, with numpy."""
-    import onnx
-    from onnx import numpy_helper
-
-    weight = next(
-        numpy_helper.to_array(t) for t in onnx.load_from_string(m.slow_loop()).graph.initializer if t.name == "W"
-    )
-    y = x.astype(np.float64)
-    for _ in range(ITERATIONS):
-        y = np.tanh(y @ weight)
-    return y
-
-
 class Load:
     """Three REST and three gRPC clients calling "slow" back to back until
     stopped; every outcome kept (answers checked against the numpy value)."""
@@ -136,7 +122,7 @@ def test_a_stopped_worker_fails_no_request(tmp_path):
         assert wait_for(lambda: len(keys()) == 2, timeout=60)
         time.sleep(1.0)  # the front ends' directories refresh every 0.5 s
         x = np.full((1, 256), 0.25, dtype=np.float32)
-        with Load(live, x, _expected(x)) as load:
+        with Load(live, x, m.slow_loop_expected(x, ITERATIONS)) as load:
             load.wait_answers(20)
             workers["host-a"].send_signal(signal.SIGTERM)
             assert workers["host-a"].wait(30) == 0

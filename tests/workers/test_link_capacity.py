@@ -85,20 +85,6 @@ def _announcement(live) -> tuple[str, messages.Announcement]:
     raise AssertionError("no heartbeat of the cpu worker")
 
 
-def _busy_expected(x: np.ndarray) -> np.ndarray:
-    """The busy model's answer, from its weights with numpy: ITERATIONS times y = tanh(y W)."""
-    import onnx
-    from onnx import numpy_helper
-
-    weight = next(
-        numpy_helper.to_array(t) for t in onnx.load_from_string(m.slow_loop()).graph.initializer if t.name == "W"
-    )
-    y = x.astype(np.float64)
-    for _ in range(ITERATIONS):
-        y = np.tanh(y @ weight)
-    return y
-
-
 def _inputs(module, x: np.ndarray):
     inputs = [module.InferInput("x", [1, 256], "FP32"), module.InferInput("n", [], "INT64")]
     inputs[0].set_data_from_numpy(x)
@@ -118,7 +104,7 @@ def test_a_burst_holds_at_most_the_pool_per_process_and_others_are_served(live):
     tokens = people_with_tokens(live, burster=f"burst{os.getpid()}", steady=f"calm{os.getpid()}")
     _, announced = _announcement(live)
     x = np.full((1, 256), 0.5, dtype=np.float32)
-    expected = _busy_expected(x)
+    expected = m.slow_loop_expected(x, ITERATIONS)
     samples: list = []
     done = threading.Event()
 
