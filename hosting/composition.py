@@ -22,16 +22,13 @@ from django.conf import settings
 import hosting
 from hosting import deployment
 from inference import observability, outage, ports, runtime_settings, tracing
-from inference.changes import beacon_at
 from inference.dataplane import DataPlane
 from inference.executor import Executor
 from inference.extensions import Extensions
 from inference.fair_share import FairShare
-from inference.instance_groups import cpu_instances
 from inference.payload_log import PayloadLogger, sink_for
 from inference.ports import Quota
 from inference.ratelimit import Defaults, MemoryStore, RateLimiter, RedisStore
-from inference.registry import ModelRegistry
 from inference.response_cache import ResponseCache
 from inference.rollups_db import DatabaseRollups
 from inference.runtime import onnx as onnx_runtime
@@ -40,6 +37,9 @@ from inference.runtime.placement import WorkerDirectory, read_workers
 from inference.runtime.remote import RemoteExecutor
 from inference.runtime.runner import ModelRunner
 from inference.runtime.sequence_batcher import SequenceBatcher
+from inference.serving.changes import beacon_at
+from inference.serving.instance_groups import cpu_instances
+from inference.serving.registry import ModelRegistry
 from inference.shared_memory import RegionRegistry
 from inference.statistics import StatisticsRecorder
 from inference.statistics_db import DatabaseStatistics

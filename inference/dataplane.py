@@ -4,7 +4,7 @@ health, metadata, the version lookups and inference.
 REST, gRPC and TF Serving adapters decode their wire format into protocol
 types, call a :class:`DataPlane` method, and encode what it returns. The data
 plane admits callers (:mod:`inference.admission`), resolves versions through
-the in-memory :class:`~inference.registry.ModelRegistry`, checks requests
+the in-memory :class:`~inference.serving.registry.ModelRegistry`, checks requests
 (:mod:`inference.jobs`, :mod:`inference.request_checks`), runs the model
 through an executor, and counts statistics. It raises only protocol errors
 (:mod:`inference.protocol.errors`). Triton's other extensions are
@@ -32,9 +32,9 @@ from inference.ports import built_once
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady, QueueFull
 from inference.protocol.types import InferenceRequest, InferenceResponse, ModelMetadata, ServerMetadata
 from inference.ratelimit import Defaults, RateLimiter
-from inference.registry import ModelRegistry
 from inference.runtime import sequences
-from inference.snapshot import VersionEntry
+from inference.serving.registry import ModelRegistry
+from inference.serving.snapshot import VersionEntry
 from inference.statistics import StatisticsRecorder
 
 #: Extensions this server implements, exactly, as listed in server metadata.

@@ -32,10 +32,10 @@ from inference.ensemble_segments import SegmentRunner
 from inference.executor import Executor
 from inference.protocol.errors import DeadlineExceeded, InferenceError, ModelNotReady
 from inference.protocol.types import InferenceRequest, RequestedOutput, RequestInput
-from inference.registry import ModelRegistry
 from inference.runtime.execution import RunResult
+from inference.serving.registry import ModelRegistry
+from inference.serving.snapshot import VersionEntry, step_entry
 from inference.shared_memory import RegionRegistry
-from inference.snapshot import VersionEntry, step_entry
 from inference.statistics import StatisticsRecorder
 
 _now = time.perf_counter_ns

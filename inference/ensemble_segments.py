@@ -39,7 +39,7 @@ from inference.executor import WorkerExecutor
 from inference.fair_share import FairShare
 from inference.jobs import Job
 from inference.protocol.errors import DeadlineExceeded, InferenceError
-from inference.snapshot import VersionEntry, step_entry
+from inference.serving.snapshot import VersionEntry, step_entry
 from inference.statistics import StatisticsRecorder
 
 _now = time.perf_counter_ns

@@ -22,7 +22,7 @@ from inference.protocol.errors import InvalidInput
 from inference.protocol.types import InferenceRequest, InferenceResponse, ResponseOutput
 from inference.runtime import sequences
 from inference.runtime.queue_policy import Schedule
-from inference.snapshot import VersionEntry
+from inference.serving.snapshot import VersionEntry
 
 _now = time.perf_counter_ns
 

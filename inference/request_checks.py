@@ -20,7 +20,7 @@ from inference import classification
 from inference.protocol.errors import InvalidInput
 from inference.protocol.types import InferenceRequest
 from inference.runtime.queue_policy import UINT64_END, PriorityLevels, Schedule
-from inference.snapshot import VersionEntry
+from inference.serving.snapshot import VersionEntry
 
 #: Reserved names Triton accepts (gRPC clients such as perf_analyzer send it); ignored here.
 ALLOWED_RESERVED = frozenset({"triton_enable_empty_final_response"})

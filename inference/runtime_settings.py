@@ -37,8 +37,8 @@ import re
 import threading
 from pathlib import Path
 
-from inference.changes import ChangeBeacon
 from inference.protocol.errors import InvalidInput
+from inference.serving.changes import ChangeBeacon
 
 logger = logging.getLogger(__name__)
 

@@ -24,9 +24,7 @@ import time
 from collections import deque
 
 from inference import region_tensors, runtime_settings, tracing, worker_segments
-from inference.instance_groups import instances_on
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotReady
-from inference.registry import ModelRegistry
 from inference.runtime import frames, messages
 from inference.runtime.execution import RunTarget
 from inference.runtime.executors import runnable
@@ -34,6 +32,8 @@ from inference.runtime.placement import device_name, queue_for
 from inference.runtime.queue_policy import Schedule
 from inference.runtime.runner import ModelRunner
 from inference.runtime.sequences import SequenceRequest
+from inference.serving.instance_groups import instances_on
+from inference.serving.registry import ModelRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ class WorkerRuntime:
 
     def __init__(self, device: str, runner: ModelRunner, registry: ModelRegistry, cpu_instances: int = 1):
         """``cpu_instances``: model instances of a model without an instance
-        group on a CPU worker (:func:`inference.instance_groups.cpu_instances`)."""
+        group on a CPU worker (:func:`inference.serving.instance_groups.cpu_instances`)."""
         self.device = device
         self.cpu_instances = cpu_instances
         self.queue = queue_for(device)

@@ -20,7 +20,7 @@ from inference import request_checks, tracing
 from inference.protocol.errors import DeadlineExceeded, InferenceError, InvalidInput, ModelNotReady
 from inference.protocol.types import InferenceRequest, RequestedOutput, RequestInput
 from inference.runtime import frames, messages
-from inference.snapshot import step_entry
+from inference.serving.snapshot import step_entry
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Every registry write calls :func:`bump_stamp` inside its transaction: the
 one-row counter (:class:`RegistryStamp`) moves (other machines' processes
 notice it when they poll :func:`stamp_get`), and once the transaction
 commits, before the call answers, the machine's change beacon
-(:mod:`inference.changes`, read by every server process before each lookup)
+(:mod:`inference.serving.changes`, read by every server process before each lookup)
 and ``registry_changed`` (this process's listeners) announce it.
 """
 
@@ -15,7 +15,7 @@ from django.db import connection, models, transaction
 from django.db.models import F
 from django.dispatch import Signal
 
-from inference.changes import beacon_at
+from inference.serving.changes import beacon_at
 
 #: Sent after a registry write commits, in the process that made it.
 registry_changed = Signal()

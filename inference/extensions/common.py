@@ -4,7 +4,7 @@ checked, and the audit of the changes they make."""
 from __future__ import annotations
 
 from inference.ports import container
-from inference.registry import ModelRegistry
+from inference.serving.registry import ModelRegistry
 
 
 def follow_scopes(registry: ModelRegistry) -> None:

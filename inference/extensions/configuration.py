@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from inference import model_config
 from inference.executor import Executor
-from inference.registry import ModelRegistry
+from inference.serving import model_config
+from inference.serving.registry import ModelRegistry
 
 
 class ConfigurationExtension:
@@ -18,7 +18,7 @@ class ConfigurationExtension:
 
     def config(self, name: str, version: str | None = None) -> dict:
         """Triton's model configuration of a model as JSON-ready data, as
-        Triton returns it (inference/model_config.py). The signature is the
+        Triton returns it (inference/serving/model_config.py). The signature is the
         given version's, else the default version's (the registry's lookup,
         as for metadata). Raises ModelNotFound (an unknown model or version, a
         version that is not a number), ModelNotReady (no version named and

@@ -10,7 +10,7 @@ from inference import auth
 from inference.extensions.common import follow_scopes
 from inference.protocol import triton_texts
 from inference.protocol.errors import InvalidInput, ModelNotFound
-from inference.registry import ModelRegistry
+from inference.serving.registry import ModelRegistry
 
 
 @dataclass(frozen=True)

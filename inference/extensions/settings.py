@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from inference import auth, runtime_settings
 from inference.extensions.common import audit, follow_scopes
-from inference.registry import ModelRegistry
+from inference.serving.registry import ModelRegistry
 
 
 class SettingsExtension:

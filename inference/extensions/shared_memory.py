@@ -10,7 +10,7 @@ from inference import auth
 from inference import shared_memory as shm
 from inference.extensions.common import audit, follow_scopes
 from inference.protocol.errors import InvalidInput
-from inference.registry import ModelRegistry
+from inference.serving.registry import ModelRegistry
 
 
 class SharedMemoryExtension:

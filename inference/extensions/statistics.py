@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from inference import auth
 from inference.protocol.errors import PermissionDenied
-from inference.registry import ModelRegistry
+from inference.serving.registry import ModelRegistry
 from inference.statistics import ModelStatistics, StatisticsRecorder
 
 

@@ -45,7 +45,7 @@ def session_loader(
 
 def runnable(snapshot: dict):
     """(model, version) entries of a registry snapshot (model name ->
-    :class:`~inference.snapshot.ModelEntry`) whose version serves and runs
+    :class:`~inference.serving.snapshot.ModelEntry`) whose version serves and runs
     on a model runner (an ensemble's version has no run target: its steps
     run): the sessions an executor or a worker keeps."""
     for model in snapshot.values():

@@ -12,7 +12,7 @@ group allows (round robin). A worker told to stop marks its heartbeat
 holds), and its key goes once it has drained
 (:mod:`inference.runtime.heartbeat`).
 
-Instance groups (read in :mod:`inference.instance_groups`) follow Triton:
+Instance groups (read in :mod:`inference.serving.instance_groups`) follow Triton:
 ``KIND_GPU`` with ``gpus: [0, 1]`` -> cuda:0, cuda:1 (no gpus: any GPU);
 ``KIND_CPU`` -> cpu; ``KIND_AUTO`` or no group -> any live device, GPUs
 first. GPU numbers are per host: ``gpus: [0]`` is the
@@ -35,11 +35,12 @@ import threading
 import time
 from dataclasses import dataclass
 
-from inference import instance_groups, observability
+from inference import observability
 from inference.observability import QUEUE_DEPTH
 from inference.outage import DependencyWatch
 from inference.runtime import messages
 from inference.runtime import onnx as onnx_runtime
+from inference.serving import instance_groups
 
 logger = logging.getLogger(__name__)
 

@@ -66,8 +66,7 @@ import time
 
 import numpy as np
 
-from inference import instance_groups, tracing
-from inference.instance_groups import describe as describe_group
+from inference import tracing
 from inference.protocol import errors
 from inference.runtime import frames, link, messages
 from inference.runtime.answers import run_result
@@ -85,6 +84,8 @@ from inference.runtime.worker_connections import (
     send_failed,
 )
 from inference.runtime.worker_pool import ConnectionPool, Waiter
+from inference.serving import instance_groups
+from inference.serving.instance_groups import describe as describe_group
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from inference.http.views import DirectPostView
 from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InvalidInput, ModelNotFound
 from inference.protocol.types import InferenceRequest, RequestedOutput
-from inference.snapshot import VersionEntry
+from inference.serving.snapshot import VersionEntry
 
 _SPEC = r"(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?"
 POST_PATH = re.compile(r"(?i)/v1/models/([^/:]+)" + _SPEC + r":(classify|regress|predict)")

@@ -17,7 +17,7 @@ What is kept: ``TritonConfig.raw``, the whole message in Triton's JSON form
 (:func:`triton_json`: proto field names, every field with its default,
 64-bit integers as numbers), stored on the model and returned (with the
 registry's own state and the versions' signatures) by the configuration
-extension (inference/model_config.py).
+extension (inference/serving/model_config.py).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from google.protobuf import json_format, text_format
 from google.protobuf.descriptor import FieldDescriptor
 
-from inference import instance_groups
 from inference.grpc.proto import model_config_pb2 as pb
 from inference.runtime.queue_policy import PriorityLevels, QueuePolicyError
 from inference.runtime.sequences import SequenceConfigError, SequencePolicy
+from inference.serving import instance_groups
 
 __all__ = [
     "ENSEMBLE",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django import forms
 from django.core.validators import RegexValidator
 
-from inference import instance_groups
+from inference.serving import instance_groups
 from models_store.config.triton import MAX_CONFIG_CHARS
 from models_store.identifiers import MODEL_NAME_RE, label_validator
 from models_store.registry.models import VersionPolicy

@@ -4,7 +4,7 @@ Writes go through :mod:`models_store.registry.services` (a version's
 ``state`` only through :mod:`models_store.registry.services.states`), reads
 through :mod:`models_store.registry.selectors`. Every write bumps the change
 stamp (:mod:`models_store.stamp`) in the same transaction so that server
-processes notice the change (see ``inference/registry.py``).
+processes notice the change (see ``inference/serving/registry.py``).
 """
 
 from __future__ import annotations

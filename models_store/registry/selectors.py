@@ -3,7 +3,7 @@ pins, and what of a model serves. Services write; selectors read.
 
 One lookup per question: :func:`model_get` (a model by name),
 :func:`version_get` (a model's version by number), :func:`serving` (which
-versions serve and the default one: :func:`inference.serving_state.serving_state`
+versions serve and the default one: :func:`inference.serving.state.serving_state`
 over :func:`model_record`, the same computation as the serving registry's).
 """
 
@@ -16,7 +16,7 @@ from django.db.models import Exists, OuterRef, Prefetch, QuerySet
 from inference.ensembles import PLATFORM as ENSEMBLE
 from inference.ensembles import plan_of
 from inference.ports import ModelRecord, VersionRecord
-from inference.serving_state import ServingState, serving_states
+from inference.serving.state import ServingState, serving_states
 from models_store.registry.models import ModelVersion, RegisteredModel, VersionLabel
 
 State = ModelVersion.State
@@ -178,7 +178,7 @@ def _ensemble_plans():
 def ensemble_pins(model_name: str | None = None) -> dict[str, set[int]]:
     """Model name -> the version numbers that READY ensemble versions of
     loaded models run (of ``model_name`` only, when given): they serve
-    whatever their model's version policy says (:mod:`inference.serving_state`).
+    whatever their model's version policy says (:mod:`inference.serving.state`).
     One query."""
     pins: dict[str, set[int]] = {}
     for _ensemble, _number, plan in _ensemble_plans():
@@ -281,7 +281,7 @@ def model_record(model: RegisteredModel, pins: dict[str, set[int]] | None = None
 def serving(model: RegisteredModel, pins: dict[str, set[int]] | None = None) -> ServingState:
     """What of ``model`` serves now: its versions that serve (highest first)
     and its default version, computed as the serving registry computes them
-    (:func:`inference.serving_state.serving_states`: version policy, traffic
+    (:func:`inference.serving.state.serving_states`: version policy, traffic
     split, the versions READY ensembles pin, loaded or unloaded; an
     ensemble's version only while every version it pins serves). ``pins``:
     :func:`ensemble_pins` of every model, for a list (None: read)."""

@@ -15,7 +15,7 @@ from django.core.validators import RegexValidator
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
-from inference import instance_groups
+from inference.serving import instance_groups
 from models_store.audit import AuditEvent
 from models_store.config.triton import MAX_CONFIG_CHARS
 from models_store.identifiers import MAX_VERSION_NUMBER, team_name_validator

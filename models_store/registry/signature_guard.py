@@ -2,7 +2,7 @@
 
 A *route* is what a caller names: a version label (``stable``), or the
 model alone (the default route: the traffic split's versions, else the
-default version, both as :mod:`inference.serving_state` computes them for
+default version, both as :mod:`inference.serving.state` computes them for
 the serving side, whether the model is loaded or not). Moving a label, setting a
 traffic split or changing the version policy so that a route would serve a
 version whose signature breaks what the route served is refused (409, the
@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from inference.ports import ModelRecord
-from inference.serving_state import ServingState, serving_state
+from inference.serving.state import ServingState, serving_state
 from models_store.errors import SignatureConflict
 from models_store.registry import selectors
 
@@ -78,7 +78,7 @@ def route_state(record: ModelRecord) -> ServingState:
 def default_route(record: ModelRecord) -> set[int]:
     """The version numbers the default route of ``record`` serves: the
     traffic split's routes, else the default version, as
-    :func:`inference.serving_state.serving_state` computes them (loaded or not)."""
+    :func:`inference.serving.state.serving_state` computes them (loaded or not)."""
     state = route_state(record)
     if state.routes:
         return {number for _label, number, _weight in state.routes}

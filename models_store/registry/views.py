@@ -22,7 +22,7 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_POST
 
-from inference import instance_groups
+from inference.serving import instance_groups
 from models_store import audit, outages
 from models_store.accounts import selectors as accounts
 from models_store.errors import NotFound, Refused, UploadRefused, http_status

@@ -6,8 +6,8 @@ import asyncio
 import multiprocessing
 import threading
 
-from inference.changes import ChangeBeacon
-from inference.registry import ModelRegistry
+from inference.serving.changes import ChangeBeacon
+from inference.serving.registry import ModelRegistry
 
 
 def _bump_many(path: str, times: int) -> None:

@@ -11,9 +11,9 @@ import pytest
 from inference.dataplane import DataPlane
 from inference.protocol.errors import InvalidInput, ModelNotFound, ModelNotReady, PermissionDenied
 from inference.protocol.types import InferenceRequest, RequestedOutput, RequestInput
-from inference.registry import ModelRegistry
 from inference.runtime.executors import InProcessExecutor, session_loader
 from inference.runtime.runner import ModelRunner
+from inference.serving.registry import ModelRegistry
 from models_store.intake.repository import import_repository
 from models_store.models import ModelVersion, RegisteredModel
 from models_store.registry.services import routes

@@ -139,7 +139,7 @@ def _record(name, versions, platform="onnxruntime_onnx", pinned=(), loaded=True)
 def test_the_snapshot_serves_an_ensemble_while_what_it_pins_serves():
     """A pinned version serves whatever the policy says; an ensemble whose step
     does not serve does not serve either, its reason naming the step."""
-    from inference.snapshot import build_snapshot
+    from inference.serving.snapshot import build_snapshot
 
     plan = Plan(("X",), ("Y",), (Step(1, "a", 1, {"x": "X"}, {"y": "t"}), Step(2, "b", 1, {"x": "t"}, {"y": "Y"})))
     ensemble = _record("e", [(1, "READY", {"ensemble": plan.as_json()})], platform="ensemble")

@@ -1,10 +1,10 @@
-"""Instance groups (inference/instance_groups.py): one set of defaults for
+"""Instance groups (inference/serving/instance_groups.py): one set of defaults for
 every reader, the writers' checks, and the form Triton's configuration
 reports (core NormalizeInstanceGroup: KIND_AUTO resolved, groups named)."""
 
 import pytest
 
-from inference.instance_groups import (
+from inference.serving.instance_groups import (
     InstanceGroupError,
     describe,
     read,

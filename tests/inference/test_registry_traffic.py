@@ -8,7 +8,7 @@ import random
 from collections import Counter
 
 from inference.ports import ModelRecord, VersionRecord
-from inference.snapshot import build_snapshot
+from inference.serving.snapshot import build_snapshot
 
 SIGNATURE = [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]
 

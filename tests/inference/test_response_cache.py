@@ -77,9 +77,9 @@ def cached_plane(tmp_path, django_db_blocker):
     """A DataPlane over a registry with model "c" (v1: y = 2x + 1; its
     config enables the response cache) and a cache of ``budget`` bytes."""
     from inference.dataplane import DataPlane
-    from inference.registry import ModelRegistry
     from inference.runtime.executors import InProcessExecutor, session_loader
     from inference.runtime.runner import ModelRunner
+    from inference.serving.registry import ModelRegistry
     from models_store.intake.repository import import_repository
     from models_store.serving import StoreArtifacts, StoreRegistrySource
     from tests.support import onnx_models as m

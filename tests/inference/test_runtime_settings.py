@@ -12,8 +12,8 @@ import time
 import pytest
 
 from inference import runtime_settings
-from inference.changes import ChangeBeacon
 from inference.protocol.errors import InvalidInput
+from inference.serving.changes import ChangeBeacon
 
 #: A model's own settings at their largest: every key, the longest values, a 128-character name.
 LARGEST_OWN = {"trace_level": ["TIMESTAMPS", "TENSORS"], "trace_rate": "2147483647", "trace_count": "2147483647",

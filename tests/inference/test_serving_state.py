@@ -1,11 +1,11 @@
-"""The serving state (inference/serving_state.py): one computation of which
+"""The serving state (inference/serving/state.py): one computation of which
 versions serve and which is the default, read by the registry, the
 management API and the web UI."""
 
 import pytest
 
 from inference.ports import ModelRecord, VersionRecord
-from inference.serving_state import UNLOADED, served_versions, serving_state, traffic_routes
+from inference.serving.state import UNLOADED, served_versions, serving_state, traffic_routes
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""One serving state, four readers (inference/serving_state.py): on a live
+"""One serving state, four readers (inference/serving/state.py): on a live
 server (in process, or through a worker with MODELHOST_TEST_EXECUTOR=workers)
 the V2 protocol's readiness and metadata (real ``tritonclient``), the
 management API (``GET /api/models/<m>/``) and the web UI's model page (signed

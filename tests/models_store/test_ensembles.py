@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from inference.snapshot import build_snapshot
+from inference.serving.snapshot import build_snapshot
 from models_store import errors, storage
 from models_store.accounts import services as accounts
 from models_store.intake.repository import import_repository
@@ -240,7 +240,7 @@ def test_a_step_with_sequence_batching_is_refused(alice_api):
 def test_the_management_api_and_the_serving_registry_agree_on_an_ensemble_whose_step_stops(repo, ops_api):
     """An ensemble's version serves only while every version it pins serves:
     the serving registry's snapshot and the management API say so alike, with
-    the same reason (one computation: inference.serving_state.serving_states)."""
+    the same reason (one computation: inference.serving.state.serving_states)."""
     import_repository(repo)
 
     def registry_entry():

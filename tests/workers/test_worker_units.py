@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from inference.instance_groups import allowed_devices, cpu_instances, instances_on
 from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InvalidInput
 from inference.runtime import frames, messages
@@ -25,6 +24,7 @@ from inference.runtime.placement import (
     providers_for,
     queue_for,
 )
+from inference.serving.instance_groups import allowed_devices, cpu_instances, instances_on
 from tests.support.onnx_models import ALL_DATATYPES, expected_identity_input
 
 NUMERIC = [d for d in ALL_DATATYPES if d != "BYTES"]

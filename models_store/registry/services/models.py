@@ -13,8 +13,8 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 
-from inference import instance_groups
-from inference.serving_state import served_versions
+from inference.serving import instance_groups
+from inference.serving.state import served_versions
 from models_store import audit
 from models_store.config.signatures import check_against_versions
 from models_store.config.triton import ENSEMBLE, ConfigError, TritonConfig, parse_config_json, same_config
@@ -259,7 +259,7 @@ def model_set_instance_group(*, model: RegisteredModel, groups: list[dict], acto
     """Replace a model's instance groups (Triton's ``instance_group``): each
     ``{"kind": KIND_AUTO|KIND_GPU|KIND_CPU, "count": n >= 1, "gpus": [ints]}``
     (``gpus`` only for KIND_GPU; defaults and rules:
-    :mod:`inference.instance_groups`). Raises RegistryError for anything else."""
+    :mod:`inference.serving.instance_groups`). Raises RegistryError for anything else."""
     try:
         clean = instance_groups.validate(groups)
     except instance_groups.InstanceGroupError as exc:

@@ -11,7 +11,7 @@ module builds the same from three sources:
 - the registry's live state: name, platform and backend (ONNX Runtime),
   ``max_batch_size``, ``version_policy`` and ``instance_group`` (which the
   web UI, the management API and a repository load may change), normalized
-  as Triton does (inference/instance_groups.py: named, ``KIND_AUTO``
+  as Triton does (inference/serving/instance_groups.py: named, ``KIND_AUTO``
   resolved to the devices the server runs on, one group named after the
   model when there is none);
 - the version's signature (auto-completion, as Triton's ONNX Runtime
@@ -40,9 +40,9 @@ from __future__ import annotations
 
 import copy
 
-from inference import instance_groups
 from inference.ensembles import PLATFORM as ENSEMBLE
 from inference.protocol.datatypes import BY_NAME
+from inference.serving import instance_groups
 
 #: Defaults Triton prints for the messages built here (fields without presence).
 INPUT_DEFAULTS = {
@@ -131,7 +131,7 @@ def _tensors(signature, configured: list, defaults: dict, batched: bool) -> list
 def _groups(name: str, groups, gpus) -> list[dict]:
     """The registry's instance groups as Triton reports them after its
     normalization on a server with GPUs ``gpus``
-    (:func:`inference.instance_groups.triton_form`), with Triton's other fields."""
+    (:func:`inference.serving.instance_groups.triton_form`), with Triton's other fields."""
     return [{**GROUP_DEFAULTS, **group} for group in instance_groups.triton_form(name, groups, gpus)]
 
 

@@ -1,7 +1,7 @@
 """A model's serving state, computed in one place: which versions serve and
 which one answers a request that names none.
 
-The serving registry (:mod:`inference.registry`: the V2/Triton and TF
+The serving registry (:mod:`inference.serving.registry`: the V2/Triton and TF
 Serving protocols), the management API and the web UI all read it from
 :func:`serving_state`, so that they never disagree. It follows Triton's model
 repository semantics:

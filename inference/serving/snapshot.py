@@ -3,9 +3,9 @@ serving side sees them (:class:`ModelEntry`, :class:`VersionEntry`: the
 data plane, the transport adapters, the extensions and the workers read the
 same entries), built from the model store's records (:func:`build_snapshot`).
 
-A snapshot is immutable once built; :class:`inference.registry.ModelRegistry`
+A snapshot is immutable once built; :class:`inference.serving.registry.ModelRegistry`
 swaps whole snapshots. Which versions serve is decided by
-:mod:`inference.serving_state`.
+:mod:`inference.serving.state`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import random
 from dataclasses import dataclass, field
 
 from inference import ensembles
-from inference.instance_groups import total_instances
 from inference.ports import ModelRecord
 from inference.protocol.datatypes import BY_NAME, Datatype
 from inference.protocol.types import MetadataTensor
@@ -22,7 +21,8 @@ from inference.runtime.execution import BatchingPolicy, RunTarget
 from inference.runtime.onnx import asks_for_extensions
 from inference.runtime.queue_policy import PriorityLevels, QueuePolicyError
 from inference.runtime.sequences import SequenceConfigError, SequencePolicy
-from inference.serving_state import ServingState, serving_states
+from inference.serving.instance_groups import total_instances
+from inference.serving.state import ServingState, serving_states
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,7 +102,7 @@ class ModelEntry:
     #: The traffic split: (cumulative weight in [0, 1], version) pairs, the last at 1.0; () without one.
     split: tuple[tuple[float, VersionEntry], ...] = ()
     traffic: dict = field(default_factory=dict)  # as stored: version label -> weight
-    state: ServingState | None = None  # what serves (inference/serving_state.py)
+    state: ServingState | None = None  # what serves (inference/serving/state.py)
 
     @property
     def default(self) -> VersionEntry | None:
@@ -157,7 +157,7 @@ def batching_policy(record: ModelRecord) -> BatchingPolicy | None:
 
 def sequence_policy(record: ModelRecord) -> SequencePolicy | None:
     """The model's sequence batching (None without, or when its configuration
-    is refused: then nothing serves, see :func:`inference.serving_state.sequence_refusal`)."""
+    is refused: then nothing serves, see :func:`inference.serving.state.sequence_refusal`)."""
     if record.sequence_batching is None:
         return None
     try:

@@ -25,7 +25,7 @@ from inference.ports import RegistrySource
 from inference.protocol import triton_texts
 from inference.protocol.errors import ModelNotFound
 from inference.protocol.types import ModelMetadata
-from inference.snapshot import ModelEntry, VersionEntry, build_snapshot
+from inference.serving.snapshot import ModelEntry, VersionEntry, build_snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class ModelRegistry:
 
     ``source`` gives the registry's records, its change stamp and local
     change notices (:class:`~inference.ports.RegistrySource`). ``beacon`` (a
-    :class:`~inference.changes.ChangeBeacon`) is read before every lookup:
+    :class:`~inference.serving.changes.ChangeBeacon`) is read before every lookup:
     when another process of the machine changed the registry, the snapshot
     is rebuilt before the lookup answers. Call :meth:`start` to follow changes.
     """
