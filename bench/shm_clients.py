@@ -19,7 +19,7 @@ writing the output into the region).
 
 It also times, in this process, the one copy a region read costs
 (``preadv`` of 16 MiB from a ``/dev/shm`` object into a new numpy array,
-inference/region_io.py) against a ``memcpy`` of the same bytes out of a
+inference/shared_memory/region_io.py) against a ``memcpy`` of the same bytes out of a
 mapping of it, and the ``pwrite`` of 16 MiB.
 
 With ``--baseline DIR`` (another checkout, e.g. a git worktree of an
@@ -85,7 +85,7 @@ def median_ms(function, times: int = 15) -> float:
 
 def copy_costs() -> dict[str, float]:
     """Medians (ms) of moving 16 MiB between a /dev/shm object and arrays of this process."""
-    from inference.region_io import ObjectFile, read_into, write_from
+    from inference.shared_memory.region_io import ObjectFile, read_into, write_from
 
     path = Path("/dev/shm") / f"mh-bench-copy-{uuid.uuid4().hex[:8]}"
     data = np.random.default_rng(0).random(BIG_ELEMENTS, dtype=np.float32)

@@ -17,7 +17,7 @@ wraps the application instead:
   request takes its slot only once its body has been read to the end (a
   request without a body: at once), so a body that trickles in holds one of
   the waiting threads, never one that runs inferences. The slots are a
-  fair-share gate (:mod:`inference.fair_share`): when all are taken, requests
+  fair-share gate (:mod:`inference.admission.fair_share`): when all are taken, requests
   wait in their caller's flow (its team, from the bearer token) and slots go
   to the flows in turn, so one team's flood does not queue ahead of
   everyone; a flow with ``queue_per_flow`` requests waiting already is
@@ -48,8 +48,8 @@ import time
 
 from django.core.exceptions import BadRequest
 
-from inference import auth
-from inference.fair_share import ANONYMOUS_FLOW, FairShare, Gate
+from inference.admission import auth
+from inference.admission.fair_share import ANONYMOUS_FLOW, FairShare, Gate
 from inference.protocol.errors import InvalidInput, RateLimited
 
 logger = logging.getLogger(__name__)
@@ -218,7 +218,7 @@ REASONS = {400: "Bad Request", 408: "Request Timeout", 429: "Too Many Requests"}
 
 def flow_of_request(environ) -> str:
     """The flow of a request's caller for the work slots
-    (:mod:`inference.fair_share`): the owner of its bearer token's
+    (:mod:`inference.admission.fair_share`): the owner of its bearer token's
     shared-memory regions (its team when it has one, else its user), the
     anonymous callers' flow without a token, one flow for every unknown
     token. Answers from memory."""

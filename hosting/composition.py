@@ -22,13 +22,13 @@ from django.conf import settings
 import hosting
 from hosting import deployment
 from inference import observability, outage, ports, runtime_settings, tracing
+from inference.admission.fair_share import FairShare
+from inference.admission.ratelimit import Defaults, MemoryStore, RateLimiter, RedisStore
 from inference.dataplane import DataPlane
 from inference.executor import Executor
 from inference.extensions import Extensions
-from inference.fair_share import FairShare
 from inference.payload_log import PayloadLogger, sink_for
 from inference.ports import Quota
-from inference.ratelimit import Defaults, MemoryStore, RateLimiter, RedisStore
 from inference.response_cache import ResponseCache
 from inference.rollups_db import DatabaseRollups
 from inference.runtime import onnx as onnx_runtime
@@ -40,7 +40,7 @@ from inference.runtime.sequence_batcher import SequenceBatcher
 from inference.serving.changes import beacon_at
 from inference.serving.instance_groups import cpu_instances
 from inference.serving.registry import ModelRegistry
-from inference.shared_memory import RegionRegistry
+from inference.shared_memory.regions import RegionRegistry
 from inference.statistics import StatisticsRecorder
 from inference.statistics_db import DatabaseStatistics
 from inference.worker import WorkerRuntime

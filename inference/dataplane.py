@@ -3,9 +3,9 @@ health, metadata, the version lookups and inference.
 
 REST, gRPC and TF Serving adapters decode their wire format into protocol
 types, call a :class:`DataPlane` method, and encode what it returns. The data
-plane admits callers (:mod:`inference.admission`), resolves versions through
+plane admits callers (:mod:`inference.admission.caller`), resolves versions through
 the in-memory :class:`~inference.serving.registry.ModelRegistry`, checks requests
-(:mod:`inference.jobs`, :mod:`inference.request_checks`), runs the model
+(:mod:`inference.requests.jobs`, :mod:`inference.requests.checks`), runs the model
 through an executor, and counts statistics. It raises only protocol errors
 (:mod:`inference.protocol.errors`). Triton's other extensions are
 :mod:`inference.extensions`.
@@ -22,19 +22,22 @@ import time
 from collections.abc import Callable
 from typing import cast
 
-from inference import admission as admissions
-from inference import ensemble_runs, fair_share, jobs, request_checks, response_cache, runtime_settings, tracing
-from inference import shared_memory as shm
-from inference.admission import Admission
+from inference import ensemble_runs, response_cache, runtime_settings, tracing
+from inference.admission import caller as admissions
+from inference.admission import fair_share
+from inference.admission.caller import Admission
+from inference.admission.ratelimit import Defaults, RateLimiter
 from inference.ensemble_segments import SegmentRunner
 from inference.executor import Executor, WorkerExecutor
 from inference.ports import built_once
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady, QueueFull
 from inference.protocol.types import InferenceRequest, InferenceResponse, ModelMetadata, ServerMetadata
-from inference.ratelimit import Defaults, RateLimiter
+from inference.requests import checks as request_checks
+from inference.requests import jobs
 from inference.runtime import sequences
 from inference.serving.registry import ModelRegistry
 from inference.serving.snapshot import VersionEntry
+from inference.shared_memory import regions as shm
 from inference.statistics import StatisticsRecorder
 
 #: Extensions this server implements, exactly, as listed in server metadata.
@@ -74,10 +77,10 @@ class DataPlane:
         self.payload_log = payload_log  # a PayloadLogger (inference/payload_log.py), or None
         self.statistics = statistics or StatisticsRecorder(flush_seconds=0)
         self.timeout_seconds = timeout_seconds
-        #: The machine's registered shared-memory regions (inference/shared_memory.py).
+        #: The machine's registered shared-memory regions (inference/shared_memory/regions.py).
         self.shared_memory = shared_memory or shm.RegionRegistry()
         self._metadata = ServerMetadata(server_name, server_version, EXTENSIONS)
-        #: Fair admission to each version's instances, per flow (inference/fair_share.py).
+        #: Fair admission to each version's instances, per flow (inference/admission/fair_share.py).
         self.fair = fair or fair_share.FairShare(queue_per_flow=16, seats=executor.seats)
         self._lag: fair_share.LoopLag | None = None  # the gRPC event loop's (infer_async)
         segments = None
@@ -157,8 +160,8 @@ class DataPlane:
 
     # -- inference -------------------------------------------------------
     def admit(self, token: str | None, name: str) -> Admission:
-        """The caller's :class:`~inference.admission.Admission` to ``name``
-        (:func:`inference.admission.admit`), which :meth:`infer` takes: hold it
+        """The caller's :class:`~inference.admission.caller.Admission` to ``name``
+        (:func:`inference.admission.caller.admit`), which :meth:`infer` takes: hold it
         while the request is decoded and run (``with``; leaving it frees the
         in-flight slots). Adapters admit before they decode any tensor. Raises
         Unauthenticated, PermissionDenied, RateLimited."""
@@ -177,8 +180,8 @@ class DataPlane:
     ) -> InferenceResponse:  # fmt: skip
         """Run ``request`` on the resolved model version (``version``, when the adapter resolved it already
         for this request) for a caller ``admission`` (:meth:`admit`) admitted to its model, once checked
-        (:mod:`inference.request_checks`, :mod:`inference.jobs`), when its flow's turn at the version's
-        seats comes (:mod:`inference.fair_share`; ``seated``: the caller took the seat already). Outputs
+        (:mod:`inference.requests.checks`, :mod:`inference.requests.jobs`), when its flow's turn at the version's
+        seats comes (:mod:`inference.admission.fair_share`; ``seated``: the caller took the seat already). Outputs
         requested with ``classification: N`` come back as their top N (Triton's classification extension).
         An ensemble's version runs its graph (:mod:`inference.ensemble_runs`), each step taking its turn.
         Raises PermissionDenied (an admission to another model), InvalidInput, ModelNotFound, ModelNotReady,
@@ -222,7 +225,7 @@ class DataPlane:
         """:meth:`infer` from an event loop (``admission`` from
         :meth:`admit_async`): inline when that cannot block (in process, no
         batching), a seat is free and the loop keeps up; else the request
-        waits for its turn on the loop (:mod:`inference.fair_share`) and runs
+        waits for its turn on the loop (:mod:`inference.admission.fair_share`) and runs
         in a thread or, in worker mode, on the loop (``run_async``: the worker
         transport's sockets in the loop's selector, no thread per request)."""
         admission.check(request)
@@ -253,7 +256,7 @@ class DataPlane:
         """An ensemble's request from an event loop: a few steps that cannot
         wait run inline while the loop keeps up and the ensemble's seats are
         free; else it waits for its turn at them on the loop
-        (:meth:`~inference.fair_share.FairShare.ensemble_gate`) and runs in a
+        (:meth:`~inference.admission.fair_share.FairShare.ensemble_gate`) and runs in a
         thread, so a long graph never holds the loop."""
         gate = self.fair.ensemble_gate(entry)
         if (
@@ -301,9 +304,9 @@ class DataPlane:
     def _steps(self, admission: Admission, request: InferenceRequest, entry: VersionEntry, started: int, gate):
         """The one body of an inference, driven by :meth:`infer` (in a thread)
         and :meth:`_infer_on_loop` (on an event loop): the checked job
-        (:func:`inference.jobs.prepare`), the response cache, the flow's turn
+        (:func:`inference.requests.jobs.prepare`), the response cache, the flow's turn
         at ``gate`` (None: not gated, or seated already), the run, the
-        response (:func:`inference.jobs.respond`), a failure counted. A
+        response (:func:`inference.requests.jobs.respond`), a failure counted. A
         generator of its waits: it yields ``(_TURN, job)`` and ``(_RUN,
         job)``; the driver sends back the run's result, or throws in what
         the wait raised; it returns the response."""
@@ -328,7 +331,7 @@ class DataPlane:
             raise
 
     def _behind(self) -> bool:
-        """Whether the running event loop is behind (:class:`~inference.fair_share.LoopLag`)."""
+        """Whether the running event loop is behind (:class:`~inference.admission.fair_share.LoopLag`)."""
         loop, lag = asyncio.get_running_loop(), self._lag
         if lag is None or lag.loop is not loop:
             lag = self._lag = fair_share.LoopLag(loop)
@@ -344,7 +347,7 @@ class DataPlane:
         return self.registry.route(request.model_name, request.model_version, draw)
 
     def _respond(self, entry: VersionEntry, request: InferenceRequest, job: jobs.Job, run, cached=None):
-        """The response of a finished run (:func:`inference.jobs.respond`),
+        """The response of a finished run (:func:`inference.requests.jobs.respond`),
         kept in the response cache under ``cached`` when that is a key."""
         if cached is not None:
             response_cache.keep(self.response_cache, self.statistics, entry, cached, run)

@@ -11,7 +11,7 @@ The caller was admitted for the ensemble (token, rate limits): its steps run
 under that admission, without a second credential check. A request to an
 N-step ensemble costs N requests of the caller's rate limits: admitted for
 one, it is charged the other N - 1 before anything else
-(:meth:`inference.ratelimit.Admission.charge`; refused with RateLimited, no
+(:meth:`inference.admission.ratelimit.Admission.charge`; refused with RateLimited, no
 step run, when the caller cannot afford them now). It holds one in-flight
 slot, as any request does (docs/ensembles.md says why). Triton counts
 statistics the same way: the ensemble counts its requests, each composing
@@ -26,16 +26,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from inference import ensemble_segments, ensembles, jobs, ratelimit
-from inference.admission import Admission
+from inference import ensemble_segments, ensembles
+from inference.admission import ratelimit
+from inference.admission.caller import Admission
 from inference.ensemble_segments import SegmentRunner
 from inference.executor import Executor
 from inference.protocol.errors import DeadlineExceeded, InferenceError, ModelNotReady
 from inference.protocol.types import InferenceRequest, RequestedOutput, RequestInput
+from inference.requests import jobs
 from inference.runtime.execution import RunResult
 from inference.serving.registry import ModelRegistry
 from inference.serving.snapshot import VersionEntry, step_entry
-from inference.shared_memory import RegionRegistry
+from inference.shared_memory.regions import RegionRegistry
 from inference.statistics import StatisticsRecorder
 
 _now = time.perf_counter_ns

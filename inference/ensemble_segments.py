@@ -34,18 +34,18 @@ import time
 from dataclasses import dataclass
 
 from inference import tracing
+from inference.admission.fair_share import FairShare
 from inference.ensembles import Plan, Step, StepFailed
 from inference.executor import WorkerExecutor
-from inference.fair_share import FairShare
-from inference.jobs import Job
 from inference.protocol.errors import DeadlineExceeded, InferenceError
+from inference.requests.jobs import Job
 from inference.serving.snapshot import VersionEntry, step_entry
 from inference.statistics import StatisticsRecorder
 
 _now = time.perf_counter_ns
 
 #: The most steps of one segment: a longer chain runs as several exchanges, each
-#: waiting for its turn at the front end's fair-share gate (inference/fair_share.py)
+#: waiting for its turn at the front end's fair-share gate (inference/admission/fair_share.py)
 #: and each short on the worker, so one team's long ensemble never holds a worker
 #: for long while other teams' requests wait (a 300-step chain: 19 exchanges).
 SEGMENT_MAX_STEPS = 16
@@ -195,7 +195,7 @@ class SegmentRunner:
         """Run ``segment`` on ``inputs`` (ensemble tensors by name) on one worker
         and return the tensors of its ``output_map`` by name; counts each step's
         statistics. It waits for ``flow``'s turn at its first step's seats, as
-        many turns as it has steps (:mod:`inference.fair_share`). Raises
+        many turns as it has steps (:mod:`inference.admission.fair_share`). Raises
         :class:`~inference.ensembles.StepFailed` naming the step that failed
         (the first for a failed exchange)."""
         steps = segment.steps

@@ -47,7 +47,7 @@ class Executor(Protocol):
 
     def seats(self, target: RunTarget, placement: tuple = ()) -> int:
         """Requests of ``target`` this process runs at once: its fair-share
-        gate's seats (:mod:`inference.fair_share`; 0: not gated).
+        gate's seats (:mod:`inference.admission.fair_share`; 0: not gated).
         ``placement``: the model's instance group."""
 
     def blocks(self, target: RunTarget) -> bool:

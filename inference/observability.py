@@ -28,7 +28,7 @@ REST workers and the gRPC process add up):
 - ``modelhost_worker_pool_depth{pool}`` (gauge, worker mode: requests held
   by the workers of a pool, as ``modelhost_worker_queue_depth`` per queue)
 - ``modelhost_throttled_requests_total{team, limit}`` (requests refused by a
-  rate limit or an in-flight cap; inference/ratelimit.py)
+  rate limit or an in-flight cap; inference/admission/ratelimit.py)
 - ``modelhost_payload_log_records_total{outcome}`` (payload logging:
   ``written``, ``dropped`` when its queue is full, ``failed``)
 

@@ -225,7 +225,7 @@ def epoch_ns() -> int:
 
 
 def traced_run(executor, entry, job):
-    """``executor.run`` of a checked job (:class:`inference.jobs.Job`) of
+    """``executor.run`` of a checked job (:class:`inference.requests.jobs.Job`) of
     model version ``entry`` under a ``run`` span; in process, with the
     runner's queue wait, batch formation and session.run (a worker records
     its own). Returns the RunResult."""

@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 
-from inference import region_tensors, runtime_settings, tracing, worker_segments
+from inference import runtime_settings, tracing, worker_segments
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotReady
 from inference.runtime import frames, messages
 from inference.runtime.execution import RunTarget
@@ -34,6 +34,7 @@ from inference.runtime.runner import ModelRunner
 from inference.runtime.sequences import SequenceRequest
 from inference.serving.instance_groups import instances_on
 from inference.serving.registry import ModelRegistry
+from inference.shared_memory import region_tensors
 
 logger = logging.getLogger(__name__)
 

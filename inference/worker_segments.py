@@ -16,9 +16,10 @@ from __future__ import annotations
 import logging
 import time
 
-from inference import request_checks, tracing
+from inference import tracing
 from inference.protocol.errors import DeadlineExceeded, InferenceError, InvalidInput, ModelNotReady
 from inference.protocol.types import InferenceRequest, RequestedOutput, RequestInput
+from inference.requests import checks as request_checks
 from inference.runtime import frames, messages
 from inference.serving.snapshot import step_entry
 

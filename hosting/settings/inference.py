@@ -48,12 +48,12 @@ SERVING_PROCESSES = env.int("SERVING_PROCESSES", default=1)
 
 # --- Inference access control ----------------------------------------------
 #: When true, inference needs ``Authorization: Bearer <token>`` (REST) or the
-#: same ``authorization`` key in gRPC metadata; see inference/auth.py.
+#: same ``authorization`` key in gRPC metadata; see inference/admission/auth.py.
 INFERENCE_REQUIRE_TOKEN = env.bool("INFERENCE_REQUIRE_TOKEN", default=False)
 #: Token scopes are reloaded when the registry stamp moves, and at the latest after this many seconds.
 INFERENCE_TOKEN_CACHE_SECONDS = env.float("INFERENCE_TOKEN_CACHE_SECONDS", default=30.0)
 
-# --- Rate limits (inference/ratelimit.py) ----------------------------------------
+# --- Rate limits (inference/admission/ratelimit.py) ----------------------------------------
 #: Default limits of inference per team (its whole traffic), per API token and
 #: for anonymous callers together: requests per second, burst, inferences in
 #: flight; 0 means unlimited. Operators give a team its own limits in the admin
@@ -67,7 +67,7 @@ RATE_LIMIT_TOKEN_IN_FLIGHT = env.int("RATE_LIMIT_TOKEN_IN_FLIGHT", default=0)
 RATE_LIMIT_ANONYMOUS_RPS = env.float("RATE_LIMIT_ANONYMOUS_RPS", default=0.0)
 RATE_LIMIT_ANONYMOUS_BURST = env.int("RATE_LIMIT_ANONYMOUS_BURST", default=0)
 RATE_LIMIT_ANONYMOUS_IN_FLIGHT = env.int("RATE_LIMIT_ANONYMOUS_IN_FLIGHT", default=0)
-# Fair admission to model instances (inference/fair_share.py; docs/rate-limits.md#fair-share): each
+# Fair admission to model instances (inference/admission/fair_share.py; docs/rate-limits.md#fair-share): each
 # team is a flow; when a version's seats are all taken, requests wait in their flow's queue and
 # seats go to the flows in turn. FAIR_QUEUE_PER_FLOW: requests one flow may have waiting per server
 # process (more are refused 429 / RESOURCE_EXHAUSTED; on gRPC a waiting request is a coroutine, so

@@ -27,7 +27,7 @@ from inference.extensions.shared_memory import SharedMemoryExtension
 from inference.extensions.statistics import StatisticsExtension
 from inference.ports import built_once
 from inference.serving.registry import ModelRegistry
-from inference.shared_memory import RegionRegistry
+from inference.shared_memory.regions import RegionRegistry
 from inference.statistics import StatisticsRecorder
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inference import auth
+from inference.admission import auth
 from inference.extensions.common import follow_scopes
 from inference.protocol import triton_texts
 from inference.protocol.errors import InvalidInput, ModelNotFound

@@ -5,7 +5,8 @@ https://github.com/triton-inference-server/server/blob/main/docs/protocol/extens
 
 from __future__ import annotations
 
-from inference import auth, runtime_settings
+from inference import runtime_settings
+from inference.admission import auth
 from inference.extensions.common import audit, follow_scopes
 from inference.serving.registry import ModelRegistry
 

@@ -1,16 +1,16 @@
 """Triton's system and CUDA shared-memory extensions: the caller's regions
 (https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_shared_memory.md).
-Regions belong to their owner (:func:`inference.auth.region_owner`) and are
-registered for every process of the machine (inference/shared_memory.py);
+Regions belong to their owner (:func:`inference.admission.auth.region_owner`) and are
+registered for every process of the machine (inference/shared_memory/regions.py);
 CUDA shared memory is not supported."""
 
 from __future__ import annotations
 
-from inference import auth
-from inference import shared_memory as shm
+from inference.admission import auth
 from inference.extensions.common import audit, follow_scopes
 from inference.protocol.errors import InvalidInput
 from inference.serving.registry import ModelRegistry
+from inference.shared_memory import regions as shm
 
 
 class SharedMemoryExtension:
@@ -36,7 +36,7 @@ class SharedMemoryExtension:
         """Register ``byte_size`` bytes of the shared-memory object ``key``
         from ``offset`` as the caller's region ``name``, for every process of
         the machine (audited). Raises Unauthenticated, InvalidInput (see
-        :meth:`inference.shared_memory.RegionRegistry.register`)."""
+        :meth:`inference.shared_memory.regions.RegionRegistry.register`)."""
         owner, caller = self._caller(token)
         self.regions.register(owner, name, key, offset, byte_size)
         audit(caller, "shared_memory.register", "", name=name, key=key, offset=offset, byte_size=byte_size,

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from inference import auth
+from inference.admission import auth
 from inference.protocol.errors import PermissionDenied
 from inference.serving.registry import ModelRegistry
 from inference.statistics import ModelStatistics, StatisticsRecorder

@@ -24,7 +24,7 @@ import time
 import grpc
 
 from inference import observability, rollups, tracing
-from inference.auth import bearer_token
+from inference.admission.auth import bearer_token
 from inference.grpc import converters, streaming
 from inference.grpc.proto import oip_pb2 as pb
 from inference.grpc.proto import oip_pb2_grpc
@@ -212,7 +212,7 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
         await asyncio.to_thread(self.extensions.repository.unload, request.model_name, parameters, _bearer(context))
         return pb.RepositoryModelUnloadResponse()
 
-    # -- shared-memory extensions (inference/shared_memory.py) ---------------------
+    # -- shared-memory extensions (inference/shared_memory/regions.py) ---------------------
     @rpc
     async def SystemSharedMemoryStatus(self, request, context):
         regions = await asyncio.to_thread(self.extensions.shared_memory.status, _bearer(context), request.name or None)

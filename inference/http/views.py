@@ -11,7 +11,7 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.views import APIView
 
 from inference import observability, rollups
-from inference.auth import bearer_token
+from inference.admission.auth import bearer_token
 from inference.dataplane import get_dataplane
 from inference.extensions import get_extensions
 from inference.http.responses import exception_handler

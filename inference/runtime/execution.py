@@ -71,7 +71,7 @@ class RunTarget:
         """Requests of it one runner runs at once: its instances, times its
         ``max_batch_size`` with dynamic batching (a batch forms from
         requests that wait together); 0 with sequence batching (each
-        sequence holds its slot: see :mod:`inference.fair_share`), and 0
+        sequence holds its slot: see :mod:`inference.admission.fair_share`), and 0
         with priority levels or a queue policy: the batcher's queues order
         and bound what waits, as in Triton (:mod:`inference.runtime.queue_policy`)."""
         if self.sequence is not None or (self.batching is not None and self.batching.levels.configured):

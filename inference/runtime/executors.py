@@ -84,7 +84,7 @@ class InProcessExecutor:
 
     def seats(self, target: RunTarget, placement=()) -> int:
         """Requests of ``target`` this process runs at once (its fair-share
-        gate's seats, :mod:`inference.fair_share`; 0: not gated)."""
+        gate's seats, :mod:`inference.admission.fair_share`; 0: not gated)."""
         return target.seats
 
     def blocks(self, target: RunTarget) -> bool:

@@ -181,7 +181,7 @@ class RemoteExecutor(SegmentRuns):
 
     def seats(self, target: RunTarget, placement=()) -> int:
         """Requests of ``target`` this front-end process sends at once (its
-        fair-share gate's seats, :mod:`inference.fair_share`): the version's
+        fair-share gate's seats, :mod:`inference.admission.fair_share`): the version's
         seats on one runner times the live workers of its devices (0: not
         gated)."""
         return target.seats * max(1, len(self.directory.candidates(placement)))
@@ -198,7 +198,7 @@ class RemoteExecutor(SegmentRuns):
         """Run one request on a worker of a device ``placement`` (the model's
         instance group) allows, in this thread (``sequence``: its place in a
         sequence, for a model with sequence batching; ``regions``: a
-        :class:`~inference.shared_memory.RegionPlan` of its tensors in
+        :class:`~inference.shared_memory.regions.RegionPlan` of its tensors in
         shared-memory regions, which a worker on this machine reads and
         writes itself; ``schedule``: its priority and timeout, for the
         worker's dynamic batcher). Raises ModelNotReady, DeadlineExceeded

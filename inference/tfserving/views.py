@@ -21,7 +21,7 @@ from django.conf import settings
 from django.http import HttpResponse
 
 from inference import tracing
-from inference.admission import Admission
+from inference.admission.caller import Admission
 from inference.codecs import tfserving as codec
 from inference.http.bodies import read_body
 from inference.http.responses import json_response

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from inference.classification import classify, requested_count
 from inference.protocol.errors import InvalidInput
+from inference.requests.classification import classify, requested_count
 
 
 def test_batched_rows_with_labels():

@@ -1,4 +1,4 @@
-"""Fair admission to a model version's seats (inference/fair_share.py): the
+"""Fair admission to a model version's seats (inference/admission/fair_share.py): the
 order seats are handed out in (deficit round robin over flows, weights,
 costs), the per-flow queue bound, deadlines and cancellation, threads and an
 event loop sharing one gate."""
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from inference.fair_share import ANONYMOUS_FLOW, FairShare, Gate, LoopLag, flow_of
+from inference.admission.fair_share import ANONYMOUS_FLOW, FairShare, Gate, LoopLag, flow_of
 from inference.ports import Principal
 from inference.protocol.errors import DeadlineExceeded, RateLimited
 

@@ -267,7 +267,7 @@ def test_a_model_without_a_batch_dimension_queues_by_priority_one_request_at_a_t
 
 def test_the_fair_share_gate_leaves_a_model_with_levels_or_policies_to_its_queues():
     """A model with priority levels or a queue policy is not gated by
-    inference/fair_share.py (0 seats): its requests reach the batcher's
+    inference/admission/fair_share.py (0 seats): its requests reach the batcher's
     queues, whose priorities, max_queue_size and timeouts decide, as in
     Triton; without them the gate holds what does not run (4 rows x 2)."""
 

@@ -10,9 +10,9 @@ import uuid
 import pytest
 import redis
 
+from inference.admission.ratelimit import NOTHING, Defaults, MemoryStore, RateLimiter, RedisStore
 from inference.ports import ANONYMOUS, Principal, Quota
 from inference.protocol.errors import RateLimited
-from inference.ratelimit import NOTHING, Defaults, MemoryStore, RateLimiter, RedisStore
 from tests.conftest import TEST_REDIS_URL
 
 

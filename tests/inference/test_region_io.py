@@ -1,5 +1,5 @@
 """Reading and writing client-owned shared-memory objects through a
-descriptor (inference/region_io.py), on real ``/dev/shm`` objects: the
+descriptor (inference/shared_memory/region_io.py), on real ``/dev/shm`` objects: the
 bytes land in our own arrays (values compared with numpy), an object shrunk
 between the size check and the read is a clear InvalidInput naming the
 region ("it shrank"), never a SIGBUS, and a concurrent shrinker cannot
@@ -16,10 +16,10 @@ import uuid
 import numpy as np
 import pytest
 
-from inference import region_io, region_tensors
-from inference import shared_memory as shm
 from inference.protocol.errors import InvalidInput
 from inference.protocol.types import RequestInput
+from inference.shared_memory import region_io, region_tensors
+from inference.shared_memory import regions as shm
 
 
 @pytest.fixture

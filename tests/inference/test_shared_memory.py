@@ -1,5 +1,5 @@
 """The region registry of the system shared-memory extension
-(inference/shared_memory.py) on real ``/dev/shm`` objects: every offset and
+(inference/shared_memory/regions.py) on real ``/dev/shm`` objects: every offset and
 size checked against its region, owners apart, registrations shared by the
 processes of a machine, a region unregistered while in use still valid for
 its user, an object shrunk behind the server's back refused, not a fault
@@ -15,10 +15,10 @@ import uuid
 import numpy as np
 import pytest
 
-from inference import region_tensors
-from inference import shared_memory as shm
 from inference.protocol.errors import InvalidInput
 from inference.protocol.types import RequestInput, ResponseOutput
+from inference.shared_memory import region_tensors
+from inference.shared_memory import regions as shm
 
 
 class _Object:

@@ -1,4 +1,4 @@
-"""One team cannot hurt another (inference/fair_share.py), against a live
+"""One team cannot hurt another (inference/admission/fair_share.py), against a live
 server with one HTTP process and one gRPC process (so that every request of
 a test meets at one gate), in process and in worker mode (one CPU worker
 over mutual TLS): a team's burst of calls queued at a model's only instance

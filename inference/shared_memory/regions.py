@@ -18,10 +18,10 @@ Spec: https://github.com/triton-inference-server/server/blob/main/docs/protocol/
   and write the first owner's tensors).
 - :meth:`RegionRegistry.span` checks a tensor's ``[offset, offset +
   byte_size)`` against its region and returns it as a
-  :class:`~inference.region_io.Span` of the region's object, open
+  :class:`~inference.shared_memory.region_io.Span` of the region's object, open
   (``/dev/shm/<key>``, with ``O_NOFOLLOW``, a regular file), never mapped:
   its bytes are read with ``preadv`` into buffers of ours and written with
-  ``pwrite`` (:mod:`inference.region_io`), and the object's size is checked
+  ``pwrite`` (:mod:`inference.shared_memory.region_io`), and the object's size is checked
   against the region on every use, so a client that shrinks its object
   gets a 400 (INVALID_ARGUMENT) naming the region, never a server process
   killed by SIGBUS. Open objects are cached per registration and process;
@@ -29,7 +29,7 @@ Spec: https://github.com/triton-inference-server/server/blob/main/docs/protocol/
   it stays open for that request.
 
 Tensors in regions (the request parameters that name them, reading and
-writing their bytes) are :mod:`inference.region_tensors`.
+writing their bytes) are :mod:`inference.shared_memory.region_tensors`.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from inference.protocol.errors import InferenceError, InvalidInput
-from inference.region_io import ObjectFile, Span
-from inference.region_tensors import TensorReference, check_name, non_negative, object_path
+from inference.shared_memory.region_io import ObjectFile, Span
+from inference.shared_memory.region_tensors import TensorReference, check_name, non_negative, object_path
 
 #: Regions one owner may have registered at once.
 MAX_REGIONS = 256
@@ -252,7 +252,7 @@ class RegionRegistry:
     def span(self, owner: str, reference: TensorReference, where: str) -> Span:
         """The bytes a tensor reference names, checked against its region
         and the region against its object's current size: a
-        :class:`~inference.region_io.Span` to read or write them (it keeps
+        :class:`~inference.shared_memory.region_io.Span` to read or write them (it keeps
         the object open while it lives), labelled "<where>: shared memory
         region '<name>'". Raises InvalidInput: an unknown region (a
         request's mistake: Triton's text), a span outside the region, an

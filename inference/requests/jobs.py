@@ -16,13 +16,16 @@ import random
 import time
 from dataclasses import dataclass
 
-from inference import classification, region_tensors, request_checks, response_cache
-from inference import shared_memory as shm
+from inference import response_cache
 from inference.protocol.errors import InvalidInput
 from inference.protocol.types import InferenceRequest, InferenceResponse, ResponseOutput
+from inference.requests import checks as request_checks
+from inference.requests import classification
 from inference.runtime import sequences
 from inference.runtime.queue_policy import Schedule
 from inference.serving.snapshot import VersionEntry
+from inference.shared_memory import region_tensors
+from inference.shared_memory import regions as shm
 
 _now = time.perf_counter_ns
 
@@ -67,7 +70,7 @@ def prepare(
     remote: bool,
 ) -> Job:
     """The checked feeds, outputs, deadline and sequence of one request
-    (:mod:`inference.request_checks`; raises InvalidInput); inputs sent in
+    (:mod:`inference.requests.checks`; raises InvalidInput); inputs sent in
     shared-memory regions of ``regions`` (their owner) are read, regions for
     outputs looked up (for a ``remote`` executor, also planned for its
     worker to map); ``owner``: whose sequences the request continues."""

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import time
 
-from inference import classification
 from inference.protocol.errors import InvalidInput
 from inference.protocol.types import InferenceRequest
+from inference.requests import classification
 from inference.runtime.queue_policy import UINT64_END, PriorityLevels, Schedule
 from inference.serving.snapshot import VersionEntry
 

@@ -1,6 +1,6 @@
 """Admission of a caller to run inferences of one model: its token checked
-(:mod:`inference.auth`), its call counted in its rate limits and in-flight
-caps (:mod:`inference.ratelimit`). :meth:`inference.dataplane.DataPlane.infer`
+(:mod:`inference.admission.auth`), its call counted in its rate limits and in-flight
+caps (:mod:`inference.admission.ratelimit`). :meth:`inference.dataplane.DataPlane.infer`
 takes the :class:`Admission`, so that no adapter runs an inference (or
 decodes a request's tensors) before the caller is admitted.
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 
-from inference import auth, fair_share, ratelimit
+from inference.admission import auth, fair_share, ratelimit
 from inference.protocol.errors import PermissionDenied
 from inference.protocol.types import InferenceRequest
 from inference.runtime import sequences
@@ -24,9 +24,9 @@ class Admission:
     ``with`` block (``async with`` on an event loop) frees its in-flight
     slots. ``owner``: whose sequences its requests continue
     (:func:`inference.runtime.sequences.owner_of`); ``regions``: whose
-    shared-memory regions they may use (:func:`inference.auth.region_owner`);
+    shared-memory regions they may use (:func:`inference.admission.auth.region_owner`);
     ``flow``: the queue its requests wait in for model instances
-    (:func:`inference.fair_share.flow_of`)."""
+    (:func:`inference.admission.fair_share.flow_of`)."""
 
     __slots__ = ("_blocking", "_slots", "flow", "model_name", "owner", "regions")
 
@@ -43,7 +43,7 @@ class Admission:
 
     @property
     def limits(self) -> ratelimit.Admission:
-        """The call's place in its rate limits (:meth:`inference.ratelimit.Admission.charge`
+        """The call's place in its rate limits (:meth:`inference.admission.ratelimit.Admission.charge`
         charges it more: an ensemble's further steps)."""
         return self._slots
 

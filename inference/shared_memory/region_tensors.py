@@ -8,12 +8,12 @@ opening a checked span in an inference worker on the front end's machine
 
 Regions are never mapped: their bytes are read into arrays of ours and
 written from them through the object's descriptor
-(:mod:`inference.region_io`), so a client that shrinks its object gets an
+(:mod:`inference.shared_memory.region_io`), so a client that shrinks its object gets an
 InvalidInput naming the region, never a process killed by SIGBUS.
 
 A tensor's bytes are the binary tensor data layout (BYTES: 4-byte
 little-endian length, then the bytes, per element). The registered regions
-themselves are :mod:`inference.shared_memory`.
+themselves are :mod:`inference.shared_memory.regions`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from inference.protocol.types import (
     RequestInput,
     ResponseOutput,
 )
-from inference.region_io import ObjectFile, Span
+from inference.shared_memory.region_io import ObjectFile, Span
 
 #: Where POSIX shared-memory objects live (``shm_open`` names, without their leading "/").
 SHM_DIR = Path("/dev/shm")
@@ -92,7 +92,7 @@ def unread(dtype, shape: tuple) -> np.ndarray:
 def open_span(span: ObjectSpan, where: str) -> Span:
     """Open a span of a shared-memory object in this process (an inference
     worker on the front end's machine, which checked the span against the
-    caller's region): a :class:`~inference.region_io.Span` to read or write
+    caller's region): a :class:`~inference.shared_memory.region_io.Span` to read or write
     it, never a mapping, open while it lives. The object is opened without
     following links and must be a regular file holding the span. Raises
     InvalidInput."""
@@ -207,7 +207,7 @@ def read_input(
     region against its object's current size), and its span. ``defer``: a
     numeric input a worker on this machine reads itself is not read here
     (its data a stand-in, :func:`unread`). ``registry``: the machine's
-    RegionRegistry (:meth:`inference.shared_memory.RegionRegistry.span`).
+    RegionRegistry (:meth:`inference.shared_memory.regions.RegionRegistry.span`).
     Raises InvalidInput naming the input (and the region)."""
     where = f"input '{tensor.name}'"
     datatype = BY_NAME[tensor.datatype]
