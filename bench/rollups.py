@@ -4,7 +4,7 @@ In one process (Django set up on a fresh VAR_DIR and SQLite, the bench's
 tiny model imported: FP32 [1, 16], y = 2x + 1), 8 client threads call the
 WSGI application with V2 REST binary requests, as granian's threads would,
 for ``--seconds`` per block; blocks alternate rollups on and off (the data
-plane's statistics recorder with its :class:`~inference.rollups.MinuteRollups`,
+plane's statistics recorder with its :class:`~inference.observability.rollups.MinuteRollups`,
 or without), the order flipped every round, for ``--rounds`` rounds. The
 flush thread writes the open minutes to the database every
 ``CHART_FLUSH_SECONDS`` (1 s here, ten times the default: the pessimistic

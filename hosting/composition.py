@@ -21,28 +21,30 @@ from django.conf import settings
 
 import hosting
 from hosting import deployment
-from inference import observability, outage, ports, runtime_settings, tracing
+from inference import ports, runtime_settings
 from inference.admission.fair_share import FairShare
 from inference.admission.ratelimit import Defaults, MemoryStore, RateLimiter, RedisStore
 from inference.dataplane import DataPlane
 from inference.executor import Executor
 from inference.extensions import Extensions
-from inference.payload_log import PayloadLogger, sink_for
+from inference.observability import metrics as observability
+from inference.observability import outage, tracing
+from inference.observability.payload_log import PayloadLogger, sink_for
+from inference.observability.rollups_db import DatabaseRollups
+from inference.observability.statistics import StatisticsRecorder
+from inference.observability.statistics_db import DatabaseStatistics
 from inference.ports import Quota
 from inference.response_cache import ResponseCache
-from inference.rollups_db import DatabaseRollups
 from inference.runtime import onnx as onnx_runtime
 from inference.runtime.executors import InProcessExecutor, session_loader
 from inference.runtime.placement import WorkerDirectory, read_workers
 from inference.runtime.remote import RemoteExecutor
 from inference.runtime.runner import ModelRunner
-from inference.runtime.sequence_batcher import SequenceBatcher
+from inference.runtime.sequences.batcher import SequenceBatcher
 from inference.serving.changes import beacon_at
 from inference.serving.instance_groups import cpu_instances
 from inference.serving.registry import ModelRegistry
 from inference.shared_memory.regions import RegionRegistry
-from inference.statistics import StatisticsRecorder
-from inference.statistics_db import DatabaseStatistics
 from inference.worker import WorkerRuntime
 from models_store import storage
 from models_store.accounts.authorizer import StoreAuthorizer, TokenCache

@@ -22,23 +22,25 @@ import time
 from collections.abc import Callable
 from typing import cast
 
-from inference import ensemble_runs, response_cache, runtime_settings, tracing
+from inference import response_cache, runtime_settings
 from inference.admission import caller as admissions
 from inference.admission import fair_share
 from inference.admission.caller import Admission
 from inference.admission.ratelimit import Defaults, RateLimiter
-from inference.ensemble_segments import SegmentRunner
+from inference.ensembles import runs as ensemble_runs
+from inference.ensembles.segments import SegmentRunner
 from inference.executor import Executor, WorkerExecutor
+from inference.observability import tracing
+from inference.observability.statistics import StatisticsRecorder
 from inference.ports import built_once
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady, QueueFull
 from inference.protocol.types import InferenceRequest, InferenceResponse, ModelMetadata, ServerMetadata
 from inference.requests import checks as request_checks
 from inference.requests import jobs
-from inference.runtime import sequences
+from inference.runtime.sequences import policy as sequences
 from inference.serving.registry import ModelRegistry
 from inference.serving.snapshot import VersionEntry
 from inference.shared_memory import regions as shm
-from inference.statistics import StatisticsRecorder
 
 #: Extensions this server implements, exactly, as listed in server metadata.
 EXTENSIONS = (
@@ -74,7 +76,7 @@ class DataPlane:
         #: The executor's worker calls (worker mode): a run awaited on an event loop, no thread per request.
         self._remote = cast(WorkerExecutor, executor) if executor.remote else None
         self.limiter = limiter or RateLimiter(Defaults())
-        self.payload_log = payload_log  # a PayloadLogger (inference/payload_log.py), or None
+        self.payload_log = payload_log  # a PayloadLogger (inference/observability/payload_log.py), or None
         self.statistics = statistics or StatisticsRecorder(flush_seconds=0)
         self.timeout_seconds = timeout_seconds
         #: The machine's registered shared-memory regions (inference/shared_memory/regions.py).
@@ -183,14 +185,14 @@ class DataPlane:
         (:mod:`inference.requests.checks`, :mod:`inference.requests.jobs`), when its flow's turn at the version's
         seats comes (:mod:`inference.admission.fair_share`; ``seated``: the caller took the seat already). Outputs
         requested with ``classification: N`` come back as their top N (Triton's classification extension).
-        An ensemble's version runs its graph (:mod:`inference.ensemble_runs`), each step taking its turn.
+        An ensemble's version runs its graph (:mod:`inference.ensembles.runs`), each step taking its turn.
         Raises PermissionDenied (an admission to another model), InvalidInput, ModelNotFound, ModelNotReady,
         DeadlineExceeded, RateLimited (its flow has too many requests waiting)."""
         started = _now()
         admission.check(request)
         runtime_settings.follow()  # the machine's trace and log settings (one memory read)
         entry = self._route(admission, request, version)
-        if entry.ensemble is not None:  # a graph of other versions (inference/ensemble_runs.py)
+        if entry.ensemble is not None:  # a graph of other versions (inference/ensembles/runs.py)
             if seated:
                 return self._ensembles.infer(admission, request, entry, started)
             gate = self.fair.ensemble_gate(entry)

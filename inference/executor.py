@@ -91,4 +91,4 @@ class WorkerExecutor(Executor, Protocol):
     ) -> SegmentRun:
         """Run consecutive ensemble ``steps`` ((RunTarget, input map, output
         map) each) in order on one worker, on ``feeds``; the answer holds the
-        ``returns`` tensors (:mod:`inference.ensemble_segments`)."""
+        ``returns`` tensors (:mod:`inference.ensembles.segments`)."""

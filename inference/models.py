@@ -1,6 +1,6 @@
 """Inference statistics shared by every machine (Triton's statistics
 extension). Each process adds its counts here in batches, to its machine's
-rows (see inference/statistics.py); durations are in nanoseconds."""
+rows (see inference/observability/statistics.py); durations are in nanoseconds."""
 
 from django.db import models
 
@@ -61,8 +61,8 @@ class BatchStatisticsRow(models.Model):
 
 class MinuteRollupRow(models.Model):
     """What one server process answered in one minute for one (model, version,
-    transport), for the charts (inference/rollups.py). Histograms are JSON
-    objects {bucket index: count} over inference.rollups.bucket's fixed buckets
+    transport), for the charts (inference/observability/rollups.py). Histograms are JSON
+    objects {bucket index: count} over inference.observability.rollups.bucket's fixed buckets
     (queue and compute times of answered requests, ns) and {batch size:
     executions}; the process rewrites its row until the minute closes."""
 

@@ -54,7 +54,7 @@ class ModelRecord:
     ``team``: the owning team's name ("" for operator-owned models).
     ``traffic``: the traffic split of requests that name no version, version
     label -> weight (integers summing to 100; {}: none). ``pinned``: the
-    version numbers READY ensembles run (inference/ensembles.py).
+    version numbers READY ensembles run (inference/ensembles/plan.py).
     """
 
     name: str
@@ -205,7 +205,7 @@ class Authorizer(Protocol):
 class StatisticsStore(Protocol):
     def add(self, machine: str, versions: dict, batches: dict, last: dict) -> None:
         """Add a machine's per-version and per-batch-size counter deltas (see
-        :mod:`inference.statistics`); raises on failure (deltas are kept)."""
+        :mod:`inference.observability.statistics`); raises on failure (deltas are kept)."""
 
     def read(self, keys: list[tuple[str, int]], exclude_machine: str = "") -> tuple[dict, dict, dict]:
         """Totals of every machine but ``exclude_machine`` for (model, version) keys: (versions, batches, last)."""

@@ -12,7 +12,7 @@ the outputs asked for), so no other version's answer can be served.
 
 Redis is an accelerator, never a dependency: when it fails or is slower than
 ``RESPONSE_CACHE_REDIS_TIMEOUT_SECONDS``, the request goes on as a miss, the
-outage is logged once (:class:`~inference.outage.DependencyWatch`), and
+outage is logged once (:class:`~inference.observability.outage.DependencyWatch`), and
 Redis is not asked again for a second.
 
 Entry format (msgpack): a list of ``[dtype, shape, data]`` per output, where
@@ -31,7 +31,7 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
-from inference.outage import DependencyWatch
+from inference.observability.outage import DependencyWatch
 from inference.response_cache import ResponseCache, _nbytes
 
 logger = logging.getLogger(__name__)

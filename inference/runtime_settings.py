@@ -1,7 +1,7 @@
 """The runtime trace and log settings of a machine. Spec: Triton's trace and logging extensions,
 https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_trace.md and extension_logging.md.
 
-**Sampling** of traces (:mod:`inference.tracing`) follows the trace settings (``GET/POST
+**Sampling** of traces (:mod:`inference.observability.tracing`) follows the trace settings (``GET/POST
 /v2/trace/setting`` and ``/v2/models/<m>/trace/setting``):
 ``trace_level`` OFF or TIMESTAMPS (TENSORS is taken as TIMESTAMPS: tensor
 contents never go into traces; see payload logging), ``trace_rate`` (one

@@ -23,7 +23,8 @@ import threading
 import time
 from collections import deque
 
-from inference import runtime_settings, tracing, worker_segments
+from inference import runtime_settings, worker_segments
+from inference.observability import tracing
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotReady
 from inference.runtime import frames, messages
 from inference.runtime.execution import RunTarget
@@ -31,7 +32,7 @@ from inference.runtime.executors import runnable
 from inference.runtime.placement import device_name, queue_for
 from inference.runtime.queue_policy import Schedule
 from inference.runtime.runner import ModelRunner
-from inference.runtime.sequences import SequenceRequest
+from inference.runtime.sequences.policy import SequenceRequest
 from inference.serving.instance_groups import instances_on
 from inference.serving.registry import ModelRegistry
 from inference.shared_memory import region_tensors

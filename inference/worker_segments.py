@@ -1,6 +1,6 @@
 """The worker's side of an ensemble segment
 (:class:`~inference.runtime.messages.SegmentRequest`, sent by
-inference/ensemble_segments.py): consecutive steps run here in order, each
+inference/ensembles/segments.py): consecutive steps run here in order, each
 checked against its version's signature and run as a single request of that
 version would be (the model runner: instances, dynamic batching, the
 deadline), the tensors between them kept here; the answer carries only the
@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 
-from inference import tracing
+from inference.observability import tracing
 from inference.protocol.errors import DeadlineExceeded, InferenceError, InvalidInput, ModelNotReady
 from inference.protocol.types import InferenceRequest, RequestedOutput, RequestInput
 from inference.requests import checks as request_checks

@@ -6,7 +6,7 @@ and of every inference worker that takes validation tasks (``runworker``):
   in this process where :func:`~models_store.intake.validating.validates_here`;
   :func:`~models_store.registry.services.states.hold_stale`);
 - the charts' retention: per-minute rollups older than CHART_RETENTION_DAYS
-  are deleted, those older than a day folded into hours (inference/rollups_db.py);
+  are deleted, those older than a day folded into hours (inference/observability/rollups_db.py);
 - the cleanup: what an upload that failed half-way left behind (staging
   files, local artifact copies and storage-backend objects no version row
   references, a worker's cached artifacts no version uses), older than
@@ -17,7 +17,7 @@ and of every inference worker that takes validation tasks (``runworker``):
 Every MAINTENANCE_SECONDS; several processes doing it at once is harmless
 (a version is re-queued by one reaper only; removing an orphan twice is a
 no-op). A dependency that is down skips the round (one log line, see
-:class:`~inference.outage.DependencyWatch`).
+:class:`~inference.observability.outage.DependencyWatch`).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from pathlib import Path
 from django.conf import settings
 from django.db import close_old_connections
 
-from inference import rollups_db
-from inference.outage import DependencyWatch
+from inference.observability import rollups_db
+from inference.observability.outage import DependencyWatch
 from models_store import outages, storage
 from models_store.intake.services import schedule_validation
 from models_store.registry import selectors

@@ -16,14 +16,14 @@ import asyncio
 from inference.admission import auth, fair_share, ratelimit
 from inference.protocol.errors import PermissionDenied
 from inference.protocol.types import InferenceRequest
-from inference.runtime import sequences
+from inference.runtime.sequences import policy as sequences
 
 
 class Admission:
     """A caller admitted to run an inference of ``model_name``. Leaving its
     ``with`` block (``async with`` on an event loop) frees its in-flight
     slots. ``owner``: whose sequences its requests continue
-    (:func:`inference.runtime.sequences.owner_of`); ``regions``: whose
+    (:func:`inference.runtime.sequences.policy.owner_of`); ``regions``: whose
     shared-memory regions they may use (:func:`inference.admission.auth.region_owner`);
     ``flow``: the queue its requests wait in for model instances
     (:func:`inference.admission.fair_share.flow_of`)."""

@@ -42,7 +42,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from inference import observability
+from inference.observability import metrics as observability
 from inference.protocol.errors import DeadlineExceeded, RateLimited
 
 #: The flow of callers without a token.

@@ -15,7 +15,7 @@ defaults from settings. Over a limit the call raises
 A call costs one request of the rate, or ``cost`` requests
 (:meth:`RateLimiter.admit`); an admitted call can be charged more before it
 does the work (:meth:`Admission.charge`: a request to an N-step ensemble
-costs N, inference/ensemble_runs.py). A call costing more than a bucket's
+costs N, inference/ensembles/runs.py). A call costing more than a bucket's
 burst is admitted only when the bucket is full, and leaves the bucket in
 debt for the rest: the long-run rate holds exactly, and no call is refused
 for ever. An in-flight cap counts calls (one slot each, whatever their
@@ -47,8 +47,8 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 
-from inference import observability
-from inference.outage import DependencyWatch
+from inference.observability import metrics as observability
+from inference.observability.outage import DependencyWatch
 from inference.ports import Principal, Quota
 from inference.protocol.errors import RateLimited
 

@@ -25,10 +25,10 @@ from inference.extensions.repository import RepositoryExtension
 from inference.extensions.settings import SettingsExtension
 from inference.extensions.shared_memory import SharedMemoryExtension
 from inference.extensions.statistics import StatisticsExtension
+from inference.observability.statistics import StatisticsRecorder
 from inference.ports import built_once
 from inference.serving.registry import ModelRegistry
 from inference.shared_memory.regions import RegionRegistry
-from inference.statistics import StatisticsRecorder
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from inference.admission import auth
+from inference.observability.statistics import ModelStatistics, StatisticsRecorder
 from inference.protocol.errors import PermissionDenied
 from inference.serving.registry import ModelRegistry
-from inference.statistics import ModelStatistics, StatisticsRecorder
 
 
 class StatisticsExtension:

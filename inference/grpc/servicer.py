@@ -23,11 +23,12 @@ import time
 
 import grpc
 
-from inference import observability, rollups, tracing
 from inference.admission.auth import bearer_token
 from inference.grpc import converters, streaming
 from inference.grpc.proto import oip_pb2 as pb
 from inference.grpc.proto import oip_pb2_grpc
+from inference.observability import metrics as observability
+from inference.observability import rollups, tracing
 from inference.protocol.errors import InferenceError, Unsupported
 
 logger = logging.getLogger(__name__)

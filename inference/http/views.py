@@ -1,7 +1,7 @@
 """Base views of the protocol adapters: no authentication, throttling or
 content negotiation work in DRF (access control is the DataPlane's), protocol
 errors as ``{"error": ...}``, and every POST observed in metrics and the
-request log (inference/observability.py)."""
+request log (inference/observability/metrics.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import time
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.views import APIView
 
-from inference import observability, rollups
 from inference.admission.auth import bearer_token
 from inference.dataplane import get_dataplane
 from inference.extensions import get_extensions
 from inference.http.responses import exception_handler
+from inference.observability import metrics as observability
+from inference.observability import rollups
 
 
 class FirstChoiceNegotiation(BaseContentNegotiation):

@@ -21,8 +21,8 @@ from inference.protocol.errors import InvalidInput
 from inference.protocol.types import InferenceRequest, InferenceResponse, ResponseOutput
 from inference.requests import checks as request_checks
 from inference.requests import classification
-from inference.runtime import sequences
 from inference.runtime.queue_policy import Schedule
+from inference.runtime.sequences import policy as sequences
 from inference.serving.snapshot import VersionEntry
 from inference.shared_memory import region_tensors
 from inference.shared_memory import regions as shm

@@ -15,12 +15,13 @@ from __future__ import annotations
 from django.http import HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from inference import observability, tracing
 from inference.codecs import message
 from inference.http import compression
 from inference.http.bodies import read_body
 from inference.http.responses import error_response, inference_response, json_response
 from inference.http.views import DirectPostView, ProtocolView
+from inference.observability import metrics as observability
+from inference.observability import tracing
 from inference.protocol.errors import InvalidInput, ModelNotReady
 from inference.protocol.types import MetadataTensor
 from inference.rest.parsers import parse_infer_request

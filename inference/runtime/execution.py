@@ -19,7 +19,7 @@ from inference.runtime.onnx import OnnxModel
 from inference.runtime.queue_policy import ONE_QUEUE, PriorityLevels
 
 if TYPE_CHECKING:
-    from inference.runtime.sequences import SequencePolicy
+    from inference.runtime.sequences.policy import SequencePolicy
 
 now_ns = time.perf_counter_ns
 

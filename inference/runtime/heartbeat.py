@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from inference.outage import DependencyWatch
+from inference.observability.outage import DependencyWatch
 from inference.runtime import messages
 from inference.runtime.placement import HEARTBEAT_SECONDS, HEARTBEAT_TTL_MS, heartbeat_key
 

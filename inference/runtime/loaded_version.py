@@ -14,8 +14,8 @@ from inference.runtime.batching import DynamicBatcher
 from inference.runtime.execution import RunResult, RunTarget, execute, now_ns
 from inference.runtime.onnx import OnnxModel
 from inference.runtime.queue_policy import Schedule
-from inference.runtime.sequence_batcher import SequenceBatcher
-from inference.runtime.sequences import SequenceRequest
+from inference.runtime.sequences.batcher import SequenceBatcher
+from inference.runtime.sequences.policy import SequenceRequest
 
 
 class LoadedVersion:

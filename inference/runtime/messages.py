@@ -150,7 +150,7 @@ class SegmentStep(msgspec.Struct, array_like=True, frozen=True):
 
 class SegmentRequest(msgspec.Struct, tag="segment", omit_defaults=True):
     """Run consecutive steps of an ensemble in order on the worker
-    (inference/ensemble_segments.py): the frame's tensors are the segment's
+    (inference/ensembles/segments.py): the frame's tensors are the segment's
     inputs by tensor name; each step reads and writes segment tensors; the
     answer carries the tensors named in ``returns`` only (``deadline``:
     seconds since the epoch, for every step)."""

@@ -35,9 +35,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from inference import observability
-from inference.observability import QUEUE_DEPTH
-from inference.outage import DependencyWatch
+from inference.observability import metrics as observability
+from inference.observability.metrics import QUEUE_DEPTH
+from inference.observability.outage import DependencyWatch
 from inference.runtime import messages
 from inference.runtime import onnx as onnx_runtime
 from inference.serving import instance_groups

@@ -66,7 +66,7 @@ import time
 
 import numpy as np
 
-from inference import tracing
+from inference.observability import tracing
 from inference.protocol import errors
 from inference.runtime import frames, link, messages
 from inference.runtime.answers import run_result

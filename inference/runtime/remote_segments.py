@@ -1,6 +1,6 @@
 """Worker mode, front-end side: consecutive steps of an ensemble sent to one
 worker as one :class:`~inference.runtime.messages.SegmentRequest`
-(inference/ensemble_segments.py decides which steps), so that the tensors
+(inference/ensembles/segments.py decides which steps), so that the tensors
 between them never cross the link.
 
 A part of :class:`~inference.runtime.remote.RemoteExecutor` (its
@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from inference import tracing
+from inference.observability import tracing
 from inference.protocol import errors
 from inference.runtime import messages
 from inference.runtime.answers import SegmentRun, segment_result

@@ -14,7 +14,7 @@ unload runs transiently instead), and runs each request on an idle instance
   arrival order) and runs alone;
 - with dynamic batching (:mod:`inference.runtime.batching`), requests are
   queued and the instances run them in batches;
-- with sequence batching (:mod:`inference.runtime.sequence_batcher`), the
+- with sequence batching (:mod:`inference.runtime.sequences.batcher`), the
   requests of each sequence run in order on one instance, with the control
   inputs and implicit state the server supplies.
 
@@ -39,7 +39,7 @@ from inference.runtime.loaded_version import LoadedVersion
 from inference.runtime.onnx import OnnxModel
 from inference.runtime.queue_policy import Schedule
 from inference.runtime.residency import Admission, Costs, rss_bytes
-from inference.runtime.sequences import SequenceRequest
+from inference.runtime.sequences.policy import SequenceRequest
 
 logger = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ module builds the same from three sources:
   ``default_model_filename`` (``model.onnx`` when not given),
   ``model_transaction_policy`` (off) and ``response_cache`` (as configured, else off);
 - the registry's sequence batching policy, normalized as Triton does
-  (``sequence_batching``: inference/runtime/sequences.py);
+  (``sequence_batching``: inference/runtime/sequences/policy.py);
 - for an ensemble (``platform: "ensemble"``): its ``ensemble_scheduling``
-  with the version each step pins (inference/ensembles.py), no backend,
+  with the version each step pins (inference/ensembles/plan.py), no backend,
   instance group or model file.
 
 No protobuf here (the data plane's layer may not import the gRPC adapter's
@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import copy
 
-from inference.ensembles import PLATFORM as ENSEMBLE
+from inference.ensembles.plan import PLATFORM as ENSEMBLE
 from inference.protocol.datatypes import BY_NAME
 from inference.serving import instance_groups
 
@@ -166,7 +166,7 @@ def render(model, entry, gpus=()) -> dict:
             batching["preferred_batch_size"] = [model.max_batch_size]
         config["dynamic_batching"] = batching
     config.pop("sequence_batching", None)
-    if model.sequence is not None:  # normalized as Triton normalizes it (inference/runtime/sequences.py)
+    if model.sequence is not None:  # normalized as Triton normalizes it (inference/runtime/sequences/policy.py)
         config["sequence_batching"] = model.sequence.echo()
     config.setdefault("model_transaction_policy", {"decoupled": False})
     config.setdefault("response_cache", {"enable": False})

@@ -20,7 +20,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from inference.outage import REFUSALS, DependencyWatch
+from inference.observability.outage import REFUSALS, DependencyWatch
 from inference.ports import RegistrySource
 from inference.protocol import triton_texts
 from inference.protocol.errors import ModelNotFound

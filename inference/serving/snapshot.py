@@ -13,14 +13,14 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from inference import ensembles
+from inference.ensembles import plan as ensembles
 from inference.ports import ModelRecord
 from inference.protocol.datatypes import BY_NAME, Datatype
 from inference.protocol.types import MetadataTensor
 from inference.runtime.execution import BatchingPolicy, RunTarget
 from inference.runtime.onnx import asks_for_extensions
 from inference.runtime.queue_policy import PriorityLevels, QueuePolicyError
-from inference.runtime.sequences import SequenceConfigError, SequencePolicy
+from inference.runtime.sequences.policy import SequenceConfigError, SequencePolicy
 from inference.serving.instance_groups import total_instances
 from inference.serving.state import ServingState, serving_states
 
@@ -42,7 +42,7 @@ class VersionEntry:
     ``serving`` is true when the version is READY and the version policy
     serves it; ``reason`` explains why it does not serve otherwise. An
     ensemble's version has no ``target`` (no model file) but its
-    ``ensemble`` plan (inference/ensembles.py); it serves only while every
+    ``ensemble`` plan (inference/ensembles/plan.py); it serves only while every
     version it pins serves. Entries do not change once their snapshot is
     published.
     """

@@ -17,7 +17,7 @@ repository semantics:
 - a traffic split (version label -> weight) keeps the versions it routes to
   serving whatever the policy says, as a canary rollout keeps both;
 - so does a READY ensemble (of a loaded model) for the versions it pins
-  (inference/ensembles.py): an ensemble keeps running what it was built on;
+  (inference/ensembles/plan.py): an ensemble keeps running what it was built on;
 - an ensemble's version serves only while its plan reads and every version
   it pins serves (:func:`serving_states`, which sees every model: the
   serving registry's snapshot and the management API both use it);
@@ -32,8 +32,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from inference import ensembles
-from inference.runtime.sequences import SequenceConfigError, SequencePolicy
+from inference.ensembles import plan as ensembles
+from inference.runtime.sequences.policy import SequenceConfigError, SequencePolicy
 
 READY = "READY"
 UNLOADED = "the model is unloaded (repository API); load it to serve"

@@ -20,12 +20,12 @@ import re
 from django.conf import settings
 from django.http import HttpResponse
 
-from inference import tracing
 from inference.admission.caller import Admission
 from inference.codecs import tfserving as codec
 from inference.http.bodies import read_body
 from inference.http.responses import json_response
 from inference.http.views import DirectPostView
+from inference.observability import tracing
 from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InvalidInput, ModelNotFound
 from inference.protocol.types import InferenceRequest, RequestedOutput

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from inference.outage import DependencyWatch
+from inference.observability.outage import DependencyWatch
 from inference.ports import ANONYMOUS, Caller, Principal
 from inference.protocol.errors import DependencyUnavailable, PermissionDenied, Unauthenticated
 from models_store import outages

@@ -9,7 +9,7 @@ server does not support, given with a value other than its default, is
 refused by name (:data:`SUPPORTED`), never dropped: :class:`ConfigError`
 says which field and why. Unknown field names and malformed text are
 refused with the parser's line and column. ``sequence_batching`` is checked
-with Triton's rules (inference/runtime/sequences.py), and so are
+with Triton's rules (inference/runtime/sequences/policy.py), and so are
 ``dynamic_batching``'s priority levels and queue policies
 (inference/runtime/queue_policy.py).
 
@@ -30,7 +30,7 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from inference.grpc.proto import model_config_pb2 as pb
 from inference.runtime.queue_policy import PriorityLevels, QueuePolicyError
-from inference.runtime.sequences import SequenceConfigError, SequencePolicy
+from inference.runtime.sequences.policy import SequenceConfigError, SequencePolicy
 from inference.serving import instance_groups
 
 __all__ = [
@@ -83,13 +83,13 @@ SUPPORTED: dict = {
     "output": {"name": ALL, "data_type": ALL, "dims": ALL, "label_filename": ALL},
     "instance_group": {"name": ALL, "kind": ALL, "count": ALL, "gpus": ALL},
     "dynamic_batching": ALL,  # priority levels and queue policies too (inference/runtime/queue_policy.py)
-    "sequence_batching": ALL,  # sequence batching (inference/runtime/sequences.py) reads it
+    "sequence_batching": ALL,  # sequence batching (inference/runtime/sequences/policy.py) reads it
     "default_model_filename": ALL,
     "parameters": ALL,
     "model_warmup": ALL,
     "model_transaction_policy": {},  # decoupled: false only
     "response_cache": ALL,  # enable: the response cache (inference/response_cache.py)
-    # platform "ensemble": the steps (inference/ensembles.py; models_store/intake/ensembles.py pins their versions)
+    # platform "ensemble": the steps (inference/ensembles/plan.py; models_store/intake/ensembles.py pins their versions)
     "ensemble_scheduling": {"step": {"model_name": ALL, "model_version": ALL, "input_map": ALL, "output_map": ALL}},
 }
 

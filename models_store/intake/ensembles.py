@@ -1,9 +1,9 @@
 """Ensemble versions in the registry: a config.pbtxt with ``platform:
 "ensemble"`` becomes a version that pins the versions of the models it
-composes (the data plane runs it: inference/ensembles.py).
+composes (the data plane runs it: inference/ensembles/plan.py).
 
 An ensemble version has no model file. Its plan (the steps with their
-pinned versions, :class:`inference.ensembles.Plan`) is kept in the
+pinned versions, :class:`inference.ensembles.plan.Plan`) is kept in the
 version's ``properties["ensemble"]``, its ``sha256`` is the sha256 of the
 plan's canonical JSON (the same ensemble uploaded twice is a duplicate, as
 the same bytes are), ``artifact`` is empty and ``size`` 0. It is checked
@@ -19,7 +19,7 @@ when it is created, so it is READY at once or refused:
   request naming no version gets); a number must name a READY version;
 - the graph is acyclic, every tensor a step reads is an ensemble input or
   written by a step, every ensemble output is written
-  (:func:`inference.ensembles.check_graph`);
+  (:func:`inference.ensembles.plan.check_graph`);
 - each mapped tensor exists on the pinned version, every input it needs is
   mapped, and datatypes are equal and shapes compatible (-1 matches any
   size; the ensemble's dims gain a batch dimension when its
@@ -41,7 +41,7 @@ import json
 from django.conf import settings
 from django.db import transaction
 
-from inference.ensembles import PLATFORM, EnsembleError, Plan, Step
+from inference.ensembles.plan import PLATFORM, EnsembleError, Plan, Step
 from models_store.config.triton import TritonConfig
 from models_store.registry import selectors
 from models_store.registry.services import models as model_services

@@ -26,7 +26,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import close_old_connections
 
-from inference.outage import DependencyWatch
+from inference.observability.outage import DependencyWatch
 from models_store import outages, storage
 from models_store.config.triton import config_from_raw
 from models_store.intake import validation

@@ -35,7 +35,7 @@ from onnx import external_data_helper
 from inference.protocol.datatypes import BY_NAME, BY_ONNX
 from inference.protocol.types import MetadataTensor
 from inference.runtime import onnx as onnx_runtime
-from inference.runtime.sequences import SequencePolicy
+from inference.runtime.sequences.policy import SequencePolicy
 from models_store.config.triton import TritonConfig
 
 logger = logging.getLogger(__name__)

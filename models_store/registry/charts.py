@@ -1,5 +1,5 @@
 """What the charts of the web UI draw, from the per-minute rollups
-(:mod:`inference.rollups`, rows of :class:`inference.models.MinuteRollupRow`).
+(:mod:`inference.observability.rollups`, rows of :class:`inference.models.MinuteRollupRow`).
 
 :func:`model_charts` answers the model page's ``charts.json``: over the last
 hour (1-minute steps), day (5-minute steps) or week (1-hour steps), per
@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from inference.models import MinuteRollupRow
-from inference.rollups import add_histograms, percentile
+from inference.observability.rollups import add_histograms, percentile
 
 #: range name -> (seconds shown, seconds per step)
 _ROW_FIELDS = ("minute", "version", "transport", "successes", "errors", "inferences", "executions",

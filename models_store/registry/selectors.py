@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from django.db.models import Exists, OuterRef, Prefetch, QuerySet
 
-from inference.ensembles import PLATFORM as ENSEMBLE
-from inference.ensembles import plan_of
+from inference.ensembles.plan import PLATFORM as ENSEMBLE
+from inference.ensembles.plan import plan_of
 from inference.ports import ModelRecord, VersionRecord
 from inference.serving.state import ServingState, serving_states
 from models_store.registry.models import ModelVersion, RegisteredModel, VersionLabel

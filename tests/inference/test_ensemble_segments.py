@@ -1,5 +1,5 @@
 """Which consecutive steps of an ensemble run together on one worker
-(inference/ensemble_segments.py ``fuse``), on plain plans, and a fused plan
+(inference/ensembles/segments.py ``fuse``), on plain plans, and a fused plan
 run by the graph runner: its results and a failing step inside a segment
 named."""
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inference import ensembles
-from inference.ensemble_segments import Segment, fuse
-from inference.ensembles import Plan, Step, StepFailed
+from inference.ensembles import plan as ensembles
+from inference.ensembles.plan import Plan, Step, StepFailed
+from inference.ensembles.segments import Segment, fuse
 from inference.protocol.errors import InvalidInput
 from tests.inference.test_ensembles import _diamond
 

@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from inference import ensembles
-from inference.ensembles import EnsembleError, Plan, Step
+from inference.ensembles import plan as ensembles
+from inference.ensembles.plan import EnsembleError, Plan, Step
 from inference.protocol.errors import InvalidInput, ModelNotReady
 
 

@@ -12,7 +12,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from inference.outage import DependencyWatch, RefusalSummary
+from inference.observability.outage import DependencyWatch, RefusalSummary
 from inference.runtime import messages
 from inference.runtime.placement import Worker, WorkerDirectory
 

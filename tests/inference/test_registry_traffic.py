@@ -57,7 +57,7 @@ def test_a_split_sends_each_sequence_to_one_version():
     """Requests of a sequence (sequence batching) draw by a hash of their
     caller and ID: the same version for all of a sequence, the weights over
     sequences."""
-    from inference.runtime.sequences import split_draw
+    from inference.runtime.sequences.policy import split_draw
 
     entry = build_snapshot([record({"stable": 70, "canary": 30}, {"stable": 1, "canary": 3})])["m"]
     versions = {}

@@ -5,11 +5,11 @@ written to (and rewritten in) the real database, summed by the chart reader."""
 import numpy as np
 import pytest
 
-from inference import rollups
 from inference.models import MinuteRollupRow
-from inference.rollups import MAX_BUCKET, MinuteRollups, bucket, bucket_bounds, percentile
-from inference.rollups_db import COMPACT_AFTER_HOURS, HOURLY, DatabaseRollups, compact, prune
-from inference.statistics import StatisticsRecorder
+from inference.observability import rollups
+from inference.observability.rollups import MAX_BUCKET, MinuteRollups, bucket, bucket_bounds, percentile
+from inference.observability.rollups_db import COMPACT_AFTER_HOURS, HOURLY, DatabaseRollups, compact, prune
+from inference.observability.statistics import StatisticsRecorder
 from models_store.registry import charts
 
 

@@ -15,9 +15,9 @@ from inference.runtime import messages
 from inference.runtime.execution import RunTarget
 from inference.runtime.placement import Worker
 from inference.runtime.runner import ModelRunner
-from inference.runtime.sequence_batcher import SequenceBatcher
 from inference.runtime.sequence_routes import SequenceRoutes
-from inference.runtime.sequences import (
+from inference.runtime.sequences.batcher import SequenceBatcher
+from inference.runtime.sequences.policy import (
     SequenceConfigError,
     SequencePolicy,
     SequenceRequest,

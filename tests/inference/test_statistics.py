@@ -7,9 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from inference import statistics_local as local
-from inference.statistics import StatisticsRecorder
-from inference.statistics_db import DatabaseStatistics
+from inference.observability import statistics_local as local
+from inference.observability.statistics import StatisticsRecorder
+from inference.observability.statistics_db import DatabaseStatistics
 
 pytestmark = [pytest.mark.db, pytest.mark.django_db(transaction=True)]
 
@@ -124,7 +124,7 @@ def test_processes_of_a_machine_flushing_the_same_rows_at_once_never_deadlock():
 
     from django.db import connection
 
-    from inference.statistics import BatchCounters, VersionCounters
+    from inference.observability.statistics import BatchCounters, VersionCounters
 
     flushers, rounds = 6, 25
     keys = [(f"model-{i}", 1 + i % 2) for i in range(12)]

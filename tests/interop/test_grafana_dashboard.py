@@ -58,7 +58,7 @@ def exported(text: str) -> set[str]:
 
 def declared() -> set[str]:
     """Sample names the server's metric definitions register (importing them here)."""
-    import inference.observability  # noqa: F401 - registers the metrics in REGISTRY
+    import inference.observability.metrics  # noqa: F401 - registers the metrics in REGISTRY
 
     return set(REGISTRY._names_to_collectors)
 

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from inference.payload_log import HttpSink, PayloadLogger
+from inference.observability.payload_log import HttpSink, PayloadLogger
 from inference.protocol.types import InferenceRequest, RequestInput, ResponseOutput
 from tests.conftest import EXECUTOR
 from tests.support import onnx_models as m

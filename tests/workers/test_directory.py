@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from inference import observability
+from inference.observability import metrics as observability
 from inference.runtime import messages
 from inference.runtime.placement import WorkerDirectory, depth_key, heartbeat_key, pool_depth_key
 from tests.support import redis_db

@@ -14,7 +14,7 @@ their maps; the worker runs them in order and returns only the tensors read
 after the segment) and every other step with the ordinary step runner.
 
 Statistics stay as Triton counts them: each composing model counts its own
-inference per step (:meth:`~inference.statistics.StatisticsRecorder.record_success`
+inference per step (:meth:`~inference.observability.statistics.StatisticsRecorder.record_success`
 from what the worker reports per step; durations measured on the worker,
 the exchange's own overhead counted in the first step's compute_input).
 A step that fails is named (``ensemble 'e' step 2 (model 'b' version 1):
@@ -33,14 +33,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from inference import tracing
 from inference.admission.fair_share import FairShare
-from inference.ensembles import Plan, Step, StepFailed
+from inference.ensembles.plan import Plan, Step, StepFailed
 from inference.executor import WorkerExecutor
+from inference.observability import tracing
+from inference.observability.statistics import StatisticsRecorder
 from inference.protocol.errors import DeadlineExceeded, InferenceError
 from inference.requests.jobs import Job
 from inference.serving.snapshot import VersionEntry, step_entry
-from inference.statistics import StatisticsRecorder
 
 _now = time.perf_counter_ns
 
@@ -75,7 +75,7 @@ def fuse(plan: Plan, fits) -> Plan:
     """``plan`` with its segments (see module doc) as :class:`Segment` units
     (numbered by their first step; ``waits`` between units), or ``plan``
     itself when nothing fuses. ``fits(steps)``: whether these steps (a list
-    of :class:`~inference.ensembles.Step`) may run together on one worker."""
+    of :class:`~inference.ensembles.plan.Step`) may run together on one worker."""
     readers: dict[str, set[int]] = {}
     for step in plan.steps:
         for tensor in step.input_map.values():
@@ -180,7 +180,7 @@ class SegmentRunner:
         )
 
     def runner(self, snapshot: dict, job: Job, run_step, flow: str):
-        """The unit runner of a fused plan for :func:`inference.ensembles.run`:
+        """The unit runner of a fused plan for :func:`inference.ensembles.plan.run`:
         a :class:`Segment` through the executor's ``run_segment`` (for the
         caller's ``flow``), a step with ``run_step``."""
 
@@ -196,7 +196,7 @@ class SegmentRunner:
         and return the tensors of its ``output_map`` by name; counts each step's
         statistics. It waits for ``flow``'s turn at its first step's seats, as
         many turns as it has steps (:mod:`inference.admission.fair_share`). Raises
-        :class:`~inference.ensembles.StepFailed` naming the step that failed
+        :class:`~inference.ensembles.plan.StepFailed` naming the step that failed
         (the first for a failed exchange)."""
         steps = segment.steps
         entries = [step_entry(snapshot, step) for step in steps]

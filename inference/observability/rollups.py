@@ -1,7 +1,7 @@
 """Per-minute rollups of inference traffic, for the charts of the web UI.
 
 Per (minute, model, version, transport), each server process counts in memory
-what its data plane already measures (:class:`~inference.statistics.StatisticsRecorder`
+what its data plane already measures (:class:`~inference.observability.statistics.StatisticsRecorder`
 calls :meth:`MinuteRollups.success` / :meth:`MinuteRollups.failure` under its
 lock: a few dictionary increments per request, no I/O): requests answered,
 requests failed, inferences (batch rows), executions and the batch sizes they
@@ -10,7 +10,7 @@ fixed logarithmic buckets (:func:`bucket`), which add up across processes,
 machines and minutes, so that percentiles of any range come from summed
 buckets (:func:`percentile`) rather than from averaged percentiles. The
 statistics' flush thread hands :meth:`MinuteRollups.pending` to a store
-(the database: :mod:`inference.rollups_db`), which keeps one row per minute
+(the database: :mod:`inference.observability.rollups_db`), which keeps one row per minute
 per process, overwritten until the minute closes.
 
 Transport: ``rest``, ``tfserving`` or ``grpc``, from :data:`TRANSPORT`, which

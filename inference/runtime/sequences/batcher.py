@@ -1,5 +1,5 @@
 """The sequence batcher: Triton's scheduler for stateful models, for one
-model version (its policy: :class:`~inference.runtime.sequences.SequencePolicy`).
+model version (its policy: :class:`~inference.runtime.sequences.policy.SequencePolicy`).
 
 Semantics (triton-inference-server/core ``src/sequence_batch_scheduler/
 sequence_batch_scheduler.cc``):
@@ -57,7 +57,7 @@ import numpy as np
 from inference.protocol.errors import DeadlineExceeded, InferenceError, InvalidInput, ModelNotReady, RateLimited
 from inference.runtime.execution import RunResult, RunTarget, await_result, execute, now_ns
 from inference.runtime.onnx import OnnxModel
-from inference.runtime.sequences import SequencePolicy, SequenceRequest, shown
+from inference.runtime.sequences.policy import SequencePolicy, SequenceRequest, shown
 
 logger = logging.getLogger(__name__)
 

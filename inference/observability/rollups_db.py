@@ -1,5 +1,5 @@
 """The database as the store of the charts' per-minute rollups
-(:mod:`inference.rollups`): each process writes its own rows (its machine id
+(:mod:`inference.observability.rollups`): each process writes its own rows (its machine id
 and pid), rewriting a minute's row while the minute is open; a read sums the
 rows of every process, machine and minute asked for. Minutes older than
 :data:`COMPACT_AFTER_HOURS` (only the week's range, in 1-hour steps, still
@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.db import close_old_connections, transaction
 
 from inference.models import MinuteRollupRow
-from inference.rollups import Cell, Key, add_histograms
+from inference.observability.rollups import Cell, Key, add_histograms
 
 _FIELDS = ("successes", "errors", "inferences", "executions", "queue_ns", "compute_ns")
 #: The writer of the hour rows :func:`compact` makes (their ``minute``: the hour's first).

@@ -1,7 +1,7 @@
 """Triton's statistics extension, counted across every server process at once.
 
 Each process adds its counts to its own table of counters in memory the
-machine's processes share (:mod:`inference.statistics_local`: a lock and a
+machine's processes share (:mod:`inference.observability.statistics_local`: a lock and a
 few additions per request), before the answer leaves; a statistics read sums
 the tables of every process of the machine, so it includes every inference
 this machine answered before the read began (REST and gRPC processes alike;
@@ -9,7 +9,7 @@ a process that ended is folded into the machine's retired table, never
 counted twice). For other machines, a daemon thread adds each process's new
 counts to a shared :class:`~inference.ports.StatisticsStore` every
 ``flush_seconds`` under the machine's id (the composition root plugs in the
-database: :mod:`inference.statistics_db`); a read adds what the other
+database: :mod:`inference.observability.statistics_db`); a read adds what the other
 machines flushed, so their counts appear within one flush interval.
 Durations are nanoseconds.
 
@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from inference import statistics_local as local
-from inference.outage import DependencyWatch
-from inference.rollups import MinuteRollups
+from inference.observability import statistics_local as local
+from inference.observability.outage import DependencyWatch
+from inference.observability.rollups import MinuteRollups
 
 logger = logging.getLogger(__name__)
 
@@ -108,13 +108,13 @@ class ModelStatistics:
 
 
 class StatisticsRecorder:
-    """Counts of this process in its :class:`~inference.statistics_local.CounterTable`
+    """Counts of this process in its :class:`~inference.observability.statistics_local.CounterTable`
     (in ``directory``, where every server process of the machine keeps one,
     so that a read sums them all at once; anonymous memory without one),
     flushed as deltas to ``store`` every ``flush_seconds`` under this
     machine's id for the other machines' reads (None: no store). With a
     ``rollup_store`` it also counts per-minute rollups for the charts
-    (:mod:`inference.rollups`) and writes them there every ``rollup_seconds``
+    (:mod:`inference.observability.rollups`) and writes them there every ``rollup_seconds``
     from the same flush thread."""
 
     def __init__(
@@ -123,7 +123,7 @@ class StatisticsRecorder:
     ):  # fmt: skip
         """``name``: the table's file name in ``directory`` (default: this
         process's pid and start time; tests name several recorders of one process).
-        ``rollup_store``: has ``write(writer, cells)`` (:mod:`inference.rollups_db`)."""
+        ``rollup_store``: has ``write(writer, cells)`` (:mod:`inference.observability.rollups_db`)."""
         self.store = store
         self.rollup_store = rollup_store
         self.rollup_seconds = rollup_seconds

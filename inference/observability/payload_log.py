@@ -39,7 +39,7 @@ import uuid
 import numpy as np
 
 from inference.codecs.message import dumps
-from inference.observability import PAYLOAD_RECORDS
+from inference.observability.metrics import PAYLOAD_RECORDS
 
 logger = logging.getLogger(__name__)
 

@@ -7,11 +7,11 @@ instance, with control inputs the server fills in (Triton's
 ``CONTROL_SEQUENCE_START``, ``_END``, ``_READY``, ``_CORRID``) and, with
 implicit state (``state { input_name output_name ... }``), the state output
 of the sequence's previous request as a state input. The scheduler that does
-this is :mod:`inference.runtime.sequence_batcher`; this module holds what it
+this is :mod:`inference.runtime.sequences.batcher`; this module holds what it
 and the data plane share:
 
 - :class:`SequencePolicy` from the model configuration's JSON, checked with
-  Triton's rules and messages (:mod:`inference.runtime.sequence_config`), and
+  Triton's rules and messages (:mod:`inference.runtime.sequences.config`), and
   echoed back as Triton returns it (``NormalizeModelConfig``, ``ModelConfigToJson``);
 - :func:`sequence_parameters`: a request's ``sequence_id``,
   ``sequence_start`` and ``sequence_end``, type-checked as Triton's front
@@ -40,7 +40,7 @@ import numpy as np
 
 from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InvalidInput
-from inference.runtime.sequence_config import (
+from inference.runtime.sequences.config import (
     CORRID,
     END,
     IDLE_DEFAULT_US,

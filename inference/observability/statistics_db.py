@@ -1,7 +1,7 @@
 """The database as the statistics store (:class:`inference.ports.StatisticsStore`):
 every process adds its deltas to its machine's rows with ``F()`` increments;
 a read sums the rows of every machine but the reader's own (which it counts
-exactly from its processes' tables, :mod:`inference.statistics_local`).
+exactly from its processes' tables, :mod:`inference.observability.statistics_local`).
 
 The processes of a machine update the same rows: each transaction updates
 them in one order (sorted by key, the version rows before the batch rows),
@@ -15,7 +15,7 @@ from django.db.models import F
 from django.db.models.functions import Greatest
 
 from inference.models import BatchStatisticsRow, ModelStatisticsRow
-from inference.statistics import BatchCounters, VersionCounters
+from inference.observability.statistics import BatchCounters, VersionCounters
 
 
 class DatabaseStatistics:

@@ -52,7 +52,7 @@ from django.conf import settings
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 
-from inference.outage import REFUSALS
+from inference.observability.outage import REFUSALS
 
 request_logger = logging.getLogger("inference.request")
 

@@ -4,7 +4,7 @@ messages (triton-inference-server/core ``src/model_config_utils.cc``
 ``GetBooleanSequenceControlProperties``, ``GetTypedSequenceControlProperties``,
 ``ValidateModelConfig``; ``src/sequence_batch_scheduler/sequence_batch_scheduler.cc``
 ``GenerateInitialStateData``: https://github.com/triton-inference-server/core).
-The policy built from it is :class:`inference.runtime.sequences.SequencePolicy`.
+The policy built from it is :class:`inference.runtime.sequences.policy.SequencePolicy`.
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ def _state(item: dict, model: str) -> State:
 
 
 def fields(config: dict, max_batch_size: int, model: str) -> dict:
-    """The :class:`~inference.runtime.sequences.SequencePolicy` fields of a
+    """The :class:`~inference.runtime.sequences.policy.SequencePolicy` fields of a
     ``sequence_batching`` message as JSON, checked with Triton's rules and
     messages. Raises SequenceConfigError (and, for JSON not of the message's
     form, AttributeError, KeyError, TypeError or ValueError)."""

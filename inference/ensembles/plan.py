@@ -244,7 +244,7 @@ def run(name: str, plan: Plan, feeds: dict[str, np.ndarray], run_step: StepRunne
     pool). ``run_step(step, inputs)`` runs one step and returns its outputs
     by the step model's output names (it must return each output of the
     step's ``output_map``). A plan's steps may also be units that run
-    several steps at once (:class:`~inference.ensemble_segments.Segment`,
+    several steps at once (:class:`~inference.ensembles.segments.Segment`,
     their maps naming ensemble tensors by themselves). The first failure
     stops the graph (steps already running finish unobserved) and raises
     :func:`step_error`.

@@ -1,10 +1,10 @@
 """An ensemble's inference through the data plane: the request checked
-against the ensemble's own signature, its graph run (inference/ensembles.py)
+against the ensemble's own signature, its graph run (inference/ensembles/plan.py)
 with each step sent through the data plane's ordinary path for the step's
 pinned version (its checks, response cache, executor: in process or on a
 worker, and statistics), and the ensemble's response with its own
 statistics. In worker mode, consecutive steps that one worker can run are
-sent to it together (:mod:`inference.ensemble_segments`): the tensors
+sent to it together (:mod:`inference.ensembles.segments`): the tensors
 between them stay there.
 
 The caller was admitted for the ensemble (token, rate limits): its steps run
@@ -26,11 +26,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from inference import ensemble_segments, ensembles
 from inference.admission import ratelimit
 from inference.admission.caller import Admission
-from inference.ensemble_segments import SegmentRunner
+from inference.ensembles import plan as ensembles
+from inference.ensembles import segments as ensemble_segments
+from inference.ensembles.segments import SegmentRunner
 from inference.executor import Executor
+from inference.observability.statistics import StatisticsRecorder
 from inference.protocol.errors import DeadlineExceeded, InferenceError, ModelNotReady
 from inference.protocol.types import InferenceRequest, RequestedOutput, RequestInput
 from inference.requests import jobs
@@ -38,7 +40,6 @@ from inference.runtime.execution import RunResult
 from inference.serving.registry import ModelRegistry
 from inference.serving.snapshot import VersionEntry, step_entry
 from inference.shared_memory.regions import RegionRegistry
-from inference.statistics import StatisticsRecorder
 
 _now = time.perf_counter_ns
 #: An admission that holds no rate-limit slots: a step runs under its ensemble's.
