@@ -48,12 +48,12 @@ def serve(root: Path, kind: str, certs: Path, port_file: Path) -> None:
     _django(root)
     import numpy as np
 
-    from inference.runtime import frames
+    from inference.workers import frames
 
     answer = np.ones((1, 10), np.float32)
     if kind in ("tls", "unix"):
-        from inference.runtime import link, messages
-        from inference.runtime.worker_server import WorkerServer
+        from inference.workers import link, messages
+        from inference.workers.server.socket_server import WorkerServer
 
         def handle(request, body, shared=None):
             frames.tensors(request, body, "request", shared)
@@ -68,7 +68,7 @@ def serve(root: Path, kind: str, certs: Path, port_file: Path) -> None:
             where = str(certs / "worker.sock")
             server = WorkerServer(handle, worker_id="w-1", device="cpu", max_frame=1 << 26, unix_path=where)
     elif kind == "baseline-tcp":  # a checkout from before TLS
-        from inference.runtime.worker_server import WorkerServer
+        from inference.workers.server.socket_server import WorkerServer
 
         def handle(header, body, shared=None):
             frames.tensors(header, body, "request", shared)
@@ -131,8 +131,8 @@ def _caller(root: Path, kind: str, certs: Path, where: str):
         payload = image.tobytes()
         return lambda: call(payload)
     from inference.runtime.execution import RunTarget
-    from inference.runtime.placement import Worker
-    from inference.runtime.remote import RemoteExecutor
+    from inference.workers.client.executor import RemoteExecutor
+    from inference.workers.placement import Worker
 
     class Directory:
         error = ""
@@ -158,8 +158,8 @@ def _caller(root: Path, kind: str, certs: Path, where: str):
         worker = Worker("w-1", "infer.cpu", ("127.0.0.1", int(where)), {"address": f"127.0.0.1:{where}"})
         executor = RemoteExecutor(Directory(worker), b"k" * 32, 1 << 26)
     else:
-        from inference.runtime import link
-        from inference.runtime.messages import Announcement
+        from inference.workers import link
+        from inference.workers.messages import Announcement
 
         if kind == "tls":
             announced = Announcement("cpu", address=f"127.0.0.1:{where}")

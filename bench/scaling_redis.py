@@ -110,7 +110,7 @@ def worker_connection_cost(env: dict, work: Path, n: int) -> str:
     """Memory and threads of a worker holding ``n`` front-end connections
     (TLS handshake done, hello read, idle): what many front-end threads cost a worker."""
     from hosting import worker_certs
-    from inference.runtime import frames, link, messages
+    from inference.workers import frames, link, messages
 
     port = free_port()
     certs = work / "worker-tls"

@@ -37,15 +37,15 @@ from inference.ports import Quota
 from inference.response_cache import ResponseCache
 from inference.runtime import onnx as onnx_runtime
 from inference.runtime.executors import InProcessExecutor, session_loader
-from inference.runtime.placement import WorkerDirectory, read_workers
-from inference.runtime.remote import RemoteExecutor
 from inference.runtime.runner import ModelRunner
 from inference.runtime.sequences.batcher import SequenceBatcher
 from inference.serving.changes import beacon_at
 from inference.serving.instance_groups import cpu_instances
 from inference.serving.registry import ModelRegistry
 from inference.shared_memory.regions import RegionRegistry
-from inference.worker import WorkerRuntime
+from inference.workers.client.executor import RemoteExecutor
+from inference.workers.placement import WorkerDirectory, read_workers
+from inference.workers.server.runtime import WorkerRuntime
 from models_store import storage
 from models_store.accounts.authorizer import StoreAuthorizer, TokenCache
 from models_store.intake import validating

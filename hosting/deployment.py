@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from inference.runtime.link import LinkConfigError, TLSFiles
+from inference.workers.link import LinkConfigError, TLSFiles
 
 #: The placeholders of deploy/kubernetes and the docs' examples (docs/worker-mode.md).
 PLACEHOLDERS = frozenset({"CHANGE-ME-generate-with-python-secrets-token-urlsafe-50", "REPLACE_ME-a-long-random-string"})

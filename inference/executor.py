@@ -3,7 +3,7 @@ version, declared here by the door that uses it.
 
 Two implementations: :class:`~inference.runtime.executors.InProcessExecutor`
 (``INFERENCE_EXECUTOR=inprocess``: ONNX Runtime in the server process) and
-:class:`~inference.runtime.remote.RemoteExecutor` (``workers``: inference
+:class:`~inference.workers.client.executor.RemoteExecutor` (``workers``: inference
 workers over the worker link). The data plane, the ensemble runs, the
 fair-share gates, the configuration extension and the composition root use
 an executor only through :class:`Executor`; a remote one (``remote`` true)
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import numpy as np
 
-    from inference.runtime.answers import SegmentRun
     from inference.runtime.execution import RunResult, RunTarget
+    from inference.workers.client.answers import SegmentRun
 
 
 class Executor(Protocol):

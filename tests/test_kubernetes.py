@@ -37,7 +37,7 @@ from django.test import override_settings
 from django.urls import resolve
 
 from hosting.wsgi_dispatch import PROTOCOL_PREFIXES, PROTOCOL_URLCONF, Dispatcher, ProtocolHandler
-from inference.runtime.placement import pool_depth_key
+from inference.workers.placement import pool_depth_key
 
 ROOT = Path(__file__).resolve().parents[1]
 KUSTOMIZE = ROOT / "deploy" / "kubernetes"

@@ -15,7 +15,7 @@ INFERENCE_EXECUTOR = env.str("INFERENCE_EXECUTOR", default="inprocess")
 #: mutual TLS (host:port; port 0: any free port; needs the WORKER_TLS_* files).
 #: Empty: no TCP listener, only the worker's Unix socket (front ends on its machine).
 WORKER_LISTEN = env.str("WORKER_LISTEN", default="")
-#: The worker link's mutual TLS (inference/runtime/link.py): the deployment's CA
+#: The worker link's mutual TLS (inference/workers/link.py): the deployment's CA
 #: certificate, and this process's certificate and key (a worker's: serverAuth
 #: for WORKER_TLS_SERVER_NAME; a front end's: clientAuth), PEM files; all three or none.
 WORKER_TLS_CA = env.str("WORKER_TLS_CA", default="")

@@ -22,7 +22,7 @@ REST workers and the gRPC process add up):
   heartbeats report)
 - ``modelhost_worker_busy_fraction{queue, worker, host, pool}`` (gauge,
   worker mode: each live worker's busy fraction over its last 10 s, 0..1,
-  from its heartbeat; see inference/worker.py BusyMeter); only live workers
+  from its heartbeat; see inference/workers/server/runtime.py BusyMeter); only live workers
   appear. ``pool`` is the worker's WORKER_POOL (e.g. its Deployment)
 - ``modelhost_workers{queue, pool}`` (gauge, worker mode: live workers)
 - ``modelhost_worker_pool_depth{pool}`` (gauge, worker mode: requests held

@@ -1,7 +1,7 @@
 """Executors: how the data plane runs a model version.
 
 :class:`InProcessExecutor` (the embedded default) runs the model runner in
-the server process; :class:`~inference.runtime.remote.RemoteExecutor` sends
+the server process; :class:`~inference.workers.client.executor.RemoteExecutor` sends
 requests to inference workers. Both implement the data plane's
 :class:`inference.executor.Executor`.
 """

@@ -12,7 +12,7 @@ import pytest
 
 from inference.executor import Executor, WorkerExecutor
 from inference.runtime.executors import InProcessExecutor
-from inference.runtime.remote import RemoteExecutor
+from inference.workers.client.executor import RemoteExecutor
 
 
 def _members(protocol) -> dict:

@@ -13,8 +13,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from inference.observability.outage import DependencyWatch, RefusalSummary
-from inference.runtime import messages
-from inference.runtime.placement import Worker, WorkerDirectory
+from inference.workers import messages
+from inference.workers.placement import Worker, WorkerDirectory
 
 
 def _lines(caplog) -> list[str]:
@@ -63,9 +63,9 @@ def _worker(worker_id: str, address: str) -> Worker:
 def test_the_front_end_logs_workers_joining_and_leaving(caplog, monkeypatch):
     """A directory over a Redis that nothing listens on: reads fail (one line,
     not one per read), and workers appear and go through the reads it makes."""
-    caplog.set_level(logging.INFO, logger="inference.runtime.placement")
+    caplog.set_level(logging.INFO, logger="inference.workers.placement")
     reads = iter([{}, {"w-1": _worker("w-1", "10.0.0.5:7070")}, {}])
-    monkeypatch.setattr("inference.runtime.placement.read_workers", lambda client: next(reads))
+    monkeypatch.setattr("inference.workers.placement.read_workers", lambda client: next(reads))
     directory = WorkerDirectory(redis.Redis(port=1, socket_connect_timeout=0.1, retry=Retry(NoBackoff(), 0)))
     directory.refresh()  # the first read: nothing joins a directory that just started
     directory.refresh()

@@ -11,11 +11,8 @@ import numpy as np
 import pytest
 
 from inference.protocol.errors import DeadlineExceeded, InvalidInput, ModelNotReady, RateLimited
-from inference.runtime import messages
 from inference.runtime.execution import RunTarget
-from inference.runtime.placement import Worker
 from inference.runtime.runner import ModelRunner
-from inference.runtime.sequence_routes import SequenceRoutes
 from inference.runtime.sequences.batcher import SequenceBatcher
 from inference.runtime.sequences.policy import (
     SequenceConfigError,
@@ -25,6 +22,9 @@ from inference.runtime.sequences.policy import (
     sequence_parameters,
     split_draw,
 )
+from inference.workers import messages
+from inference.workers.client.sequence_routes import SequenceRoutes
+from inference.workers.placement import Worker
 from models_store.config.triton import ConfigError, parse_config
 from tests.inference.test_runner import Loader
 from tests.support import onnx_models as m

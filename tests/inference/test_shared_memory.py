@@ -220,8 +220,8 @@ def test_a_worker_writes_outputs_the_front_end_reads_back_for_the_log(registry, 
     the front end checked (BYTES in their binary layout); the front end's
     output is a stand-in, read back from the region only for the payload
     log; a span too small is refused with Triton's text."""
-    from inference.runtime import messages
-    from inference.worker import _write_regions
+    from inference.workers import messages
+    from inference.workers.server.runtime import _write_regions
 
     key, _memory = objects(256)
     registry.register("team:a", "out", key, 64, 128)

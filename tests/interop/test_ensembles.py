@@ -199,8 +199,8 @@ def _served(server, after_ms: float) -> int:
     heartbeats written after ``after_ms`` (ms since the epoch)."""
     import redis
 
-    from inference.runtime.messages import announcement_json
-    from inference.runtime.placement import HEARTBEAT_PREFIX
+    from inference.workers.messages import announcement_json
+    from inference.workers.placement import HEARTBEAT_PREFIX
 
     client = redis.Redis.from_url(server.env["REDIS_URL"])
     deadline = time.monotonic() + 15

@@ -140,7 +140,7 @@ class LiveServer:
         end has seen it."""
         import redis
 
-        from inference.runtime.placement import HEARTBEAT_PREFIX, queue_for
+        from inference.workers.placement import HEARTBEAT_PREFIX, queue_for
 
         client = redis.Redis.from_url(self.env["REDIS_URL"])
         wanted = {(queue_for(self.worker_devices[n]), self.worker_processes[n].pid) for n in (names or self.devices)}

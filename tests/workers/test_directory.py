@@ -9,8 +9,8 @@ import pytest
 import redis
 
 from inference.observability import metrics as observability
-from inference.runtime import messages
-from inference.runtime.placement import WorkerDirectory, depth_key, heartbeat_key, pool_depth_key
+from inference.workers import messages
+from inference.workers.placement import WorkerDirectory, depth_key, heartbeat_key, pool_depth_key
 from tests.support import redis_db
 
 pytestmark = pytest.mark.workers
@@ -76,7 +76,7 @@ def test_a_miss_reads_the_heartbeats_again(client):
     import threading
     import time
 
-    from inference.runtime.placement import CATCH_UP_SECONDS
+    from inference.workers.placement import CATCH_UP_SECONDS
 
     counting = CountingRedis.from_url(REDIS_URL)
     directory = WorkerDirectory(counting, interval=3600)  # its own refresh never comes during the test

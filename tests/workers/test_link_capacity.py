@@ -33,11 +33,11 @@ import tritonclient.grpc.aio as aioclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inference.runtime import link, messages
 from inference.runtime.execution import RunTarget
-from inference.runtime.placement import Worker, queue_for
-from inference.runtime.remote import RemoteExecutor
-from inference.runtime.worker_admission import Limits
+from inference.workers import link, messages
+from inference.workers.client.executor import RemoteExecutor
+from inference.workers.placement import Worker, queue_for
+from inference.workers.server.admission import Limits
 from tests.support import onnx_models as m
 from tests.support import peers, redis_db
 from tests.support.certs import worker_link

@@ -12,11 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from inference.runtime import frames, messages
-from inference.runtime.placement import Worker
-from inference.runtime.worker_admission import Admission, Limits
-from inference.runtime.worker_connections import Connection
-from inference.runtime.worker_pool import ConnectionPool
+from inference.workers import frames, messages
+from inference.workers.client.connections import Connection
+from inference.workers.client.pool import ConnectionPool
+from inference.workers.placement import Worker
+from inference.workers.server.admission import Admission, Limits
 
 WORKER = Worker("w-1", "infer.cpu", None, messages.Announcement("cpu"))
 

@@ -34,10 +34,10 @@ import tritonclient.http as httpclient
 
 from hosting import worker_certs
 from inference.protocol import errors
-from inference.runtime import frames, link, messages
 from inference.runtime.execution import RunTarget
-from inference.runtime.placement import Worker, heartbeat_key, queue_for
-from inference.runtime.remote import RemoteExecutor
+from inference.workers import frames, link, messages
+from inference.workers.client.executor import RemoteExecutor
+from inference.workers.placement import Worker, heartbeat_key, queue_for
 from tests.support import onnx_models as m
 from tests.support import peers, redis_db
 from tests.support.certs import worker_link
@@ -367,7 +367,7 @@ def test_out_of_file_descriptors_the_accept_loop_backs_off_and_recovers(fleet):
             sock.close()
     assert used < 0.4, f"the accept loop spun: {used:.2f} s of CPU in 4 s"
     # What the accept loop logged (the registry's own complaints about the database are issue 24's).
-    accept_lines = [line for line in written.splitlines() if "inference.runtime.worker_server" in line]
+    accept_lines = [line for line in written.splitlines() if "inference.workers.server.socket_server" in line]
     assert len(accept_lines) <= 4, accept_lines
     assert "retrying in" in log.read_text() and "Traceback" not in "".join(accept_lines)
     with _connect_tls(fleet, (host, int(port))) as sock:
@@ -379,7 +379,7 @@ def test_out_of_file_descriptors_the_accept_loop_backs_off_and_recovers(fleet):
 def test_thread_exhaustion_never_kills_the_accept_loop(tmp_path, monkeypatch):
     """``can't start new thread`` for five connections: each is dropped, the
     accept loop goes on, and the sixth is served."""
-    from inference.runtime.worker_server import WorkerServer
+    from inference.workers.server.socket_server import WorkerServer
 
     path = str(tmp_path / "w.sock")
     server = WorkerServer(lambda *a: [], worker_id="w-1", device="cpu", max_frame=1 << 20, unix_path=path)

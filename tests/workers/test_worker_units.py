@@ -14,8 +14,9 @@ from hypothesis.extra import numpy as hnp
 
 from inference.protocol.datatypes import BY_NAME
 from inference.protocol.errors import InvalidInput
-from inference.runtime import frames, messages
-from inference.runtime.placement import (
+from inference.serving.instance_groups import allowed_devices, cpu_instances, instances_on
+from inference.workers import frames, messages
+from inference.workers.placement import (
     DeviceError,
     DeviceUnavailable,
     device_name,
@@ -24,7 +25,6 @@ from inference.runtime.placement import (
     providers_for,
     queue_for,
 )
-from inference.serving.instance_groups import allowed_devices, cpu_instances, instances_on
 from tests.support.onnx_models import ALL_DATATYPES, expected_identity_input
 
 NUMERIC = [d for d in ALL_DATATYPES if d != "BYTES"]
@@ -192,7 +192,7 @@ class _Clock:
 
 
 def test_busy_meter_averages_instances_in_use_over_its_window():
-    from inference.worker import BusyMeter
+    from inference.workers.server.runtime import BusyMeter
 
     clock = _Clock()
     meter = BusyMeter(window=10.0, clock=clock)
@@ -254,7 +254,7 @@ class _EchoWorker:
     shared memory (the answer's batch: 1 shared, 0 not)."""
 
     def __init__(self, tmp_path, max_frame: int = 1 << 30):
-        from inference.runtime.worker_server import WorkerServer
+        from inference.workers.server.socket_server import WorkerServer
 
         self.path = str(tmp_path / "worker.sock")
         self.server = WorkerServer(self.handle, worker_id="echo-1", device="cpu", max_frame=max_frame,
@@ -274,7 +274,7 @@ class _EchoWorker:
         return frames.encode(messages.RunAnswer(int(request.shared), True, 0, 0), sums)
 
     def connect(self):
-        from inference.runtime.worker_connections import Connection
+        from inference.workers.client.connections import Connection
 
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(self.path)

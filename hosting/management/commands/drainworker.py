@@ -17,8 +17,8 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from inference.runtime.heartbeat import DRAIN_REQUEST_TTL_MS, drain_key
-from inference.runtime.placement import read_workers
+from inference.workers.placement import read_workers
+from inference.workers.server.heartbeat import DRAIN_REQUEST_TTL_MS, drain_key
 
 
 class Command(BaseCommand):

@@ -2,7 +2,7 @@
 pinned to one device.
 
 It accepts front-end connections (inference requests arrive there, see
-inference/runtime/remote.py): on its Unix socket in ``$VAR_DIR/run/`` from
+inference/workers/client/executor.py): on its Unix socket in ``$VAR_DIR/run/`` from
 front ends of this machine and, with ``WORKER_LISTEN`` and the
 ``WORKER_TLS_*`` files, over mutual TLS from other machines. It announces
 itself with a Redis heartbeat, follows the registry, and consumes the model
@@ -12,7 +12,7 @@ store's control tasks (validation of uploaded versions, queue
 SIGTERM (or SIGINT, or ``manage.py drainworker <id>``) drains it: it takes no
 new request (front ends are told over their connections and by its
 heartbeat, and send elsewhere), answers every request it holds (at most
-WORKER_DRAIN_SECONDS), then exits (inference/runtime/worker_drain.py).
+WORKER_DRAIN_SECONDS), then exits (inference/workers/server/drain.py).
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ from django.core.management.base import BaseCommand, CommandError
 from hosting import composition
 from hosting.celery import CONTROL_QUEUE, app
 from hosting.deployment import DeploymentError, check_worker_mode
-from inference.runtime.heartbeat import Heartbeat
-from inference.runtime.link import LinkConfigError, unix_socket_path
-from inference.runtime.messages import Announcement
-from inference.runtime.placement import DeviceError, DeviceUnavailable, parse_device, providers_for, queue_for
 from inference.runtime.residency import rss_bytes
-from inference.runtime.worker_drain import Drain
-from inference.runtime.worker_server import Limits, WorkerServer
+from inference.workers.link import LinkConfigError, unix_socket_path
+from inference.workers.messages import Announcement
+from inference.workers.placement import DeviceError, DeviceUnavailable, parse_device, providers_for, queue_for
+from inference.workers.server.drain import Drain
+from inference.workers.server.heartbeat import Heartbeat
+from inference.workers.server.socket_server import Limits, WorkerServer
 from models_store import maintenance
 
 

@@ -8,7 +8,7 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from inference.runtime.placement import DeviceError, heartbeat_key, queue_for
+from inference.workers.placement import DeviceError, heartbeat_key, queue_for
 
 
 class Command(BaseCommand):

@@ -1,5 +1,5 @@
 """Worker mode, front-end side: each front-end process's bounded pool of
-connections to each worker (:mod:`inference.runtime.remote` runs requests
+connections to each worker (:mod:`inference.workers.client.executor` runs requests
 over them).
 
 A process holds at most ``cap`` connections to one worker
@@ -13,7 +13,7 @@ request in flight, and never more than the worker's per-peer limit.
 Idle connections are closed by :meth:`ConnectionPool.sweep` (a daemon
 thread, every ``SWEEP_SECONDS``) once idle for ``idle_seconds``, or as soon
 as the worker closed them or said it is draining
-(:class:`~inference.runtime.messages.Draining`), not only when a request
+(:class:`~inference.workers.messages.Draining`), not only when a request
 picks them.
 """
 
@@ -27,8 +27,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from inference.runtime.placement import Worker
-from inference.runtime.worker_connections import POLL_CLOSED, Connection
+from inference.workers.client.connections import POLL_CLOSED, Connection
+from inference.workers.placement import Worker
 
 logger = logging.getLogger(__name__)
 

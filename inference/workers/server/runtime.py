@@ -1,7 +1,7 @@
 """The inference worker's runtime: what ``manage.py runworker --device D`` serves.
 
 One process per device. Front ends connect to its
-:class:`~inference.runtime.worker_server.WorkerServer`; each request names a
+:class:`~inference.workers.server.socket_server.WorkerServer`; each request names a
 model version (model, version, sha256), which the worker resolves in its own
 registry snapshot (it follows the registry like every server process: the
 artifact comes from the registry, never from the request) and runs on its
@@ -23,19 +23,20 @@ import threading
 import time
 from collections import deque
 
-from inference import runtime_settings, worker_segments
+from inference import runtime_settings
 from inference.observability import tracing
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotReady
-from inference.runtime import frames, messages
 from inference.runtime.execution import RunTarget
 from inference.runtime.executors import runnable
-from inference.runtime.placement import device_name, queue_for
 from inference.runtime.queue_policy import Schedule
 from inference.runtime.runner import ModelRunner
 from inference.runtime.sequences.policy import SequenceRequest
 from inference.serving.instance_groups import instances_on
 from inference.serving.registry import ModelRegistry
 from inference.shared_memory import region_tensors
+from inference.workers import frames, messages
+from inference.workers.placement import device_name, queue_for
+from inference.workers.server import segments as worker_segments
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ class WorkerRuntime:
         connection's ``shared`` memory); the answer frame's buffers
         (:class:`~messages.RunAnswer` with the outputs, or
         :class:`~messages.ErrorAnswer`; a :class:`~messages.SegmentRequest`:
-        :mod:`inference.worker_segments`)."""
+        :mod:`inference.workers.server.segments`)."""
         try:
             runtime_settings.follow()  # the machine's trace and log settings (one memory read)
             if tracing.ENABLED and request.traceparent:

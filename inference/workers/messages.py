@@ -1,7 +1,7 @@
 """The typed messages of the worker link, one module for both ends.
 
 A front-end process and an inference worker exchange frames
-(:mod:`inference.runtime.frames`): a msgpack header, which is one of the
+(:mod:`inference.workers.frames`): a msgpack header, which is one of the
 messages below, followed by raw tensor bytes. The worker announces itself
 in Redis with an :class:`Announcement` (JSON). Every message is a
 ``msgspec.Struct``: decoding checks each field's type and range (a

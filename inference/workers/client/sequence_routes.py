@@ -27,8 +27,8 @@ import time
 
 from inference.protocol import errors
 from inference.runtime.execution import RunTarget
-from inference.runtime.placement import Worker
 from inference.runtime.sequences.policy import SequenceRequest
+from inference.workers.placement import Worker
 
 #: How often remembered routes are checked for expiry, at most.
 _PRUNE_SECONDS = 5.0

@@ -1,10 +1,10 @@
 """Worker mode, front-end side: connections to workers
-(:mod:`inference.runtime.remote` runs requests over them).
+(:mod:`inference.workers.client.executor` runs requests over them).
 
 A connection serves only once the worker proved itself
-(:mod:`inference.runtime.link`: its TLS certificate from the deployment's
+(:mod:`inference.workers.link`: its TLS certificate from the deployment's
 CA, or its Unix socket's peer is this user) and said hello
-(:class:`~inference.runtime.messages.Hello`). Used by a thread, a
+(:class:`~inference.workers.messages.Hello`). Used by a thread, a
 connection has blocking reads that give up every ``LIVENESS_SECONDS`` (so a
 waiting request checks its deadline and its worker); by an event loop, it
 is non-blocking and waits in the loop's selector (:func:`ready`); one
@@ -25,8 +25,8 @@ import time
 import numpy as np
 
 from inference.protocol import errors
-from inference.runtime import frames, link, messages
-from inference.runtime.placement import Worker
+from inference.workers import frames, link, messages
+from inference.workers.placement import Worker
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ class Connection:
 
     def said_draining(self) -> bool:
         """Whether what an idle connection received is the worker's
-        :class:`~inference.runtime.messages.Draining` (call when it is
+        :class:`~inference.workers.messages.Draining` (call when it is
         readable; the connection is unusable after)."""
         try:
             message, _ = self.reader.frame()

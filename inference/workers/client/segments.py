@@ -1,9 +1,9 @@
 """Worker mode, front-end side: consecutive steps of an ensemble sent to one
-worker as one :class:`~inference.runtime.messages.SegmentRequest`
+worker as one :class:`~inference.workers.messages.SegmentRequest`
 (inference/ensembles/segments.py decides which steps), so that the tensors
 between them never cross the link.
 
-A part of :class:`~inference.runtime.remote.RemoteExecutor` (its
+A part of :class:`~inference.workers.client.executor.RemoteExecutor` (its
 connections, round robin and faults: a segment is one request like any
 other, answered once, sent once more only when no byte of its answer came).
 """
@@ -16,9 +16,9 @@ import numpy as np
 
 from inference.observability import tracing
 from inference.protocol import errors
-from inference.runtime import messages
-from inference.runtime.answers import SegmentRun, segment_result
-from inference.runtime.placement import Worker
+from inference.workers import messages
+from inference.workers.client.answers import SegmentRun, segment_result
+from inference.workers.placement import Worker
 
 
 class SegmentRuns:

@@ -1,5 +1,5 @@
 """The worker's side of an ensemble segment
-(:class:`~inference.runtime.messages.SegmentRequest`, sent by
+(:class:`~inference.workers.messages.SegmentRequest`, sent by
 inference/ensembles/segments.py): consecutive steps run here in order, each
 checked against its version's signature and run as a single request of that
 version would be (the model runner: instances, dynamic batching, the
@@ -20,8 +20,8 @@ from inference.observability import tracing
 from inference.protocol.errors import DeadlineExceeded, InferenceError, InvalidInput, ModelNotReady
 from inference.protocol.types import InferenceRequest, RequestedOutput, RequestInput
 from inference.requests import checks as request_checks
-from inference.runtime import frames, messages
 from inference.serving.snapshot import step_entry
+from inference.workers import frames, messages
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ _now = time.perf_counter_ns
 def run(runtime, request: messages.SegmentRequest, body, shared) -> list:
     """The answer frame's buffers for ``request`` (its tensors in the frame
     ``body``, or in the connection's ``shared`` memory) on ``runtime`` (a
-    :class:`~inference.worker.WorkerRuntime`). Raises InvalidInput for a
+    :class:`~inference.workers.server.runtime.WorkerRuntime`). Raises InvalidInput for a
     frame whose tensors do not read (the whole request fails)."""
     tensors = frames.tensors(request, body, "request", shared)
     deadline = time.monotonic() + (request.deadline - time.time())

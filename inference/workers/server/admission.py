@@ -1,5 +1,5 @@
 """Who may hold an inference worker's connections, and how many
-(:class:`~inference.runtime.worker_server.WorkerServer` asks, under its lock).
+(:class:`~inference.workers.server.socket_server.WorkerServer` asks, under its lock).
 
 Two budgets, so that connections nobody authenticated never crowd out the
 front ends that authenticate:

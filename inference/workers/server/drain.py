@@ -1,10 +1,10 @@
 """How an inference worker stops without failing a request: SIGTERM, or
-``manage.py drainworker <id>`` (:mod:`inference.runtime.heartbeat`).
+``manage.py drainworker <id>`` (:mod:`inference.workers.server.heartbeat`).
 
 1. Its server takes no new request
-   (:meth:`~inference.runtime.worker_server.WorkerServer.drain`): a request
+   (:meth:`~inference.workers.server.socket_server.WorkerServer.drain`): a request
    that arrives is not run but answered
-   :class:`~inference.runtime.messages.Draining`, and the front end sends it
+   :class:`~inference.workers.messages.Draining`, and the front end sends it
    to another worker; a new connection gets Draining instead of its hello.
 2. Its heartbeat says ``draining`` at once: every front end drops it at its
    next read of the heartbeats (every 0.5 s), or sooner when a connection

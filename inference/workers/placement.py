@@ -10,7 +10,7 @@ and sends each request to a worker of a device that the model's instance
 group allows (round robin). A worker told to stop marks its heartbeat
 ``draining``: front ends drop it at the next read (it still answers what it
 holds), and its key goes once it has drained
-(:mod:`inference.runtime.heartbeat`).
+(:mod:`inference.workers.server.heartbeat`).
 
 Instance groups (read in :mod:`inference.serving.instance_groups`) follow Triton:
 ``KIND_GPU`` with ``gpus: [0, 1]`` -> cuda:0, cuda:1 (no gpus: any GPU);
@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from inference.observability import metrics as observability
 from inference.observability.metrics import QUEUE_DEPTH
 from inference.observability.outage import DependencyWatch
-from inference.runtime import messages
 from inference.runtime import onnx as onnx_runtime
 from inference.serving import instance_groups
+from inference.workers import messages
 
 logger = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inference.protocol import errors
-from inference.runtime import frames, messages
 from inference.runtime.execution import RunResult
+from inference.workers import frames, messages
 
 
 def run_result(answer, body: memoryview, output_names: list[str]) -> RunResult:
@@ -35,7 +35,7 @@ def run_result(answer, body: memoryview, output_names: list[str]) -> RunResult:
 @dataclass(slots=True)
 class SegmentRun:
     """How a segment ran on a worker: ``runs``, one
-    :class:`~inference.runtime.messages.StepRun` per step that ran, in
+    :class:`~inference.workers.messages.StepRun` per step that ran, in
     order; ``outputs``: the tensors asked back by name (when every step
     ran); ``error``: the failure of the step after the last that ran, else
     None."""

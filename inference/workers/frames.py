@@ -6,7 +6,7 @@ frame::
     u32 body length | u32 header length | header (msgpack) | pad | tensor | pad | tensor ...
 
 All integers little-endian. The header is one message of
-:mod:`inference.runtime.messages`; its ``tensors`` list each tensor's name,
+:mod:`inference.workers.messages`; its ``tensors`` list each tensor's name,
 dtype (a numpy type string such as ``"<f4"``, or ``"bytes"``: the binary
 tensor data layout, a 4-byte little-endian length before each element),
 shape, offset (16-byte aligned, from :func:`data_start`) and size. Numeric
@@ -16,7 +16,7 @@ received into one buffer that they are then views of: one copy into the
 transport and one out of it, no base64 and no pickle; nothing in a frame
 can make the receiver run code. On one machine a request's tensors may lie
 in memory the connection's two ends share instead (:class:`SharedBuffer`,
-announced by a :class:`~inference.runtime.messages.ShareMemory` frame with
+announced by a :class:`~inference.workers.messages.ShareMemory` frame with
 its sealed descriptor attached; the request then says ``shared`` and its
 offsets are from that memory's start).
 """
@@ -35,7 +35,7 @@ import numpy as np
 
 from inference.codecs import bytes as bytes_codec
 from inference.protocol.errors import InvalidInput
-from inference.runtime import messages
+from inference.workers import messages
 
 PREFIX = struct.Struct("<II")
 ALIGN = 16
@@ -83,7 +83,7 @@ def _describe(tensors) -> tuple[list[messages.TensorInfo], list, int]:
 
 def encode(message, tensors=(), shared: Callable[[int], SharedBuffer | None] | None = None) -> list:
     """The buffers of one frame (for :func:`send`): ``message`` (a message of
-    :mod:`~inference.runtime.messages`; its ``tensors`` field is filled in)
+    :mod:`~inference.workers.messages`; its ``tensors`` field is filled in)
     plus the ``tensors`` ((name, array) pairs). ``shared``: for a request
     whose numeric tensors take SHARED_MIN..SHARED_MAX bytes (no BYTES), the
     connection's shared memory of at least that many bytes (or None); the

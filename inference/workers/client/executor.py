@@ -2,18 +2,18 @@
 persistent connections (``INFERENCE_EXECUTOR=workers`` with ``REDIS_URL``).
 
 Workers announce themselves with a Redis heartbeat
-(:class:`~inference.runtime.placement.WorkerDirectory`); Redis is used for
+(:class:`~inference.workers.placement.WorkerDirectory`); Redis is used for
 nothing else on the request path, and a heartbeat is never trusted: a
 connection serves only once the worker proved itself
-(:mod:`inference.runtime.link`: its TLS certificate from the deployment's
+(:mod:`inference.workers.link`: its TLS certificate from the deployment's
 CA, or its Unix socket's peer is this user) and said hello. Each front-end
 process keeps a bounded pool of connections to each worker
-(:mod:`inference.runtime.worker_pool`: at most
+(:mod:`inference.workers.client.pool`: at most
 ``WORKER_CONNECTIONS_PER_PROCESS``; a request beyond waits for one); a
 request takes one (or opens one), sends one frame
-(:mod:`inference.runtime.frames`: the tensors' bytes as they are), waits for
+(:mod:`inference.workers.frames`: the tensors' bytes as they are), waits for
 the answer frame and gives the connection back (connections:
-:mod:`inference.runtime.worker_connections`).
+:mod:`inference.workers.client.connections`).
 
 The steps of a request are written once, as a generator (:meth:`_steps`)
 that yields what it needs done: read the heartbeats again, connect to a
@@ -33,7 +33,7 @@ Faults, each answered once:
   certificate, a socket of another user, ...);
 - the connection closes before any byte of the answer (the worker was
   killed or stopped), or the worker answers that it is draining
-  (:class:`~inference.runtime.messages.Draining`): the request goes once
+  (:class:`~inference.workers.messages.Draining`): the request goes once
   more, to another worker of its devices (inference is idempotent; a
   request of a sequence never goes elsewhere); with none left it answers
   UNAVAILABLE at once. A draining worker is dropped from this process's
@@ -50,7 +50,7 @@ Faults, each answered once:
 - every worker's pool is at its cap: the request waits for the first
   one's next free connection, until its deadline (DEADLINE_EXCEEDED);
 - a request of a sequence (sequence batching) goes only to the worker that
-  holds the sequence (:mod:`inference.runtime.sequence_routes`): when that
+  holds the sequence (:mod:`inference.workers.client.sequence_routes`): when that
   worker is gone, the request answers UNAVAILABLE naming the lost sequence.
 
 Every UNAVAILABLE carries a retry delay (``Retry-After``): a heartbeat's
@@ -68,13 +68,12 @@ import numpy as np
 
 from inference.observability import tracing
 from inference.protocol import errors
-from inference.runtime import frames, link, messages
-from inference.runtime.answers import run_result
 from inference.runtime.execution import RunResult, RunTarget
-from inference.runtime.placement import HEARTBEAT_TTL_MS, Worker, WorkerDirectory
-from inference.runtime.remote_segments import SegmentRuns
-from inference.runtime.sequence_routes import SequenceRoutes
-from inference.runtime.worker_connections import (
+from inference.serving import instance_groups
+from inference.serving.instance_groups import describe as describe_group
+from inference.workers import frames, link, messages
+from inference.workers.client.answers import run_result
+from inference.workers.client.connections import (
     WOULD_BLOCK,
     Connection,
     WorkerDraining,
@@ -83,9 +82,10 @@ from inference.runtime.worker_connections import (
     ready,
     send_failed,
 )
-from inference.runtime.worker_pool import ConnectionPool, Waiter
-from inference.serving import instance_groups
-from inference.serving.instance_groups import describe as describe_group
+from inference.workers.client.pool import ConnectionPool, Waiter
+from inference.workers.client.segments import SegmentRuns
+from inference.workers.client.sequence_routes import SequenceRoutes
+from inference.workers.placement import HEARTBEAT_TTL_MS, Worker, WorkerDirectory
 
 logger = logging.getLogger(__name__)
 

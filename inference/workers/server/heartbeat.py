@@ -3,8 +3,8 @@
 A worker (``manage.py runworker``) keeps the key
 ``modelhost:worker:<queue>:<worker id>`` alive (:class:`Heartbeat`: every
 ``HEARTBEAT_SECONDS``, expiring after ``HEARTBEAT_TTL_MS``); its value is
-the worker's :class:`~inference.runtime.messages.Announcement`, which front
-ends read (:class:`~inference.runtime.placement.WorkerDirectory`).
+the worker's :class:`~inference.workers.messages.Announcement`, which front
+ends read (:class:`~inference.workers.placement.WorkerDirectory`).
 ``manage.py drainworker <id>`` sets ``modelhost:worker-drain:<id>``
 (:func:`drain_key`), which the worker reads with each beat (the same round
 trip): it then drains and stops as on SIGTERM.
@@ -16,8 +16,8 @@ import logging
 import threading
 
 from inference.observability.outage import DependencyWatch
-from inference.runtime import messages
-from inference.runtime.placement import HEARTBEAT_SECONDS, HEARTBEAT_TTL_MS, heartbeat_key
+from inference.workers import messages
+from inference.workers.placement import HEARTBEAT_SECONDS, HEARTBEAT_TTL_MS, heartbeat_key
 
 logger = logging.getLogger(__name__)
 

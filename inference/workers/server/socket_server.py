@@ -1,16 +1,16 @@
 """The socket server of an inference worker (``manage.py runworker``).
 
 Front-end processes keep persistent connections to each worker (see
-:mod:`inference.runtime.remote`): TLS over TCP from other machines, the Unix
-socket on this one (:mod:`inference.runtime.link` says who may connect). A
-connection carries one request at a time (:mod:`inference.runtime.frames`);
+:mod:`inference.workers.client.executor`): TLS over TCP from other machines, the Unix
+socket on this one (:mod:`inference.workers.link` says who may connect). A
+connection carries one request at a time (:mod:`inference.workers.frames`);
 each has a thread here that reads a request, hands it to ``handle(request,
 body, shared) -> buffers`` (the worker runtime: the model runner) and
 writes the answer; many connections feed the model runner at once, which is
 where requests meet (model instances, dynamic batching).
 
 Bounded before anyone is authenticated: handshakes and authenticated
-connections have budgets of their own (:mod:`inference.runtime.worker_admission`:
+connections have budgets of their own (:mod:`inference.workers.server.admission`:
 handshakes per source address and in all, a flood displacing only itself;
 connections per authenticated front end and in all); a handshake has one
 deadline for the whole of it (``handshake_seconds``); nothing is read into
@@ -23,7 +23,7 @@ accept loop backs off when the process is out of file descriptors or
 threads, and never dies.
 
 Draining (:meth:`WorkerServer.drain`): no request that arrives after it is
-run; each is answered :class:`~inference.runtime.messages.Draining` (the
+run; each is answered :class:`~inference.workers.messages.Draining` (the
 front end sends it to another worker), as is a new connection instead of
 its Hello; a request being handled is answered, then Draining follows on
 its connection. :meth:`WorkerServer.wait_drained` waits for those answers.
@@ -40,8 +40,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from inference.runtime import frames, link, messages
-from inference.runtime.worker_admission import Admission, Limits, local_identity, tls_identity
+from inference.workers import frames, link, messages
+from inference.workers.server.admission import Admission, Limits, local_identity, tls_identity
 
 __all__ = ["Limits", "WorkerServer"]
 
@@ -195,7 +195,7 @@ class WorkerServer:
         start its thread: a Unix socket's peer is known now (one of this
         user's processes, counted per process); a TCP connection starts its
         handshake if the handshake budget allows (displacing another, maybe:
-        see :class:`~inference.runtime.worker_admission.Admission`)."""
+        see :class:`~inference.workers.server.admission.Admission`)."""
         record = _Connection(sock, peer, time.monotonic() + self.limits.handshake_seconds)
         displaced, refusal = None, None
         if sock.family == socket.AF_UNIX:
