@@ -28,7 +28,9 @@ from typing import Any, Protocol
 @dataclass(frozen=True)
 class VersionRecord:
     """One stored model version. ``inputs``/``outputs``: ``{"name", "datatype",
-    "shape"}`` dicts (-1 for variable dimensions)."""
+    "shape"}`` dicts (-1 for variable dimensions). ``held``: a READY version
+    the version policy does not choose (its signature would break the
+    default route's callers) until a person promotes it."""
 
     number: int
     state: str  # UPLOADED, VALIDATING, READY, FAILED, UNAVAILABLE
@@ -39,6 +41,7 @@ class VersionRecord:
     inputs: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
     properties: dict = field(default_factory=dict)
+    held: bool = False
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ urlpatterns = [
     path(f"{_VERSION}/", versions.VersionDetailView.as_view(), name="api-version-detail"),
     path(f"{_VERSION}/retire", versions.VersionRetireView.as_view(), name="api-version-retire"),
     path(f"{_VERSION}/restore", versions.VersionRestoreView.as_view(), name="api-version-restore"),
+    path(f"{_VERSION}/promote", versions.VersionPromoteView.as_view(), name="api-version-promote"),
     path(f"{_MODEL}/labels/<str:label>/", routes.LabelView.as_view(), name="api-label"),
     path(f"{_MODEL}/audit/", models.AuditView.as_view(), name="api-audit"),
     path(f"{_MODEL}/traffic/", routes.TrafficView.as_view(), name="api-traffic"),

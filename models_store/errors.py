@@ -43,14 +43,20 @@ class DuplicateVersion(Conflict):
 class SignatureConflict(Conflict):
     """A change that would make a route serve a version whose signature
     breaks the route's callers (HTTP 409; :mod:`models_store.registry.signature_guard`):
-    ``differences`` lists them, one sentence each."""
+    ``differences`` lists them, one sentence each; the message tells an
+    API caller how to force it, :meth:`on_a_page` a person in the web UI."""
 
     def __init__(self, what: str, differences: list[str]):
+        self.what = what
         self.differences = differences
-        super().__init__(
-            f"{what} would break its callers: {'; '.join(differences)}. "
-            'To do it anyway, send "force": true (audited as forced).'
-        )
+        super().__init__(self._text('To do it anyway, send "force": true (audited as forced).'))
+
+    def _text(self, hint: str) -> str:
+        return f"{self.what} would break its callers: {'; '.join(self.differences)}. {hint}"
+
+    def on_a_page(self) -> str:
+        """The message for the web UI, which has a checkbox where the API has ``force``."""
+        return self._text('To do it anyway, tick "even if it breaks callers" and submit again (audited as forced).')
 
 
 class NotFound(Refused, LookupError):

@@ -11,19 +11,23 @@ repository semantics:
   serves none (Triton: `model repository extension
   <https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_model_repository.md>`_);
 - the version policy (Triton ``version_policy``: ``latest`` N, ``all``,
-  ``specific``) picks among the READY versions (`Version Policy
+  ``specific``) picks among the READY versions that are not *held* (a
+  version whose signature would break the default route's callers waits for
+  a person to promote it: models_store/registry/services/states.py) (`Version Policy
   <https://github.com/triton-inference-server/server/blob/main/docs/user_guide/model_configuration.md#version-policy>`_);
   a failed upload therefore never takes the serving version offline;
 - a traffic split (version label -> weight) keeps the versions it routes to
   serving whatever the policy says, as a canary rollout keeps both;
 - so does a READY ensemble (of a loaded model) for the versions it pins
   (inference/ensembles/plan.py): an ensemble keeps running what it was built on;
+- a version label on a held version serves it to the callers naming the
+  label (a canary), never to those naming no version;
 - an ensemble's version serves only while its plan reads and every version
   it pins serves (:func:`serving_states`, which sees every model: the
   serving registry's snapshot and the management API both use it);
 - the *default version* (metadata, configuration and readiness of a request
   naming no version) is the split's heaviest route, else the highest
-  version served;
+  version served that is not held;
 - a sequence batching configuration the server refuses serves nothing.
 """
 
@@ -111,6 +115,7 @@ class ServingState:
     refused: str
     policy: str
     blocked: dict = field(default_factory=dict)
+    held: frozenset = frozenset()
 
     def serves(self, number: int) -> bool:
         return number in self.served and number not in self.blocked
@@ -127,6 +132,8 @@ class ServingState:
             return self.refused
         if number in self.blocked:
             return self.blocked[number]
+        if number in self.held and not self.serves(number):
+            return stored or f"version {number} is held: promote it, or point a version label at it"
         if not self.serves(number):
             return f"version {number} is not served by the model's version policy ({self.policy})"
         return stored
@@ -134,26 +141,30 @@ class ServingState:
 
 def serving_state(record) -> ServingState:
     """The serving state of ``record`` (an :class:`inference.ports.ModelRecord`:
-    its versions' numbers and states, version policy, labels, traffic split,
-    ``loaded`` and sequence batching)."""
+    its versions' numbers, states and holds, version policy, labels, traffic
+    split, ``loaded`` and sequence batching)."""
     ready = [v.number for v in record.versions if v.state == READY] if record.loaded else []
     refused = sequence_refusal(record)
     if refused:
         ready = []
-    served = served_versions(record.version_policy, ready, record.latest_versions, record.specific_versions)
+    held = {v.number for v in record.versions if getattr(v, "held", False)} & set(ready)
+    chosen = [n for n in ready if n not in held]
+    served = served_versions(record.version_policy, chosen, record.latest_versions, record.specific_versions)
     routes = traffic_routes(record.traffic or {}, record.labels, ready)
     pinned = set(getattr(record, "pinned", ())) & set(ready)
     served = sorted(set(served) | {number for _label, number, _weight in routes} | pinned, reverse=True)
-    default = served[0] if served else None
+    default = next((n for n in served if n not in held), None)
     if routes:  # the heaviest route (the first by label on a tie)
         default = max(routes, key=lambda route: route[2])[1]
+    labelled = held & set(record.labels.values())
     return ServingState(
-        served=tuple(served),
+        served=tuple(sorted(set(served) | labelled, reverse=True)),
         routes=tuple(routes),
         default=default,
         loaded=record.loaded,
         refused=refused,
         policy=record.version_policy,
+        held=frozenset(held),
     )
 
 

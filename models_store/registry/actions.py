@@ -118,9 +118,9 @@ def rollback_canary(user, token, name: str) -> RegisteredModel:
     return routes.traffic_rollback(model=model, actor=user)
 
 
-def retire_version(user, token, name: str, number: int) -> ModelVersion:
+def retire_version(user, token, name: str, number: int, force: bool = False) -> ModelVersion:
     model = _changeable_model(user, token, name)
-    return versions.version_retire(version=get_version(model, number), actor=user)
+    return versions.version_retire(version=get_version(model, number), actor=user, force=force)
 
 
 def restore_version(user, token, name: str, number: int) -> ModelVersion:
@@ -128,6 +128,11 @@ def restore_version(user, token, name: str, number: int) -> ModelVersion:
     return versions.version_restore(version=get_version(model, number), actor=user)
 
 
-def delete_version(user, token, name: str, number: int) -> None:
+def delete_version(user, token, name: str, number: int, force: bool = False) -> None:
     model = _changeable_model(user, token, name)
-    versions.version_delete(version=get_version(model, number), actor=user)
+    versions.version_delete(version=get_version(model, number), actor=user, force=force)
+
+
+def promote_version(user, token, name: str, number: int, force: bool = False) -> ModelVersion:
+    model = _changeable_model(user, token, name)
+    return versions.version_promote(version=get_version(model, number), actor=user, force=force)

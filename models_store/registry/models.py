@@ -88,6 +88,9 @@ class ModelVersion(models.Model):
     ``log`` holds the validation steps (one line each). An upload goes
     UPLOADED -> VALIDATING -> READY or FAILED; a retired version is
     UNAVAILABLE (the state machine: :mod:`models_store.registry.services.states`).
+    ``held``: a READY version whose signature would break the callers of the
+    model's default route is kept from the version policy's choice until a
+    person promotes it (``reason`` says why; a label or split may still route to it).
     """
 
     class State(models.TextChoices):
@@ -109,6 +112,7 @@ class ModelVersion(models.Model):
     properties = models.JSONField(default=dict, blank=True)
     state = models.CharField(max_length=16, choices=State.choices, default=State.UPLOADED, db_index=True)
     reason = models.TextField(blank=True)
+    held = models.BooleanField(default=False)
     log = models.JSONField(default=list, blank=True)
     source = models.CharField(max_length=1024, blank=True)
     uploaded_by = models.ForeignKey(

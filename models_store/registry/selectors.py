@@ -272,6 +272,7 @@ def model_record(model: RegisteredModel, pins: dict[str, set[int]] | None = None
                 inputs=v.inputs,
                 outputs=v.outputs,
                 properties=v.properties,
+                held=v.held,
             )
             for v in model.versions.all()
         ),

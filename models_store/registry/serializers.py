@@ -48,7 +48,9 @@ def _serving(serializer, model):
 
 class VersionSerializer(serializers.ModelSerializer):
     """A model version. ``state``: UPLOADED, VALIDATING, READY, FAILED, or
-    UNAVAILABLE (retired); ``reason`` says why it is FAILED/UNAVAILABLE;
+    UNAVAILABLE (retired); ``held``: READY but kept from the version policy's
+    choice, its signature breaking the default route's callers, until
+    promoted; ``reason`` says why it is FAILED/UNAVAILABLE/held;
     ``log`` lists the validation steps; ``size`` is in bytes;
     ``properties`` are the ONNX model's metadata properties (strings); an
     ensemble's version has its plan instead: ``ensemble`` (the steps with
@@ -66,7 +68,7 @@ class VersionSerializer(serializers.ModelSerializer):
     class Meta:
         model = ModelVersion
         fields = [
-            "model", "number", "state", "reason", "serving", "labels", "sha256", "size", "platform",
+            "model", "number", "state", "held", "reason", "serving", "labels", "sha256", "size", "platform",
             "inputs", "outputs", "properties", "log", "source", "uploaded_by", "created_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from inference.ports import ModelRecord
+from inference.ports import ModelRecord, VersionRecord
 from inference.serving.state import ServingState, serving_state
 from models_store.errors import SignatureConflict
 from models_store.registry import selectors
@@ -114,10 +114,18 @@ def guard(model, *, what: str, route: str, before: Iterable, after: Iterable, fo
     return {"forced": True, "differences": differences}
 
 
-def guard_default_route(model, *, what: str, force: bool, traffic: dict | None = None, policy=None) -> dict:
+def _default_versions(record: ModelRecord) -> list:
+    versions = {v.number: v for v in record.versions}
+    return [versions[n] for n in sorted(default_route(record))]
+
+
+def guard_default_route(
+    model, *, what: str, force: bool, traffic: dict | None = None, policy=None, without: int | None = None
+) -> dict:
     """:func:`guard` for the default route of ``model``, before and after a
-    change of its traffic split (``traffic``) or its version policy
-    (``policy``: ``(version_policy, latest_versions, specific_versions)``)."""
+    change of its traffic split (``traffic``), its version policy
+    (``policy``: ``(version_policy, latest_versions, specific_versions)``)
+    or the removal of version ``without`` (retired or deleted)."""
     record = selectors.model_record(model)
     changed = record
     if traffic is not None:
@@ -126,10 +134,26 @@ def guard_default_route(model, *, what: str, force: bool, traffic: dict | None =
         changed = replace(
             changed, version_policy=policy[0], latest_versions=policy[1], specific_versions=tuple(policy[2])
         )
-    versions = {v.number: v for v in record.versions}
-    before = [versions[n] for n in sorted(default_route(record))]
-    after = [versions[n] for n in sorted(default_route(changed))]
+    if without is not None:
+        changed = replace(changed, versions=tuple(v for v in record.versions if v.number != without))
+    before, after = _default_versions(record), _default_versions(changed)
     return guard(model, what=what, route="the default route", before=before, after=after, force=force)
+
+
+def breaks_default_route(model, *, number: int, inputs: list, outputs: list) -> list[str]:
+    """The breaking changes (one sentence each; [] : none) that the callers
+    of ``model``'s default route would meet if version ``number``, with this
+    signature, were READY and chosen by the version policy, against what
+    that route serves now without it. The state machine holds a version
+    for which this is not empty (:mod:`models_store.registry.services.states`)."""
+    record = selectors.model_record(model)
+    others = tuple(v for v in record.versions if v.number != number)
+    candidate = VersionRecord(
+        number=number, state="READY", reason="", sha256="", artifact="", size=0, inputs=inputs, outputs=outputs
+    )
+    before = _default_versions(replace(record, versions=others))
+    after = _default_versions(replace(record, versions=(*others, candidate)))
+    return check(model, "the default route", before, after)
 
 
 def against_default_route(model, version) -> dict | None:

@@ -25,7 +25,7 @@ from django.views.decorators.http import require_POST
 from inference.serving import instance_groups
 from models_store import audit, outages
 from models_store.accounts import selectors as accounts
-from models_store.errors import NotFound, Refused, UploadRefused, http_status
+from models_store.errors import NotFound, Refused, SignatureConflict, UploadRefused, http_status
 from models_store.intake import services as intake
 from models_store.registry import actions, charts, selectors, signature_guard, snippets
 from models_store.registry.forms import LabelForm, ModelSettingsForm, UploadForm
@@ -39,6 +39,11 @@ MODELS_PER_PAGE = 50  # rows of the models list
 
 def _status(exc: Exception) -> int:
     return http_status(exc) or 400
+
+
+def _refusal(exc: Exception) -> str:
+    """What a refused change says on a page (the signature guard points to the page's own checkbox)."""
+    return exc.on_a_page() if isinstance(exc, SignatureConflict) else str(exc)
 
 
 def _form_errors(form) -> str:
@@ -254,7 +259,7 @@ def model_settings(request, name: str):
             force=form.cleaned_data["force"],
         )
     except Refused as exc:
-        return _model_page(request, name, status=_status(exc), settings_form=form, error=str(exc))
+        return _model_page(request, name, status=_status(exc), settings_form=form, error=_refusal(exc))
     messages.success(request, "Saved the description, version policy, instance group and payload logging.")
     return redirect("model-detail", name=name)
 
@@ -271,7 +276,7 @@ def label_set(request, name: str):
         data = form.cleaned_data
         actions.set_label(request.user, None, name, data["label"], data["version"], force=data["force"])
     except Refused as exc:
-        return _model_page(request, name, status=_status(exc), label_form=form, error=str(exc))
+        return _model_page(request, name, status=_status(exc), label_form=form, error=_refusal(exc))
     messages.success(request, f"Label {form.cleaned_data['label']} -> version {form.cleaned_data['version']}.")
     return redirect("model-detail", name=name)
 
@@ -282,7 +287,7 @@ def label_delete(request, name: str, label: str):
     try:
         actions.delete_label(request.user, None, name, label)
     except Refused as exc:
-        return _model_page(request, name, status=_status(exc), error=str(exc))
+        return _model_page(request, name, status=_status(exc), error=_refusal(exc))
     messages.success(request, f"Deleted label {label}.")
     return redirect("model-detail", name=name)
 
@@ -316,7 +321,7 @@ def traffic_set(request, name: str):
     try:
         actions.set_traffic(request.user, None, name, weights, force=request.POST.get("force") == "on")
     except Refused as exc:
-        return _model_page(request, name, status=_status(exc), error=str(exc))
+        return _model_page(request, name, status=_status(exc), error=_refusal(exc))
     described = ", ".join(f"{label} {weight}%" for label, weight in sorted(weights.items())) or "none"
     messages.success(request, f"Traffic split: {described}.")
     return redirect("model-detail", name=name)
@@ -334,7 +339,7 @@ def traffic_action(request, name: str, action: str):
         else:
             actions.rollback_canary(request.user, None, name)
     except Refused as exc:
-        return _model_page(request, name, status=_status(exc), error=str(exc))
+        return _model_page(request, name, status=_status(exc), error=_refusal(exc))
     stable = selectors.label_numbers(selectors.model_detail(name)).get("stable")
     what = "Promoted the canary" if action == "promote" else "Rolled back"
     messages.success(request, f"{what}: every request that names no version goes to stable (version {stable}).")
@@ -373,7 +378,10 @@ VERSION_ACTIONS = {
     "retire": (actions.retire_version, "Retired version {number}: it no longer serves."),
     "restore": (actions.restore_version, "Restored version {number}."),
     "delete": (actions.delete_version, "Deleted version {number} and its artifact."),
+    "promote": (actions.promote_version, "Promoted version {number}: the version policy may choose it."),
 }
+#: The version actions the signature guard may refuse ("even if it breaks callers" on the page).
+FORCEABLE = ("retire", "delete", "promote")
 
 
 @login_required
@@ -383,9 +391,12 @@ def version_action(request, name: str, number: int, action: str):
         raise Http404(f"no version action '{action}'")
     run, message = VERSION_ACTIONS[action]
     try:
-        run(request.user, None, name, number)
+        if action in FORCEABLE:
+            run(request.user, None, name, number, force=request.POST.get("force") == "on")
+        else:
+            run(request.user, None, name, number)
     except Refused as exc:
-        return _version_page(request, name, number, status=_status(exc), error=str(exc))
+        return _version_page(request, name, number, status=_status(exc), error=_refusal(exc))
     messages.success(request, message.format(number=number))
     if action == "delete":
         return redirect("model-detail", name=name)

@@ -12,6 +12,7 @@ class WebhookEvent(models.TextChoices):
 
     VERSION_READY = "version.ready", "A version passed validation (READY)"
     VERSION_FAILED = "version.failed", "A version failed validation (FAILED)"
+    VERSION_HELD = "version.held", "A READY version was held: it would break the default route's callers"
     LABEL_MOVED = "label.moved", "A version label was set, moved or removed"
     TRAFFIC_CHANGED = "traffic.changed", "A traffic split changed (set, promote, rollback)"
     MODEL_DELETED = "model.deleted", "A model was deleted"

@@ -58,7 +58,7 @@ def _schema_url(server) -> str:
 
 
 def schemathesis(
-    server, report: Path, token: str | None, *options: str, ids: dict | None = None, operations: int = 22
+    server, report: Path, token: str | None, *options: str, ids: dict | None = None, operations: int = 23
 ) -> dict:
     """Run the schemathesis CLI against ``server`` (with ``token``, or none);
     its JSON run report (the requests it sent are in ``report`` .har).
@@ -84,7 +84,7 @@ def schemathesis(
     assert summary["complete"] and summary["stop_reason"] == "completed", output
     assert summary["failures"] == [] and summary["errors"] == [], output
     assert summary["test_cases"]["with_failures"] == 0 and summary["test_cases"]["errored"] == 0, output
-    assert summary["operations"]["tested"] == operations and summary["operations"]["total"] == 22, output
+    assert summary["operations"]["tested"] == operations and summary["operations"]["total"] == 23, output
     return summary
 
 
@@ -150,17 +150,33 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
             server, "POST", f"/api/models/affine/versions/{retired['number']}/retire", b"", bearer(tokens["alice"])
         )
         assert status == 200, answer
-        return {"webhook": [webhook], "delivery": [d["id"] for d in page["results"]], "number": [retired["number"]]}
+        # A held version (its input is wider than any before: it breaks the default route's callers), to promote:
+        # under the latest policy without a split (whatever the run before set), so that the policy would choose it.
+        for method, path, change in (
+            ("PUT", "/api/models/affine/traffic/", {"weights": {}, "force": True}),
+            ("PATCH", "/api/models/affine/", {"version_policy": "latest", "latest_versions": 1, "force": True}),
+        ):
+            status, answer = request(
+                server, method, path, json.dumps(change).encode(),
+                {**bearer(tokens["alice"]), "Content-Type": "application/json"},
+            )  # fmt: skip
+            assert status == 200, answer
+        body, kind = multipart({}, m.affine(scale + 0.75, 1.0, width=4 + int(scale * 2)))
+        status, held = request(server, "POST", "/api/models/affine/versions/", body, {**headers, "Content-Type": kind})
+        assert status == 201 and held["held"], held
+        ids = {"webhook": [webhook], "delivery": [d["id"] for d in page["results"]], "number": [retired["number"]]}
+        return ids | {"held": [held["number"]]}
 
     status, schema = request(server, "GET", "/api/schema/?format=json")
     schema = schema if isinstance(schema, dict) else json.loads(schema)  # application/vnd.oai.openapi+json
-    assert status == 200 and len(schema["paths"]) == 15
+    assert status == 200 and len(schema["paths"]) == 16
     every_operation = {
         f"{method.upper()} {path}" for path, operations in schema["paths"].items() for method in operations
     }
     phases = ("--phases", ",".join(PHASES))
     for who, scale in (("alice", 2.0), ("root", 3.0)):
         ids = prepare(scale)
+        held = {"number": ids.pop("held")}
         summary = schemathesis(server, tmp_path / f"{who}.json", tokens[who], *phases, ids=ids)
         assert {phase: summary["phases"][phase]["status"] for phase in PHASES} == dict.fromkeys(PHASES, "success")
         assert summary["seed"] == 18 and summary["test_cases"]["generated"] > 500
@@ -169,15 +185,19 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
         ids = prepare(scale + 0.5)
         alone = ("--phases", "fuzzing", "--include-path-regex", "redeliver$")
         schemathesis(server, tmp_path / f"{who}-redeliver.json", tokens[who], *alone, ids=ids, operations=1)
+        # A held version's promote (2xx with ?force=true; the main run's versions are not held) gets a run too.
+        alone = ("--phases", "fuzzing", "--include-path-regex", r"versions/\{number\}/promote$", "--max-examples", "60")
+        schemathesis(server, tmp_path / f"{who}-promote.json", tokens[who], *alone, ids=held, operations=1)
         # The links and the test's names let it reach every operation, not only its refusals.
         answered = operations_answered(tmp_path / f"{who}.har", schema, range(200, 300))
         answered |= operations_answered(tmp_path / f"{who}-redeliver.har", schema, range(200, 300))
+        answered |= operations_answered(tmp_path / f"{who}-promote.har", schema, range(200, 300))
         assert answered == every_operation
     # No token: every operation answers its declared 401 (error body, WWW-Authenticate) and nothing else.
     anonymous = ("--phases", "fuzzing", "--mode", "positive", "--max-examples", "5")
     summary = schemathesis(server, tmp_path / "anonymous.json", None, *anonymous)
     assert summary["phases"]["fuzzing"]["status"] == "success"
-    assert len(summary["warnings"]["missing_auth"]) == 22
+    assert len(summary["warnings"]["missing_auth"]) == 23
     assert operations_answered(tmp_path / "anonymous.har", schema, range(401, 402)) == every_operation
 
     # The registry after the runs: both models still listed, the operator-owned one without a team.

@@ -9,7 +9,6 @@ repository unload and a load.
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
 
@@ -17,7 +16,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from tests.support import onnx_models as m
-from tests.support.live import bearer, manage, request, upload, wait_for
+from tests.support.live import bearer, manage, request, upload, wait_for, web_session
 from tests.support.server import LiveServer
 
 pytestmark = pytest.mark.interop
@@ -41,24 +40,7 @@ def alice(model_server):
 @pytest.fixture(scope="module")
 def session(model_server, alice) -> str:
     """The Cookie header of state_alice's web session, signed in through the form."""
-    host, port = model_server.http_url.split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=30)
-    try:
-        conn.request("GET", "/accounts/login/")
-        page = conn.getresponse()
-        html = page.read().decode()
-        csrf = re.search(r"csrftoken=([^;]+)", page.getheader("Set-Cookie")).group(1)
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html).group(1)
-        form = f"csrfmiddlewaretoken={token}&username=state_alice&password={PASSWORD}&next=/models/"
-        headers = {"Content-Type": "application/x-www-form-urlencoded", "Cookie": f"csrftoken={csrf}"}
-        conn.request("POST", "/accounts/login/", body=form.encode(), headers=headers)
-        answer = conn.getresponse()
-        answer.read()
-        assert answer.status == 302, answer.status
-        cookies = [c.split(";", 1)[0] for c in answer.headers.get_all("Set-Cookie")]
-        return "; ".join(cookies)
-    finally:
-        conn.close()
+    return web_session(model_server, "state_alice", PASSWORD)
 
 
 @pytest.fixture(scope="module")
@@ -137,8 +119,8 @@ def agree(server, client, token, cookie) -> tuple[list[int], int | None, bool, s
 @pytest.fixture(scope="module")
 def agreed(model_server, alice):
     """Model "agreed" (team states): version n takes an FP32 input of n + 1 values
-    (so the configuration tells the default version; splits between them are
-    forced past the signature guard)."""
+    (so the configuration tells the default version; version 2 is promoted
+    and splits between them are forced past the signature guard)."""
     for number in (1, 2):
         status, answer = upload(model_server, alice, MODEL, m.identity("FP32", shape=("N", number + 1)), team="states")
         assert status in (201, 202) and answer["number"] == number, answer
@@ -148,6 +130,10 @@ def agreed(model_server, alice):
         return [v["state"] for v in versions] == ["READY", "READY"]
 
     assert wait_for(both_ready, 60)
+    # Version 2 breaks version 1's callers, so it is held when version 1 was READY first: promote it.
+    version = _api(model_server, alice, "GET", f"/api/models/{MODEL}/versions/2/")
+    if version["held"]:
+        _api(model_server, alice, "POST", f"/api/models/{MODEL}/versions/2/promote?force=true")
     return MODEL
 
 

@@ -1,7 +1,7 @@
 """The model store's layout rules, read from its source (no database):
 
-- a model version's ``state`` is written in one module, the state machine
-  (``models_store/registry/services/states.py``);
+- a model version's ``state`` (and its ``held``) is written in one module,
+  the state machine (``models_store/registry/services/states.py``);
 - services take keyword arguments only (Django-Styleguide);
 - every module of a resource package but its services and selectors is
   protected in ``.importlinter`` (so other packages cannot reach it);
@@ -34,9 +34,9 @@ def _root(node: ast.expr) -> str:
     return node.id if isinstance(node, ast.Name) else ""
 
 
-def state_writes(source: str) -> list[tuple[int, ast.expr | None, str]]:
+def state_writes(source: str, field: str = "state") -> list[tuple[int, ast.expr | None, str]]:
     """(line, the value written or None when unknown, the name of the object
-    written) of every write of an attribute or field called ``state`` in
+    written) of every write of an attribute or field called ``field`` in
     ``source``: ``x.state = v`` (also in tuple assignments),
     ``setattr(x, "state", v)``, ``state=v`` given to a query's
     create/update/update_or_create/get_or_create (or in its ``defaults``),
@@ -51,25 +51,25 @@ def state_writes(source: str) -> list[tuple[int, ast.expr | None, str]]:
                 else:
                     pairs = [(target, node.value)]
                 for element, value in pairs:
-                    if isinstance(element, ast.Attribute) and element.attr == "state":
+                    if isinstance(element, ast.Attribute) and element.attr == field:
                         writes.append((node.lineno, value, _root(element.value)))
         elif isinstance(node, ast.Call):
             func = node.func
             if isinstance(func, ast.Name) and func.id == "setattr" and len(node.args) == 3:
                 name = node.args[1]
-                if isinstance(name, ast.Constant) and name.value == "state":
+                if isinstance(name, ast.Constant) and name.value == field:
                     writes.append((node.lineno, node.args[2], _root(node.args[0])))
             if isinstance(func, ast.Attribute) and func.attr in WRITING_CALLS:
                 for keyword in node.keywords:
-                    if keyword.arg == "state":
+                    if keyword.arg == field:
                         writes.append((node.lineno, keyword.value, _root(func.value)))
                     if keyword.arg == "defaults" and isinstance(keyword.value, ast.Dict):
                         for key, value in zip(keyword.value.keys, keyword.value.values, strict=True):
-                            if isinstance(key, ast.Constant) and key.value == "state":
+                            if isinstance(key, ast.Constant) and key.value == field:
                                 writes.append((node.lineno, value, _root(func.value)))
             for keyword in node.keywords:
                 if keyword.arg == "update_fields" and isinstance(keyword.value, ast.List | ast.Tuple):
-                    if any(isinstance(e, ast.Constant) and e.value == "state" for e in keyword.value.elts):
+                    if any(isinstance(e, ast.Constant) and e.value == field for e in keyword.value.elts):
                         owner = _root(func.value) if isinstance(func, ast.Attribute) else ""
                         writes.append((node.lineno, None, owner))
     return writes
@@ -107,6 +107,17 @@ def test_a_versions_state_is_written_by_the_state_machine_only():
             elsewhere.append(f"{path.relative_to(ROOT)}:{line}")
     assert elsewhere == [], "a version's state may only be written in models_store/registry/services/states.py"
     assert len(state_writes(STATE_MACHINE.read_text(encoding="utf-8"))) >= 3  # create, transition, the reaper
+
+
+def test_a_versions_hold_is_written_by_the_state_machine_only():
+    elsewhere = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in product_modules()
+        if path != STATE_MACHINE
+        for line, _value, _owner in state_writes(path.read_text(encoding="utf-8"), field="held")
+    ]
+    assert elsewhere == [], "a version's hold may only be written in models_store/registry/services/states.py"
+    assert len(state_writes(STATE_MACHINE.read_text(encoding="utf-8"), field="held")) >= 3  # hold, transition, promote
 
 
 def _service_modules() -> list[Path]:

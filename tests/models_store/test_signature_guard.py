@@ -12,7 +12,6 @@ from types import SimpleNamespace
 import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
-from onnx import helper
 
 from models_store import errors
 from models_store.accounts import services as accounts
@@ -30,14 +29,7 @@ pytestmark = [pytest.mark.db, pytest.mark.django_db(transaction=True)]
 BASE = ([("x", "FP32", ("N", 4))], [("y", "FP32")])
 
 
-def tensors_model(inputs, outputs) -> bytes:
-    """A model with these ``inputs`` (name, datatype, shape) whose every
-    output (name, datatype) is its first input passed through (Identity)."""
-    first, _, shape = inputs[0]
-    nodes = [helper.make_node("Identity", [first], [name]) for name, _ in outputs]
-    return m._model(
-        nodes, [m._vi(n, d, s) for n, d, s in inputs], [m._vi(n, d, shape) for n, d in outputs]
-    )  # fmt: skip
+tensors_model = m.passthrough
 
 
 #: name -> (the second version's signature, the differences expected; [] compatible)
@@ -63,14 +55,14 @@ def two_versions(change: str):
     alice = person("alice", "ml")
     team = alice.teams.get()
     intake.version_upload(model_name="g", staged=stage(tensors_model(*BASE)), actor=alice, team=team)
+    model_services.model_set_policy(
+        model=selectors.model_get("g"), policy="specific", specific=[1], actor=alice
+    )  # v1 serves the default route, and the policy will not choose version 2 (so it is not held)
     intake.version_upload(model_name="g", staged=stage(tensors_model(*CHANGES[change][0])), actor=alice)
     model = selectors.model_get("g")
-    assert [v.state for v in model.versions.order_by("number")] == ["READY", "READY"], [
+    assert [(v.state, v.held) for v in model.versions.order_by("number")] == [("READY", False), ("READY", False)], [
         (v.number, v.reason) for v in model.versions.all()
     ]
-    model_services.model_set_policy(
-        model=model, policy="specific", specific=[1], actor=alice, force=True
-    )  # v1 serves the default route
     routes.label_set(model=model, name="stable", number=1, actor=alice)
     routes.label_set(model=model, name="canary", number=2, actor=alice)
     return selectors.model_get("g"), alice

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import re
 import subprocess
 import sys
 import time
@@ -60,6 +61,27 @@ def request(server: LiveServer, method: str, path: str, body: bytes = b"", heade
         data = response.read()
         kind = response.getheader("Content-Type", "")
         return response.status, json.loads(data) if kind.startswith("application/json") else data
+    finally:
+        conn.close()
+
+
+def web_session(server: LiveServer, username: str, password: str) -> str:
+    """The Cookie header of ``username``'s web UI session, signed in through the sign-in form."""
+    host, port = server.http_url.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request("GET", "/accounts/login/")
+        page = conn.getresponse()
+        html = page.read().decode()
+        csrf = re.search(r"csrftoken=([^;]+)", page.getheader("Set-Cookie")).group(1)
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html).group(1)
+        form = f"csrfmiddlewaretoken={token}&username={username}&password={password}&next=/models/"
+        headers = {"Content-Type": "application/x-www-form-urlencoded", "Cookie": f"csrftoken={csrf}"}
+        conn.request("POST", "/accounts/login/", body=form.encode(), headers=headers)
+        answer = conn.getresponse()
+        answer.read()
+        assert answer.status == 302, answer.status
+        return "; ".join(c.split(";", 1)[0] for c in answer.headers.get_all("Set-Cookie"))
     finally:
         conn.close()
 

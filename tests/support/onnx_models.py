@@ -531,3 +531,12 @@ def add_pair(width: int = 4) -> bytes:
         [_vi("a", "FP32", ("N", width)), _vi("b", "FP32", ("N", width))],
         [_vi("sum", "FP32", ("N", width))],
     )
+
+
+def passthrough(inputs, outputs) -> bytes:
+    """A model with these ``inputs`` (name, datatype, shape) whose every
+    output (name, datatype) is its first input passed through (Identity):
+    a model of a given signature, for the signature guard's tests."""
+    first, _, shape = inputs[0]
+    nodes = [helper.make_node("Identity", [first], [name]) for name, _ in outputs]
+    return _model(nodes, [_vi(n, d, s) for n, d, s in inputs], [_vi(n, d, shape) for n, d in outputs])

@@ -4,6 +4,9 @@ between the operations, and :class:`RegistryView` (the models the caller may see
 
 from __future__ import annotations
 
+from drf_spectacular.utils import OpenApiParameter
+from rest_framework.exceptions import ParseError
+
 from models_store.registry import actions
 from models_store.registry.serializers import ModelDetailSerializer
 from models_store.web.api import ManagementView
@@ -18,6 +21,7 @@ GET_VERSION = "models_versions_retrieve"
 DELETE_VERSION = "models_versions_destroy"
 RETIRE_VERSION = "models_versions_retire_create"
 RESTORE_VERSION = "models_versions_restore_create"
+PROMOTE_VERSION = "models_versions_promote_create"
 SET_LABEL = "models_labels_update"
 DELETE_LABEL = "models_labels_destroy"
 AUDIT_LOG = "models_audit_list"
@@ -34,9 +38,23 @@ def version_links(name: str, number: str, only: tuple[str, ...] = ()) -> tuple[O
         OpenApiLink("GetVersion", GET_VERSION, where, description="The version."),
         OpenApiLink("RetireVersion", RETIRE_VERSION, where, description="Stop serving the version."),
         OpenApiLink("RestoreVersion", RESTORE_VERSION, where, description="Serve the retired version again."),
+        OpenApiLink("PromoteVersion", PROMOTE_VERSION, where, description="Release the held version."),
         OpenApiLink("DeleteVersion", DELETE_VERSION, where, description="Delete the version."),
     )
     return tuple(link for link in links if not only or link.name in only)
+
+
+def force_parameter(description: str) -> OpenApiParameter:
+    """The ``?force=true`` query parameter of a change the signature guard may refuse."""
+    return OpenApiParameter("force", bool, description=description)
+
+
+def query_force(request) -> bool:
+    """``?force=true`` or ``false`` (the default); ParseError (400) for anything else."""
+    force = request.query_params.get("force", "false").lower()
+    if force not in ("true", "false"):
+        raise ParseError("force is true or false")
+    return force == "true"
 
 
 def model_links(name: str) -> tuple[OpenApiLink, ...]:

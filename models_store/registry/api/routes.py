@@ -3,9 +3,8 @@ split (set, promote the canary, roll back)."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
-from rest_framework.exceptions import ParseError
 from rest_framework.response import Response
 
 from models_store.registry import actions
@@ -97,11 +96,7 @@ class TrafficPromoteView(base.RegistryView):
     @extend_schema(
         operation_id=base.PROMOTE_CANARY,
         request=None,
-        parameters=[
-            OpenApiParameter(
-                "force", bool, description="Promote even though the callers of 'stable' would break."
-            )
-        ],
+        parameters=[base.force_parameter("Promote even though the callers of 'stable' would break.")],
         responses={
             200: LinkedResponse(ModelDetailSerializer, description="The canary promoted.", links=base.traffic_links()),
             **errors(
@@ -115,10 +110,7 @@ class TrafficPromoteView(base.RegistryView):
         """Promote the canary: label ``stable`` moves to the version of label
         ``canary`` and every unversioned request goes to it (split ``stable``
         100, ``canary`` 0). Audited (``traffic.promote``)."""
-        force = request.query_params.get("force", "false").lower()
-        if force not in ("true", "false"):
-            raise ParseError("force is true or false")
-        actions.promote_canary(request.user, self.token, name, force=force == "true")
+        actions.promote_canary(request.user, self.token, name, force=base.query_force(request))
         return Response(self.model_body(name))
 
 

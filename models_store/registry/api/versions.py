@@ -1,6 +1,6 @@
 """The management API's model versions: a model's versions (and uploads of
 new ones: :func:`models_store.intake.services.upload`), one version,
-retire, restore, delete."""
+retire, restore, delete, promote a held version."""
 
 from __future__ import annotations
 
@@ -29,6 +29,13 @@ UPLOADED_LINKS = (
         request_body={"version": "$response.body#/number"},
         description="Point a version label at the version (once it is READY).",
     ),
+)
+
+
+FORCE = "Even if the default route would then serve a version that breaks its callers (audited as forced)."
+GUARDED = (
+    "the default route would then serve a version whose signature breaks its callers "
+    "(see differences; ?force=true to do it anyway)"
 )
 
 
@@ -132,17 +139,23 @@ class VersionDetailView(base.RegistryView):
 
     @extend_schema(
         operation_id=base.DELETE_VERSION,
+        parameters=[base.force_parameter(FORCE)],
         responses={
             204: None,
-            **errors(401, 403, 404, 409, e409="the traffic split sends requests to a version label on the version"),
+            **errors(
+                400, 401, 403, 404, 409,
+                e409="the traffic split sends requests to a version label on the version, or " + GUARDED,
+            ),
         },
-    )
+    )  # fmt: skip
     def delete(self, request, name: str, number: int):
         """Delete a version, its labels and its artifact (the number is never
         reused). Refused (409, naming the split) while the model's traffic
         split sends requests to a label on it; a label on it the split gives
-        weight 0 leaves the split (audited ``traffic.set``)."""
-        actions.delete_version(request.user, self.token, name, number)
+        weight 0 leaves the split (audited ``traffic.set``). Refused (409,
+        ``differences``) when the default route would then serve a version
+        that breaks its callers, unless ``?force=true``."""
+        actions.delete_version(request.user, self.token, name, number, force=base.query_force(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -150,18 +163,24 @@ class VersionRetireView(base.RegistryView):
     @extend_schema(
         operation_id=base.RETIRE_VERSION,
         request=None,
+        parameters=[base.force_parameter(FORCE)],
         responses={
             200: LinkedResponse(
                 VersionSerializer,
                 description="The retired version (UNAVAILABLE).",
                 links=base.version_links("$request.path.name", "$response.body#/number", only=("RestoreVersion",)),
             ),
-            **errors(401, 403, 404, 409, e409="the version is not READY, or a version label points at it"),
+            **errors(
+                400, 401, 403, 404, 409, e409="the version is not READY, or a version label points at it, or " + GUARDED
+            ),
         },
     )
     def post(self, request, name: str, number: int):
-        """Stop serving a READY version (state UNAVAILABLE); no label may point at it."""
-        return Response(VersionSerializer(actions.retire_version(request.user, self.token, name, number)).data)
+        """Stop serving a READY version (state UNAVAILABLE); no label may
+        point at it. Refused (409, ``differences``) when the default route
+        would then serve a version that breaks its callers, unless ``?force=true``."""
+        retired = actions.retire_version(request.user, self.token, name, number, force=base.query_force(request))
+        return Response(VersionSerializer(retired).data)
 
 
 class VersionRestoreView(base.RegistryView):
@@ -178,5 +197,33 @@ class VersionRestoreView(base.RegistryView):
         },
     )
     def post(self, request, name: str, number: int):
-        """Serve a retired version again (READY)."""
+        """Serve a retired version again (READY; held when its signature
+        would break the default route's callers: ``held``, ``reason``)."""
         return Response(VersionSerializer(actions.restore_version(request.user, self.token, name, number)).data)
+
+
+class VersionPromoteView(base.RegistryView):
+    @extend_schema(
+        operation_id=base.PROMOTE_VERSION,
+        request=None,
+        parameters=[base.force_parameter("Promote even though the default route's callers would break.")],
+        responses={
+            200: LinkedResponse(
+                VersionSerializer,
+                description="The version, no longer held: the version policy may choose it.",
+                links=base.version_links("$request.path.name", "$response.body#/number", only=("RetireVersion",)),
+            ),
+            **errors(
+                400, 401, 403, 404, 409,
+                e409="the version is not held, or it would break the default route's callers (see differences; "
+                "?force=true to do it anyway)",
+            ),
+        },
+    )  # fmt: skip
+    def post(self, request, name: str, number: int):
+        """Release a held version (``held``: READY, kept from the version
+        policy's choice because its signature would break the callers of the
+        default route): under a ``latest`` policy it becomes the default.
+        Audited ``version.promote`` (``forced`` with the differences)."""
+        promoted = actions.promote_version(request.user, self.token, name, number, force=base.query_force(request))
+        return Response(VersionSerializer(promoted).data)

@@ -18,7 +18,7 @@ from inference.serving.state import served_versions
 from models_store import audit
 from models_store.config.signatures import check_against_versions
 from models_store.config.triton import ENSEMBLE, ConfigError, TritonConfig, parse_config_json, same_config
-from models_store.errors import Conflict, RegistryError
+from models_store.errors import Conflict, RegistryError, SignatureConflict
 from models_store.identifiers import check_whole, model_name_validator
 from models_store.registry import selectors, signature_guard
 from models_store.registry.models import RegisteredModel, VersionPolicy
@@ -158,7 +158,9 @@ def model_set_config(
     models_store/intake/ensembles.py), or does not fit the
     validated versions (:func:`check_against_versions`; ``validating``: a
     new version will be validated with it), or its version policy would
-    serve nothing."""
+    serve nothing, or would make the default route serve a version whose
+    signature breaks its callers (the signature guard; set the policy with
+    ``force`` through the management API to do that)."""
     locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
     if config.ensemble or locked.platform == ENSEMBLE:
         raise ConfigError(
@@ -175,6 +177,13 @@ def model_set_config(
         )  # fmt: skip
     except RegistryError as exc:
         raise ConfigError(str(exc)) from None
+    policy = (config.policy, config.latest_versions, sorted(set(config.specific_versions)))
+    try:
+        signature_guard.guard_default_route(locked, what="its version policy", force=False, policy=policy)
+    except SignatureConflict as exc:
+        raise ConfigError(
+            f"its version policy would break the default route's callers: {'; '.join(exc.differences)}"
+        ) from None
     kept = {t.name for t in config.outputs if t.label_filename}
     _set_config_fields(locked, config, {k: v for k, v in (locked.output_labels or {}).items() if k in kept})
     locked.save()

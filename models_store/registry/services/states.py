@@ -9,6 +9,15 @@
     repository import, ensemble ──> READY or FAILED (checked before the row exists)
     any state ──delete──> gone
 
+    READY, held ──promote──> READY (a person, with force when it still breaks callers)
+
+A version that becomes READY (validated, imported, restored) whose signature
+would break the callers of the model's default route if the version policy
+chose it (``latest``, ``all``: it is the highest) is **held**: READY, not
+chosen by the policy, ``reason`` naming the differences, audited and
+announced as ``version.held``, until :func:`promote` (a version label or a
+traffic split may route to it meanwhile: a canary).
+
 A version is created by :func:`version_create` (in UPLOADED, or READY/FAILED
 when it was checked before), changes by :func:`transition` (one named change
 of :data:`TRANSITIONS`), and leaves by ``transition(change="delete")``. Each
@@ -16,7 +25,7 @@ of them, in one transaction: writes the row, records the audit event, emits
 the team's webhook event and bumps the change stamp (so that every server
 process sees the change before the call answers). The reaper's
 :func:`hold_stale` is the one bulk write. ``tests/models_store/test_layout.py``
-checks that no other module writes ``state``.
+checks that no other module writes ``state`` (nor ``held``).
 
 Who drives the changes: validation (``models_store/intake/validating.py``:
 validate, ready, fail, hold), the registry's services (retire, restore,
@@ -33,8 +42,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from models_store import audit, storage
-from models_store.errors import Conflict, DuplicateVersion
-from models_store.registry import selectors
+from models_store.errors import Conflict, DuplicateVersion, SignatureConflict
+from models_store.registry import selectors, signature_guard
 from models_store.registry.models import PLATFORM_ONNX, ModelVersion, RegisteredModel
 from models_store.stamp import bump_stamp
 from models_store.webhooks import services as webhooks
@@ -73,6 +82,29 @@ TRANSITIONS: dict[str, Transition] = {
         frozenset({State.UNAVAILABLE}), State.READY, "version.restore", refusal="only a retired version can be restored"
     ),
 }
+
+
+#: The ``reason`` of a held version ({}: the differences).
+HELD = (
+    "held: its signature would break the callers of the default route ({}); "
+    "promote it (with force) or point a version label at it"
+)
+
+
+def _hold_reason(model: RegisteredModel, number: int, inputs: list, outputs: list, actor) -> str:
+    """Why version ``number`` of ``model`` (locked), with this signature and
+    about to be saved READY, is held: the version policy choosing it would
+    break the default route's callers ("" : it is not held). A hold is
+    recorded and announced as ``version.held``."""
+    differences = signature_guard.breaks_default_route(model, number=number, inputs=inputs, outputs=outputs)
+    if not differences:
+        return ""
+    reason = HELD.format("; ".join(differences))
+    audit.record(actor, "version.held", model, number, differences=differences)
+    webhooks.model_event(
+        model=model, event="version.held", version=number, state=State.READY, reason=reason, differences=differences
+    )
+    return reason
 
 
 def _announce(version: ModelVersion) -> None:
@@ -134,12 +166,13 @@ def version_create(
         number = preferred_number
     locked.last_version_number = number
     locked.save(update_fields=["last_version_number", "updated_at"])
+    audit.record(uploaded_by, action, locked, number, sha256=sha256, size=size, state=state, source=source)
+    held = _hold_reason(locked, number, inputs or [], outputs or [], uploaded_by) if state == State.READY else ""
     version = ModelVersion.objects.create(
         model=locked, number=number, artifact=artifact, sha256=sha256, size=size, platform=platform, state=state,
-        inputs=inputs or [], outputs=outputs or [], properties=properties or {}, reason=reason, log=log or [],
-        source=source, uploaded_by=uploaded_by,
+        inputs=inputs or [], outputs=outputs or [], properties=properties or {}, reason=held or reason, log=log or [],
+        source=source, uploaded_by=uploaded_by, held=bool(held),
     )  # fmt: skip
-    audit.record(uploaded_by, action, locked, number, sha256=sha256, size=size, state=state, source=source)
     if announce and state != State.UPLOADED:
         _announce(version)
     bump_stamp()
@@ -165,22 +198,27 @@ def transition(
     log: list[str] | None = None,
     note: str = "",
     signature: dict | None = None,
+    detail: dict | None = None,
 ) -> ModelVersion | None:
     """Make ``change`` (a key of :data:`TRANSITIONS`, or :data:`DELETE`) to
     ``version``, locked and read again first: set its state and ``reason``
     (and its ``log`` when given; ``note``: a line added to its log;
     ``signature``: ``inputs``, ``outputs``, ``properties`` found by
     validation), record the audit event (by ``actor``; None: the system),
-    emit the webhook event, bump the change stamp. Returns the version (None
+    emit the webhook event, bump the change stamp; ``detail``: more of the
+    audit entry (a forced signature guard's). A version becoming READY is
+    held when it would break the default route's callers. Returns the version (None
     when it was deleted meanwhile). A version in a state the change does not
     start from raises Conflict for the changes people ask for (retire,
     restore), and is returned unchanged for the others (a concurrent change won).
     """
+    # The model first (as a delete does), so that two versions becoming READY are compared in turn.
+    RegisteredModel.objects.select_for_update().filter(pk=version.model_id).first()
     locked = ModelVersion.objects.select_for_update().select_related("model").filter(pk=version.pk).first()
     if locked is None:
         return None
     if change == DELETE:
-        _delete(locked, actor)
+        _delete(locked, actor, detail or {})
         return locked
     step = TRANSITIONS[change]
     if locked.state not in step.sources:
@@ -194,26 +232,56 @@ def transition(
     for key, value in (signature or {}).items():
         setattr(locked, key, value)
         fields.append(key)
-    locked.save(update_fields=fields)
     if step.audit:
-        detail = {"reason": reason} if step.event else {}
-        audit.record(actor, step.audit, locked.model, locked.number, **detail)
+        extra = {"reason": reason} if step.event else {}
+        audit.record(actor, step.audit, locked.model, locked.number, **extra, **(detail or {}))
+    held = ""
+    if step.target == State.READY:
+        held = _hold_reason(locked.model, locked.number, locked.inputs, locked.outputs, actor)
+    locked.held, locked.reason = bool(held), held or locked.reason
+    locked.save(update_fields=[*fields, "held"])
     if step.event:
         _announce(locked)
     bump_stamp()
     return locked
 
 
-def _delete(version: ModelVersion, actor) -> None:
+def _delete(version: ModelVersion, actor, detail: dict) -> None:
     """Remove the version's row (and the labels on it) and, after commit, its
-    artifact unless another version uses it; audited ``version.delete``."""
+    artifact unless another version uses it; audited ``version.delete`` (with ``detail``)."""
     artifact = version.artifact
     labels = sorted(version.labels.values_list("name", flat=True))
-    audit.record(actor, "version.delete", version.model, version.number, sha256=version.sha256, labels=labels)
+    audit.record(actor, "version.delete", version.model, version.number, sha256=version.sha256, labels=labels, **detail)
     version.delete()
     bump_stamp()
     if artifact and not selectors.artifact_in_use(artifact):  # an ensemble's has none
         transaction.on_commit(lambda: storage.remove_artifact(artifact))
+
+
+@transaction.atomic
+def promote(*, version: ModelVersion, actor, force: bool = False) -> ModelVersion:
+    """Release a held version: the version policy may choose it (under
+    ``latest``, it becomes the default route). Compared with what the default
+    route serves now: raises SignatureConflict while it would still break
+    those callers unless ``force`` (audited ``version.promote``, with
+    ``forced`` and the differences), Conflict for a version that is not held."""
+    model = RegisteredModel.objects.select_for_update().get(pk=version.model_id)
+    locked = ModelVersion.objects.select_for_update().get(pk=version.pk)
+    if locked.state != State.READY or not locked.held:
+        held = " (not held)" if locked.state == State.READY else ""
+        raise Conflict(f"only a held version can be promoted; version {locked.number} is {locked.state}{held}")
+    differences = signature_guard.breaks_default_route(
+        model, number=locked.number, inputs=locked.inputs, outputs=locked.outputs
+    )
+    if differences and not force:
+        raise SignatureConflict(f"promoting version {locked.number} to the default route", differences)
+    forced = {"forced": True, "differences": differences} if differences else {}
+    locked.held, locked.reason = False, ""
+    locked.log = [*locked.log, f"promoted by {audit.actor_name(actor)}" + (" (forced)" if differences else "")]
+    locked.save(update_fields=["held", "reason", "log", "updated_at"])
+    audit.record(actor, "version.promote", model, locked.number, **forced)
+    bump_stamp()
+    return locked
 
 
 def hold_stale(*, deadline_seconds: float) -> list[int]:
