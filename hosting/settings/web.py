@@ -87,5 +87,6 @@ SPECTACULAR_SETTINGS = {
         "StateEnum": "models_store.models.ModelVersion.State",
         "DeliveryStateEnum": "models_store.models.WebhookDelivery.State",
         "WebhookEventEnum": "models_store.models.WebhookEvent",
+        "RoleEnum": "models_store.models.Role",
     },
 }

@@ -17,8 +17,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from models_store import audit
-from models_store.accounts import tokens
-from models_store.accounts.models import ApiToken, Team, TeamMembership
+from models_store.accounts import permissions, tokens
+from models_store.accounts.models import ApiToken, Role, Team, TeamMembership
 from models_store.errors import RegistryError
 from models_store.identifiers import team_name_validator
 from models_store.stamp import bump_stamp
@@ -37,19 +37,50 @@ def team_get_or_create(*, name: str, actor=None) -> Team:
     return team
 
 
+def _role(role: str) -> str:
+    if role not in Role.values:
+        raise RegistryError(f"unknown role '{role}': one of {', '.join(Role.values)}")
+    return role
+
+
 @transaction.atomic
-def membership_add(*, team: Team, user, actor=None) -> TeamMembership:
-    """Make ``user`` a member of ``team`` (idempotent)."""
-    membership, created = TeamMembership.objects.get_or_create(team=team, user=user)  # bumps the stamp (signals)
+def membership_add(*, team: Team, user, role: str = Role.OWNER, actor=None, source: str = "local") -> TeamMembership:
+    """Make ``user`` a member of ``team`` with ``role``, or set the role of
+    a member (audited ``team.join`` / ``team.role``). RegistryError for an
+    unknown role or a service account (it belongs to its own team only)."""
+    _role(role)
+    if hasattr(user, "service_account"):
+        raise RegistryError(f"{user.get_username()} is a service account: it acts in its own team only")
+    membership, created = TeamMembership.objects.get_or_create(
+        team=team, user=user, defaults={"role": role, "source": source}
+    )  # bumps the stamp (signals)
     if created:
-        audit.record(actor, "team.join", team=team.name, user=user.get_username())
+        audit.record(actor, "team.join", team=team.name, user=user.get_username(), role=role, source=source)
+    elif membership.role != role or membership.source != source:
+        before = membership.role
+        membership.role, membership.source = role, source
+        membership.save(update_fields=["role", "source"])
+        audit.record(actor, "team.role", team=team.name, user=user.get_username(), role=role, was=before, source=source)
     return membership
 
 
 @transaction.atomic
-def user_create(*, username: str, password: str, teams: list[str] = (), email: str = "", superuser: bool = False):
-    """Create a user with ``password`` and team memberships (teams are created
-    when missing). Raises RegistryError when the username is taken."""
+def membership_remove(*, membership: TeamMembership, actor=None) -> None:
+    """End a membership (audited ``team.leave``); the member's tokens stop
+    reaching the team's models at the next check (the stamp moves)."""
+    audit.record(
+        actor, "team.leave", team=membership.team.name, user=membership.user.get_username(), role=membership.role
+    )
+    membership.delete()
+
+
+@transaction.atomic
+def user_create(
+    *, username: str, password: str, teams: list[str] = (), email: str = "", superuser: bool = False,
+    role: str = Role.OWNER,
+):  # fmt: skip
+    """Create a user with ``password`` and team memberships with ``role``
+    (teams are created when missing). Raises RegistryError when the username is taken."""
     model = get_user_model()
     if model.objects.filter(username=username).exists():
         raise RegistryError(f"user '{username}' already exists")
@@ -57,7 +88,21 @@ def user_create(*, username: str, password: str, teams: list[str] = (), email: s
     user = create(username=username, email=email, password=password)
     audit.record(None, "user.create", user=username, superuser=superuser)
     for name in teams:
-        membership_add(team=team_get_or_create(name=name), user=user)
+        membership_add(team=team_get_or_create(name=name), user=user, role=role)
+    return user
+
+
+@transaction.atomic
+def user_deactivate(*, user, actor=None):
+    """Deactivate a person (they leave the company): no more sign-in; their
+    personal API tokens are refused by the management API at once and by
+    every server process at the next check (the stamp moves; at the latest
+    within INFERENCE_TOKEN_CACHE_SECONDS). Their service accounts' tokens,
+    which belong to teams, keep working."""
+    if user.is_active:
+        user.is_active = False
+        user.save(update_fields=["is_active"])  # bumps the stamp (signals)
+        audit.record(actor, "user.deactivate", user=user.get_username())
     return user
 
 
@@ -79,21 +124,26 @@ def team_set_limits(*, team: Team, rate: float | None, burst: int | None, in_fli
 
 @transaction.atomic
 def token_create(
-    *, user, name: str, team: Team | None = None, expires_in: timedelta | None = None
-) -> tuple[ApiToken, str]:
+    *, user, name: str, team: Team | None = None, expires_in: timedelta | None = None, role: str | None = None,
+    actor=None,
+) -> tuple[ApiToken, str]:  # fmt: skip
     """A new API token for ``user`` (limited to ``team`` when given; the user
     must belong to it unless a superuser), expiring ``expires_in`` from now
-    when given. Returns the row and the token itself, which is never stored:
-    show it once.
+    when given, carrying ``role`` when given (it then does at most what that
+    role may). ``actor``: who creates it (default ``user``; a service
+    account's owner). Returns the row and the token itself, which is never
+    stored: show it once.
 
-    Raises RegistryError for an empty name, a team the user is not in, or an
-    expiry that is not in the future.
+    Raises RegistryError for an empty name, a team the user is not in, an
+    unknown role, or an expiry that is not in the future.
     """
     name = name.strip()
     if not name:
         raise RegistryError("give the token a name (e.g. the script that uses it)")
-    if team is not None and not user.is_superuser and not team.memberships.filter(user=user).exists():
+    if team is not None and not permissions.allows(user, "model.call", team.pk):
         raise RegistryError(f"you are not a member of team {team.name}")
+    if role is not None:
+        _role(role)
     if expires_in is not None and expires_in <= timedelta(0):
         raise RegistryError("a token's lifetime must be positive")
     expires_at = timezone.now() + expires_in if expires_in is not None else None
@@ -105,13 +155,16 @@ def token_create(
         prefix=tokens.display_prefix(plain),
         key_hash=tokens.hash_token(plain),
         expires_at=expires_at,
+        role=role,
     )
     audit.record(
-        user,
+        actor or user,
         "token.create",
         token=token.name,
         prefix=token.prefix,
+        owner=user.get_username(),
         team=team.name if team else "",
+        role=role or "",
         expires_at=expires_at.isoformat() if expires_at else "",
     )
     bump_stamp()

@@ -15,6 +15,8 @@ from models_store.web.openapi import LinkedResponse, OpenApiLink, errors
 
 
 class LabelView(base.RegistryView):
+    permission_actions = {"PUT": "label.set", "DELETE": "label.delete"}  # models_store.accounts.permissions
+
     @extend_schema(
         operation_id=base.SET_LABEL,
         request=LabelSerializer,
@@ -64,6 +66,8 @@ class LabelView(base.RegistryView):
 
 
 class TrafficView(base.RegistryView):
+    permission_actions = {"PUT": "traffic.set"}  # models_store.accounts.permissions
+
     @extend_schema(
         operation_id=base.SET_TRAFFIC,
         request=TrafficSerializer,
@@ -94,6 +98,8 @@ class TrafficView(base.RegistryView):
 
 
 class TrafficPromoteView(base.RegistryView):
+    permission_actions = {"POST": "traffic.promote"}  # models_store.accounts.permissions
+
     @extend_schema(
         operation_id=base.PROMOTE_CANARY,
         request=None,
@@ -123,6 +129,8 @@ class TrafficPromoteView(base.RegistryView):
 
 
 class TrafficRollbackView(base.RegistryView):
+    permission_actions = {"POST": "traffic.rollback"}  # models_store.accounts.permissions
+
     @extend_schema(
         operation_id=base.ROLLBACK_CANARY,
         request=None,
