@@ -1,4 +1,5 @@
-"""Routes of the web UI (``/models/``, ``/upload/``, ``/tokens/``, ``/teams/``, ``/webhooks/``, sign in and out)."""
+"""Routes of the web UI (``/models/``, ``/upload/``, ``/tokens/``, ``/teams/``, ``/webhooks/``, sign in
+and out, single sign-on's ``/oidc/``)."""
 
 from django.contrib.auth import views as auth_views
 from django.urls import path
@@ -6,6 +7,7 @@ from django.views.generic import RedirectView
 
 from models_store.accounts import team_views
 from models_store.accounts import views as account_views
+from models_store.accounts.oidc import views as oidc_views
 from models_store.registry import views
 from models_store.webhooks import views as webhook_views
 
@@ -16,7 +18,9 @@ _ACCOUNT = "teams/<str:team>/service-accounts/<int:account>"
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="model-list"), name="home"),
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/logout/", oidc_views.SignOutView.as_view(), name="logout"),
+    path("oidc/authenticate/", oidc_views.SignInView.as_view(), name="oidc_authentication_init"),
+    path("oidc/callback/", oidc_views.CallbackView.as_view(), name="oidc_authentication_callback"),
     path("models/", views.model_list, name="model-list"),
     path("upload/", views.upload, name="upload"),
     path(f"{_MODEL}/", views.model_detail, name="model-detail"),

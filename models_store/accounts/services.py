@@ -69,9 +69,41 @@ def membership_remove(*, membership: TeamMembership, actor=None) -> None:
     """End a membership (audited ``team.leave``); the member's tokens stop
     reaching the team's models at the next check (the stamp moves)."""
     audit.record(
-        actor, "team.leave", team=membership.team.name, user=membership.user.get_username(), role=membership.role
-    )
+        actor, "team.leave", team=membership.team.name, user=membership.user.get_username(), role=membership.role,
+        source=membership.source,
+    )  # fmt: skip
     membership.delete()
+
+
+@transaction.atomic
+def memberships_sync(*, user, roles: dict[str, str], operator: bool | None = None) -> list[str]:
+    """Apply what the identity provider's groups give ``user`` at a sign-in:
+    exactly ``roles`` (team name -> role) among the memberships the provider
+    manages (``source`` oidc; teams created when missing; a local membership
+    of a mapped team passes to the provider), removing the provider's others;
+    ``operator`` (None: no group maps to operators) sets the platform
+    operator flags of an account without a local password. Each change is
+    audited (``team.join``, ``team.role``, ``team.leave``, ``user.operator``)
+    with the user as actor and ``source: oidc``; returns what changed."""
+    changes = []
+    current = {m.team.name: m for m in user.team_memberships.select_related("team")}
+    for team_name, role in sorted(roles.items()):
+        membership = current.get(team_name)
+        if membership is None or (membership.role, membership.source) != (role, "oidc"):
+            membership_add(team=team_get_or_create(name=team_name, actor=user), user=user, role=role, actor=user,
+                           source="oidc")  # fmt: skip
+            changes.append(f"{team_name}:{role}")
+    for team_name, membership in sorted(current.items()):
+        if membership.source == "oidc" and team_name not in roles:
+            membership_remove(membership=membership, actor=user)
+            changes.append(f"-{team_name}")
+    if operator is not None and not user.has_usable_password() and user.is_superuser != operator:
+        user.is_superuser = user.is_staff = operator
+        user.save(update_fields=["is_superuser", "is_staff"])
+        audit.record(user, "user.operator", user=user.get_username(), operator=operator, source="oidc")
+        changes.append("operator" if operator else "-operator")
+    user._modelhost_team_levels = None  # what permissions cached of the user is stale
+    return changes
 
 
 @transaction.atomic
@@ -89,6 +121,17 @@ def user_create(
     audit.record(None, "user.create", user=username, superuser=superuser)
     for name in teams:
         membership_add(team=team_get_or_create(name=name), user=user, role=role)
+    return user
+
+
+@transaction.atomic
+def user_create_from_provider(*, username: str, email: str = ""):
+    """A user signing in through the identity provider for the first time:
+    no local password (audited ``user.create`` with ``source: oidc``)."""
+    user = get_user_model()(username=username, email=email)
+    user.set_unusable_password()
+    user.save()
+    audit.record(None, "user.create", user=username, superuser=False, source="oidc")
     return user
 
 
@@ -189,3 +232,25 @@ def token_touch(*, token: ApiToken) -> None:
     if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         token.last_used_at = now
+
+
+class ProviderTokenRefused(Exception):
+    """Not a valid access token of the identity provider (401)."""
+
+
+class ProviderKeysUnavailable(Exception):
+    """The identity provider's keys cannot be read (503)."""
+
+
+def provider_token_user(*, token: str):
+    """The user an identity provider's access token (a JWT) stands for, their
+    groups applied as at a sign-in (:mod:`models_store.accounts.oidc.access_tokens`);
+    None when ``token`` is not a JWT or single sign-on is off. Raises
+    ProviderTokenRefused (401) or ProviderKeysUnavailable (503)."""
+    from django.conf import settings
+
+    from models_store.accounts.oidc import access_tokens  # it imports these services
+
+    if not settings.OIDC_ENABLED or not access_tokens.looks_like_jwt(token):
+        return None
+    return access_tokens.user_for(token)

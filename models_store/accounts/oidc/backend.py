@@ -1,0 +1,136 @@
+"""The sign-in backend of single sign-on: mozilla-django-oidc's
+authorization code flow (its views send PKCE's challenge and a nonce, the
+backend redeems the code with the verifier) with the provider's endpoints
+from discovery, a stricter ID token check, and the user found or created
+by the username claim, their teams and roles rewritten from the groups
+claim at every sign-in (audited)."""
+
+from __future__ import annotations
+
+import logging
+
+import jwt
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.exceptions import SuspiciousOperation
+from mozilla_django_oidc.auth import OIDCAuthenticationBackend
+
+from models_store.accounts import services
+from models_store.accounts.oidc import discovery, groups
+
+logger = logging.getLogger(__name__)
+
+
+def validate_id_token(token: str, key, algorithm: str) -> dict:
+    """The claims of an ID token (OpenID Connect Core 1.0, section 3.1.3.7):
+    signed with ``key`` by ``algorithm``, issued by OIDC_ISSUER for
+    OIDC_CLIENT_ID, not expired; SuspiciousOperation otherwise."""
+    try:
+        return jwt.decode(
+            token,
+            key,
+            algorithms=[algorithm],
+            audience=settings.OIDC_RP_CLIENT_ID,
+            issuer=discovery.document()["issuer"],
+            options={"require": ["iss", "sub", "aud", "exp", "iat"]},
+            leeway=30,
+        )
+    except jwt.PyJWTError as exc:
+        raise SuspiciousOperation(f"ID token refused: {exc}") from None
+
+
+def username_from(claims: dict) -> str:
+    """The username the claims give (OIDC_USERNAME_CLAIM); SuspiciousOperation when missing."""
+    value = claims.get(settings.OIDC_USERNAME_CLAIM)
+    if not isinstance(value, str) or not value.strip():
+        raise SuspiciousOperation(f"the identity provider sent no {settings.OIDC_USERNAME_CLAIM} claim")
+    return value.strip()[:150]
+
+
+def apply_groups(user, claims: dict) -> list[str]:
+    """Rewrite the user's provider-managed teams and roles from the groups claim (audited)."""
+    mapping = groups.parse_map(settings.OIDC_GROUP_MAP)
+    granted = groups.grants(claims.get(settings.OIDC_GROUPS_CLAIM, []), mapping)
+    operator_mapped = any(groups.OPERATOR in targets for targets in mapping.values())
+    changes = services.memberships_sync(
+        user=user, roles=granted.roles, operator=granted.operator if operator_mapped else None
+    )
+    if changes:
+        logger.info("sign-in of %s: teams and roles from the provider's groups: %s", user, ", ".join(changes))
+    return changes
+
+
+def user_for_claims(claims: dict):
+    """The active user the claims name (created at their first sign-in, with
+    no local password), their groups applied; SuspiciousOperation for a
+    service account's name or a deactivated user (the provider's word does
+    not bring back whom an operator deactivated)."""
+    users = get_user_model()
+    username = username_from(claims)
+    user = users.objects.filter(username=username).first()
+    if user is None:
+        user = services.user_create_from_provider(username=username, email=str(claims.get("email", ""))[:254])
+    if hasattr(user, "service_account"):
+        raise SuspiciousOperation(f"{username} is a service account: it cannot sign in")
+    if not user.is_active:
+        raise SuspiciousOperation(f"{username} is deactivated")
+    apply_groups(user, claims)
+    return user
+
+
+class ProviderBackend(OIDCAuthenticationBackend):
+    """mozilla-django-oidc's backend with discovery, ID token validation
+    (:func:`validate_id_token`) and users by the username claim."""
+
+    def __init__(self, *args, **kwargs):
+        # The endpoints are read on use (discovery), never when Django walks the
+        # backends for a local sign-in: a provider that is down leaves that one working.
+        self.OIDC_RP_CLIENT_ID = settings.OIDC_RP_CLIENT_ID
+        self.OIDC_RP_CLIENT_SECRET = settings.OIDC_RP_CLIENT_SECRET
+        self.OIDC_RP_IDP_SIGN_KEY = None
+        self.UserModel = get_user_model()
+
+    get_settings = staticmethod(discovery.setting)
+
+    @property
+    def OIDC_OP_TOKEN_ENDPOINT(self):
+        return discovery.setting("OIDC_OP_TOKEN_ENDPOINT")
+
+    @property
+    def OIDC_OP_USER_ENDPOINT(self):
+        return discovery.setting("OIDC_OP_USER_ENDPOINT")
+
+    @property
+    def OIDC_OP_JWKS_ENDPOINT(self):
+        return discovery.setting("OIDC_OP_JWKS_ENDPOINT")
+
+    @property
+    def OIDC_RP_SIGN_ALGO(self):
+        return discovery.setting("OIDC_RP_SIGN_ALGO")
+
+    def authenticate(self, request, **kwargs):
+        if not settings.OIDC_ENABLED or request is None or "code" not in request.GET:
+            return None
+        return super().authenticate(request, **kwargs)
+
+    def _verify_jws(self, payload, key):
+        """The ID token's claims: signature, issuer, audience and expiry checked."""
+        header = jwt.get_unverified_header(payload)
+        if header.get("alg") != self.OIDC_RP_SIGN_ALGO:
+            raise SuspiciousOperation(f"ID token signed with {header.get('alg')!r}, not {self.OIDC_RP_SIGN_ALGO}")
+        return validate_id_token(payload, key, self.OIDC_RP_SIGN_ALGO)
+
+    def verify_claims(self, claims) -> bool:
+        return bool(claims.get(settings.OIDC_USERNAME_CLAIM))
+
+    def filter_users_by_claims(self, claims):
+        return self.UserModel.objects.filter(username=username_from(claims))
+
+    def get_or_create_user(self, access_token, id_token, payload):
+        """The user of the sign-in: the ID token's claims with the userinfo
+        answer's over them (the groups claim may be in either)."""
+        claims = dict(payload)
+        claims.update(self.get_userinfo(access_token, id_token, payload) or {})
+        if claims.get("sub") != payload.get("sub"):
+            raise SuspiciousOperation("the userinfo answer names another subject than the ID token")
+        return user_for_claims(claims)
