@@ -1,5 +1,5 @@
-"""Writes for people: users, teams, memberships, team limits and API tokens;
-each takes keyword arguments only.
+"""Writes for people: users (also those the identity provider signs in),
+teams, memberships, team limits and API tokens; each takes keyword arguments only.
 
 Changes that affect who may call which model (tokens, team limits;
 memberships and users through :mod:`models_store.accounts.signals`) bump
@@ -9,9 +9,12 @@ scopes; every change is recorded in the audit log.
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.exceptions import SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -19,9 +22,12 @@ from django.utils import timezone
 from models_store import audit
 from models_store.accounts import permissions, tokens
 from models_store.accounts.models import ApiToken, Role, Team, TeamMembership
+from models_store.accounts.oidc import access_tokens, groups
 from models_store.errors import RegistryError
 from models_store.identifiers import team_name_validator
 from models_store.stamp import bump_stamp
+
+logger = logging.getLogger(__name__)
 
 
 @transaction.atomic
@@ -234,23 +240,58 @@ def token_touch(*, token: ApiToken) -> None:
         token.last_used_at = now
 
 
-class ProviderTokenRefused(Exception):
-    """Not a valid access token of the identity provider (401)."""
+#: The identity provider's token is refused (401) / its keys cannot be read (503).
+ProviderTokenRefused = access_tokens.TokenRefused
+ProviderKeysUnavailable = access_tokens.KeysUnavailable
 
 
-class ProviderKeysUnavailable(Exception):
-    """The identity provider's keys cannot be read (503)."""
+# -- people from the identity provider (single sign-on, docs/sso.md) ------------------
+def provider_username(*, claims: dict) -> str:
+    """The username the claims give (OIDC_USERNAME_CLAIM); SuspiciousOperation when missing."""
+    value = claims.get(settings.OIDC_USERNAME_CLAIM)
+    if not isinstance(value, str) or not value.strip():
+        raise SuspiciousOperation(f"the identity provider sent no {settings.OIDC_USERNAME_CLAIM} claim")
+    return value.strip()[:150]
+
+
+def provider_groups_apply(*, user, claims: dict) -> list[str]:
+    """Rewrite the user's provider-managed teams and roles from the groups claim (audited)."""
+    mapping = groups.parse_map(settings.OIDC_GROUP_MAP)
+    granted = groups.grants(claims.get(settings.OIDC_GROUPS_CLAIM, []), mapping)
+    operator_mapped = any(groups.OPERATOR in targets for targets in mapping.values())
+    changes = memberships_sync(user=user, roles=granted.roles, operator=granted.operator if operator_mapped else None)
+    if changes:
+        logger.info("sign-in of %s: teams and roles from the provider's groups: %s", user, ", ".join(changes))
+    return changes
+
+
+def user_for_provider_claims(*, claims: dict):
+    """The active user the claims name (created at their first sign-in, with
+    no local password), their groups applied; SuspiciousOperation for a
+    service account's name or a deactivated user (the provider's word does
+    not bring back whom an operator deactivated)."""
+    username = provider_username(claims=claims)
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        user = user_create_from_provider(username=username, email=str(claims.get("email", ""))[:254])
+    if hasattr(user, "service_account"):
+        raise SuspiciousOperation(f"{username} is a service account: it cannot sign in")
+    if not user.is_active:
+        raise SuspiciousOperation(f"{username} is deactivated")
+    provider_groups_apply(user=user, claims=claims)
+    return user
 
 
 def provider_token_user(*, token: str):
-    """The user an identity provider's access token (a JWT) stands for, their
-    groups applied as at a sign-in (:mod:`models_store.accounts.oidc.access_tokens`);
-    None when ``token`` is not a JWT or single sign-on is off. Raises
-    ProviderTokenRefused (401) or ProviderKeysUnavailable (503)."""
-    from django.conf import settings
-
-    from models_store.accounts.oidc import access_tokens  # it imports these services
-
+    """The user an identity provider's access token (a JWT, validated by
+    :mod:`models_store.accounts.oidc.access_tokens`) stands for, their groups
+    applied as at a sign-in; None when ``token`` is not a JWT or single
+    sign-on is off. Raises ProviderTokenRefused (401: invalid, or its user
+    deactivated) or ProviderKeysUnavailable (503)."""
     if not settings.OIDC_ENABLED or not access_tokens.looks_like_jwt(token):
         return None
-    return access_tokens.user_for(token)
+    claims = access_tokens.validate(token)
+    try:
+        return user_for_provider_claims(claims=claims)
+    except SuspiciousOperation as exc:  # no username claim, a deactivated user, a service account
+        raise ProviderTokenRefused(str(exc)) from None

@@ -85,7 +85,7 @@ def _audit(server) -> list[tuple]:
         "import json; from models_store.models import AuditEvent; "
         "print(json.dumps([[e.action, e.actor_name, e.detail] for e in AuditEvent.objects.order_by('id')]))"
     )
-    return [tuple(e[:2]) + (e[2],) for e in json.loads(manage(server, "shell", "-c", code).strip().splitlines()[-1])]
+    return [(e[0], e[1], e[2]) for e in json.loads(manage(server, "shell", "-c", code).strip().splitlines()[-1])]
 
 
 def test_sign_in_groups_to_roles_group_removed_and_sign_out(browser, provider, sso_server, shots):

@@ -2,9 +2,8 @@
 companies that issue workload identities, as Kubernetes or a CI system
 does): a JWT signed with one of the issuer's keys (its JWKS, fetched and
 cached by PyJWT's PyJWKClient), issued by OIDC_ISSUER for OIDC_API_AUDIENCE
-(default OIDC_CLIENT_ID), not expired (RFC 9068's checks). It stands for
-the user its username claim names, with the teams and roles its groups
-claim gives, as a sign-in would."""
+(default OIDC_CLIENT_ID), not expired (RFC 9068's checks). Whom it stands
+for: :func:`models_store.accounts.services.provider_token_user`."""
 
 from __future__ import annotations
 
@@ -12,16 +11,23 @@ import threading
 
 import jwt
 from django.conf import settings
-from django.core.exceptions import SuspiciousOperation
 
-from models_store.accounts.oidc import backend, discovery
-from models_store.accounts.services import ProviderKeysUnavailable as KeysUnavailable
-from models_store.accounts.services import ProviderTokenRefused as TokenRefused
+from models_store.accounts.oidc import discovery
 
 #: Asymmetric algorithms only: a JWT "signed" with a shared secret or none is never the provider's.
 ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
 
 _lock = threading.Lock()
+
+
+class TokenRefused(Exception):
+    """Not a valid access token of the identity provider (401)."""
+
+
+class KeysUnavailable(Exception):
+    """The identity provider's keys cannot be read (503)."""
+
+
 _clients: dict[str, jwt.PyJWKClient] = {}
 
 
@@ -58,12 +64,3 @@ def validate(token: str) -> dict:
         )
     except jwt.PyJWTError as exc:
         raise TokenRefused(f"the identity provider's token is refused: {exc}") from None
-
-
-def user_for(token: str):
-    """The active user a provider's access token stands for (their groups applied)."""
-    claims = validate(token)
-    try:
-        return backend.user_for_claims(claims)
-    except SuspiciousOperation as exc:  # no username claim, a deactivated user, a service account
-        raise TokenRefused(str(exc)) from None

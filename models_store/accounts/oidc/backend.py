@@ -7,8 +7,6 @@ claim at every sign-in (audited)."""
 
 from __future__ import annotations
 
-import logging
-
 import jwt
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -16,9 +14,7 @@ from django.core.exceptions import SuspiciousOperation
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
 from models_store.accounts import services
-from models_store.accounts.oidc import discovery, groups
-
-logger = logging.getLogger(__name__)
+from models_store.accounts.oidc import discovery
 
 
 def validate_id_token(token: str, key, algorithm: str) -> dict:
@@ -37,45 +33,6 @@ def validate_id_token(token: str, key, algorithm: str) -> dict:
         )
     except jwt.PyJWTError as exc:
         raise SuspiciousOperation(f"ID token refused: {exc}") from None
-
-
-def username_from(claims: dict) -> str:
-    """The username the claims give (OIDC_USERNAME_CLAIM); SuspiciousOperation when missing."""
-    value = claims.get(settings.OIDC_USERNAME_CLAIM)
-    if not isinstance(value, str) or not value.strip():
-        raise SuspiciousOperation(f"the identity provider sent no {settings.OIDC_USERNAME_CLAIM} claim")
-    return value.strip()[:150]
-
-
-def apply_groups(user, claims: dict) -> list[str]:
-    """Rewrite the user's provider-managed teams and roles from the groups claim (audited)."""
-    mapping = groups.parse_map(settings.OIDC_GROUP_MAP)
-    granted = groups.grants(claims.get(settings.OIDC_GROUPS_CLAIM, []), mapping)
-    operator_mapped = any(groups.OPERATOR in targets for targets in mapping.values())
-    changes = services.memberships_sync(
-        user=user, roles=granted.roles, operator=granted.operator if operator_mapped else None
-    )
-    if changes:
-        logger.info("sign-in of %s: teams and roles from the provider's groups: %s", user, ", ".join(changes))
-    return changes
-
-
-def user_for_claims(claims: dict):
-    """The active user the claims name (created at their first sign-in, with
-    no local password), their groups applied; SuspiciousOperation for a
-    service account's name or a deactivated user (the provider's word does
-    not bring back whom an operator deactivated)."""
-    users = get_user_model()
-    username = username_from(claims)
-    user = users.objects.filter(username=username).first()
-    if user is None:
-        user = services.user_create_from_provider(username=username, email=str(claims.get("email", ""))[:254])
-    if hasattr(user, "service_account"):
-        raise SuspiciousOperation(f"{username} is a service account: it cannot sign in")
-    if not user.is_active:
-        raise SuspiciousOperation(f"{username} is deactivated")
-    apply_groups(user, claims)
-    return user
 
 
 class ProviderBackend(OIDCAuthenticationBackend):
@@ -124,7 +81,7 @@ class ProviderBackend(OIDCAuthenticationBackend):
         return bool(claims.get(settings.OIDC_USERNAME_CLAIM))
 
     def filter_users_by_claims(self, claims):
-        return self.UserModel.objects.filter(username=username_from(claims))
+        return self.UserModel.objects.filter(username=services.provider_username(claims=claims))
 
     def get_or_create_user(self, access_token, id_token, payload):
         """The user of the sign-in: the ID token's claims with the userinfo
@@ -133,4 +90,4 @@ class ProviderBackend(OIDCAuthenticationBackend):
         claims.update(self.get_userinfo(access_token, id_token, payload) or {})
         if claims.get("sub") != payload.get("sub"):
             raise SuspiciousOperation("the userinfo answer names another subject than the ID token")
-        return user_for_claims(claims)
+        return services.user_for_provider_claims(claims=claims)
