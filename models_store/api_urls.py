@@ -36,6 +36,7 @@ urlpatterns = [
     path("teams/<str:team>/members/<str:username>/", team_apis.MemberDetailView.as_view(), name="api-member-detail"),
     path("teams/<str:team>/service-accounts/", team_apis.ServiceAccountListView.as_view(), name="api-account-list"),
     path(f"{_ACCOUNT}/", team_apis.ServiceAccountDetailView.as_view(), name="api-account-detail"),
+    path(f"{_ACCOUNT}/deactivate", team_apis.ServiceAccountDeactivateView.as_view(), name="api-account-deactivate"),
     path(f"{_ACCOUNT}/tokens/", team_apis.ServiceAccountTokenListView.as_view(), name="api-account-tokens"),
     path(
         f"{_ACCOUNT}/tokens/<int:token_id>/",

@@ -7,6 +7,8 @@ created, deactivated and given or stripped of tokens by its owners
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
@@ -47,7 +49,17 @@ class MemberDetailView(ManagementView):
         request=MemberSetSerializer,
         responses={
             200: MemberSerializer,
-            **errors(400, 401, 403, 404, 415, e403=E403, e404="no such team or user"),
+            **errors(
+                400,
+                401,
+                403,
+                404,
+                409,
+                415,
+                e403=E403,
+                e404="no such team or user",
+                e409="the user is a service account (it belongs to its own team only)",
+            ),
         },
     )
     def put(self, request, team: str, username: str):
@@ -108,7 +120,7 @@ class ServiceAccountListView(ManagementView):
 
 
 class ServiceAccountDetailView(ManagementView):
-    permission_actions = {"GET": "service_account.view", "DELETE": "service_account.manage"}
+    permission_actions = {"GET": "service_account.view"}
 
     @extend_schema(
         operation_id="teams_service_accounts_retrieve",
@@ -119,15 +131,20 @@ class ServiceAccountDetailView(ManagementView):
         found = actions.service_account_get(request.user, self.token, team, account)
         return Response(ServiceAccountSerializer(found).data)
 
+
+class ServiceAccountDeactivateView(ManagementView):
+    permission_actions = {"POST": "service_account.manage"}
+
     @extend_schema(
-        operation_id="teams_service_accounts_destroy",
-        responses={204: None, **errors(401, 403, 404, e403=E403)},
+        operation_id="teams_service_accounts_deactivate_create",
+        request=None,
+        responses={200: ServiceAccountSerializer, **errors(401, 403, 404, e403=E403)},
     )
-    def delete(self, request, team: str, account: int):
-        """Deactivate the service account: every token of it is refused
-        (audited ``service_account.deactivate``); the row stays for the audit log."""
-        actions.service_account_deactivate(request.user, self.token, team, account)
-        return Response(status=status.HTTP_204_NO_CONTENT)
+    def post(self, request, team: str, account: int):
+        """Deactivate the service account (idempotent): every token of it is
+        refused (audited ``service_account.deactivate``); it stays listed, for the audit log."""
+        found = actions.service_account_deactivate(request.user, self.token, team, account)
+        return Response(ServiceAccountSerializer(found).data)
 
 
 class ServiceAccountTokenListView(ManagementView):
@@ -138,7 +155,7 @@ class ServiceAccountTokenListView(ManagementView):
         request=ServiceAccountTokenCreateSerializer,
         responses={
             201: OpenApiResponse(TokenCreatedSerializer, description="The token, shown this once."),
-            **errors(400, 401, 403, 404, 415, e403=E403),
+            **errors(400, 401, 403, 404, 409, 415, e403=E403, e409="the service account is deactivated"),
         },
     )
     def post(self, request, team: str, account: int):
@@ -148,7 +165,7 @@ class ServiceAccountTokenListView(ManagementView):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         row, plain = actions.service_account_token_create(
-            request.user, self.token, team, account, data["name"], data["role"], data["expires_in"]
+            request.user, self.token, team, account, data["name"], data["role"], timedelta(days=data["expires_in_days"])
         )
         row.token = plain
         return Response(TokenCreatedSerializer(row).data, status=status.HTTP_201_CREATED)

@@ -3,13 +3,13 @@ service accounts and their tokens (docs/teams-and-tokens.md)."""
 
 from __future__ import annotations
 
+from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from models_store.accounts.models import ApiToken, Role, ServiceAccount, TeamMembership
 from models_store.accounts.service_accounts import MAX_TOKEN_LIFETIME, tokens_of
-from models_store.accounts.tokens import parse_lifetime
-from models_store.web.fields import TextField
+from models_store.web.fields import Integer, TextField
 
 
 class MemberSerializer(serializers.ModelSerializer):
@@ -77,24 +77,28 @@ class ServiceAccountSerializer(serializers.ModelSerializer):
         return TokenSerializer(tokens_of(account), many=True).data
 
 
+#: A service account's name: as a team's (letters, digits, '_', '.', '-'; at most 64).
+NAME = RegexValidator(
+    r"\A[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}\Z", "letters, digits, '_', '.' and '-', first a letter or digit"
+)
+#: A token's name: some text that is not only spaces.
+TOKEN_NAME = RegexValidator(r"\A[^\x00]*[^\x00\s][^\x00]*\Z", "give the token a name (not only spaces)")
+
+
 class ServiceAccountCreateSerializer(serializers.Serializer):
     """A new service account of the team."""
 
-    name = TextField(max_length=64, help_text="e.g. the app that calls with it")
+    name = TextField(
+        max_length=64, trim_whitespace=False, validators=[NAME], help_text="e.g. the app that calls with it"
+    )
     description = TextField(max_length=200, required=False, allow_blank=True, default="")
 
 
 class ServiceAccountTokenCreateSerializer(serializers.Serializer):
-    """A new token of a service account: its role and its lifetime (``90d``, ``12h``, ``30m``)."""
+    """A new token of a service account: its name, its role and its lifetime in days."""
 
-    name = TextField(max_length=64)
+    name = TextField(max_length=64, trim_whitespace=False, validators=[TOKEN_NAME])
     role = serializers.ChoiceField(choices=Role.choices)
-    expires_in = TextField(
-        max_length=16, help_text=f"lifetime: a number and d, h, m or s (at most {MAX_TOKEN_LIFETIME.days}d)"
+    expires_in_days = Integer(
+        min_value=1, max_value=MAX_TOKEN_LIFETIME.days, help_text="The token's lifetime, in days (it always has one)."
     )
-
-    def validate_expires_in(self, value: str):
-        try:
-            return parse_lifetime(value)
-        except ValueError as exc:
-            raise serializers.ValidationError(str(exc)) from None

@@ -78,10 +78,10 @@ def service_account_token_create(
     """A token of ``account`` limited to its team, carrying ``role`` and
     expiring ``expires_in`` from now (at most :data:`MAX_TOKEN_LIFETIME`);
     audited ``token.create`` with ``actor``. Returns the row and the token
-    (shown once). RegistryError for a bad name, role or lifetime, or a
-    deactivated account."""
+    (shown once). RegistryError for a bad name, role or lifetime; Conflict
+    for a deactivated account."""
     if not account.user.is_active:
-        raise RegistryError(f"service account '{account.name}' is deactivated")
+        raise Conflict(f"service account '{account.name}' is deactivated")
     if expires_in > MAX_TOKEN_LIFETIME:
         raise RegistryError(f"a service account's token lives at most {MAX_TOKEN_LIFETIME.days} days")
     return services.token_create(

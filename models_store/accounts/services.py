@@ -23,7 +23,7 @@ from models_store import audit
 from models_store.accounts import permissions, tokens
 from models_store.accounts.models import ApiToken, Role, Team, TeamMembership
 from models_store.accounts.oidc import access_tokens, groups
-from models_store.errors import RegistryError
+from models_store.errors import Conflict, RegistryError
 from models_store.identifiers import team_name_validator
 from models_store.stamp import bump_stamp
 
@@ -53,10 +53,10 @@ def _role(role: str) -> str:
 def membership_add(*, team: Team, user, role: str = Role.OWNER, actor=None, source: str = "local") -> TeamMembership:
     """Make ``user`` a member of ``team`` with ``role``, or set the role of
     a member (audited ``team.join`` / ``team.role``). RegistryError for an
-    unknown role or a service account (it belongs to its own team only)."""
+    unknown role; Conflict for a service account (it belongs to its own team only)."""
     _role(role)
     if hasattr(user, "service_account"):
-        raise RegistryError(f"{user.get_username()} is a service account: it acts in its own team only")
+        raise Conflict(f"{user.get_username()} is a service account: it acts in its own team only")
     membership, created = TeamMembership.objects.get_or_create(
         team=team, user=user, defaults={"role": role, "source": source}
     )  # bumps the stamp (signals)

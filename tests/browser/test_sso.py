@@ -140,9 +140,11 @@ def test_an_operator_group_and_a_deactivated_user(browser, provider, sso_server)
     page = new_page(browser, sso_server)
     _sign_in_through_the_provider(page, "ops")
     assert page.locator("header.top a[href='/admin/']").count() == 1  # an operator
-    page.context.close()
     code = "from django.contrib.auth.models import User; User.objects.filter(username='ops').update(is_active=False)"
     manage(sso_server, "shell", "-c", code)
+    page.goto("/models/")
+    page.wait_for_url("**/accounts/login/?next=/models/")  # the deactivated person's session ended
+    page.context.close()
     page = new_page(browser, sso_server)
     page.goto("/accounts/login/")
     page.click("#sso-sign-in")

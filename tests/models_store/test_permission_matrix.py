@@ -212,9 +212,9 @@ REQUESTS: dict[tuple, Request] = {
     ("api-account-list", "GET", None): Request("/api/teams/ml/service-accounts/", 200),
     ("api-account-list", "POST", None): Request("/api/teams/ml/service-accounts/", 201, {"name": "bot2"}),
     ("api-account-detail", "GET", None): Request(f"{A}/", 200),
-    ("api-account-detail", "DELETE", None): Request(f"{A}/", 204),
+    ("api-account-deactivate", "POST", None): Request(f"{A}/deactivate", 200, {}),
     ("api-account-tokens", "POST", None): Request(
-        f"{A}/tokens/", 201, {"name": "t2", "role": "maintainer", "expires_in": "7d"}
+        f"{A}/tokens/", 201, {"name": "t2", "role": "maintainer", "expires_in_days": 7}
     ),
     ("api-account-token-detail", "DELETE", None): Request(f"{A}/tokens/{{account_token}}/", 204),
     # the web UI

@@ -83,6 +83,13 @@ class ProviderBackend(OIDCAuthenticationBackend):
     def filter_users_by_claims(self, claims):
         return self.UserModel.objects.filter(username=services.provider_username(claims=claims))
 
+    def get_user(self, user_id):
+        """The session's user, unless deactivated since (Django's ModelBackend
+        checks this too; mozilla-django-oidc's does not): a deactivated
+        person's sessions end at their next request."""
+        user = super().get_user(user_id)
+        return user if user is not None and user.is_active else None
+
     def get_or_create_user(self, access_token, id_token, payload):
         """The user of the sign-in: the ID token's claims with the userinfo
         answer's over them (the groups claim may be in either)."""
