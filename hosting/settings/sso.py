@@ -45,6 +45,4 @@ OIDC_STORE_ID_TOKEN = True
 OIDC_CREATE_USER = True
 OIDC_RP_SIGN_ALGO = "RS256"  # replaced at discovery by the provider's first ID token algorithm
 OIDC_OP_LOGOUT_URL_METHOD = "models_store.accounts.oidc.views.provider_logout_url"
-OIDC_AUTHENTICATE_CLASS = "models_store.accounts.oidc.views.SignInView"
-OIDC_CALLBACK_CLASS = "models_store.accounts.oidc.views.CallbackView"
 LOGIN_REDIRECT_URL_FAILURE = "/accounts/login/?sso=failed"
