@@ -125,8 +125,8 @@ class TeamAdmin(AuditedAdmin):
 
 @admin.register(TeamMembership)
 class TeamMembershipAdmin(AuditedAdmin):
-    list_display = ["team", "user", "created_at"]
-    list_filter = ["team"]
+    list_display = ["team", "user", "role", "source", "created_at"]
+    list_filter = ["team", "role", "source"]
     autocomplete_fields = ["user"]
 
 

@@ -3,12 +3,14 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from models_store.accounts import apis as team_apis
 from models_store.registry.api import models, routes, versions
 from models_store.webhooks import apis as webhook_apis
 
 _MODEL = "models/<str:name>"
 _VERSION = "models/<str:name>/versions/<int:number>"
 _WEBHOOK = "teams/<str:team>/webhooks/<int:webhook>"
+_ACCOUNT = "teams/<str:team>/service-accounts/<int:account>"
 
 urlpatterns = [
     path("models/", models.ModelListView.as_view(), name="api-model-list"),
@@ -30,6 +32,17 @@ urlpatterns = [
         f"{_WEBHOOK}/deliveries/<int:delivery>/redeliver",
         webhook_apis.RedeliverView.as_view(),
         name="api-webhook-redeliver",
+    ),
+    path("teams/<str:team>/members/", team_apis.MemberListView.as_view(), name="api-member-list"),
+    path("teams/<str:team>/members/<str:username>/", team_apis.MemberDetailView.as_view(), name="api-member-detail"),
+    path("teams/<str:team>/service-accounts/", team_apis.ServiceAccountListView.as_view(), name="api-account-list"),
+    path(f"{_ACCOUNT}/", team_apis.ServiceAccountDetailView.as_view(), name="api-account-detail"),
+    path(f"{_ACCOUNT}/deactivate", team_apis.ServiceAccountDeactivateView.as_view(), name="api-account-deactivate"),
+    path(f"{_ACCOUNT}/tokens/", team_apis.ServiceAccountTokenListView.as_view(), name="api-account-tokens"),
+    path(
+        f"{_ACCOUNT}/tokens/<int:token_id>/",
+        team_apis.ServiceAccountTokenDetailView.as_view(),
+        name="api-account-token-detail",
     ),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # Swagger UI with its script served apart and no inline style: the Content-Security-Policy allows no inline code.

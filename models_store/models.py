@@ -5,12 +5,12 @@ that Django (migrations, the admin, ``manage.py``) finds them under the one
 app label ``models_store`` (their database tables keep their names).
 
 - :mod:`models_store.registry.models`: RegisteredModel, ModelVersion, VersionLabel;
-- :mod:`models_store.accounts.models`: Team, TeamMembership, ApiToken;
+- :mod:`models_store.accounts.models`: Team, TeamMembership, ServiceAccount, ApiToken;
 - :mod:`models_store.webhooks.models`: WebhookSubscription, WebhookDelivery, WebhookAttempt;
 - :mod:`models_store.audit`: AuditEvent; :mod:`models_store.stamp`: RegistryStamp.
 """
 
-from models_store.accounts.models import ApiToken, Team, TeamMembership
+from models_store.accounts.models import ApiToken, Role, ServiceAccount, Team, TeamMembership
 from models_store.audit import AuditEvent
 from models_store.registry.models import ModelVersion, RegisteredModel, VersionLabel, VersionPolicy
 from models_store.stamp import RegistryStamp
@@ -22,6 +22,8 @@ __all__ = [
     "ModelVersion",
     "RegisteredModel",
     "RegistryStamp",
+    "Role",
+    "ServiceAccount",
     "Team",
     "TeamMembership",
     "VersionLabel",

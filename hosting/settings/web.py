@@ -4,15 +4,19 @@ sessions and cookies, uploads, Django REST framework and the OpenAPI schema."""
 from __future__ import annotations
 
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 from hosting.settings.base import env
+from hosting.settings.sso import LOCAL_LOGIN_ENABLED, OIDC_ENABLED, OIDC_ISSUER
 
 # --- Sign-in throttling (django-axes) ------------------------------------------
 # AxesStandaloneBackend comes first: a locked-out account or address is refused
 # before ModelBackend computes the (deliberately slow) password hash.
+# Local passwords unless LOCAL_LOGIN_ENABLED is off; the identity provider when OIDC_ISSUER is set (.sso).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    *(["django.contrib.auth.backends.ModelBackend"] if LOCAL_LOGIN_ENABLED else []),
+    *(["models_store.accounts.oidc.backend.ProviderBackend"] if OIDC_ENABLED else []),
 ]
 #: Failed sign-ins (web UI, admin) after which an account, or a client address, is locked out.
 AXES_FAILURE_LIMIT = env.int("SIGN_IN_FAILURE_LIMIT", default=5)
@@ -56,7 +60,8 @@ CONTENT_SECURITY_POLICY = {
         "connect-src": ["'self'"],
         "object-src": ["'none'"],
         "base-uri": ["'none'"],
-        "form-action": ["'self'"],
+        # With single sign-on, the sign-out form's redirect goes on to the provider's end-session page.
+        "form-action": ["'self'", *(["{0.scheme}://{0.netloc}".format(urlsplit(OIDC_ISSUER))] if OIDC_ENABLED else [])],
         "frame-ancestors": ["'none'"],
     }
 }
@@ -87,5 +92,6 @@ SPECTACULAR_SETTINGS = {
         "StateEnum": "models_store.models.ModelVersion.State",
         "DeliveryStateEnum": "models_store.models.WebhookDelivery.State",
         "WebhookEventEnum": "models_store.models.WebhookEvent",
+        "RoleEnum": "models_store.models.Role",
     },
 }

@@ -32,7 +32,7 @@ from inference.observability.outage import DependencyWatch
 from inference.ports import ANONYMOUS, Caller, Principal
 from inference.protocol.errors import DependencyUnavailable, PermissionDenied, Unauthenticated
 from models_store import outages
-from models_store.accounts import selectors
+from models_store.accounts import permissions, selectors
 from models_store.accounts.tokens import hash_token
 from models_store.registry import selectors as registry
 from models_store.stamp import stamp_get
@@ -69,12 +69,18 @@ class TokenScope:
     user_id: int | None = None
     expires_at: float | None = None
     user_name: str = ""
+    control_team_ids: frozenset[int] = frozenset()  # teams whose models it may load and unload
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
 
     def allows(self, team_id: int | None) -> bool:
+        """Whether the token may call models of team ``team_id`` (``model.call``)."""
         return self.all_models or (team_id is not None and team_id in self.team_ids)
+
+    def may_control(self, team_id: int | None) -> bool:
+        """Whether the token may load and unload models of team ``team_id`` (``model.load``)."""
+        return self.all_models or (team_id is not None and team_id in self.control_team_ids)
 
 
 @dataclass(frozen=True)
@@ -96,21 +102,36 @@ class Scopes:
 
 
 def load_scopes() -> Scopes:
-    """Read token scopes and model teams from the database (five queries)."""
+    """Read token scopes and model teams from the database (six queries).
+    A token reaches the models of the teams where its level
+    (:mod:`models_store.accounts.permissions`: its user's role, capped by the
+    token's team and role) allows ``model.call``; it loads and unloads those
+    where it allows ``model.load``; an operator's token with neither team nor
+    role reaches every model."""
     stamp = stamp_get()  # first: a change made while loading is seen later
     access = selectors.inference_access()
     tokens = {}
+    call, control = permissions.needs("model.call"), permissions.needs("model.load")
     for token in access.tokens:
-        user_teams = access.memberships.get(token.user_id, frozenset())
-        if token.team_id is not None:
-            allowed = frozenset({token.team_id}) if token.user.is_superuser else user_teams & {token.team_id}
-            all_models = False
+        if token.user.is_superuser and token.team_id is None and not token.role:
+            allowed = controlled = frozenset()
+            all_models = True
         else:
-            allowed, all_models = user_teams, token.user.is_superuser
+            user_levels = access.levels.get(token.user_id, {})
+            if token.user.is_superuser:  # an operator's token limited to a team or a role
+                user_levels = {team: permissions.Level.OPERATOR for team in access.team_names}
+            levels = {
+                team: permissions.cap(base, token.team_id, token.role, team) for team, base in user_levels.items()
+            }
+            allowed = frozenset(team for team, level in levels.items() if level >= call)
+            controlled = frozenset(team for team, level in levels.items() if level >= control)
+            all_models = False
         user_name = token.user.get_username()
         label = f"API token '{token.name}' of {user_name}"
         expires_at = token.expires_at.timestamp() if token.expires_at else None
-        tokens[token.key_hash] = TokenScope(label, all_models, allowed, token.user_id, expires_at, user_name)
+        tokens[token.key_hash] = TokenScope(
+            label, all_models, allowed, token.user_id, expires_at, user_name, controlled
+        )
     quotas = {}
     for team_id, (rate, burst, in_flight) in access.team_limits.items():
         pairs = (("rate", rate), ("burst", burst), ("in_flight", in_flight))
@@ -266,7 +287,8 @@ class StoreAuthorizer:
 
     def check_control(self, token: str | None, model_name: str) -> Caller:
         """Loading and unloading a model (Triton's repository extension) needs
-        a token of the model's team, or an operator's (every model); always,
+        a token whose level in the model's team allows ``model.load``
+        (maintainer), or an operator's (every model); always,
         whether or not inference needs tokens. The audit log names its user."""
         scopes, scope = self._scope(token, "loading or unloading a model")
         if not scope.all_models:
@@ -279,7 +301,7 @@ class StoreAuthorizer:
                         outages.RETRY_AFTER_SECONDS,
                     )
             team = scopes.model_teams.get(model_name)
-            if model_name not in scopes.model_teams or not scope.allows(team):
+            if model_name not in scopes.model_teams or not scope.may_control(team):
                 raise PermissionDenied(
                     f"{scope.label} may not load or unload model '{model_name}'; it may change {scopes.describe(scope)}"
                 )

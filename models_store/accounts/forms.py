@@ -1,8 +1,11 @@
-"""The web UI's form of a new API token (posted with Django's CSRF token)."""
+"""The web UI's forms of people: a new API token, a team's member, a
+service account and its tokens (posted with Django's CSRF token)."""
 
 from __future__ import annotations
 
 from django import forms
+
+from models_store.accounts.models import Role
 
 
 class TokenForm(forms.Form):
@@ -26,3 +29,28 @@ class TokenForm(forms.Form):
     def __init__(self, *args, teams: list[str] = (), **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["team"].choices = [("", "all my teams"), *((t, t) for t in teams)]
+
+
+LIFETIMES = [("7d", "in 7 days"), ("30d", "in 30 days"), ("90d", "in 90 days"), ("365d", "in a year")]
+
+
+class MemberForm(forms.Form):
+    """Add a user to a team with a role, or change a member's role."""
+
+    username = forms.CharField(max_length=150)
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.VIEWER)
+
+
+class ServiceAccountForm(forms.Form):
+    """A new service account of a team."""
+
+    name = forms.CharField(max_length=64, help_text="what calls with it, e.g. 'recommender' or 'nightly-eval'")
+    description = forms.CharField(max_length=200, required=False)
+
+
+class ServiceAccountTokenForm(forms.Form):
+    """A new token of a service account: its role and its lifetime (always one)."""
+
+    name = forms.CharField(max_length=64)
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.VIEWER)
+    expires_in = forms.ChoiceField(label="Expires", choices=LIFETIMES, initial="90d")

@@ -1,4 +1,6 @@
-"""The tables of people: teams, team memberships and API tokens (users are Django's own)."""
+"""The tables of people: teams, team memberships (each with its role),
+service accounts and API tokens (users are Django's own). What each role
+may do: :mod:`models_store.accounts.permissions`."""
 
 from __future__ import annotations
 
@@ -38,11 +40,25 @@ class Team(models.Model):
         return self.name
 
 
+class Role(models.TextChoices):
+    """A member's role in a team, from least to most (see :mod:`models_store.accounts.permissions`)."""
+
+    VIEWER = "viewer", "viewer: sees the team's models and calls them"
+    MAINTAINER = "maintainer", "maintainer: uploads, labels, traffic, rollouts, versions"
+    OWNER = "owner", "owner: members, service accounts and tokens, webhooks, limits"
+
+
 class TeamMembership(models.Model):
-    """A user's membership of a team."""
+    """A user's membership of a team, with a role. ``source`` says who
+    manages it: ``local`` (the admin, an owner, ``manage.py``) or ``oidc``
+    (the identity provider's groups, rewritten at each sign-in)."""
 
     team = models.ForeignKey(Team, related_name="memberships", on_delete=models.CASCADE)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, related_name="team_memberships", on_delete=models.CASCADE)
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    source = models.CharField(
+        max_length=8, choices=[("local", "local"), ("oidc", "identity provider")], default="local"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -50,7 +66,35 @@ class TeamMembership(models.Model):
         constraints = [models.UniqueConstraint(fields=["team", "user"], name="unique_team_member")]
 
     def __str__(self) -> str:
-        return f"{self.user} in {self.team}"
+        return f"{self.user} in {self.team} ({self.role})"
+
+
+class ServiceAccount(models.Model):
+    """An identity owned by a team, not a person: apps call with its API
+    tokens, which carry a role and an expiry and keep working whoever
+    created them. Its ``user`` is a Django user with no usable password
+    (it cannot sign in), named ``<team>+<name>@service``; deactivating the
+    account deactivates that user (its tokens are then refused)."""
+
+    team = models.ForeignKey(Team, related_name="service_accounts", on_delete=models.CASCADE)
+    name = models.CharField(max_length=64)
+    description = models.TextField(blank=True)
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, related_name="service_account", on_delete=models.CASCADE)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, related_name="+", null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["team__name", "name"]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="unique_service_account")]
+
+    def __str__(self) -> str:
+        return f"service account {self.name} of {self.team}"
+
+    @property
+    def active(self) -> bool:
+        return self.user.is_active
 
 
 class ApiToken(models.Model):
@@ -72,6 +116,8 @@ class ApiToken(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
+    #: The most the token may do in its team (None: its user's role). A service account's tokens always have one.
+    role = models.CharField(max_length=16, choices=Role.choices, null=True, blank=True)
 
     class Meta:
         ordering = ["user__username", "-created_at"]

@@ -10,9 +10,11 @@ model. Anonymous callers see nothing (the management API and the web UI
 need a signed-in user or a token).
 
 Changing a model (uploading a version, labels, version policy, retiring,
-deleting) needs membership of the model's team; a model without a team is
-operator-owned and only superusers change it. Superusers change everything.
-An API token with a team only reaches that team's models, whoever its user is.
+deleting) needs a role in the model's team, the one the permission table
+(:mod:`models_store.accounts.permissions`) names for the change; a model
+without a team is operator-owned and only superusers change it. Superusers
+change everything. An API token with a team only reaches that team's
+models, whoever its user is; a token with a role does at most what the role may.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 
+from models_store.accounts import permissions
 from models_store.accounts.models import ApiToken, Team, TeamMembership
 from models_store.accounts.tokens import hash_token
 from models_store.errors import AccessDenied, NotFound
@@ -38,13 +41,6 @@ def team_names(team_ids=None) -> list[str]:
     """The names of the teams ``team_ids`` (every team when None), sorted."""
     teams = Team.objects.all() if team_ids is None else Team.objects.filter(pk__in=team_ids)
     return list(teams.order_by("name").values_list("name", flat=True))
-
-
-def teams_for_user(user) -> QuerySet[Team]:
-    """The teams a user may create models for: all for a superuser, else theirs."""
-    if user.is_superuser:
-        return Team.objects.order_by("name")
-    return Team.objects.filter(memberships__user=user).order_by("name")
 
 
 def tokens_for_user(user) -> QuerySet[ApiToken]:
@@ -89,7 +85,7 @@ def user_get(user_id: int | None):
 @dataclass(frozen=True)
 class InferenceAccess:
     tokens: list[ApiToken]  # unrevoked tokens of active users (also expired ones: refused by name), with .user
-    memberships: dict[int, frozenset[int]]  # user id -> team ids
+    levels: dict[int, dict[int, permissions.Level]]  # user id -> {team id: level} (memberships, service accounts)
     team_names: dict[int, str]
     team_limits: dict[int, tuple]  # team id -> (rate_limit_rps, rate_limit_burst, max_in_flight), None: not set
 
@@ -97,82 +93,101 @@ class InferenceAccess:
 def inference_access() -> InferenceAccess:
     """What the inference token checker needs of people, in three queries
     (the models' teams: :func:`models_store.registry.selectors.model_teams`)."""
-    tokens = list(ApiToken.objects.select_related("user").filter(revoked_at__isnull=True, user__is_active=True))
+    tokens = list(
+        ApiToken.objects.select_related("user", "user__service_account").filter(
+            revoked_at__isnull=True, user__is_active=True
+        )
+    )
     teams = list(Team.objects.values_list("id", "name", "rate_limit_rps", "rate_limit_burst", "max_in_flight"))
-    members: dict[int, set[int]] = {}
-    for user_id, team_id in TeamMembership.objects.values_list("user_id", "team_id"):
-        members.setdefault(user_id, set()).add(team_id)
+    levels: dict[int, dict[int, permissions.Level]] = {}
+    for user_id, team_id, role in TeamMembership.objects.values_list("user_id", "team_id", "role"):
+        levels.setdefault(user_id, {})[team_id] = permissions.role_level(role)
+    for token in tokens:
+        account = getattr(token.user, "service_account", None)
+        if account is not None:  # in its own team only, capped by each token's role
+            levels[token.user_id] = {account.team_id: permissions.Level.OWNER}
     return InferenceAccess(
         tokens=tokens,
-        memberships={user: frozenset(teams) for user, teams in members.items()},
+        levels=levels,
         team_names={team_id: name for team_id, name, *_limits in teams},
         team_limits={team_id: tuple(limits) for team_id, _name, *limits in teams if limits != [None, None, None]},
     )
 
 
-# -- who may see and change what ----------------------------------------------------
-def is_operator(user) -> bool:
-    """True for an active superuser (the operator of the platform)."""
-    return bool(user is not None and user.is_active and user.is_superuser)
+# -- who may see and change what (through the one table: permissions) --------------
+is_operator = permissions.is_operator
+#: The other packages' views declare their endpoints' actions with it (see permissions' module doc).
+endpoint = permissions.endpoint
+#: Why someone may not do an action (one sentence).
+refusal = permissions.refusal
 
 
 def member_team_ids(user) -> frozenset[int]:
-    """Ids of the teams ``user`` belongs to (cached on the user object)."""
-    if user is None or not user.is_authenticated:
-        return frozenset()
-    cached = getattr(user, "_modelhost_team_ids", None)
-    if cached is None:
-        cached = frozenset(user.team_memberships.values_list("team_id", flat=True))
-        user._modelhost_team_ids = cached
-    return cached
+    """Ids of the teams ``user`` belongs to, in any role (a service account: its team)."""
+    return frozenset(permissions.team_levels(user))
 
 
-def can_use_team(user, team_id: int | None, token: ApiToken | None = None) -> bool:
-    """Whether ``user`` (through ``token`` when given) may change models of
-    team ``team_id`` (None: operator-owned models)."""
-    if user is None or not user.is_active:
-        return False
-    if token is not None and token.team_id is not None and token.team_id != team_id:
-        return False
+def teams_allowing(user, action: str) -> QuerySet[Team]:
+    """The teams in which ``user`` may do ``action`` (all for an operator), by name."""
     if is_operator(user):
-        return True
-    return team_id is not None and team_id in member_team_ids(user)
+        return Team.objects.order_by("name")
+    need = permissions.needs(action)
+    ids = [team for team, level in permissions.team_levels(user).items() if level >= need]
+    return Team.objects.filter(pk__in=ids).order_by("name")
 
 
-def can_change_model(user, model, token: ApiToken | None = None) -> bool:
-    return can_use_team(user, model.team_id, token)
+def teams_for_user(user) -> QuerySet[Team]:
+    """The teams a user may create models for (``model.create``): all for a superuser."""
+    return teams_allowing(user, "model.create")
 
 
-def require_change_model(user, model, token: ApiToken | None = None) -> None:
-    """Raise AccessDenied unless ``user`` may change ``model``."""
-    if can_change_model(user, model, token):
+def can_use_team(user, team_id: int | None, token: ApiToken | None = None, action: str = "model.update") -> bool:
+    """Whether ``user`` (through ``token`` when given) may do ``action`` in
+    team ``team_id`` (None: operator-owned models)."""
+    return permissions.allows(user, action, team_id, token)
+
+
+def can_change_model(user, model, token: ApiToken | None = None, action: str = "model.update") -> bool:
+    return permissions.allows(user, action, model.team_id, token)
+
+
+def require_change_model(user, model, token: ApiToken | None = None, action: str = "model.update") -> None:
+    """Raise AccessDenied unless ``user`` may do ``action`` to ``model``."""
+    if permissions.allows(user, action, model.team_id, token):
         return
     if model.team_id is None:
         raise AccessDenied(f"model '{model.name}' is operator-owned (no team): only administrators may change it")
     if token is not None and token.team_id is not None and token.team_id != model.team_id:
         raise AccessDenied(f"this API token is limited to another team; model '{model.name}' belongs to {model.team}")
-    raise AccessDenied(f"model '{model.name}' belongs to team {model.team}; only its members may change it")
+    if permissions.level(user, model.team_id) == permissions.Level.NONE:
+        raise AccessDenied(f"model '{model.name}' belongs to team {model.team}; only its members may change it")
+    raise AccessDenied(
+        f"model '{model.name}' of team {model.team}: "
+        + permissions.refusal(user, action, model.team.name, model.team_id, token)
+    )
 
 
-def require_team(user, team: Team, token: ApiToken | None = None) -> None:
-    """Raise AccessDenied unless ``user`` may create models for ``team``."""
-    if not can_use_team(user, team.pk, token):
-        raise AccessDenied(f"you are not a member of team {team.name} (or your API token is limited to another team)")
+def require_team(user, team: Team, token: ApiToken | None = None, action: str = "model.create") -> None:
+    """Raise AccessDenied unless ``user`` may do ``action`` in ``team`` (by default: create models for it)."""
+    permissions.require(user, action, team, token)
 
 
 def visible_team_ids(user, token: ApiToken | None = None) -> frozenset[int] | None:
     """The teams whose models ``user`` (through ``token`` when given) may
-    see, or None for every model (operator-owned ones too): None unless
-    INFERENCE_REQUIRE_TOKEN is on (see the module doc)."""
+    see (``model.view``), or None for every model (operator-owned ones too):
+    None unless INFERENCE_REQUIRE_TOKEN is on (see the module doc)."""
     if not settings.INFERENCE_REQUIRE_TOKEN:
         return None
     if user is None or not user.is_active:
         return frozenset()
     if token is not None and token.team_id is not None:
-        return frozenset({token.team_id}) if can_use_team(user, token.team_id, token) else frozenset()
+        return (
+            frozenset({token.team_id}) if permissions.allows(user, "model.view", token.team_id, token) else frozenset()
+        )
     if is_operator(user):
         return None
-    return member_team_ids(user)
+    need = permissions.needs("model.view")
+    return frozenset(team for team, level in permissions.team_levels(user).items() if level >= need)
 
 
 def can_see_model(user, model, token: ApiToken | None = None) -> bool:

@@ -11,6 +11,7 @@ from django.views.decorators.http import require_POST
 
 from models_store.accounts import selectors, services
 from models_store.accounts.forms import TokenForm
+from models_store.accounts.permissions import endpoint
 from models_store.accounts.tokens import parse_lifetime
 from models_store.errors import NotFound, RegistryError
 
@@ -19,12 +20,13 @@ NEW_TOKEN_KEY = "models_store.new_token"
 
 
 @login_required
+@endpoint(GET="token.own", POST="token.own")
 def token_list(request):
     """GET: the user's tokens, and a token created just before (shown on that
     one answer only; the token itself is not stored). POST: create one, then
     redirect to GET (post/redirect/get: reloading the page never creates a
     second token); the plaintext waits in the session until that GET."""
-    teams = list(selectors.teams_for_user(request.user).values_list("name", flat=True))
+    teams = list(selectors.teams_allowing(request.user, "model.call").values_list("name", flat=True))
     form = TokenForm(request.POST or None, teams=teams)
     created = None
     status = 200
@@ -64,6 +66,7 @@ def token_list(request):
 
 @login_required
 @require_POST
+@endpoint(POST="token.own")
 def token_revoke(request, token_id: int):
     """Revoke one of the user's own API tokens (a superuser: anyone's)."""
     try:

@@ -152,7 +152,7 @@ def _require_upload_to(user, token, model) -> None:
     the user may not see is a name taken (Conflict), not named further."""
     if not accounts.can_see_model(user, model, token):
         raise Conflict(f"the model name '{model.name}' is taken (by a model of another team); choose another name")
-    accounts.require_change_model(user, model, token)
+    accounts.require_change_model(user, model, token, "version.upload")
 
 
 def check_upload(*, user, token, model_name: str) -> None:
@@ -162,6 +162,15 @@ def check_upload(*, user, token, model_name: str) -> None:
     model = registry.model_get(model_name)
     if model is not None:
         _require_upload_to(user, token, model)
+
+
+def check_new_model(*, user, token, team_name: str) -> None:
+    """Refuse (AccessDenied) a new model for team ``team_name`` that the user
+    may not create models in (``model.create``); an unknown team is left to
+    the form (or :func:`upload`) to refuse."""
+    team = accounts.team_get(team_name)
+    if team is not None:
+        accounts.require_team(user, team, token, "model.create")
 
 
 def parse_upload_config(*, text: str) -> TritonConfig | None:
@@ -233,7 +242,7 @@ def _upload_target(user, token, model_name: str, team_name: str):
         team = accounts.team_get(team_name)
         if team is None:
             raise NotFound(f"unknown team '{team_name}'")
-        accounts.require_team(user, team, token)
+        accounts.require_team(user, team, token, "model.create")
     return model, team
 
 

@@ -1,7 +1,7 @@
 """What people do to the registry, shared by the web UI and the management API.
 
 Each action looks up its target, checks that the user (through an API token
-when given) may do it (:mod:`models_store.accounts.selectors`), and calls
+when given) may do it (the permission table, :mod:`models_store.accounts.permissions`), and calls
 one service, so that both refuse the same things with the same messages
 (:mod:`models_store.errors`): NotFound (404: no such model, version or
 label; also, when tokens are required, a model the caller may not see:
@@ -45,9 +45,11 @@ def get_version(model: RegisteredModel, number: int) -> ModelVersion:
     return version
 
 
-def _changeable_model(user, token, name: str) -> RegisteredModel:
+def _changeable_model(user, token, name: str, action: str) -> RegisteredModel:
+    """The model if ``user`` (through ``token``) may see it and do ``action``
+    to it (:mod:`models_store.accounts.permissions`): NotFound, AccessDenied."""
     model = visible_model(user, token, name)
-    accounts.require_change_model(user, model, token)
+    accounts.require_change_model(user, model, token, action)
     return model
 
 
@@ -67,7 +69,7 @@ def update_model(
     instance group (where worker mode runs the model) and/or payload logging
     (``payload_logging``: keys ``payload_log_rate``, ``payload_log_max_bytes``):
     all of them or, when one is refused, none. ``force``: past the signature guard."""
-    model = _changeable_model(user, token, name)
+    model = _changeable_model(user, token, name, "model.update")
     with transaction.atomic():
         if payload_logging:
             rate = payload_logging.get("payload_log_rate", model.payload_log_rate)
@@ -93,46 +95,46 @@ def update_model(
 
 
 def set_label(user, token, name: str, label: str, number: int, force: bool = False):
-    model = _changeable_model(user, token, name)
+    model = _changeable_model(user, token, name, "label.set")
     return routes.label_set(model=model, name=label, number=number, actor=user, force=force)
 
 
 def delete_label(user, token, name: str, label: str) -> None:
-    model = _changeable_model(user, token, name)
+    model = _changeable_model(user, token, name, "label.delete")
     if not routes.label_delete(model=model, name=label, actor=user):
         raise NotFound(f"model '{name}' has no version label '{label}'")
 
 
 def set_traffic(user, token, name: str, weights: dict[str, int], force: bool = False) -> RegisteredModel:
-    model = _changeable_model(user, token, name)
+    model = _changeable_model(user, token, name, "traffic.set")
     return routes.traffic_set(model=model, weights=weights, actor=user, force=force)
 
 
 def promote_canary(user, token, name: str, force: bool = False) -> RegisteredModel:
-    model = _changeable_model(user, token, name)
+    model = _changeable_model(user, token, name, "traffic.promote")
     return routes.traffic_promote(model=model, actor=user, force=force)
 
 
 def rollback_canary(user, token, name: str) -> RegisteredModel:
-    model = _changeable_model(user, token, name)
+    model = _changeable_model(user, token, name, "traffic.rollback")
     return routes.traffic_rollback(model=model, actor=user)
 
 
 def retire_version(user, token, name: str, number: int, force: bool = False) -> ModelVersion:
-    model = _changeable_model(user, token, name)
+    model = _changeable_model(user, token, name, "version.retire")
     return versions.version_retire(version=get_version(model, number), actor=user, force=force)
 
 
 def restore_version(user, token, name: str, number: int) -> ModelVersion:
-    model = _changeable_model(user, token, name)
+    model = _changeable_model(user, token, name, "version.restore")
     return versions.version_restore(version=get_version(model, number), actor=user)
 
 
 def delete_version(user, token, name: str, number: int, force: bool = False) -> None:
-    model = _changeable_model(user, token, name)
+    model = _changeable_model(user, token, name, "version.delete")
     versions.version_delete(version=get_version(model, number), actor=user, force=force)
 
 
 def promote_version(user, token, name: str, number: int, force: bool = False) -> ModelVersion:
-    model = _changeable_model(user, token, name)
+    model = _changeable_model(user, token, name, "version.promote")
     return versions.version_promote(version=get_version(model, number), actor=user, force=force)

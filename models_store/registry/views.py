@@ -132,6 +132,7 @@ def _snippets(request, model: RegisteredModel, version: ModelVersion | None) -> 
 
 # -- the model list -------------------------------------------------------------
 @login_required
+@accounts.endpoint(GET="models.list")
 def model_list(request):
     """The models list: :data:`MODELS_PER_PAGE` rows a page, filtered by name,
     team and version state and sorted (query parameters as the management
@@ -224,11 +225,13 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
 
 
 @login_required
+@accounts.endpoint(GET="model.view")
 def model_detail(request, name: str):
     return _model_page(request, name)
 
 
 @login_required
+@accounts.endpoint(GET="model.view")
 def model_charts(request, name: str):
     """The model page's charts as JSON (``?range=hour|day|week``, default
     hour; see :func:`models_store.charts.model_charts`): the signed-in user's
@@ -243,6 +246,7 @@ def model_charts(request, name: str):
 
 @login_required
 @require_POST
+@accounts.endpoint(POST="model.update")
 def model_settings(request, name: str):
     form = ModelSettingsForm(request.POST)
     if not form.is_valid():
@@ -266,6 +270,7 @@ def model_settings(request, name: str):
 
 @login_required
 @require_POST
+@accounts.endpoint(POST="label.set")
 def label_set(request, name: str):
     model = _get_model(request, name)
     ready = [v.number for v in model.versions.all() if v.state == ModelVersion.State.READY]
@@ -283,6 +288,7 @@ def label_set(request, name: str):
 
 @login_required
 @require_POST
+@accounts.endpoint(POST="label.delete")
 def label_delete(request, name: str, label: str):
     try:
         actions.delete_label(request.user, None, name, label)
@@ -303,6 +309,7 @@ def _traffic_rows(model: RegisteredModel) -> list[dict]:
 
 @login_required
 @require_POST
+@accounts.endpoint(POST="traffic.set")
 def traffic_set(request, name: str):
     """The traffic split form: a weight per version label (empty: 0); all
     zero or empty clears the split."""
@@ -329,6 +336,7 @@ def traffic_set(request, name: str):
 
 @login_required
 @require_POST
+@accounts.endpoint(POST={"promote": "traffic.promote", "rollback": "traffic.rollback"})
 def traffic_action(request, name: str, action: str):
     """Promote the canary, or roll it back (one click each)."""
     if action not in ("promote", "rollback"):
@@ -370,6 +378,7 @@ def _version_page(request, name: str, number: int, *, status: int = 200, error: 
 
 
 @login_required
+@accounts.endpoint(GET="model.view")
 def version_detail(request, name: str, number: int):
     return _version_page(request, name, number)
 
@@ -386,6 +395,12 @@ FORCEABLE = ("retire", "delete", "promote")
 
 @login_required
 @require_POST
+@accounts.endpoint(
+    POST={
+        "retire": "version.retire", "restore": "version.restore", "delete": "version.delete",
+        "promote": "version.promote",
+    }
+)  # fmt: skip
 def version_action(request, name: str, number: int, action: str):
     if action not in VERSION_ACTIONS:
         raise Http404(f"no version action '{action}'")
@@ -408,12 +423,9 @@ def _wants_json(request) -> bool:
     return request.headers.get("X-Requested-With") == "XMLHttpRequest"
 
 
-@csrf_exempt  # the CSRF check runs in _upload, after the upload handler is in place
-@login_required
-def upload(request, name: str | None = None):
-    """GET: the upload form (new model, or new version of ``name``). POST:
-    the file streams into the store's staging area, is checked, and becomes
-    the next version; XHR posts get JSON (``{"redirect"}`` or ``{"error"}``)."""
+def _receive(request, name: str | None) -> HttpResponse:
+    """GET: the upload form (new model, or new version of ``name``). POST: the file streams into the
+    staging area, is checked, becomes the next version; XHR posts get JSON (``{"redirect"}``/``{"error"}``)."""
     handler = intake.receive(request=request) if request.method == "POST" else None
     try:
         return _upload(request, name, handler)
@@ -422,8 +434,24 @@ def upload(request, name: str | None = None):
             handler.discard()
 
 
+@csrf_exempt  # the CSRF check runs in _upload, after the upload handler is in place
+@login_required
+@accounts.endpoint(GET="models.list", POST="model.create")
+def upload(request):
+    """A new model's first version (for a team the user may create models in)."""
+    return _receive(request, None)
+
+
+@csrf_exempt  # the CSRF check runs in _upload, after the upload handler is in place
+@login_required
+@accounts.endpoint(GET="model.view", POST="version.upload")
+def upload_version(request, name: str):
+    """The next version of model ``name``."""
+    return _receive(request, name)
+
+
 def _upload_teams(request) -> list[str]:
-    return list(accounts.teams_for_user(request.user).values_list("name", flat=True))
+    return list(accounts.teams_allowing(request.user, "model.create").values_list("name", flat=True))
 
 
 @csrf_protect
@@ -437,6 +465,8 @@ def _upload(request, name: str | None, handler) -> HttpResponse:
     try:
         if name:
             intake.check_upload(user=request.user, token=None, model_name=name)
+        elif request.POST.get("team"):  # a team the user may not create models in: 403, not "not a valid choice"
+            intake.check_new_model(user=request.user, token=None, team_name=request.POST["team"])
         try:
             form = UploadForm(request.POST, request.FILES, **form_kwargs)
         except OSError as exc:

@@ -58,6 +58,21 @@ PATH_PARAMETERS = {
         OpenApiParameter.PATH,
         description="Webhook subscription id.",
     ),
+    "username": OpenApiParameter(
+        "username", str, OpenApiParameter.PATH, pattern=r"^[\w.@+-]{1,150}$", description="A user's username."
+    ),
+    "account": OpenApiParameter(
+        "account",
+        {"type": "integer", "minimum": 1, "maximum": MAX_ROW_ID},
+        OpenApiParameter.PATH,
+        description="Service account id.",
+    ),
+    "token_id": OpenApiParameter(
+        "token_id",
+        {"type": "integer", "minimum": 1, "maximum": MAX_ROW_ID},
+        OpenApiParameter.PATH,
+        description="API token id.",
+    ),
     "delivery": OpenApiParameter(
         "delivery",
         {"type": "integer", "minimum": 1, "maximum": MAX_ROW_ID},
@@ -130,7 +145,8 @@ ERROR_MEANINGS = {
     400: "malformed request: invalid fields (listed in `fields`), a body that is not JSON, an upload that is "
     "not an ONNX model with exactly the data files it references",
     401: "no API token, or an unknown or revoked one",
-    403: "the model (or team) is not yours to change, or the web UI session's CSRF token is missing",
+    403: "your role in the model's (or the team's) team does not allow it (see docs/teams-and-tokens.md), "
+    "or the web UI session's CSRF token is missing",
     404: "no such model, version, version label or team",
     409: "refused by the registry's current state",
     413: "the file is above MAX_UPLOAD_BYTES",

@@ -43,6 +43,8 @@ def _webhook_links(webhook: str) -> tuple[OpenApiLink, ...]:
 
 
 class WebhookListView(ManagementView):
+    permission_actions = {"GET": "webhook.view", "POST": "webhook.manage"}  # models_store.accounts.permissions
+
     @extend_schema(
         operation_id=LIST_WEBHOOKS,
         parameters=PAGE_PARAMETERS,
@@ -92,6 +94,12 @@ class WebhookListView(ManagementView):
 
 
 class WebhookDetailView(ManagementView):
+    permission_actions = {
+        "GET": "webhook.view",
+        "PATCH": "webhook.manage",
+        "DELETE": "webhook.manage",
+    }  # models_store.accounts.permissions
+
     @extend_schema(
         operation_id=GET_WEBHOOK,
         responses={200: WebhookSerializer, **errors(401, 403, 404, e403=E403, e404=E404)},
@@ -129,6 +137,8 @@ class WebhookDetailView(ManagementView):
 
 
 class DeliveryListView(ManagementView):
+    permission_actions = {"GET": "webhook.view"}  # models_store.accounts.permissions
+
     @extend_schema(
         operation_id=LIST_DELIVERIES,
         parameters=PAGE_PARAMETERS,
@@ -161,6 +171,8 @@ class DeliveryListView(ManagementView):
 
 
 class RedeliverView(ManagementView):
+    permission_actions = {"POST": "webhook.manage"}  # models_store.accounts.permissions
+
     @extend_schema(
         operation_id=REDELIVER,
         request=None,

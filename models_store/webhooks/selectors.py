@@ -42,7 +42,7 @@ def deliveries_for_model(user, model, limit: int = 10) -> list[WebhookDelivery]:
     """The newest ``limit`` deliveries of ``model``'s events (a
     RegisteredModel) to its team's webhooks (each with ``last_attempt``),
     if ``user`` may see that team's webhooks (the model page), else []."""
-    if model.team is None or model.team.name not in accounts.teams_for_user(user).values_list("name", flat=True):
+    if model.team is None or not accounts.can_use_team(user, model.team_id, action="webhook.view"):
         return []
     found = list(
         WebhookDelivery.objects.filter(subscription__team_id=model.team_id, model_name=model.name)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -23,18 +24,30 @@ NEW_SECRET_KEY = "models_store.new_webhook_secret"
 DELIVERIES_ON_PAGE = 100
 
 
-def _teams(request) -> list[str]:
-    return list(accounts.teams_for_user(request.user).values_list("name", flat=True))
+def _teams(request, action: str = "webhook.view") -> list[str]:
+    """The teams whose webhooks the user may see (or do ``action`` to)."""
+    return list(accounts.teams_allowing(request.user, action).values_list("name", flat=True))
 
 
 @login_required
+@accounts.endpoint(GET="webhooks.list", POST="webhook.manage")
 def webhook_list(request):
     """GET: the subscriptions of the user's teams, and the form. POST: create
     one, then redirect to its page, which shows its secret that once."""
     teams = _teams(request)
-    form = WebhookForm(request.POST or None, teams=teams, initial={"events": ["version.ready", "version.failed"]})
+    form = WebhookForm(
+        request.POST or None,
+        teams=_teams(request, "webhook.manage"),
+        initial={"events": ["version.ready", "version.failed"]},
+    )
     status = 200
-    if request.method == "POST":
+    posted_team = accounts.team_get(request.POST.get("team", "")) if request.method == "POST" else None
+    error = ""
+    if posted_team is not None and not accounts.can_use_team(request.user, posted_team.pk, action="webhook.manage"):
+        # a team the user may not manage: 403 naming the role, not the form's "not a valid choice"
+        error = accounts.refusal(request.user, "webhook.manage", posted_team.name, posted_team.pk)
+        status = 403
+    elif request.method == "POST":
         if form.is_valid():
             data = form.cleaned_data
             try:
@@ -50,7 +63,7 @@ def webhook_list(request):
         else:
             status = 400
     subscriptions = selectors.subscriptions_of_teams(teams)
-    context = {"form": form, "subscriptions": subscriptions, "teams": teams}
+    context = {"form": form, "subscriptions": subscriptions, "teams": teams, "error": error}
     return render(request, "models_store/webhooks.html", context, status=status)
 
 
@@ -63,6 +76,7 @@ def _subscription(request, webhook_id: int) -> WebhookSubscription:
 
 
 @login_required
+@accounts.endpoint(GET="webhook.view")
 def webhook_detail(request, webhook_id: int):
     subscription = _subscription(request, webhook_id)
     new = request.session.pop(NEW_SECRET_KEY, None)
@@ -76,31 +90,42 @@ def webhook_detail(request, webhook_id: int):
 
 @login_required
 @require_POST
+@accounts.endpoint(POST="webhook.manage")
 def webhook_redeliver(request, webhook_id: int, delivery_id: int):
     subscription = _subscription(request, webhook_id)
     try:
         delivery = actions.webhook_redeliver(request.user, None, subscription.team.name, webhook_id, delivery_id)
     except NotFound as exc:
         raise Http404(str(exc)) from None
+    except AccessDenied as exc:
+        raise PermissionDenied(str(exc)) from None
     messages.success(request, f"Sending {delivery.event} ({delivery.message_id}) again.")
     return redirect("webhook-detail", webhook_id=webhook_id)
 
 
 @login_required
 @require_POST
+@accounts.endpoint(POST="webhook.manage")
 def webhook_pause(request, webhook_id: int):
     """Pause an active subscription, or resume a paused one."""
     subscription = _subscription(request, webhook_id)
     active = not subscription.active
-    actions.webhook_update(request.user, None, subscription.team.name, webhook_id, active=active)
+    try:
+        actions.webhook_update(request.user, None, subscription.team.name, webhook_id, active=active)
+    except AccessDenied as exc:
+        raise PermissionDenied(str(exc)) from None
     messages.success(request, f"{'Resumed' if active else 'Paused'} the webhook to {subscription.url}.")
     return redirect("webhook-detail", webhook_id=webhook_id)
 
 
 @login_required
 @require_POST
+@accounts.endpoint(POST="webhook.manage")
 def webhook_delete(request, webhook_id: int):
     subscription = _subscription(request, webhook_id)
-    actions.webhook_delete(request.user, None, subscription.team.name, webhook_id)
+    try:
+        actions.webhook_delete(request.user, None, subscription.team.name, webhook_id)
+    except AccessDenied as exc:
+        raise PermissionDenied(str(exc)) from None
     messages.success(request, f"Deleted the webhook to {subscription.url}.")
     return redirect("webhook-list")

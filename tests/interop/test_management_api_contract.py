@@ -49,16 +49,20 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tokens(server):
-    """API tokens: alice (team ml), root (superuser)."""
-    return people_with_tokens(server, alice="ml", root="superuser")
+    """API tokens: alice (team ml), root (superuser); bob (team ml) is the member the runs add and remove."""
+    return people_with_tokens(server, alice="ml", root="superuser", bob="ml")
 
 
 def _schema_url(server) -> str:
     return f"http://{server.http_url}/api/schema/?format=json"
 
 
+#: The management API's operations (and paths): the registry's, the webhooks', the teams' members and service accounts.
+OPERATIONS, PATHS = 32, 23
+
+
 def schemathesis(
-    server, report: Path, token: str | None, *options: str, ids: dict | None = None, operations: int = 23
+    server, report: Path, token: str | None, *options: str, ids: dict | None = None, operations: int = OPERATIONS
 ) -> dict:
     """Run the schemathesis CLI against ``server`` (with ``token``, or none);
     its JSON run report (the requests it sent are in ``report`` .har).
@@ -84,7 +88,7 @@ def schemathesis(
     assert summary["complete"] and summary["stop_reason"] == "completed", output
     assert summary["failures"] == [] and summary["errors"] == [], output
     assert summary["test_cases"]["with_failures"] == 0 and summary["test_cases"]["errored"] == 0, output
-    assert summary["operations"]["tested"] == operations and summary["operations"]["total"] == 23, output
+    assert summary["operations"]["tested"] == operations and summary["operations"]["total"] == OPERATIONS, output
     return summary
 
 
@@ -117,6 +121,12 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
         split's promote (canary) and rollback (stable) look for, and a webhook
         of team ml with deliveries: each run starts with them, whatever the
         run before deleted."""
+        # alice owns team ml again, whatever role the operator's run gave her (it learns her name from the members list)
+        status, answer = request(
+            server, "PUT", "/api/teams/ml/members/alice/", json.dumps({"role": "owner"}).encode(),
+            {**bearer(tokens["root"]), "Content-Type": "application/json"},
+        )  # fmt: skip
+        assert status == 200, answer
         # A webhook of team ml, subscribed before the labels move: its deliveries (label.moved) are
         # there for the deliveries list and the redeliver to reach (nothing listens: they are retried).
         status, answer = request(
@@ -164,40 +174,60 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
         body, kind = multipart({}, m.affine(scale + 0.75, 1.0, width=4 + int(scale * 2)))
         status, held = request(server, "POST", "/api/models/affine/versions/", body, {**headers, "Content-Type": kind})
         assert status == 201 and held["held"], held
-        ids = {"webhook": [webhook], "delivery": [d["id"] for d in page["results"]], "number": [retired["number"]]}
-        return ids | {"held": [held["number"]]}
+        return {
+            "webhook": [webhook], "delivery": [d["id"] for d in page["results"]], "number": [retired["number"]],
+            "username": ["bob"], "held": [held["number"]], **service_account(scale),
+        }  # fmt: skip
+
+    def service_account(scale: float) -> dict[str, list[int]]:
+        """A service account of team ml with a token, for the runs to reach (and deactivate, and revoke)."""
+        headers = {**bearer(tokens["alice"]), "Content-Type": "application/json"}
+        status, account = request(
+            server, "POST", "/api/teams/ml/service-accounts/", json.dumps({"name": f"app-{scale}"}).encode(), headers
+        )
+        assert status == 201, account
+        body = json.dumps({"name": "prod", "role": "viewer", "expires_in_days": 30}).encode()
+        status, token = request(
+            server, "POST", f"/api/teams/ml/service-accounts/{account['id']}/tokens/", body, headers
+        )
+        assert status == 201, token
+        return {"account": [account["id"]], "token_id": [token["id"]]}
 
     status, schema = request(server, "GET", "/api/schema/?format=json")
     schema = schema if isinstance(schema, dict) else json.loads(schema)  # application/vnd.oai.openapi+json
-    assert status == 200 and len(schema["paths"]) == 16
+    assert status == 200 and len(schema["paths"]) == PATHS
     every_operation = {
         f"{method.upper()} {path}" for path, operations in schema["paths"].items() for method in operations
     }
     phases = ("--phases", ",".join(PHASES))
     for who, scale in (("alice", 2.0), ("root", 3.0)):
         ids = prepare(scale)
-        held = {"number": ids.pop("held")}
+        ids.pop("held")  # for the promote's own run, below
         summary = schemathesis(server, tmp_path / f"{who}.json", tokens[who], *phases, ids=ids)
         assert {phase: summary["phases"][phase]["status"] for phase in PHASES} == dict.fromkeys(PHASES, "success")
         assert summary["seed"] == 18 and summary["test_cases"]["generated"] > 500
         # The run deletes the webhook it was given before it redelivers (the operations go in path order):
         # the redeliver gets a run of its own, on a fresh webhook with deliveries.
+        # So does a service account's new token: the run deactivates the account first (path order).
         ids = prepare(scale + 0.5)
+        held = {"number": ids.pop("held")}
         alone = ("--phases", "fuzzing", "--include-path-regex", "redeliver$")
         schemathesis(server, tmp_path / f"{who}-redeliver.json", tokens[who], *alone, ids=ids, operations=1)
+        alone = ("--phases", "fuzzing", "--include-path-regex", "service-accounts/[^/]+/tokens/$")
+        schemathesis(server, tmp_path / f"{who}-tokens.json", tokens[who], *alone, ids=ids, operations=1)
         # A held version's promote (2xx with ?force=true; the main run's versions are not held) gets a run too.
         alone = ("--phases", "fuzzing", "--include-path-regex", r"versions/\{number\}/promote$", "--max-examples", "60")
         schemathesis(server, tmp_path / f"{who}-promote.json", tokens[who], *alone, ids=held, operations=1)
         # The links and the test's names let it reach every operation, not only its refusals.
         answered = operations_answered(tmp_path / f"{who}.har", schema, range(200, 300))
-        answered |= operations_answered(tmp_path / f"{who}-redeliver.har", schema, range(200, 300))
-        answered |= operations_answered(tmp_path / f"{who}-promote.har", schema, range(200, 300))
+        for alone_run in ("redeliver", "tokens", "promote"):
+            answered |= operations_answered(tmp_path / f"{who}-{alone_run}.har", schema, range(200, 300))
         assert answered == every_operation
     # No token: every operation answers its declared 401 (error body, WWW-Authenticate) and nothing else.
     anonymous = ("--phases", "fuzzing", "--mode", "positive", "--max-examples", "5")
     summary = schemathesis(server, tmp_path / "anonymous.json", None, *anonymous)
     assert summary["phases"]["fuzzing"]["status"] == "success"
-    assert len(summary["warnings"]["missing_auth"]) == 23
+    assert len(summary["warnings"]["missing_auth"]) == OPERATIONS
     assert operations_answered(tmp_path / "anonymous.har", schema, range(401, 402)) == every_operation
 
     # The registry after the runs: both models still listed, the operator-owned one without a team.

@@ -167,7 +167,7 @@ def test_uploads_to_other_teams_are_refused():
     response = _upload(bob, "iris", m.affine(2, 2), url="/models/iris/upload/")
     assert response.status_code == 403 and "belongs to team ml" in _text(response)
     new = _post(bob, "/upload/", {"name": "x", "team": "ml", "file": _file(m.affine(2, 2))})
-    assert new.status_code == 400 and "Select a valid choice" in _text(new)  # ml is not one of bob's teams
+    assert new.status_code == 403 and "not a member of team ml" in _text(new)  # ml is not one of bob's teams
     assert "Upload a new version" not in _text(bob.get("/models/iris/"))
     assert ModelVersion.objects.count() == 1
 

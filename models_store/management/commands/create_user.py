@@ -1,4 +1,4 @@
-"""``manage.py create_user USERNAME --team T``: an account for the web UI.
+"""``manage.py create_user USERNAME --team T [--role viewer|maintainer|owner]``: an account for the web UI.
 
 The password comes from an environment variable (``--password-from-env``,
 default variable MODELHOST_PASSWORD) or is generated and printed once; it
@@ -28,6 +28,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("username")
         parser.add_argument("--team", action="append", default=[], help="team to join (repeatable; created if missing)")
+        parser.add_argument(
+            "--role",
+            default="owner",
+            choices=["viewer", "maintainer", "owner"],
+            help="role in those teams (default owner)",
+        )
         parser.add_argument("--email", default="")
         parser.add_argument("--superuser", action="store_true", help="an operator: changes every model, admin access")
         parser.add_argument(
@@ -38,7 +44,7 @@ class Command(BaseCommand):
             help=f"read the password from environment variable VAR (default {DEFAULT_ENV}) instead of generating one",
         )
 
-    def handle(self, *args, username, team, email, superuser, password_from_env, **options):
+    def handle(self, *args, username, team, role, email, superuser, password_from_env, **options):
         call_command("migrate", interactive=False, verbosity=0)
         generated = password_from_env is None
         if generated:
@@ -52,7 +58,9 @@ class Command(BaseCommand):
             except ValidationError as exc:
                 raise CommandError("password refused: " + " ".join(exc.messages)) from None
         try:
-            accounts.user_create(username=username, password=password, teams=team, email=email, superuser=superuser)
+            accounts.user_create(
+                username=username, password=password, teams=team, email=email, superuser=superuser, role=role
+            )
         except RegistryError as exc:
             raise CommandError(str(exc)) from None
         kind = "superuser" if superuser else "user"

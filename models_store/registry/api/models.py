@@ -24,6 +24,8 @@ from models_store.web.openapi import LinkedResponse, errors, paginated
 
 
 class ModelListView(base.RegistryView):
+    permission_actions = {"GET": "models.list"}  # models_store.accounts.permissions
+
     @extend_schema(
         operation_id=base.LIST_MODELS,
         parameters=[
@@ -65,6 +67,8 @@ class ModelListView(base.RegistryView):
 
 
 class ModelDetailView(base.RegistryView):
+    permission_actions = {"GET": "model.view", "PATCH": "model.update"}  # models_store.accounts.permissions
+
     @extend_schema(
         operation_id=base.GET_MODEL,
         responses={
@@ -115,6 +119,8 @@ class ModelDetailView(base.RegistryView):
 
 
 class AuditView(base.RegistryView):
+    permission_actions = {"GET": "model.view"}  # models_store.accounts.permissions
+
     @extend_schema(
         operation_id=base.AUDIT_LOG,
         parameters=PAGE_PARAMETERS,

@@ -14,6 +14,8 @@ from models_store.web.openapi import LinkedResponse, OpenApiLink, errors
 
 
 class LabelView(base.RegistryView):
+    permission_actions = {"PUT": "label.set", "DELETE": "label.delete"}  # models_store.accounts.permissions
+
     @extend_schema(
         operation_id=base.SET_LABEL,
         request=LabelSerializer,
@@ -63,6 +65,8 @@ class LabelView(base.RegistryView):
 
 
 class TrafficView(base.RegistryView):
+    permission_actions = {"PUT": "traffic.set"}  # models_store.accounts.permissions
+
     @extend_schema(
         operation_id=base.SET_TRAFFIC,
         request=TrafficSerializer,
@@ -93,6 +97,8 @@ class TrafficView(base.RegistryView):
 
 
 class TrafficPromoteView(base.RegistryView):
+    permission_actions = {"POST": "traffic.promote"}  # models_store.accounts.permissions
+
     @extend_schema(
         operation_id=base.PROMOTE_CANARY,
         request=None,
@@ -115,6 +121,8 @@ class TrafficPromoteView(base.RegistryView):
 
 
 class TrafficRollbackView(base.RegistryView):
+    permission_actions = {"POST": "traffic.rollback"}  # models_store.accounts.permissions
+
     @extend_schema(
         operation_id=base.ROLLBACK_CANARY,
         request=None,

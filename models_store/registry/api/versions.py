@@ -40,6 +40,8 @@ GUARDED = (
 
 
 class VersionListView(base.RegistryView):
+    permission_actions = {"GET": "model.view", "POST": "version.upload"}  # models_store.accounts.permissions
+
     """GET: the versions of a model. POST: upload a new version (multipart)."""
 
     parser_classes = [MultiPartParser]
@@ -131,6 +133,8 @@ class VersionListView(base.RegistryView):
 
 
 class VersionDetailView(base.RegistryView):
+    permission_actions = {"GET": "model.view", "DELETE": "version.delete"}  # models_store.accounts.permissions
+
     @extend_schema(operation_id=base.GET_VERSION, responses={200: VersionSerializer, **errors(401, 404)})
     def get(self, request, name: str, number: int):
         """One version: state, reason, signature, sha256, size, validation log."""
@@ -160,6 +164,8 @@ class VersionDetailView(base.RegistryView):
 
 
 class VersionRetireView(base.RegistryView):
+    permission_actions = {"POST": "version.retire"}  # models_store.accounts.permissions
+
     @extend_schema(
         operation_id=base.RETIRE_VERSION,
         request=None,
@@ -184,6 +190,8 @@ class VersionRetireView(base.RegistryView):
 
 
 class VersionRestoreView(base.RegistryView):
+    permission_actions = {"POST": "version.restore"}  # models_store.accounts.permissions
+
     @extend_schema(
         operation_id=base.RESTORE_VERSION,
         request=None,
@@ -203,6 +211,8 @@ class VersionRestoreView(base.RegistryView):
 
 
 class VersionPromoteView(base.RegistryView):
+    permission_actions = {"POST": "version.promote"}  # models_store.accounts.permissions
+
     @extend_schema(
         operation_id=base.PROMOTE_VERSION,
         request=None,
