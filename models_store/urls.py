@@ -8,7 +8,7 @@ from django.views.generic import RedirectView
 from models_store.accounts import team_views
 from models_store.accounts import views as account_views
 from models_store.accounts.oidc import views as oidc_views
-from models_store.registry import views
+from models_store.registry import upload_views, views
 from models_store.webhooks import views as webhook_views
 
 _MODEL = "models/<str:name>"
@@ -22,7 +22,7 @@ urlpatterns = [
     path("oidc/authenticate/", oidc_views.SignInView.as_view(), name="oidc_authentication_init"),
     path("oidc/callback/", oidc_views.CallbackView.as_view(), name="oidc_authentication_callback"),
     path("models/", views.model_list, name="model-list"),
-    path("upload/", views.upload, name="upload"),
+    path("upload/", upload_views.upload, name="upload"),
     path(f"{_MODEL}/", views.model_detail, name="model-detail"),
     path(f"{_MODEL}/charts.json", views.model_charts, name="model-charts"),
     path(f"{_MODEL}/settings", views.model_settings, name="model-settings"),
@@ -30,7 +30,7 @@ urlpatterns = [
     path(f"{_MODEL}/labels/<str:label>/delete", views.label_delete, name="label-delete"),
     path(f"{_MODEL}/traffic", views.traffic_set, name="traffic-set"),
     path(f"{_MODEL}/traffic/<str:action>", views.traffic_action, name="traffic-action"),
-    path(f"{_MODEL}/upload/", views.upload_version, name="upload-version"),
+    path(f"{_MODEL}/upload/", upload_views.upload_version, name="upload-version"),
     path(f"{_VERSION}/", views.version_detail, name="version-detail"),
     path(f"{_VERSION}/<str:action>", views.version_action, name="version-action"),
     path("tokens/", account_views.token_list, name="token-list"),

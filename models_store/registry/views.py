@@ -1,4 +1,5 @@
-"""The web UI's registry pages: the model list, model and version pages, uploads.
+"""The web UI's registry pages: the model list, model and version pages
+(uploads: :mod:`models_store.registry.upload_views`).
 
 Pages are plain Django templates; a little JavaScript adds drag and drop
 with upload progress, the "try it" panel, state polling and copy buttons.
@@ -16,19 +17,16 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404, HttpResponse, JsonResponse
+from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
-from django.urls import reverse
-from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_POST
 
 from inference.serving import instance_groups
-from models_store import audit, outages
+from models_store import audit
 from models_store.accounts import selectors as accounts
-from models_store.errors import NotFound, Refused, SignatureConflict, UploadRefused, http_status
-from models_store.intake import services as intake
+from models_store.errors import NotFound, Refused, SignatureConflict, http_status
 from models_store.registry import actions, charts, selectors, signature_guard, snippets
-from models_store.registry.forms import LabelForm, ModelSettingsForm, UploadForm
+from models_store.registry.forms import LabelForm, ModelSettingsForm
 from models_store.registry.models import ModelVersion, RegisteredModel
 from models_store.webhooks import selectors as webhooks
 
@@ -37,7 +35,7 @@ AUDIT_ON_PAGE = 100  # the newest audit events a model page shows
 MODELS_PER_PAGE = 50  # rows of the models list
 
 
-def _status(exc: Exception) -> int:
+def refusal_status(exc: Exception) -> int:
     return http_status(exc) or 400
 
 
@@ -46,7 +44,7 @@ def _refusal(exc: Exception) -> str:
     return exc.on_a_page() if isinstance(exc, SignatureConflict) else str(exc)
 
 
-def _form_errors(form) -> str:
+def form_errors(form) -> str:
     """A form's errors as one line: ``field: message; ...``."""
     parts = []
     for field, errors in form.errors.items():
@@ -102,7 +100,7 @@ def _queue_policies(policies: dict) -> list[tuple[str, str]]:
     return described
 
 
-def _get_model(request, name: str) -> RegisteredModel:
+def page_model(request, name: str) -> RegisteredModel:
     """The model (prefetched) if the signed-in user may see it, else 404 (:func:`actions.visible_model`)."""
     try:
         return actions.visible_model(request.user, None, name, prefetched=True)
@@ -182,7 +180,7 @@ def _sort_links(params, order: str) -> dict[str, dict]:
 
 # -- the model page -------------------------------------------------------------
 def _model_page(request, name: str, *, status: int = 200, settings_form=None, label_form=None, error: str = ""):
-    model = _get_model(request, name)
+    model = page_model(request, name)
     versions = _versions_with_labels(model)
     state = selectors.serving(model)
     ready = [v.number for v in versions if v.state == ModelVersion.State.READY]
@@ -236,7 +234,7 @@ def model_charts(request, name: str):
     """The model page's charts as JSON (``?range=hour|day|week``, default
     hour; see :func:`models_store.charts.model_charts`): the signed-in user's
     teams' models only (404 otherwise), 400 ``{"error": ...}`` for an unknown range."""
-    model = _get_model(request, name)
+    model = page_model(request, name)
     try:
         data = charts.model_charts(model.name, request.GET.get("range", "hour"))
     except ValueError as exc:
@@ -250,7 +248,7 @@ def model_charts(request, name: str):
 def model_settings(request, name: str):
     form = ModelSettingsForm(request.POST)
     if not form.is_valid():
-        return _model_page(request, name, status=400, settings_form=form, error=_form_errors(form))
+        return _model_page(request, name, status=400, settings_form=form, error=form_errors(form))
     try:
         actions.update_model(
             request.user,
@@ -263,7 +261,7 @@ def model_settings(request, name: str):
             force=form.cleaned_data["force"],
         )
     except Refused as exc:
-        return _model_page(request, name, status=_status(exc), settings_form=form, error=_refusal(exc))
+        return _model_page(request, name, status=refusal_status(exc), settings_form=form, error=_refusal(exc))
     messages.success(request, "Saved the description, version policy, instance group and payload logging.")
     return redirect("model-detail", name=name)
 
@@ -272,16 +270,16 @@ def model_settings(request, name: str):
 @require_POST
 @accounts.endpoint(POST="label.set")
 def label_set(request, name: str):
-    model = _get_model(request, name)
+    model = page_model(request, name)
     ready = [v.number for v in model.versions.all() if v.state == ModelVersion.State.READY]
     form = LabelForm(request.POST, ready_versions=ready)
     if not form.is_valid():
-        return _model_page(request, name, status=400, label_form=form, error=_form_errors(form))
+        return _model_page(request, name, status=400, label_form=form, error=form_errors(form))
     try:
         data = form.cleaned_data
         actions.set_label(request.user, None, name, data["label"], data["version"], force=data["force"])
     except Refused as exc:
-        return _model_page(request, name, status=_status(exc), label_form=form, error=_refusal(exc))
+        return _model_page(request, name, status=refusal_status(exc), label_form=form, error=_refusal(exc))
     messages.success(request, f"Label {form.cleaned_data['label']} -> version {form.cleaned_data['version']}.")
     return redirect("model-detail", name=name)
 
@@ -293,7 +291,7 @@ def label_delete(request, name: str, label: str):
     try:
         actions.delete_label(request.user, None, name, label)
     except Refused as exc:
-        return _model_page(request, name, status=_status(exc), error=_refusal(exc))
+        return _model_page(request, name, status=refusal_status(exc), error=_refusal(exc))
     messages.success(request, f"Deleted label {label}.")
     return redirect("model-detail", name=name)
 
@@ -313,7 +311,7 @@ def _traffic_rows(model: RegisteredModel) -> list[dict]:
 def traffic_set(request, name: str):
     """The traffic split form: a weight per version label (empty: 0); all
     zero or empty clears the split."""
-    model = _get_model(request, name)
+    model = page_model(request, name)
     weights = {}
     for label in model.labels.all():
         text = request.POST.get(f"weight-{label.name}", "").strip()
@@ -328,7 +326,7 @@ def traffic_set(request, name: str):
     try:
         actions.set_traffic(request.user, None, name, weights, force=request.POST.get("force") == "on")
     except Refused as exc:
-        return _model_page(request, name, status=_status(exc), error=_refusal(exc))
+        return _model_page(request, name, status=refusal_status(exc), error=_refusal(exc))
     described = ", ".join(f"{label} {weight}%" for label, weight in sorted(weights.items())) or "none"
     messages.success(request, f"Traffic split: {described}.")
     return redirect("model-detail", name=name)
@@ -347,7 +345,7 @@ def traffic_action(request, name: str, action: str):
         else:
             actions.rollback_canary(request.user, None, name)
     except Refused as exc:
-        return _model_page(request, name, status=_status(exc), error=_refusal(exc))
+        return _model_page(request, name, status=refusal_status(exc), error=_refusal(exc))
     stable = selectors.label_numbers(selectors.model_detail(name)).get("stable")
     what = "Promoted the canary" if action == "promote" else "Rolled back"
     messages.success(request, f"{what}: every request that names no version goes to stable (version {stable}).")
@@ -356,7 +354,7 @@ def traffic_action(request, name: str, action: str):
 
 # -- the version page -----------------------------------------------------------
 def _version_page(request, name: str, number: int, *, status: int = 200, error: str = ""):
-    model = _get_model(request, name)
+    model = page_model(request, name)
     version = next((v for v in _versions_with_labels(model) if v.number == number), None)
     if version is None:
         raise Http404(f"model '{name}' has no version {number}")
@@ -411,105 +409,8 @@ def version_action(request, name: str, number: int, action: str):
         else:
             run(request.user, None, name, number)
     except Refused as exc:
-        return _version_page(request, name, number, status=_status(exc), error=_refusal(exc))
+        return _version_page(request, name, number, status=refusal_status(exc), error=_refusal(exc))
     messages.success(request, message.format(number=number))
     if action == "delete":
         return redirect("model-detail", name=name)
     return redirect("version-detail", name=name, number=number)
-
-
-# -- uploads --------------------------------------------------------------------
-def _wants_json(request) -> bool:
-    return request.headers.get("X-Requested-With") == "XMLHttpRequest"
-
-
-def _receive(request, name: str | None) -> HttpResponse:
-    """GET: the upload form (new model, or new version of ``name``). POST: the file streams into the
-    staging area, is checked, becomes the next version; XHR posts get JSON (``{"redirect"}``/``{"error"}``)."""
-    handler = intake.receive(request=request) if request.method == "POST" else None
-    try:
-        return _upload(request, name, handler)
-    finally:
-        if handler is not None:
-            handler.discard()
-
-
-@csrf_exempt  # the CSRF check runs in _upload, after the upload handler is in place
-@login_required
-@accounts.endpoint(GET="models.list", POST="model.create")
-def upload(request):
-    """A new model's first version (for a team the user may create models in)."""
-    return _receive(request, None)
-
-
-@csrf_exempt  # the CSRF check runs in _upload, after the upload handler is in place
-@login_required
-@accounts.endpoint(GET="model.view", POST="version.upload")
-def upload_version(request, name: str):
-    """The next version of model ``name``."""
-    return _receive(request, name)
-
-
-def _upload_teams(request) -> list[str]:
-    return list(accounts.teams_allowing(request.user, "model.create").values_list("name", flat=True))
-
-
-@csrf_protect
-def _upload(request, name: str | None, handler) -> HttpResponse:
-    model = _get_model(request, name) if name else None
-    teams = _upload_teams(request)
-    form_kwargs = {"teams": teams, "existing_model": name}
-    if request.method != "POST":
-        return _upload_page(request, model, UploadForm(**form_kwargs))
-    form = None
-    try:
-        if name:
-            intake.check_upload(user=request.user, token=None, model_name=name)
-        elif request.POST.get("team"):  # a team the user may not create models in: 403, not "not a valid choice"
-            intake.check_new_model(user=request.user, token=None, team_name=request.POST["team"])
-        try:
-            form = UploadForm(request.POST, request.FILES, **form_kwargs)
-        except OSError as exc:
-            if outages.no_space(exc):
-                raise  # 507 below, not the client's fault
-            raise UploadRefused(f"the upload was interrupted: {exc}") from None
-        staged = handler.result(required=False)  # an ensemble's upload is its config alone
-        if not form.is_valid():
-            return _upload_failed(request, model, form, _form_errors(form), 400)
-        data = form.cleaned_data
-        version = intake.upload(
-            user=request.user,
-            token=None,
-            model_name=name or data["name"],
-            staged=staged,
-            team_name=data.get("team", ""),
-            description=data.get("description", ""),
-            config=data.get("config", ""),
-        )
-    except Refused as exc:
-        return _upload_failed(request, model, form or UploadForm(**form_kwargs), str(exc), _status(exc))
-    except Exception as exc:
-        outage = outages.http_answer(exc)  # a dependency down (503), a full disk (507)
-        if outage is None:
-            raise
-        status, message, headers = outage
-        response = _upload_failed(request, model, form or UploadForm(**form_kwargs), message, status)
-        for key, value in headers.items():
-            response[key] = value
-        return response
-    url = reverse("version-detail", kwargs={"name": version.model.name, "number": version.number})
-    if _wants_json(request):
-        return JsonResponse({"redirect": url, "model": version.model.name, "version": version.number}, status=201)
-    messages.success(request, f"Uploaded version {version.number} of {version.model.name}.")
-    return redirect(url)
-
-
-def _upload_page(request, model, form, status: int = 200, error: str = "") -> HttpResponse:
-    context = {"model": model, "form": form, "error": error}
-    return render(request, "models_store/upload.html", context, status=status)
-
-
-def _upload_failed(request, model, form, error: str, status: int) -> HttpResponse:
-    if _wants_json(request):
-        return JsonResponse({"error": error}, status=status)
-    return _upload_page(request, model, form, status, error)

@@ -100,10 +100,10 @@ class World:
     ids: dict = field(default_factory=dict)
 
 
-def _version(model, number: int, state: str = ModelVersion.State.READY, actor=None) -> ModelVersion:
+def _version(model, number: int, state: str = ModelVersion.State.READY, actor=None, held=False) -> ModelVersion:
     return ModelVersion.objects.create(
         model=model, number=number, artifact=f"missing/{model.name}-{number}.onnx", sha256=f"{number:064x}", size=1,
-        inputs=SIGNATURE, outputs=SIGNATURE, state=state, uploaded_by=actor,
+        inputs=SIGNATURE, outputs=SIGNATURE, state=state, uploaded_by=actor, held=held,
     )  # fmt: skip
 
 
@@ -111,7 +111,7 @@ def _version(model, number: int, state: str = ModelVersion.State.READY, actor=No
 def world(settings, monkeypatch):
     """Team ml: viewer, maintainer, owner (and bystander, a viewer to remove);
     team vision: other (owner); operator (superuser). Model m of ml with
-    versions 1 (stable), 2 (canary), 3 (READY, unlabelled), 4 (retired); a
+    versions 1 (stable), 2 (canary), 3 (READY, unlabelled), 4 (retired), 5 (held); a
     webhook of ml with one delivery (deliveries are not sent: no timer); a
     service account bot of ml with a token; a personal token of each subject."""
     settings.INFERENCE_REQUIRE_TOKEN = True
@@ -126,7 +126,8 @@ def world(settings, monkeypatch):
     model = model_services.model_get_or_create(name="m", team=team, actor=users["owner"])
     versions = {n: _version(model, n, actor=users["owner"]) for n in (1, 2, 3)}
     _version(model, 4, ModelVersion.State.UNAVAILABLE)
-    RegisteredModel.objects.filter(pk=model.pk).update(last_version_number=4)
+    _version(model, 5, held=True)
+    RegisteredModel.objects.filter(pk=model.pk).update(last_version_number=5)
     VersionLabel.objects.create(model=model, name="stable", version=versions[1])
     VersionLabel.objects.create(model=model, name="canary", version=versions[2])
     hook = webhook_services.subscription_create(
@@ -191,6 +192,7 @@ REQUESTS: dict[tuple, Request] = {
     ("api-version-detail", "DELETE", None): Request(f"{M}/versions/3/", 204, hidden=404),
     ("api-version-retire", "POST", None): Request(f"{M}/versions/3/retire", 200, hidden=404),
     ("api-version-restore", "POST", None): Request(f"{M}/versions/4/restore", 200, hidden=404),
+    ("api-version-promote", "POST", None): Request(f"{M}/versions/5/promote", 200, hidden=404),
     ("api-label", "PUT", None): Request(f"{M}/labels/beta/", 200, {"version": 3}, hidden=404),
     ("api-label", "DELETE", None): Request(f"{M}/labels/canary/", 204, hidden=404),
     ("api-audit", "GET", None): Request(f"{M}/audit/", 200, hidden=404),
@@ -236,6 +238,7 @@ REQUESTS: dict[tuple, Request] = {
     ("version-detail", "GET", None): Request("/models/m/versions/1/", 200),
     ("version-action", "POST", "retire"): Request("/models/m/versions/3/retire", 302, {}),
     ("version-action", "POST", "restore"): Request("/models/m/versions/4/restore", 302, {}),
+    ("version-action", "POST", "promote"): Request("/models/m/versions/5/promote", 302, {}),
     ("version-action", "POST", "delete"): Request("/models/m/versions/3/delete", 302, {}),
     ("token-list", "GET", None): Request("/tokens/", 200),
     ("token-list", "POST", None): Request("/tokens/", 302, {"name": "mine", "team": "", "expires_in": ""}),
