@@ -6,6 +6,7 @@ from django.views.generic import RedirectView
 
 from models_store.accounts import views as account_views
 from models_store.registry import views
+from models_store.rollouts import views as rollout_views
 from models_store.webhooks import views as webhook_views
 
 _MODEL = "models/<str:name>"
@@ -24,6 +25,9 @@ urlpatterns = [
     path(f"{_MODEL}/labels/<str:label>/delete", views.label_delete, name="label-delete"),
     path(f"{_MODEL}/traffic", views.traffic_set, name="traffic-set"),
     path(f"{_MODEL}/traffic/<str:action>", views.traffic_action, name="traffic-action"),
+    path(f"{_MODEL}/rollouts/", rollout_views.rollout_list, name="rollout-list"),
+    path(f"{_MODEL}/rollouts/start", rollout_views.rollout_start, name="rollout-start"),
+    path(f"{_MODEL}/rollouts/<int:rollout_id>/<str:change>", rollout_views.rollout_change, name="rollout-change"),
     path(f"{_MODEL}/upload/", views.upload, name="upload-version"),
     path(f"{_VERSION}/", views.version_detail, name="version-detail"),
     path(f"{_VERSION}/<str:action>", views.version_action, name="version-action"),
