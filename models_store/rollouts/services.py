@@ -45,7 +45,7 @@ MAX_STEPS = 20
 MAX_PAUSE_SECONDS = 7 * 86400
 
 
-def check_steps(steps) -> list[int]:
+def _check_steps(steps) -> list[int]:
     """``steps`` as stored: whole percentages from 1 to 100 (RegistryError
     otherwise), at most :data:`MAX_STEPS`, increasing and ending at 100
     (Conflict otherwise, as a traffic split's weights that do not add up to 100)."""
@@ -107,7 +107,7 @@ def rollout_start(*, model, canary_version: int, actor, steps=None, pause_second
     rollout; no such version or not READY; the stable version itself;
     nothing serves; rollups off), SignatureConflict (the canary breaks the
     default route's callers, unless ``force``). Audited ``rollout.started``."""
-    fields = {"steps": check_steps(steps) if steps is not None else None, "pause_seconds": pause_seconds,
+    fields = {"steps": _check_steps(steps) if steps is not None else None, "pause_seconds": pause_seconds,
               "max_error_rate": max_error_rate, "max_p99_ratio": max_p99_ratio,
               "p99_tolerance_ms": p99_tolerance_ms, "min_requests": min_requests}  # fmt: skip
     rollout = Rollout(model=model, canary_version=canary_version, stable_version=0, force=force, started_by=actor)

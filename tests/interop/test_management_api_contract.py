@@ -39,6 +39,8 @@ pytestmark = [
 BIN = Path(sys.executable).parent
 CONFIG = ROOT / "tests" / "interop" / "schemathesis.toml"
 PHASES = ("coverage", "fuzzing", "stateful")
+#: The ids given to :func:`schemathesis` that are body fields (the others are path parameters).
+BODY_IDS = {"canary_version"}
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +70,10 @@ def schemathesis(
     if ids:
         config = report.with_suffix(".toml")
         lines = [CONFIG.read_text()]  # [parameters] is its last table: the first lines below extend it
-        lines += [f'"path.{name}" = {{ dictionary = "{name}", probability = 0.5 }}' for name in ids]
+        lines += [
+            f'"{"body" if name in BODY_IDS else "path"}.{name}" = {{ dictionary = "{name}", probability = 0.5 }}'
+            for name in ids
+        ]
         lines += [f"[dictionaries.{name}]\nvalues = {json.dumps(values)}" for name, values in ids.items()]
         config.write_text("\n".join(lines) + "\n")
     command = [
@@ -84,7 +89,7 @@ def schemathesis(
     assert summary["complete"] and summary["stop_reason"] == "completed", output
     assert summary["failures"] == [] and summary["errors"] == [], output
     assert summary["test_cases"]["with_failures"] == 0 and summary["test_cases"]["errored"] == 0, output
-    assert summary["operations"]["tested"] == operations and summary["operations"]["total"] == 22, output
+    assert summary["operations"]["tested"] == operations and summary["operations"]["total"] == 29, output
     return summary
 
 
@@ -150,11 +155,35 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
             server, "POST", f"/api/models/affine/versions/{retired['number']}/retire", b"", bearer(tokens["alice"])
         )
         assert status == 200, answer
-        return {"webhook": [webhook], "delivery": [d["id"] for d in page["results"]], "number": [retired["number"]]}
+        # A running rollout (a version of its own, steps an hour long: never judged during the run) for the
+        # rollout operations to find, and a READY version the fuzzer may start one with once it has ended.
+        status, rollouts = request(server, "GET", "/api/models/affine/rollouts/", b"", bearer(tokens["alice"]))
+        for earlier in rollouts.get("results", []) if status == 200 else []:
+            if earlier["state"] in ("running", "paused"):  # the run before left it going
+                path = f"/api/models/affine/rollouts/{earlier['id']}/abort"
+                assert request(server, "POST", path, b"", bearer(tokens["alice"]))[0] == 200
+        rollout_versions = []
+        for extra in (0.5, 0.75):
+            body, kind = multipart({}, m.affine(scale + extra, 1.0))
+            status, answer = request(
+                server, "POST", "/api/models/affine/versions/", body, {**headers, "Content-Type": kind}
+            )
+            assert status == 201, answer
+            rollout_versions.append(answer["number"])
+        status, rollout = request(
+            server, "POST", "/api/models/affine/rollouts/",
+            json.dumps({"canary_version": rollout_versions[0], "steps": [50, 100], "pause_seconds": 3600}).encode(),
+            {**bearer(tokens["alice"]), "Content-Type": "application/json"},
+        )  # fmt: skip
+        assert status == 201, rollout
+        return {
+            "webhook": [webhook], "delivery": [d["id"] for d in page["results"]], "number": [retired["number"]],
+            "rollout": [rollout["id"]], "canary_version": rollout_versions,
+        }  # fmt: skip
 
     status, schema = request(server, "GET", "/api/schema/?format=json")
     schema = schema if isinstance(schema, dict) else json.loads(schema)  # application/vnd.oai.openapi+json
-    assert status == 200 and len(schema["paths"]) == 15
+    assert status == 200 and len(schema["paths"]) == 21
     every_operation = {
         f"{method.upper()} {path}" for path, operations in schema["paths"].items() for method in operations
     }
@@ -177,7 +206,7 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
     anonymous = ("--phases", "fuzzing", "--mode", "positive", "--max-examples", "5")
     summary = schemathesis(server, tmp_path / "anonymous.json", None, *anonymous)
     assert summary["phases"]["fuzzing"]["status"] == "success"
-    assert len(summary["warnings"]["missing_auth"]) == 22
+    assert len(summary["warnings"]["missing_auth"]) == 29
     assert operations_answered(tmp_path / "anonymous.har", schema, range(401, 402)) == every_operation
 
     # The registry after the runs: both models still listed, the operator-owned one without a team.

@@ -25,7 +25,6 @@ from hosting.deployment import DeploymentError, check_worker_mode
 from hosting.supervisor import Child, Supervisor
 from models_store import maintenance
 from models_store.intake.repository import import_repository
-from models_store.rollouts import ticker
 
 
 def _check_executor() -> None:
@@ -146,7 +145,7 @@ class Command(BaseCommand):
                 ready_file.unlink(missing_ok=True)  # not ready until gRPC listens again
 
         upkeep = maintenance.start()  # the reaper and the cleanup of interrupted uploads, on a timer
-        rollouts = ticker.start()  # the steps of progressive rollouts judged when due
+        rollouts = maintenance.start_rollouts()  # the steps of progressive rollouts judged when due
         try:
             failed = Supervisor(children, on_exit=on_exit).run() != 0
         finally:
