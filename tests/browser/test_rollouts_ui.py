@@ -73,11 +73,13 @@ def test_start_a_rollout_see_its_analysis_pause_and_abort_it(page, ui_server, sh
     panel.locator("#rollout-pause").click()  # the 100% step gets no requests: it waits, extended
     expect(page.locator(".messages")).to_contain_text("paused")
     expect(panel.locator("#rollout-state")).to_have_text("paused")
-    page.once("dialog", lambda dialog: dialog.accept())
+    asked = []
+    page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
     panel.locator("#rollout-abort").click()
     expect(page.locator(".messages")).to_contain_text("aborted")
     expect(panel.locator("#rollout-state")).to_have_text("aborted")
     expect(panel.locator("#rollout-pause")).to_have_count(0)
+    assert asked == ["Abort the rollout? Every request that names no version goes back to version 1."]
     model = _api(ui_server, "GET", f"/api/models/{MODEL}/")[1]
     assert model["traffic"] == {"canary": 0, "stable": 100}
     audit = _api(ui_server, "GET", f"/api/models/{MODEL}/audit/")[1]["results"]
