@@ -60,18 +60,28 @@ def _schema_url(server) -> str:
 
 
 def schemathesis(
-    server, report: Path, token: str | None, *options: str, ids: dict | None = None, operations: int = 22
+    server,
+    report: Path,
+    token: str | None,
+    *options: str,
+    ids: dict | None = None,
+    operations: int = 29,
+    probability: float = 0.5,
 ) -> dict:
     """Run the schemathesis CLI against ``server`` (with ``token``, or none);
     its JSON run report (the requests it sent are in ``report`` .har).
     ``ids``: path parameter -> row ids that exist (a webhook and its
-    deliveries), added to the configuration as dictionaries of those parameters."""
+    deliveries), added to the configuration as dictionaries of those
+    parameters, used with ``probability``."""
     config = CONFIG
     if ids:
         config = report.with_suffix(".toml")
-        lines = [CONFIG.read_text()]  # [parameters] is its last table: the first lines below extend it
+        text = CONFIG.read_text()
+        if "name" in ids:  # the test's model names rather than the configuration's
+            text = "\n".join(line for line in text.splitlines() if not line.startswith('"path.name"'))
+        lines = [text]  # [parameters] is its last table: the first lines below extend it
         lines += [
-            f'"{"body" if name in BODY_IDS else "path"}.{name}" = {{ dictionary = "{name}", probability = 0.5 }}'
+            f'"{"body" if name in BODY_IDS else "path"}.{name}" = {{ dictionary = "{name}", probability = {probability} }}'
             for name in ids
         ]
         lines += [f"[dictionaries.{name}]\nvalues = {json.dumps(values)}" for name, values in ids.items()]
@@ -164,7 +174,7 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
                 assert request(server, "POST", path, b"", bearer(tokens["alice"]))[0] == 200
         rollout_versions = []
         for extra in (0.5, 0.75):
-            body, kind = multipart({}, m.affine(scale + extra, 1.0))
+            body, kind = multipart({}, m.affine(scale + extra, 7.0))
             status, answer = request(
                 server, "POST", "/api/models/affine/versions/", body, {**headers, "Content-Type": kind}
             )
@@ -198,9 +208,23 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
         ids = prepare(scale + 0.5)
         alone = ("--phases", "fuzzing", "--include-path-regex", "redeliver$")
         schemathesis(server, tmp_path / f"{who}-redeliver.json", tokens[who], *alone, ids=ids, operations=1)
+        # Likewise a rollout's pause and resume, then its promote (the operations go in path order, and each
+        # changes what the next may do), on the fresh running rollout of "affine" that prepare() started; then,
+        # with none running, the start of one (the main run found the prepared one running: 409).
+        rollout_ids = {"name": ["affine"], "rollout": ids["rollout"]}
+        runs = (
+            ("rollout", r"\{rollout\}/(pause|resume)", rollout_ids, 2),
+            ("promote", r"\{rollout\}/promote", rollout_ids, 1),
+            ("start", "", {"name": ["affine"], "canary_version": ids["canary_version"]}, 2),
+        )
+        for run, changes, run_ids, count in runs:
+            alone = ("--phases", "fuzzing", "--include-path-regex", f"rollouts/{changes}$")
+            report = tmp_path / f"{who}-{run}.json"
+            schemathesis(server, report, tokens[who], *alone, ids=run_ids, operations=count, probability=1.0)
         # The links and the test's names let it reach every operation, not only its refusals.
         answered = operations_answered(tmp_path / f"{who}.har", schema, range(200, 300))
-        answered |= operations_answered(tmp_path / f"{who}-redeliver.har", schema, range(200, 300))
+        for run in ("redeliver", "rollout", "promote", "start"):
+            answered |= operations_answered(tmp_path / f"{who}-{run}.har", schema, range(200, 300))
         assert answered == every_operation
     # No token: every operation answers its declared 401 (error body, WWW-Authenticate) and nothing else.
     anonymous = ("--phases", "fuzzing", "--mode", "positive", "--max-examples", "5")
