@@ -5,12 +5,14 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from models_store.accounts import apis as team_apis
 from models_store.registry.api import models, routes, versions
+from models_store.rollouts import api as rollout_apis
 from models_store.webhooks import apis as webhook_apis
 
 _MODEL = "models/<str:name>"
 _VERSION = "models/<str:name>/versions/<int:number>"
 _WEBHOOK = "teams/<str:team>/webhooks/<int:webhook>"
 _ACCOUNT = "teams/<str:team>/service-accounts/<int:account>"
+_ROLLOUT = "models/<str:name>/rollouts/<int:rollout>"
 
 urlpatterns = [
     path("models/", models.ModelListView.as_view(), name="api-model-list"),
@@ -25,6 +27,12 @@ urlpatterns = [
     path(f"{_MODEL}/traffic/", routes.TrafficView.as_view(), name="api-traffic"),
     path(f"{_MODEL}/traffic/promote", routes.TrafficPromoteView.as_view(), name="api-traffic-promote"),
     path(f"{_MODEL}/traffic/rollback", routes.TrafficRollbackView.as_view(), name="api-traffic-rollback"),
+    path(f"{_MODEL}/rollouts/", rollout_apis.RolloutListView.as_view(), name="api-rollout-list"),
+    path(f"{_ROLLOUT}/", rollout_apis.RolloutDetailView.as_view(), name="api-rollout-detail"),
+    path(f"{_ROLLOUT}/pause", rollout_apis.RolloutPauseView.as_view(), name="api-rollout-pause"),
+    path(f"{_ROLLOUT}/resume", rollout_apis.RolloutResumeView.as_view(), name="api-rollout-resume"),
+    path(f"{_ROLLOUT}/promote", rollout_apis.RolloutPromoteView.as_view(), name="api-rollout-promote"),
+    path(f"{_ROLLOUT}/abort", rollout_apis.RolloutAbortView.as_view(), name="api-rollout-abort"),
     path("teams/<str:team>/webhooks/", webhook_apis.WebhookListView.as_view(), name="api-webhook-list"),
     path(f"{_WEBHOOK}/", webhook_apis.WebhookDetailView.as_view(), name="api-webhook-detail"),
     path(f"{_WEBHOOK}/deliveries/", webhook_apis.DeliveryListView.as_view(), name="api-webhook-deliveries"),

@@ -14,6 +14,10 @@ and of every inference worker that takes validation tasks (``runworker``):
 - webhook deliveries whose attempt is overdue (the process that would have
   made it ended) are scheduled again (:func:`~models_store.webhooks.services.reschedule_stale`).
 
+And, on a timer of its own (ROLLOUT_TICK_SECONDS, :func:`start_rollouts`:
+``serve`` only), the steps of progressive rollouts that are due are judged
+(:func:`~models_store.rollouts.services.tick`).
+
 Every MAINTENANCE_SECONDS; several processes doing it at once is harmless
 (a version is re-queued by one reaper only; removing an orphan twice is a
 no-op). A dependency that is down skips the round (one log line, see
@@ -25,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from django.conf import settings
@@ -37,6 +41,7 @@ from models_store import outages, storage
 from models_store.intake.services import schedule_validation
 from models_store.registry import selectors
 from models_store.registry.services import states
+from models_store.rollouts import services as rollouts
 from models_store.webhooks import services as webhooks
 
 logger = logging.getLogger(__name__)
@@ -81,19 +86,20 @@ def run_once(cache_dir: Path | None = None) -> tuple[list[int], list[str]]:
     return requeued, removed
 
 
-class Maintenance:
-    """A daemon thread running :func:`run_once` every ``interval`` seconds."""
+class Timer:
+    """A daemon thread running ``work()`` every ``interval`` seconds (0:
+    none); a dependency that is down skips the round with one log line
+    (``what``: whose, ``retry``: what happens then)."""
 
-    def __init__(self, interval: float, cache_dir: Path | None = None):
-        self.interval = interval
-        self.cache_dir = cache_dir
-        self.watch = DependencyWatch("the model store (scheduled upkeep)", logger)
+    def __init__(self, interval: float, work: Callable[[], object], name: str, what: str, retry: str):
+        self.interval, self.work, self.name, self.retry = interval, work, name, retry
+        self.watch = DependencyWatch(what, logger)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> Maintenance:
+    def start(self) -> Timer:
         if self.interval > 0 and self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="store-maintenance", daemon=True)
+            self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
             self._thread.start()
         return self
 
@@ -103,18 +109,37 @@ class Maintenance:
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                run_once(self.cache_dir)
+                self.work()
             except Exception as exc:
                 if outages.transient(exc):
-                    self.watch.failed(exc, f"the reaper and the cleanup retry every {self.interval:g} s")
+                    self.watch.failed(exc, f"{self.retry} every {self.interval:g} s")
                 else:
-                    logger.exception("the model store's scheduled upkeep failed")
+                    logger.exception("%s failed", self.name)
             else:
                 self.watch.ok()
             finally:
                 close_old_connections()
 
 
-def start(cache_dir: Path | None = None) -> Maintenance:
+def start(cache_dir: Path | None = None) -> Timer:
     """Start this process's upkeep timer (MAINTENANCE_SECONDS; 0: none)."""
-    return Maintenance(settings.MAINTENANCE_SECONDS, cache_dir).start()
+    return Timer(
+        settings.MAINTENANCE_SECONDS, lambda: run_once(cache_dir), "store-maintenance",
+        "the model store (scheduled upkeep)", "the reaper and the cleanup retry",
+    ).start()  # fmt: skip
+
+
+def judge_rollouts() -> None:
+    """Judge the progressive rollouts' steps that are due (:func:`models_store.rollouts.services.tick`)."""
+    for rollout, outcome in rollouts.tick():
+        logger.info("rollout %s: %s", rollout, outcome)
+
+
+def start_rollouts() -> Timer:
+    """Start this process's rollout timer (ROLLOUT_TICK_SECONDS; 0: none): the
+    steps of progressive rollouts judged when due. Several processes
+    (replicas) may run it at once: each step is judged by one of them."""
+    return Timer(
+        settings.ROLLOUT_TICK_SECONDS, judge_rollouts, "rollout-ticker", "the model store (rollouts)",
+        "rollouts are judged again",
+    ).start()  # fmt: skip

@@ -9,6 +9,7 @@ from models_store.accounts import team_views
 from models_store.accounts import views as account_views
 from models_store.accounts.oidc import views as oidc_views
 from models_store.registry import upload_views, views
+from models_store.rollouts import views as rollout_views
 from models_store.webhooks import views as webhook_views
 
 _MODEL = "models/<str:name>"
@@ -30,6 +31,9 @@ urlpatterns = [
     path(f"{_MODEL}/labels/<str:label>/delete", views.label_delete, name="label-delete"),
     path(f"{_MODEL}/traffic", views.traffic_set, name="traffic-set"),
     path(f"{_MODEL}/traffic/<str:action>", views.traffic_action, name="traffic-action"),
+    path(f"{_MODEL}/rollouts/", rollout_views.rollout_list, name="rollout-list"),
+    path(f"{_MODEL}/rollouts/start", rollout_views.rollout_start, name="rollout-start"),
+    path(f"{_MODEL}/rollouts/<int:rollout_id>/<str:change>", rollout_views.rollout_change, name="rollout-change"),
     path(f"{_MODEL}/upload/", upload_views.upload_version, name="upload-version"),
     path(f"{_VERSION}/", views.version_detail, name="version-detail"),
     path(f"{_VERSION}/<str:action>", views.version_action, name="version-action"),

@@ -85,3 +85,6 @@ ORPHAN_MIN_AGE_SECONDS = env.float("ORPHAN_MIN_AGE_SECONDS", default=600.0)
 #: ... by the upkeep timer of `serve` and of validating workers, every this many
 #: seconds (the reaper runs on it too; 0: no timer, then run `manage.py cleanup_store`).
 MAINTENANCE_SECONDS = env.float("MAINTENANCE_SECONDS", default=60.0)
+#: How often `serve` judges the steps of progressive rollouts that are due (s; 0: never;
+#: models_store/maintenance.py start_rollouts, docs/rollouts.md).
+ROLLOUT_TICK_SECONDS = env.float("ROLLOUT_TICK_SECONDS", default=5.0)

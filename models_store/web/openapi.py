@@ -79,6 +79,12 @@ PATH_PARAMETERS = {
         OpenApiParameter.PATH,
         description="Webhook delivery id.",
     ),
+    "rollout": OpenApiParameter(
+        "rollout",
+        {"type": "integer", "minimum": 1, "maximum": MAX_ROW_ID},
+        OpenApiParameter.PATH,
+        description="Rollout id.",
+    ),
 }
 
 #: DRF names the scheme of a 401 (``Bearer realm="modelhost"``).

@@ -16,6 +16,10 @@ class WebhookEvent(models.TextChoices):
     LABEL_MOVED = "label.moved", "A version label was set, moved or removed"
     TRAFFIC_CHANGED = "traffic.changed", "A traffic split changed (set, promote, rollback)"
     MODEL_DELETED = "model.deleted", "A model was deleted"
+    ROLLOUT_STARTED = "rollout.started", "A progressive rollout started"
+    ROLLOUT_ADVANCED = "rollout.advanced", "A rollout passed a step and moved to the next weight"
+    ROLLOUT_PROMOTED = "rollout.promoted", "A rollout promoted its version (label stable moved)"
+    ROLLOUT_ROLLED_BACK = "rollout.rolled_back", "A rollout was rolled back (a failed analysis, or aborted)"
 
 
 class WebhookSubscription(models.Model):

@@ -49,7 +49,7 @@ def ui_server(tmp_path_factory):
     server = LiveServer(
         repository,
         tmp_path_factory.mktemp("ui-live"),
-        extra_env={"REGISTRY_POLL_SECONDS": "0.2", "CHART_FLUSH_SECONDS": "1", **hooks},
+        extra_env={"REGISTRY_POLL_SECONDS": "0.2", "CHART_FLUSH_SECONDS": "1", "ROLLOUT_TICK_SECONDS": "0.3", **hooks},
     )
     server.start()
     password = secrets.token_urlsafe(16)

@@ -39,6 +39,8 @@ pytestmark = [
 BIN = Path(sys.executable).parent
 CONFIG = ROOT / "tests" / "interop" / "schemathesis.toml"
 PHASES = ("coverage", "fuzzing", "stateful")
+#: The ids given to :func:`schemathesis` that are body fields (the others are path parameters).
+BODY_IDS = {"canary_version"}
 
 
 @pytest.fixture(scope="module")
@@ -58,21 +60,34 @@ def _schema_url(server) -> str:
 
 
 #: The management API's operations (and paths): the registry's, the webhooks', the teams' members and service accounts.
-OPERATIONS, PATHS = 32, 23
+OPERATIONS, PATHS = 39, 29
 
 
 def schemathesis(
-    server, report: Path, token: str | None, *options: str, ids: dict | None = None, operations: int = OPERATIONS
+    server,
+    report: Path,
+    token: str | None,
+    *options: str,
+    ids: dict | None = None,
+    operations: int = OPERATIONS,
+    probability: float = 0.5,
 ) -> dict:
     """Run the schemathesis CLI against ``server`` (with ``token``, or none);
     its JSON run report (the requests it sent are in ``report`` .har).
     ``ids``: path parameter -> row ids that exist (a webhook and its
-    deliveries), added to the configuration as dictionaries of those parameters."""
+    deliveries), added to the configuration as dictionaries of those
+    parameters, used with ``probability``."""
     config = CONFIG
     if ids:
         config = report.with_suffix(".toml")
-        lines = [CONFIG.read_text()]  # [parameters] is its last table: the first lines below extend it
-        lines += [f'"path.{name}" = {{ dictionary = "{name}", probability = 0.5 }}' for name in ids]
+        text = CONFIG.read_text()
+        if "name" in ids:  # the test's model names rather than the configuration's
+            text = "\n".join(line for line in text.splitlines() if not line.startswith('"path.name"'))
+        lines = [text]  # [parameters] is its last table: the first lines below extend it
+        lines += [
+            f'"{"body" if name in BODY_IDS else "path"}.{name}" = {{ dictionary = "{name}", probability = {probability} }}'
+            for name in ids
+        ]
         lines += [f"[dictionaries.{name}]\nvalues = {json.dumps(values)}" for name, values in ids.items()]
         config.write_text("\n".join(lines) + "\n")
     command = [
@@ -174,9 +189,31 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
         body, kind = multipart({}, m.affine(scale + 0.75, 1.0, width=4 + int(scale * 2)))
         status, held = request(server, "POST", "/api/models/affine/versions/", body, {**headers, "Content-Type": kind})
         assert status == 201 and held["held"], held
+        # A running rollout (a version of its own, steps an hour long: never judged during the run) for the
+        # rollout operations to find, and a READY version the fuzzer may start one with once it has ended.
+        status, rollouts = request(server, "GET", "/api/models/affine/rollouts/", b"", bearer(tokens["alice"]))
+        for earlier in rollouts.get("results", []) if status == 200 else []:
+            if earlier["state"] in ("running", "paused"):  # the run before left it going
+                path = f"/api/models/affine/rollouts/{earlier['id']}/abort"
+                assert request(server, "POST", path, b"", bearer(tokens["alice"]))[0] == 200
+        rollout_versions = []
+        for extra in (0.5, 0.75):
+            body, kind = multipart({}, m.affine(scale + extra, 7.0))
+            status, answer = request(
+                server, "POST", "/api/models/affine/versions/", body, {**headers, "Content-Type": kind}
+            )
+            assert status == 201, answer
+            rollout_versions.append(answer["number"])
+        status, rollout = request(
+            server, "POST", "/api/models/affine/rollouts/",
+            json.dumps({"canary_version": rollout_versions[0], "steps": [50, 100], "pause_seconds": 3600}).encode(),
+            {**bearer(tokens["alice"]), "Content-Type": "application/json"},
+        )  # fmt: skip
+        assert status == 201, rollout
         return {
             "webhook": [webhook], "delivery": [d["id"] for d in page["results"]], "number": [retired["number"]],
-            "username": ["bob"], "held": [held["number"]], **service_account(scale),
+            "username": ["bob"], "held": [held["number"]], "rollout": [rollout["id"]],
+            "canary_version": rollout_versions, **service_account(scale),
         }  # fmt: skip
 
     def service_account(scale: float) -> dict[str, list[int]]:
@@ -210,18 +247,30 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
         # the redeliver gets a run of its own, on a fresh webhook with deliveries.
         # So does a service account's new token: the run deactivates the account first (path order).
         ids = prepare(scale + 0.5)
-        held = {"number": ids.pop("held")}
+        held = ids.pop("held")
         alone = ("--phases", "fuzzing", "--include-path-regex", "redeliver$")
         schemathesis(server, tmp_path / f"{who}-redeliver.json", tokens[who], *alone, ids=ids, operations=1)
         alone = ("--phases", "fuzzing", "--include-path-regex", "service-accounts/[^/]+/tokens/$")
         schemathesis(server, tmp_path / f"{who}-tokens.json", tokens[who], *alone, ids=ids, operations=1)
-        # A held version's promote (2xx with ?force=true; the main run's versions are not held) gets a run too.
-        alone = ("--phases", "fuzzing", "--include-path-regex", r"versions/\{number\}/promote$", "--max-examples", "60")
-        schemathesis(server, tmp_path / f"{who}-promote.json", tokens[who], *alone, ids=held, operations=1)
+        # Likewise a rollout's pause and resume, then its promote (the operations go in path order, and each
+        # changes what the next may do), on the fresh running rollout of "affine" that prepare() started; then,
+        # with none running, the start of one (the main run found the prepared one running: 409); and a held
+        # version's promote (2xx with ?force=true; the main run's versions are not held).
+        rollout_ids = {"name": ["affine"], "rollout": ids["rollout"]}
+        runs = (
+            ("rollout", r"rollouts/\{rollout\}/(pause|resume)$", rollout_ids, 2),
+            ("promote", r"rollouts/\{rollout\}/promote$", rollout_ids, 1),
+            ("start", "rollouts/$", {"name": ["affine"], "canary_version": ids["canary_version"]}, 2),
+            ("held", r"versions/\{number\}/promote$", {"name": ["affine"], "number": held}, 1),
+        )
+        for run, paths, run_ids, count in runs:
+            alone = ("--phases", "fuzzing", "--include-path-regex", paths)
+            report = tmp_path / f"{who}-{run}.json"
+            schemathesis(server, report, tokens[who], *alone, ids=run_ids, operations=count, probability=1.0)
         # The links and the test's names let it reach every operation, not only its refusals.
         answered = operations_answered(tmp_path / f"{who}.har", schema, range(200, 300))
-        for alone_run in ("redeliver", "tokens", "promote"):
-            answered |= operations_answered(tmp_path / f"{who}-{alone_run}.har", schema, range(200, 300))
+        for run in ("redeliver", "tokens", "rollout", "promote", "start", "held"):
+            answered |= operations_answered(tmp_path / f"{who}-{run}.har", schema, range(200, 300))
         assert answered == every_operation
     # No token: every operation answers its declared 401 (error body, WWW-Authenticate) and nothing else.
     anonymous = ("--phases", "fuzzing", "--mode", "positive", "--max-examples", "5")

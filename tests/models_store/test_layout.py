@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 STORE = ROOT / "models_store"
 STATE_MACHINE = STORE / "registry" / "services" / "states.py"
-RESOURCE_PACKAGES = ("registry", "accounts", "intake", "webhooks")
+RESOURCE_PACKAGES = ("registry", "accounts", "intake", "webhooks", "rollouts")
 #: Query methods that write the keyword arguments they get (``state=...``).
 WRITING_CALLS = {"create", "update", "update_or_create", "get_or_create"}
 

@@ -64,6 +64,27 @@ def affine(scale: float, offset: float, width: int = 4, batch="N") -> bytes:
     )
 
 
+def affine_failing_from(scale: float, offset: float, limit: int = 2, width: int = 4) -> bytes:
+    """FP32 y = scale * x + offset, shape [N, width], as :func:`affine`, but the
+    run fails (ONNX Runtime: Gather index out of bounds) when an element of
+    ``x`` is ``limit`` or more (or below -``limit``): a Gather from a table of
+    ``limit`` zeros indexed by the input cast to INT64, added to y."""
+    shape = ("N", width)
+    init = [
+        helper.make_tensor("scale", TensorProto.FLOAT, [], [scale]),
+        helper.make_tensor("offset", TensorProto.FLOAT, [], [offset]),
+        helper.make_tensor("zeros", TensorProto.FLOAT, [limit], [0.0] * limit),
+    ]
+    nodes = [
+        helper.make_node("Mul", ["x", "scale"], ["t"]),
+        helper.make_node("Add", ["t", "offset"], ["u"]),
+        helper.make_node("Cast", ["x"], ["index"], to=TensorProto.INT64),
+        helper.make_node("Gather", ["zeros", "index"], ["nothing"], axis=0),
+        helper.make_node("Add", ["u", "nothing"], ["y"]),
+    ]
+    return _model(nodes, [_vi("x", "FP32", shape)], [_vi("y", "FP32", shape)], initializers=init)
+
+
 def string_suffix(suffix: str = "!") -> bytes:
     """BYTES text -> text + suffix (StringConcat), shape [-1]: proves the model sees the text."""
     const = helper.make_node(

@@ -145,9 +145,11 @@ class Command(BaseCommand):
                 ready_file.unlink(missing_ok=True)  # not ready until gRPC listens again
 
         upkeep = maintenance.start()  # the reaper and the cleanup of interrupted uploads, on a timer
+        rollouts = maintenance.start_rollouts()  # the steps of progressive rollouts judged when due
         try:
             failed = Supervisor(children, on_exit=on_exit).run() != 0
         finally:
             upkeep.stop()
+            rollouts.stop()
         if failed:
             raise CommandError("a server process kept failing; see the log above")

@@ -1,0 +1,1 @@
+"""Progressive rollouts of a model's new version (docs/rollouts.md "Progressive rollouts")."""
