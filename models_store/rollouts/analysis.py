@@ -1,6 +1,6 @@
 """The analysis of a rollout's step: the canary version against the stable
 version over the step's window, from the per-minute rollups the serving
-processes already keep (:mod:`inference.rollups`, rows of
+processes already keep (:mod:`inference.observability.rollups`, rows of
 :class:`inference.models.MinuteRollupRow`).
 
 The window: the rollups of the minutes from the step's first minute on,
@@ -13,7 +13,7 @@ its statistics thread, every STATISTICS_FLUSH_SECONDS): a step is judged
 
 Per version: ``requests`` (answered and failed), ``errors``, the error rate
 ``errors / requests`` and the 99th percentile of the compute time in
-milliseconds, from the summed histograms (:func:`inference.rollups.percentile`).
+milliseconds, from the summed histograms (:func:`inference.observability.rollups.percentile`).
 The verdict (:func:`judge`): ``extend`` while the canary has fewer than
 ``min_requests`` requests; else ``fail`` when its error rate is above
 ``max_error_rate``, or when its p99 is above ``max_p99_ratio`` times the

@@ -17,8 +17,8 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from inference.rollups import MinuteRollups
-from inference.rollups_db import DatabaseRollups
+from inference.observability.rollups import MinuteRollups
+from inference.observability.rollups_db import DatabaseRollups
 from models_store import errors
 from models_store.intake import services as intake
 from models_store.models import AuditEvent, Rollout, WebhookDelivery
