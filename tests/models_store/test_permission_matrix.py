@@ -25,7 +25,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 from models_store.accounts import permissions, service_accounts, services
 from models_store.accounts.permissions import Level
-from models_store.models import ModelVersion, RegisteredModel, Role, VersionLabel, WebhookDelivery
+from models_store.models import ModelVersion, RegisteredModel, Role, Rollout, VersionLabel, WebhookDelivery
 from models_store.registry.services import models as model_services
 from models_store.webhooks import delivery as webhook_delivery
 from models_store.webhooks import services as webhook_services
@@ -111,7 +111,8 @@ def _version(model, number: int, state: str = ModelVersion.State.READY, actor=No
 def world(settings, monkeypatch):
     """Team ml: viewer, maintainer, owner (and bystander, a viewer to remove);
     team vision: other (owner); operator (superuser). Model m of ml with
-    versions 1 (stable), 2 (canary), 3 (READY, unlabelled), 4 (retired), 5 (held); a
+    versions 1 (stable), 2 (canary), 3 (READY, unlabelled), 4 (retired), 5 (held), a
+    running rollout of version 2 (canary; a row: labels and split untouched); a
     webhook of ml with one delivery (deliveries are not sent: no timer); a
     service account bot of ml with a token; a personal token of each subject."""
     settings.INFERENCE_REQUIRE_TOKEN = True
@@ -128,6 +129,7 @@ def world(settings, monkeypatch):
     _version(model, 4, ModelVersion.State.UNAVAILABLE)
     _version(model, 5, held=True)
     RegisteredModel.objects.filter(pk=model.pk).update(last_version_number=5)
+    rollout = Rollout.objects.create(model=model, canary_version=2, stable_version=1, steps=[50, 100])
     VersionLabel.objects.create(model=model, name="stable", version=versions[1])
     VersionLabel.objects.create(model=model, name="canary", version=versions[2])
     hook = webhook_services.subscription_create(
@@ -140,7 +142,7 @@ def world(settings, monkeypatch):
         actor=users["owner"],
     )  # fmt: skip
     found = World(users, ids={"webhook": hook.pk, "delivery": delivered.pk, "account": account.pk,
-                              "account_token": bot_token.pk})  # fmt: skip
+                              "account_token": bot_token.pk, "rollout": rollout.pk})  # fmt: skip
     for name in SUBJECTS[:-1]:
         found.tokens[name] = services.token_create(user=users[name], name="matrix")
     return found
@@ -175,6 +177,8 @@ H = "/api/teams/ml/webhooks/{webhook}"
 A = "/api/teams/ml/service-accounts/{account}"
 W = "/webhooks/{webhook}"
 T = "/teams/ml/service-accounts/{account}"
+ROLLOUT_FORM = {"canary_version": "3", "steps": "50, 100", "pause_seconds": "60", "max_error_rate": "5",
+                "max_p99_ratio": "1.5", "min_requests": "50"}  # fmt: skip
 SETTINGS_FORM = {"description": "d", "version_policy": "latest", "latest_versions": "1", "instance_kind": "",
                  "payload_log_rate": "0", "payload_log_max_bytes": "65536"}  # fmt: skip
 
@@ -199,6 +203,14 @@ REQUESTS: dict[tuple, Request] = {
     ("api-traffic", "PUT", None): Request(f"{M}/traffic/", 200, {"weights": {"stable": 90, "canary": 10}}, hidden=404),
     ("api-traffic-promote", "POST", None): Request(f"{M}/traffic/promote", 200, {}, hidden=404),
     ("api-traffic-rollback", "POST", None): Request(f"{M}/traffic/rollback", 200, {}, hidden=404),
+    ("api-rollout-list", "GET", None): Request(f"{M}/rollouts/", 200, hidden=404),
+    # 409: one rollout per model runs already (the permission passed; a refusal would be 403/404)
+    ("api-rollout-list", "POST", None): Request(f"{M}/rollouts/", 409, {"canary_version": 3}, hidden=404),
+    ("api-rollout-detail", "GET", None): Request(f"{M}/rollouts/{{rollout}}/", 200, hidden=404),
+    ("api-rollout-pause", "POST", None): Request(f"{M}/rollouts/{{rollout}}/pause", 200, {}, hidden=404),
+    ("api-rollout-resume", "POST", None): Request(f"{M}/rollouts/{{rollout}}/resume", 409, {}, hidden=404),  # runs
+    ("api-rollout-promote", "POST", None): Request(f"{M}/rollouts/{{rollout}}/promote", 200, {}, hidden=404),
+    ("api-rollout-abort", "POST", None): Request(f"{M}/rollouts/{{rollout}}/abort", 200, {}, hidden=404),
     ("api-webhook-list", "GET", None): Request("/api/teams/ml/webhooks/", 200),
     ("api-webhook-list", "POST", None): Request(
         "/api/teams/ml/webhooks/", 201, {"url": "http://127.0.0.1:9/other", "events": ["label.moved"]}
@@ -236,6 +248,9 @@ REQUESTS: dict[tuple, Request] = {
     ("upload-version", "GET", None): Request("/models/m/upload/", 200),
     ("upload-version", "POST", None): Request("/models/m/upload/", 302, lambda: {"file": _file(m.affine(6.0, 0.0))}),
     ("version-detail", "GET", None): Request("/models/m/versions/1/", 200),
+    ("rollout-list", "GET", None): Request("/models/m/rollouts/", 200),
+    ("rollout-start", "POST", None): Request("/models/m/rollouts/start", 409, ROLLOUT_FORM),  # one runs already
+    ("rollout-change", "POST", None): Request("/models/m/rollouts/{rollout}/pause", 302, {}),
     ("version-action", "POST", "retire"): Request("/models/m/versions/3/retire", 302, {}),
     ("version-action", "POST", "restore"): Request("/models/m/versions/4/restore", 302, {}),
     ("version-action", "POST", "promote"): Request("/models/m/versions/5/promote", 302, {}),
