@@ -83,15 +83,18 @@ class ModelRunner:
         on_charge: Callable[[int], None] | None = None,
         on_wait: Callable[[RunTarget, float, bool], None] | None = None,
         memory: Callable[[], int] = rss_bytes,
+        costs: Costs | None = None,
     ):
         """``drain_seconds``: how long a version that stopped serving keeps
         its sessions (:meth:`retain`), so that requests routed to it before
         the change, by any process, still run on it. ``memory()``: the
-        process's memory in bytes, read before and after each load."""
+        memory the budget counts, in bytes, read before and after each load
+        (the process's RSS; on a GPU worker the GPU's used memory, with
+        ``costs`` a :class:`~inference.runtime.gpu_memory.GpuCosts`)."""
         self._load = load
         self.budget = budget_bytes
         self.cost_factor = cost_factor
-        self.costs = Costs(cost_factor)
+        self.costs = costs or Costs(cost_factor)
         self.admission = Admission()
         self._on_load = on_load
         self._on_change = on_change

@@ -32,10 +32,12 @@ from django.core.management.base import BaseCommand, CommandError
 from hosting import composition
 from hosting.celery import CONTROL_QUEUE, app
 from hosting.deployment import DeploymentError, check_worker_mode
+from inference.runtime import cuda
 from inference.runtime.residency import rss_bytes
 from inference.workers.link import LinkConfigError, unix_socket_path
 from inference.workers.messages import Announcement
 from inference.workers.placement import DeviceError, DeviceUnavailable, parse_device, providers_for, queue_for
+from inference.workers.server import gpu
 from inference.workers.server.drain import Drain
 from inference.workers.server.heartbeat import Heartbeat
 from inference.workers.server.socket_server import Limits, WorkerServer
@@ -73,6 +75,16 @@ class Command(BaseCommand):
             queue = queue_for(device)
         except DeviceError as exc:
             raise CommandError(str(exc)) from None
+        started = None
+        if kind == "cuda":  # first, before anything else: a worker not on its GPU never starts
+            try:
+                started = gpu.start(
+                    device, composition.cuda_options(tensorrt=settings.WORKER_TENSORRT),
+                    ordinal=settings.WORKER_GPU_ORDINAL if settings.WORKER_GPU_ORDINAL >= 0 else None,
+                    fallback=settings.WORKER_CPU_FALLBACK,
+                )  # fmt: skip
+            except (gpu.PinningError, cuda.GpuUnavailable) as exc:
+                raise CommandError(str(exc)) from None
         if not settings.REDIS_URL:
             raise CommandError("runworker needs REDIS_URL (e.g. redis://127.0.0.1:6379/0)")
         try:
@@ -89,15 +101,18 @@ class Command(BaseCommand):
             client.ping()
         except redis.RedisError as exc:
             raise CommandError(f"Redis at {settings.REDIS_URL} is unreachable: {exc}") from None
-        if kind == "cuda":
-            # Device numbers as nvidia-smi shows them; ONNX Runtime gets device_id.
-            os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-        try:
-            providers = providers_for(device, settings.WORKER_CPU_FALLBACK)
-        except DeviceUnavailable as exc:
-            raise CommandError(str(exc)) from None
+        if started is not None:
+            providers, got = started.providers, started.got
+        else:
+            try:
+                providers = got = providers_for(device)
+            except DeviceUnavailable as exc:
+                raise CommandError(str(exc)) from None
         worker_id = f"{hostname}-{os.getpid()}"
-        runtime = composition.build_worker(device, providers, where=f"{hostname} by the {device} worker {worker_id}")
+        runtime = composition.build_worker(
+            device, providers, where=f"{hostname} by the {device} worker {worker_id}",
+            gpu_ordinal=started.pinning.ordinal if started is not None and started.on_gpu else None,
+        )  # fmt: skip
         unix_path = unix_socket_path(Path(settings.VAR_DIR), worker_id) if settings.WORKER_UNIX_SOCKET else None
         try:
             server = WorkerServer(
@@ -123,14 +138,21 @@ class Command(BaseCommand):
                 unix=server.unix_path or "", machine=socket.gethostname(), host=hostname, pid=os.getpid(),
                 busy=server.busy, busy_fraction=round(runtime.meter.fraction(), 4), served=server.served,
                 connections=server.connections, draining=server.draining, rss_bytes=rss_bytes(),
-                control=not no_control, pool=pool, providers=[str(p) for p in providers],
+                control=not no_control, pool=pool, providers=list(got),
+                gpu_ordinal=started.pinning.ordinal if started is not None else -1,
             ),
             on_drain=lambda: os.kill(os.getpid(), signal.SIGTERM),  # manage.py drainworker: as SIGTERM
         )  # fmt: skip
         drain = Drain(server, heartbeat, settings.WORKER_DRAIN_SECONDS)
         heartbeat.start()
         where = ", ".join(x for x in (f"{advertise} (TLS)" if server.address else "", server.unix_path or "") if x)
-        self.stdout.write(f"worker {worker_id} for {device} on {where} (providers {providers})")
+        on = (
+            ""
+            if started is None
+            else f", GPU ordinal {started.pinning.ordinal} in this process"
+            + ("" if started.on_gpu else ", ON THE CPU (WORKER_CPU_FALLBACK)")
+        )
+        self.stdout.write(f"worker {worker_id} for {device} on {where} (sessions on {', '.join(got)}{on})")
         self.stdout.flush()
         try:
             if no_control:
