@@ -194,6 +194,7 @@ class OnnxModel:
 
     def __init__(self, session):
         self.session = session
+        self.directory = None  # the model file's directory, when known (warm-up samples' files)
         inputs, _ = signature(session)
         defaults = [a for a in session.get_overridable_initializers() if a.type in BY_ORT]
         inputs += describe_tensors(defaults, "input")  # what a request may give for an optional input

@@ -40,6 +40,7 @@ from inference.runtime.onnx import OnnxModel
 from inference.runtime.queue_policy import Schedule
 from inference.runtime.residency import Admission, Costs, rss_bytes
 from inference.runtime.sequences.policy import SequenceRequest
+from inference.runtime.warmup import warm_up
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ class ModelRunner:
         self._serving: set | None = None  # the keys of the last retain()
         self._draining: dict[tuple, float] = {}  # key -> when it is unloaded (time.monotonic())
         self._sweeper: threading.Timer | None = None
-        self.counts = {"loads": 0, "transient_loads": 0, "evictions": 0, "hits": 0, "misses": 0}
+        self.counts = {"loads": 0, "transient_loads": 0, "evictions": 0, "hits": 0, "misses": 0, "warmups": 0}
 
     # -- running ---------------------------------------------------------
     def run(
@@ -207,6 +208,8 @@ class ModelRunner:
             started = time.perf_counter()
             try:
                 instances = [self._load(target) for _ in range(max(1, target.instances))]
+                if target.warmup:  # Triton's model_warmup, on every instance, before the version serves
+                    self.counts["warmups"] += sum(warm_up(instance, target) for instance in instances)
             except InferenceError:
                 raise
             except Exception as exc:
