@@ -316,3 +316,8 @@ def raise_for_gpu_error(message: str, where: str) -> None:
         raise DeviceFailed(f"{where}: a CUDA error that persists ({message.strip()}); the worker restarts")
     if kind == OUT_OF_MEMORY:
         raise GpuOutOfMemory(f"{where}: the GPU is out of memory ({message.strip()}); try again later")
+
+
+#: Errors of the GPU's state, not of the model: a validation that meets one is retried later, never FAILED for it
+#: (a session that falls back to the CPU, NotOnDevice, does fail it).
+GPU_BUSY = (GpuOutOfMemory, DeviceFailed)

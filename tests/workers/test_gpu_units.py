@@ -43,6 +43,25 @@ class Session:
 CUDA_SESSION = ["CUDAExecutionProvider", "CPUExecutionProvider"]
 
 
+class FailingSession:
+    """A session stand-in whose run raises ONNX Runtime's own Fail with ``message``."""
+
+    def __init__(self, message: str):
+        self.message = message
+
+    def get_inputs(self):
+        return []
+
+    def get_outputs(self):
+        return []
+
+    def get_overridable_initializers(self):
+        return []
+
+    def run(self, names, feeds, run_options=None):
+        raise ort.capi.onnxruntime_pybind11_state.Fail(self.message)
+
+
 def test_a_session_asked_for_cuda_must_have_it_first():
     asked = cuda.gpu_providers(0)
     assert cuda.require_providers(Session(CUDA_SESSION), asked) == CUDA_SESSION
@@ -246,30 +265,12 @@ def test_a_run_s_cuda_error_is_not_the_caller_s_fault():
     """session.run raising ONNX Runtime's Fail: a sticky CUDA error is
     DeviceFailed (the worker goes), an out-of-memory GpuOutOfMemory (503),
     anything else still the inputs' fault (400)."""
-    state = ort.capi.onnxruntime_pybind11_state
-
-    class Failing:
-        def __init__(self, message):
-            self.message = message
-
-        def get_inputs(self):
-            return []
-
-        def get_outputs(self):
-            return []
-
-        def get_overridable_initializers(self):
-            return []
-
-        def run(self, names, feeds, run_options=None):
-            raise state.Fail(self.message)
-
     with pytest.raises(cuda.DeviceFailed, match="a CUDA error that persists"):
-        OnnxModel(Failing("CUDA failure 700: an illegal memory access was encountered")).run({}, ["y"])
+        OnnxModel(FailingSession("CUDA failure 700: an illegal memory access was encountered")).run({}, ["y"])
     with pytest.raises(cuda.GpuOutOfMemory, match="out of memory"):
-        OnnxModel(Failing("CUDA failure 2: out of memory")).run({}, ["y"])
+        OnnxModel(FailingSession("CUDA failure 2: out of memory")).run({}, ["y"])
     with pytest.raises(InvalidInput):
-        OnnxModel(Failing("Got invalid dimensions for input: x")).run({}, ["y"])
+        OnnxModel(FailingSession("Got invalid dimensions for input: x")).run({}, ["y"])
 
 
 def test_runworker_on_a_gpu_refuses_to_start_on_this_machine(tmp_path):
@@ -293,3 +294,37 @@ def test_runworker_on_a_gpu_refuses_to_start_on_this_machine(tmp_path):
         cwd=ROOT, env=dict(env, CUDA_VISIBLE_DEVICES="0"), capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert disagree.returncode != 0 and "CUDA_VISIBLE_DEVICES='0' does not list" in disagree.stderr
+
+
+def test_a_persistent_cuda_error_makes_the_worker_leave_once():
+    """A run that meets a sticky CUDA error (ONNX Runtime's Fail, classified
+    by the real OnnxModel) answers UNAVAILABLE and calls the worker's
+    on_device_failed once (runworker: leave the directory, exit 75); an
+    out-of-memory answers UNAVAILABLE and keeps the worker."""
+    import types
+
+    from inference.workers import frames, messages
+    from inference.workers.server.runtime import WorkerRuntime
+
+    session = FailingSession("CUDA failure 700: an illegal memory access was encountered ; GPU=0")
+    registry = types.SimpleNamespace(models={}, catch_up=lambda: False)
+    runtime = WorkerRuntime("cuda:0", ModelRunner(lambda target: OnnxModel(session)), registry)
+    target = RunTarget("m", 1, "s", "a", size=1)
+    runtime._targets[target.key] = target  # as on_snapshot sets it for a serving version
+    failed = []
+    runtime.on_device_failed = failed.append
+    request = messages.RunRequest("m", 1, "s", ["y"], 1, time.time() + 10)
+
+    def answer(worker) -> bytes:  # the answer frame's bytes (an ErrorAnswer: its code and message)
+        body = memoryview(b"".join(bytes(part) for part in frames.encode(request)))  # the frame as it arrives
+        return b"".join(bytes(part) for part in worker.handle(request, body))
+
+    for _ in range(2):
+        assert b"UNAVAILABLE" in answer(runtime)
+    assert len(failed) == 1 and "a CUDA error that persists (CUDA failure 700" in failed[0]
+    session.message = "CUDA failure 2: out of memory"
+    fresh = WorkerRuntime("cuda:0", ModelRunner(lambda target: OnnxModel(session)), registry)
+    fresh._targets[target.key] = target
+    fresh.on_device_failed = failed.append
+    reply = answer(fresh)
+    assert b"UNAVAILABLE" in reply and b"out of memory" in reply and len(failed) == 1

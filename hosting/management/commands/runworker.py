@@ -9,6 +9,11 @@ itself with a Redis heartbeat, follows the registry, and consumes the model
 store's control tasks (validation of uploaded versions, queue
 ``modelhost.control``) with Celery.
 
+A GPU worker first proves its sessions run on its GPU (a probe session,
+inference/workers/server/gpu.py) or refuses to start naming the cause; a
+CUDA error that persists later makes it leave the directory and exit with
+status 75 (its orchestrator restarts it).
+
 SIGTERM (or SIGINT, or ``manage.py drainworker <id>``) drains it: it takes no
 new request (front ends are told over their connections and by its
 heartbeat, and send elsewhere), answers every request it holds (at most
@@ -49,6 +54,26 @@ def _address(text: str) -> tuple[str, int]:
     if not host or not port.isdigit():
         raise CommandError(f"not a host:port address: {text!r}")
     return host.strip("[]"), int(port)
+
+
+#: The exit status of a worker whose GPU context is lost (a CUDA error that persists): its orchestrator restarts it.
+DEVICE_FAILED_EXIT = 75
+
+
+def _leave(heartbeat: Heartbeat, server: WorkerServer, reason: str) -> None:
+    """A CUDA error persists: leave the directory at once (no new request comes), close the connections
+    (front ends send the requests held elsewhere) and exit non-zero without running CUDA's teardown, which
+    may hang on a lost context."""
+    import sys
+
+    sys.stderr.write(f"the worker stops: {reason}\n")
+    sys.stderr.flush()
+    threading.Thread(target=lambda: (time.sleep(10), os._exit(DEVICE_FAILED_EXIT)), daemon=True).start()
+    try:
+        heartbeat.stop()  # its key goes: front ends drop it at their next read
+        server.stop(grace=0.0)
+    finally:
+        os._exit(DEVICE_FAILED_EXIT)
 
 
 class Command(BaseCommand):
@@ -144,6 +169,7 @@ class Command(BaseCommand):
             on_drain=lambda: os.kill(os.getpid(), signal.SIGTERM),  # manage.py drainworker: as SIGTERM
         )  # fmt: skip
         drain = Drain(server, heartbeat, settings.WORKER_DRAIN_SECONDS)
+        runtime.on_device_failed = lambda reason: _leave(heartbeat, server, reason)
         heartbeat.start()
         where = ", ".join(x for x in (f"{advertise} (TLS)" if server.address else "", server.unix_path or "") if x)
         on = (

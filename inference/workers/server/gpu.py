@@ -29,6 +29,7 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass
 
 from inference.runtime import cuda
+from inference.runtime.gpu_memory import Nvml
 from inference.workers.placement import DeviceError, parse_device
 
 logger = logging.getLogger(__name__)
@@ -94,8 +95,8 @@ def start(
     if pinning.visible is not None:
         environ["CUDA_VISIBLE_DEVICES"] = pinning.visible
     providers = cuda.gpu_providers(pinning.ordinal, options)
-    try:
-        got = cuda.probe(pinning.ordinal, providers, count_devices)
+    try:  # the GPUs NVML counts (a container's reserved ones) name an ordinal out of range
+        got = cuda.probe(pinning.ordinal, providers, count_devices or Nvml.count)
     except cuda.GpuUnavailable as exc:
         reason = f"{device} (ordinal {pinning.ordinal} in this process): {exc}"
         if not fallback:
