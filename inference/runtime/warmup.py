@@ -56,14 +56,16 @@ class WarmupSample:
     batch_size: int
     count: int
     inputs: tuple[WarmupInput, ...]
+    batched: bool = True  # the model's max_batch_size > 0: a batch dimension of batch_size rows first
 
 
 class WarmupFailed(ModelNotReady):
     """A warm-up sample failed: the version does not load (Triton's rule)."""
 
 
-def samples_for(raw, batching=None, signature=()) -> tuple[WarmupSample, ...]:
-    """The samples of a config's ``model_warmup`` (Triton's JSON form), then
+def samples_for(raw, batching=None, signature=(), max_batch_size: int = 0) -> tuple[WarmupSample, ...]:
+    """The samples of a config's ``model_warmup`` (Triton's JSON form; a
+    batch dimension first when ``max_batch_size`` > 0, as Triton adds it), then
     one zero sample per preferred batch size of ``batching`` (a
     BatchingPolicy) not covered, when ``signature``'s inputs
     (MetadataTensors, batch dimension first) are fixed but for it. An
@@ -84,7 +86,7 @@ def samples_for(raw, batching=None, signature=()) -> tuple[WarmupSample, ...]:
         samples.append(
             WarmupSample(
                 sample.get("name") or f"sample_{len(samples)}", int(sample.get("batch_size") or 0),
-                max(1, int(sample.get("count") or 0)), tuple(inputs),
+                max(1, int(sample.get("count") or 0)), tuple(inputs), max_batch_size > 0,
             )
         )  # fmt: skip
     if batching is not None and batching.max_batch_size > 0 and signature:
@@ -129,8 +131,7 @@ def feeds(sample: WarmupSample, target, session, directory: Path | None = None) 
     ``get_inputs()``): ``batch_size`` rows when the model batches; None when
     a file of the sample is missing (skipped). Raises WarmupFailed for an
     input the sample lacks or a file too short."""
-    batched = target.batching is not None or (target.sequence is not None and target.sequence.batched)
-    batched = batched or (sample.batch_size > 1)
+    batched = sample.batched
     rows = sample.batch_size
     rng = np.random.default_rng(0)
     out = {}

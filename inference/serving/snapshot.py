@@ -216,7 +216,7 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
                     batching,
                     sequence,
                     extensions,
-                    samples_for(warmups, batching, _tensors(row.inputs)),
+                    samples_for(warmups, batching, _tensors(row.inputs), model.max_batch_size),
                 ),
                 ensemble=ensembles.plan_of(row.properties) if ensemble else None,
                 instance_group=tuple(model.instance_group),
