@@ -1,7 +1,6 @@
-# The server image: REST, gRPC and inference workers from one code base.
-#   docker build -t modelhost .                                    (CPU)
-#   docker build -t modelhost-gpu --build-arg BASE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04 \
-#                --build-arg ONNXRUNTIME=onnxruntime-gpu .          (GPU workers)
+# The server image: REST, gRPC and CPU inference workers from one code base.
+#   docker build -t modelhost .
+# GPU workers have their own image, matched to onnxruntime-gpu's CUDA: Dockerfile.gpu.
 ARG BASE=python:3.11-slim
 # The web UI's browser libraries (package.json, as `make venv` installs them).
 FROM node:22-slim AS ui

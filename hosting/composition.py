@@ -35,8 +35,10 @@ from inference.observability.statistics import StatisticsRecorder
 from inference.observability.statistics_db import DatabaseStatistics
 from inference.ports import Quota
 from inference.response_cache import ResponseCache
+from inference.runtime import cuda
 from inference.runtime import onnx as onnx_runtime
 from inference.runtime.executors import InProcessExecutor, session_loader
+from inference.runtime.gpu_memory import GpuCosts, budget_bytes, open_nvml
 from inference.runtime.runner import ModelRunner
 from inference.runtime.sequences.batcher import SequenceBatcher
 from inference.serving.changes import beacon_at
@@ -95,7 +97,7 @@ def install() -> None:
     if executor_mode() == IN_PROCESS:
         # The embedded server validates uploads itself (also with REDIS_URL, e.g. for shared
         # rate limits: no worker takes its tasks), with the providers it serves with.
-        providers = onnx_runtime.provider_list(settings.ORT_EXECUTION_PROVIDERS, settings.ORT_DEVICE_ID)
+        providers = onnx_runtime.provider_list(settings.ORT_EXECUTION_PROVIDERS, settings.ORT_DEVICE_ID, cuda_options())
         validating.configure(validating.Validator(providers=tuple(providers)), validates_here=no_celery_worker)
     else:
         validating.configure(validates_here=no_validating_worker)
@@ -229,18 +231,52 @@ def _observe_wait(target, seconds: float, transient: bool) -> None:
     observability.LOAD_WAIT.labels("transient" if transient else "resident").observe(seconds)
 
 
-def _runner(loader, budget_mb: int, processes: int = 1) -> ModelRunner:
-    """A model runner with the metrics callbacks; ``processes`` share the budget equally."""
+def cuda_options(tensorrt: bool = False) -> cuda.CudaOptions:
+    """The GPU providers' options from settings (ORT_CUDA_*; TensorRT: WORKER_TENSORRT*)."""
+    return cuda.CudaOptions(
+        mem_limit_bytes=settings.ORT_CUDA_MEM_LIMIT_MB * 2**20,
+        arena_extend_strategy=settings.ORT_CUDA_ARENA_EXTEND_STRATEGY,
+        cudnn_conv_algo_search=settings.ORT_CUDA_CUDNN_CONV_ALGO_SEARCH,
+        copy_in_default_stream=settings.ORT_CUDA_COPY_IN_DEFAULT_STREAM,
+        tensorrt=tensorrt,
+        tensorrt_cache=str(settings.WORKER_TENSORRT_CACHE_DIR),
+        tensorrt_fp16=settings.WORKER_TENSORRT_FP16,
+    )
+
+
+def _runner(loader, budget_mb: int, processes: int = 1, **gpu) -> ModelRunner:
+    """A model runner with the metrics callbacks; ``processes`` share the
+    budget equally; ``gpu``: a GPU worker's ``budget_bytes``, ``memory`` and ``costs``."""
     return ModelRunner(
         loader,
-        budget_mb * 1024 * 1024 // max(1, processes),
+        gpu.pop("budget_bytes", budget_mb * 1024 * 1024 // max(1, processes)),
         on_load=_observe_load,
         on_change=observability.LOADED_SESSIONS.set,
         drain_seconds=settings.VERSION_DRAIN_SECONDS,
         on_evict=_observe_eviction,
         on_charge=observability.CHARGED_BYTES.set,
         on_wait=_observe_wait,
+        **gpu,
     )
+
+
+def _gpu_budget(ordinal: int) -> dict:
+    """A GPU worker's runner budget in GPU memory (inference/runtime/gpu_memory.py), measured with NVML when it
+    is there, each version charged at least ORT_CUDA_MEM_LIMIT_MB x instances. Called after the probe session
+    created the CUDA context, which the reading then holds and the budget leaves out."""
+    import os
+
+    nvml = open_nvml(ordinal, os.environ)
+    total, used = (nvml.total(), nvml.used()) if nvml is not None else (0, 0)
+    budget = budget_bytes(settings.WORKER_GPU_MEMORY_BUDGET_MB, total, used)
+    logger.info(
+        "GPU %s: %d MiB, %d MiB in use with this worker's CUDA context; sessions' budget %s",
+        nvml.name() if nvml is not None else f"ordinal {ordinal}", total >> 20, used >> 20,
+        f"{budget >> 20} MiB" if budget else "none (set WORKER_GPU_MEMORY_BUDGET_MB)",
+    )  # fmt: skip
+    per_instance = settings.ORT_CUDA_MEM_LIMIT_MB * 2**20
+    memory = nvml.used if nvml is not None else (lambda: 0)
+    return {"budget_bytes": budget, "memory": memory, "costs": GpuCosts(per_instance)}
 
 
 def redis_client(timeout: float = 10.0):
@@ -337,7 +373,7 @@ def _build_parts() -> ServingParts:
             connections_per_worker=settings.WORKER_CONNECTIONS_PER_PROCESS,
         )
     else:
-        providers = onnx_runtime.provider_list(settings.ORT_EXECUTION_PROVIDERS, settings.ORT_DEVICE_ID)
+        providers = onnx_runtime.provider_list(settings.ORT_EXECUTION_PROVIDERS, settings.ORT_DEVICE_ID, cuda_options())
         runner = _runner(
             _loader(ports.container.artifact_source, providers),
             settings.SESSION_MEMORY_BUDGET_MB,
@@ -390,12 +426,13 @@ def build_payload_log() -> PayloadLogger | None:
     return PayloadLogger(sink, settings.PAYLOAD_LOG_QUEUE) if sink is not None else None
 
 
-def build_worker(device: str, providers: list, where: str = "") -> WorkerRuntime:
+def build_worker(device: str, providers: list, where: str = "", gpu_ordinal: int | None = None) -> WorkerRuntime:
     """The runtime of an inference worker pinned to ``device`` (registry
     followed, sessions on the device's providers, artifacts cached under
     WORKER_CACHE_DIR and dropped when their version is deleted). Validation
     tasks this process runs use the same providers and cache (``where``
-    describes the worker in the versions' logs)."""
+    describes the worker in the versions' logs). ``gpu_ordinal``: a worker
+    on its GPU (its probe passed): the budget counts GPU memory."""
     SequenceBatcher.backlog_per_owner = settings.FAIR_SEQUENCE_BACKLOG
     validating.configure(
         validating.Validator(where or f"the {device} worker", tuple(providers), settings.WORKER_CACHE_DIR)
@@ -404,6 +441,7 @@ def build_worker(device: str, providers: list, where: str = "") -> WorkerRuntime
     runner = _runner(
         _loader(StoreArtifacts(settings.WORKER_CACHE_DIR), providers),
         settings.WORKER_MEMORY_BUDGET_MB,
+        **(_gpu_budget(gpu_ordinal) if gpu_ordinal is not None else {}),
     )
     cpu = settings.WORKER_CPU_INSTANCES or cpu_instances(settings.ORT_INTRA_OP_THREADS)
     runtime = WorkerRuntime(device, runner, registry, cpu_instances=cpu)

@@ -93,6 +93,10 @@ def test_gpu_workers_are_pinned_to_their_device():
         assert reservation["driver"] == "nvidia" and reservation["device_ids"] == [index]
         assert "gpu" in reservation["capabilities"]
         assert service["build"]["args"]["ONNXRUNTIME"] == "onnxruntime-gpu"
+        assert service["build"]["dockerfile"] == "Dockerfile.gpu"
+        # One GPU reserved: inside the container it is ordinal 0, whichever GPU the label names.
+        assert service["environment"]["WORKER_GPU_ORDINAL"] == "0"
+        assert "WORKER_GPU_MEMORY_BUDGET_MB" in service["environment"]
         health = service["healthcheck"]["test"]
         assert health[health.index("--device") + 1] == device
 
@@ -113,6 +117,17 @@ def test_dockerfile_builds_both_variants():
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "ARG ONNXRUNTIME=onnxruntime" in dockerfile and "ARG BASE=" in dockerfile
     assert "requirements.txt" in dockerfile
+
+
+def test_gpu_image_matches_onnxruntime_gpu():
+    """Dockerfile.gpu: Python 3.11 (the CPU image's, a cp311 wheel of the
+    pinned onnxruntime-gpu), CUDA and cuDNN from onnxruntime-gpu's own
+    extras (its CUDA major by construction), NVML, and a smoke step that
+    fails the build without the CUDA provider."""
+    gpu = (ROOT / "Dockerfile.gpu").read_text()
+    assert "FROM python:3.11-slim" in gpu and "nvidia/cuda" not in gpu.split("FROM python")[1]
+    assert '"${ONNXRUNTIME}[cuda,cudnn]==$(grep -oP' in gpu and "nvidia-ml-py==" in gpu
+    assert "assert cuda.CUDA in available" in gpu and "useradd --create-home --uid 1000" in gpu
 
 
 WORKERS = {name: s for name, s in APP_SERVICES.items() if name.startswith("worker-")}

@@ -229,6 +229,9 @@ def test_workers_per_device_and_pool(objects):
         if name.startswith("modelhost-worker-gpu"):
             assert run.device == "cuda:0"  # the pod's one GPU, whichever it is on the node
             assert limits["nvidia.com/gpu"] == 1
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            assert env["WORKER_GPU_ORDINAL"] == "0" and run.device == "cuda:0"  # one GPU per pod: ordinal 0
+            assert int(env["WORKER_GPU_MEMORY_BUDGET_MB"]) > 0 and "WORKER_MEMORY_BUDGET_MB" not in env
             assert container["image"].split("/")[-1].startswith("modelhost-gpu")
             assert deployment["spec"]["template"]["spec"]["nodeSelector"]["nvidia.com/gpu.product"]
         else:

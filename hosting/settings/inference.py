@@ -13,6 +13,14 @@ ORT_DEVICE_ID = env.int("ORT_DEVICE_ID", default=0)
 ORT_INTRA_OP_THREADS = env.int("ORT_INTRA_OP_THREADS", default=1)
 ORT_INTER_OP_THREADS = env.int("ORT_INTER_OP_THREADS", default=1)
 ORT_GRAPH_OPTIMIZATION = env.str("ORT_GRAPH_OPTIMIZATION", default="all")
+#: The CUDA execution provider's options (GPU workers, and CUDAExecutionProvider in process; inference/runtime/cuda.py):
+#: gpu_mem_limit of each session's arena, i.e. per model instance (MiB; 0: no limit), how the arena grows
+#: (kSameAsRequested or kNextPowerOfTwo), cuDNN's convolution algorithm search (HEURISTIC, EXHAUSTIVE: a
+#: benchmark for every new input shape, or DEFAULT), and whether copies use the default stream.
+ORT_CUDA_MEM_LIMIT_MB = env.int("ORT_CUDA_MEM_LIMIT_MB", default=0)
+ORT_CUDA_ARENA_EXTEND_STRATEGY = env.str("ORT_CUDA_ARENA_EXTEND_STRATEGY", default="kSameAsRequested")
+ORT_CUDA_CUDNN_CONV_ALGO_SEARCH = env.str("ORT_CUDA_CUDNN_CONV_ALGO_SEARCH", default="HEURISTIC")
+ORT_CUDA_COPY_IN_DEFAULT_STREAM = env.bool("ORT_CUDA_COPY_IN_DEFAULT_STREAM", default=True)
 #: How often each server process checks the registry's change stamp, in seconds.
 REGISTRY_POLL_SECONDS = env.float("REGISTRY_POLL_SECONDS", default=1.0)
 #: A version that stops serving (a new default, a label moved, a split changed,

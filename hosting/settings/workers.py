@@ -41,8 +41,20 @@ WORKER_DRAIN_SECONDS = env.float("WORKER_DRAIN_SECONDS", default=20.0)
 WORKER_ADVERTISE = env.str("WORKER_ADVERTISE", default="")
 #: Where a worker caches artifacts by sha256 (no shared disk needed).
 WORKER_CACHE_DIR = Path(env.str("WORKER_CACHE_DIR", default=str(VAR_DIR / "worker-cache")))
-#: A cuda:<n> worker without the CUDA provider runs on the CPU instead of refusing to start.
+#: A cuda:<n> worker whose probe session is not on its GPU runs on the CPU instead of refusing to start
+#: (a development machine without a GPU; never in production).
 WORKER_CPU_FALLBACK = env.bool("WORKER_CPU_FALLBACK", default=False)
+#: The ordinal (device_id) of a cuda:<n> worker's GPU in its process; -1: derived from the label
+#: (bare metal: the worker sets CUDA_VISIBLE_DEVICES=<n> and uses 0). 0 in a container that reserves one GPU.
+WORKER_GPU_ORDINAL = env.int("WORKER_GPU_ORDINAL", default=-1)
+#: A GPU worker's budget of GPU memory for its loaded sessions (MiB); 0: the GPU's memory (NVML) less the
+#: CUDA context and 10%. Each version is charged ORT_CUDA_MEM_LIMIT_MB x instances, or what its load took.
+WORKER_GPU_MEMORY_BUDGET_MB = env.int("WORKER_GPU_MEMORY_BUDGET_MB", default=0)
+#: GPU workers put the TensorRT execution provider before CUDA (opt-in; onnxruntime-gpu with TensorRT's
+#: libraries), caching engines in WORKER_TENSORRT_CACHE_DIR (built once per model and shape); FP16 engines.
+WORKER_TENSORRT = env.bool("WORKER_TENSORRT", default=False)
+WORKER_TENSORRT_CACHE_DIR = Path(env.str("WORKER_TENSORRT_CACHE_DIR", default=str(VAR_DIR / "tensorrt-cache")))
+WORKER_TENSORRT_FP16 = env.bool("WORKER_TENSORRT_FP16", default=False)
 #: The pool a worker belongs to (e.g. its Kubernetes Deployment: one per GPU
 #: kind), reported in its heartbeat: /metrics and the KEDA lists add up per pool.
 WORKER_POOL = env.str("WORKER_POOL", default="")

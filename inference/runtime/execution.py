@@ -58,6 +58,7 @@ class RunTarget:
     batching: BatchingPolicy | None = None
     sequence: SequencePolicy | None = None  # sequence batching (then ``batching`` is unused)
     extensions: bool = False  # the sessions register ONNX Runtime Extensions' operators
+    warmup: tuple = ()  # model_warmup's samples, run on each instance at load (inference/runtime/warmup.py)
 
     @property
     def key(self) -> tuple[str, int, str]:

@@ -38,7 +38,9 @@ def session_loader(
             copy = machine_copy(Path(path), target.sha256, *shared_weights)
             path, shared = copy, copy != Path(path) and not prepack
         session = onnx_runtime.create_session(path, options, providers, target.extensions, shared)
-        return onnx_runtime.OnnxModel(session)
+        model = onnx_runtime.OnnxModel(session)
+        model.directory = Path(artifacts.local_path(target.artifact, target.sha256)).parent  # warm-up files
+        return model
 
     return load
 

@@ -3,7 +3,9 @@ model signature, and one :class:`OnnxModel` per loaded model version.
 
 Execution providers come from ``ORT_EXECUTION_PROVIDERS`` (in order of
 preference); ``CUDAExecutionProvider`` gets ``device_id`` from
-``ORT_DEVICE_ID``. Threads: ``ORT_INTRA_OP_THREADS`` / ``ORT_INTER_OP_THREADS``.
+``ORT_DEVICE_ID`` and the options of :mod:`inference.runtime.cuda`; a
+session asked for a GPU provider is on it or fails to load.
+Threads: ``ORT_INTRA_OP_THREADS`` / ``ORT_INTER_OP_THREADS``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import onnxruntime as ort
 from inference.protocol.datatypes import BY_ORT
 from inference.protocol.errors import DeadlineExceeded, InvalidInput
 from inference.protocol.types import MetadataTensor
+from inference.runtime import cuda
 
 _OPT_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -55,8 +58,9 @@ def session_options(intra_op: int = 1, inter_op: int = 1, optimization: str = "a
     return options
 
 
-def provider_list(names: Sequence[str], device_id: int = 0) -> list:
-    """Providers with their options, refusing names this build lacks.
+def provider_list(names: Sequence[str], device_id: int = 0, options: cuda.CudaOptions | None = None) -> list:
+    """Providers with their options (CUDA and TensorRT: ``device_id`` and
+    ``options``, :mod:`inference.runtime.cuda`), refusing names this build lacks.
 
     Raises ProviderError naming the missing providers and those available.
     """
@@ -69,8 +73,10 @@ def provider_list(names: Sequence[str], device_id: int = 0) -> list:
         )
     providers: list = []
     for name in names:
-        if name == "CUDAExecutionProvider":
-            providers.append((name, {"device_id": device_id}))
+        if name == cuda.CUDA:
+            providers.append((name, cuda.cuda_options(device_id, options or cuda.CudaOptions())))
+        elif name == cuda.TENSORRT and options is not None and options.tensorrt_cache:
+            providers.append((name, cuda.tensorrt_options(device_id, options)))
         else:
             providers.append(name)
     return providers
@@ -125,13 +131,23 @@ def create_session(
     """An InferenceSession for the model file at ``path`` with ``options``
     made :func:`variant` for the model (``extensions``: its config's
     ``onnxruntime_extensions`` parameter; ``shared_weights``: its weights are
-    memory-mapped external data to keep shared)."""
+    memory-mapped external data to keep shared).
+
+    With a GPU provider asked for (:mod:`inference.runtime.cuda`), the
+    session is on it or none is made: raises NotOnDevice when ONNX Runtime
+    built it on the CPU, GpuOutOfMemory / DeviceFailed for those CUDA errors."""
     options = variant(options, extensions, shared_weights)
-    return ort.InferenceSession(
-        str(path),
-        sess_options=options,
-        providers=providers or ["CPUExecutionProvider"],
-    )
+    providers = providers or ["CPUExecutionProvider"]
+    if not cuda.device_providers(providers):
+        return ort.InferenceSession(str(path), sess_options=options, providers=providers)
+    try:  # on a GPU: no silent retry on the CPU, at creation or at run (ONNX Runtime's fallback)
+        session = ort.InferenceSession(str(path), sess_options=options, providers=providers, enable_fallback=0)
+    except Exception as exc:
+        cuda.raise_for_gpu_error(str(exc), f"creating a session of {Path(path).name}")
+        raise
+    session.disable_fallback()
+    cuda.require_providers(session, providers, f"the session of {Path(path).name}")
+    return session
 
 
 def _dims(shape) -> tuple[int, ...]:
@@ -163,6 +179,11 @@ def signature(session) -> tuple[tuple[MetadataTensor, ...], tuple[MetadataTensor
     return describe_tensors(session.get_inputs(), "input"), describe_tensors(session.get_outputs(), "output")
 
 
+_STATE = ort.capi.onnxruntime_pybind11_state
+#: What ``session.run`` raises for a failed run (EPFail: an execution provider's, e.g. a CUDA error).
+_RUN_ERRORS = (_STATE.InvalidArgument, _STATE.Fail, *((_STATE.EPFail,) if hasattr(_STATE, "EPFail") else ()))
+
+
 class OnnxModel:
     """A loaded model version: runs ONNX Runtime with protocol-shaped tensors.
 
@@ -173,6 +194,7 @@ class OnnxModel:
 
     def __init__(self, session):
         self.session = session
+        self.directory = None  # the model file's directory, when known (warm-up samples' files)
         inputs, _ = signature(session)
         defaults = [a for a in session.get_overridable_initializers() if a.type in BY_ORT]
         inputs += describe_tensors(defaults, "input")  # what a request may give for an optional input
@@ -181,7 +203,8 @@ class OnnxModel:
     def run(self, feeds: dict[str, np.ndarray], output_names: list[str], run_options=None) -> list[np.ndarray]:
         """Run the model; raises InvalidInput for BYTES input that is not UTF-8
         and for errors ONNX Runtime reports about the inputs, DeadlineExceeded
-        when ``run_options`` was terminated by the deadline watchdog."""
+        when ``run_options`` was terminated by the deadline watchdog, and on a
+        GPU GpuOutOfMemory or DeviceFailed (:func:`inference.runtime.cuda.classify`)."""
         if self.string_inputs:
             feeds = dict(feeds)
             for name in self.string_inputs:
@@ -189,9 +212,10 @@ class OnnxModel:
                     feeds[name] = _to_text(name, feeds[name])
         try:
             return self.session.run(output_names, feeds, run_options)
-        except (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ort.capi.onnxruntime_pybind11_state.Fail) as exc:
+        except _RUN_ERRORS as exc:
             if run_options is not None and run_options.terminate:
                 raise DeadlineExceeded("the request's deadline passed while the model was running") from None
+            cuda.raise_for_gpu_error(str(exc), "the model's run")
             raise InvalidInput(f"the model rejected the inputs: {exc}") from None
 
 

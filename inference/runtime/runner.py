@@ -40,6 +40,7 @@ from inference.runtime.onnx import OnnxModel
 from inference.runtime.queue_policy import Schedule
 from inference.runtime.residency import Admission, Costs, rss_bytes
 from inference.runtime.sequences.policy import SequenceRequest
+from inference.runtime.warmup import warm_up
 
 logger = logging.getLogger(__name__)
 
@@ -83,15 +84,18 @@ class ModelRunner:
         on_charge: Callable[[int], None] | None = None,
         on_wait: Callable[[RunTarget, float, bool], None] | None = None,
         memory: Callable[[], int] = rss_bytes,
+        costs: Costs | None = None,
     ):
         """``drain_seconds``: how long a version that stopped serving keeps
         its sessions (:meth:`retain`), so that requests routed to it before
         the change, by any process, still run on it. ``memory()``: the
-        process's memory in bytes, read before and after each load."""
+        memory the budget counts, in bytes, read before and after each load
+        (the process's RSS; on a GPU worker the GPU's used memory, with
+        ``costs`` a :class:`~inference.runtime.gpu_memory.GpuCosts`)."""
         self._load = load
         self.budget = budget_bytes
         self.cost_factor = cost_factor
-        self.costs = Costs(cost_factor)
+        self.costs = costs or Costs(cost_factor)
         self.admission = Admission()
         self._on_load = on_load
         self._on_change = on_change
@@ -109,7 +113,7 @@ class ModelRunner:
         self._serving: set | None = None  # the keys of the last retain()
         self._draining: dict[tuple, float] = {}  # key -> when it is unloaded (time.monotonic())
         self._sweeper: threading.Timer | None = None
-        self.counts = {"loads": 0, "transient_loads": 0, "evictions": 0, "hits": 0, "misses": 0}
+        self.counts = {"loads": 0, "transient_loads": 0, "evictions": 0, "hits": 0, "misses": 0, "warmups": 0}
 
     # -- running ---------------------------------------------------------
     def run(
@@ -204,6 +208,8 @@ class ModelRunner:
             started = time.perf_counter()
             try:
                 instances = [self._load(target) for _ in range(max(1, target.instances))]
+                if target.warmup:  # Triton's model_warmup, on every instance, before the version serves
+                    self.counts["warmups"] += sum(warm_up(instance, target) for instance in instances)
             except InferenceError:
                 raise
             except Exception as exc:

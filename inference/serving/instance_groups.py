@@ -10,7 +10,8 @@ Semantics (Triton's `Instance Groups
 <https://github.com/triton-inference-server/server/blob/main/docs/user_guide/model_configuration.md#instance-groups>`_,
 and core ``NormalizeInstanceGroup``):
 
-- ``kind`` defaults to ``KIND_AUTO``: a GPU when there is one, else the CPU;
+- ``kind`` defaults to ``KIND_AUTO``: the GPUs when there are any (worker
+  mode: live GPU workers), else the CPU, never both;
   ``KIND_GPU`` with ``gpus`` lists GPU numbers (none: every GPU);
   ``KIND_CPU`` is the CPU. ``KIND_MODEL`` (a config.pbtxt may say it) is
   placed as ``KIND_AUTO`` and reported as it is.
@@ -112,13 +113,14 @@ def gpu_number(device: str) -> int | None:
 
 def allowed_devices(groups, live: set[str]) -> list[str]:
     """The live devices (``cpu``, ``cuda:<n>``) a model with these groups
-    may run on, in order: for KIND_AUTO (and no group) GPUs first, by
-    number, then the CPU."""
+    may run on, in order. KIND_AUTO (and no group) as Triton means it: the
+    GPUs when any GPU worker is live (by number; all of its listed GPUs
+    when it lists some), the CPU only when none is; never both, so no
+    request of a GPU model runs on the CPU while a GPU serves it (and the
+    configuration extension, :func:`triton_form`, reports what runs)."""
     gpus = sorted((d for d in live if d.startswith(GPU_DEVICE_PREFIX)), key=gpu_number)
     cpu = [CPU_DEVICE] if CPU_DEVICE in live else []
-    parsed = read(groups)
-    if not parsed:
-        return gpus + cpu
+    parsed = read(groups) or (InstanceGroup(),)
     out: list[str] = []
     for group in parsed:
         if group.kind == GPU:
@@ -127,7 +129,9 @@ def allowed_devices(groups, live: set[str]) -> list[str]:
         elif group.kind == CPU:
             out += cpu
         else:
-            out += gpus + cpu
+            listed = [gpu_device(g) for g in group.gpus]
+            on_gpus = bool(gpus) and all(d in live for d in listed)
+            out += (listed or gpus) if on_gpus else cpu
     return list(dict.fromkeys(out))
 
 

@@ -21,6 +21,7 @@ from inference.runtime.execution import BatchingPolicy, RunTarget
 from inference.runtime.onnx import asks_for_extensions
 from inference.runtime.queue_policy import PriorityLevels, QueuePolicyError
 from inference.runtime.sequences.policy import SequenceConfigError, SequencePolicy
+from inference.runtime.warmup import samples_for
 from inference.serving.instance_groups import total_instances
 from inference.serving.state import ServingState, serving_states
 
@@ -186,6 +187,7 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
         optional = frozenset(t["name"] for t in (model.config or {}).get("input", ()) if t.get("optional"))
         cached = bool(((model.config or {}).get("response_cache") or {}).get("enable"))
         extensions = asks_for_extensions((model.config or {}).get("parameters") or {})
+        warmups = (model.config or {}).get("model_warmup") or ()
         versions = {}
         ensemble = model.platform == ensembles.PLATFORM
         for row in model.versions:
@@ -214,6 +216,7 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
                     batching,
                     sequence,
                     extensions,
+                    samples_for(warmups, batching, _tensors(row.inputs), model.max_batch_size),
                 ),
                 ensemble=ensembles.plan_of(row.properties) if ensemble else None,
                 instance_group=tuple(model.instance_group),

@@ -236,7 +236,8 @@ class Announcement(msgspec.Struct, omit_defaults=True):
     rss_bytes: NonNegative = 0
     control: bool = True
     pool: str = ""
-    providers: list[str] = []
+    providers: list[str] = []  # those its probe session got (session.get_providers()), not those asked for
+    gpu_ordinal: int = -1  # a GPU worker's device_id in its process (its label is ``device``)
 
 
 announcement_json = msgspec.json.Decoder(Announcement)

@@ -14,8 +14,8 @@ holds), and its key goes once it has drained
 
 Instance groups (read in :mod:`inference.serving.instance_groups`) follow Triton:
 ``KIND_GPU`` with ``gpus: [0, 1]`` -> cuda:0, cuda:1 (no gpus: any GPU);
-``KIND_CPU`` -> cpu; ``KIND_AUTO`` or no group -> any live device, GPUs
-first. GPU numbers are per host: ``gpus: [0]`` is the
+``KIND_CPU`` -> cpu; ``KIND_AUTO`` or no group -> the live GPUs when there
+are any, else the CPU (never both, as Triton's KIND_AUTO). GPU numbers are per host: ``gpus: [0]`` is the
 queue ``infer.cuda0``, which every host's ``cuda:0`` worker serves; a host
 without a GPU 0 runs no such worker and is never picked.
 

@@ -27,6 +27,7 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from inference.observability.outage import DependencyWatch
+from inference.runtime import cuda
 from models_store import outages, storage
 from models_store.config.triton import config_from_raw
 from models_store.intake import validation
@@ -181,6 +182,9 @@ def version_validate(version_id: int, resume: bool = False):
     except validation.ValidationError as exc:
         _note_through()  # the dependencies answered: the model itself fails
         return states.transition(version=version, change="fail", reason=str(exc), log=[*log, f"failed: {exc}"])
+    except cuda.GPU_BUSY as exc:  # a GPU out of memory (or lost) now: retried later, never FAILED for it
+        _hold(version, f"interrupted on {where}: {exc.message}; validation is retried")
+        raise ValidationInterrupted(exc.message) from exc
     except Exception as exc:  # never leave a version VALIDATING
         cause = outages.transient_cause(exc)
         if cause is not None:

@@ -34,6 +34,7 @@ from onnx import external_data_helper
 
 from inference.protocol.datatypes import BY_NAME, BY_ONNX
 from inference.protocol.types import MetadataTensor
+from inference.runtime import cuda
 from inference.runtime import onnx as onnx_runtime
 from inference.runtime.sequences.policy import SequencePolicy
 from models_store.config.triton import TritonConfig
@@ -424,6 +425,8 @@ def _validate(path: Path, config: TritonConfig | None, log: list[str], providers
     extensions = config is not None and onnx_runtime.asks_for_extensions(config.parameters)
     try:
         session = onnx_runtime.create_session(path, None, providers or ["CPUExecutionProvider"], extensions)
+    except cuda.GPU_BUSY:
+        raise  # the GPU's state, not the model's: validation is retried (models_store/intake/validating.py)
     except Exception as exc:
         hint = _extensions_hint(model, extensions)
         raise ValidationError(f"ONNX Runtime could not create a session: {exc}{hint}") from None
@@ -467,6 +470,8 @@ def _validate(path: Path, config: TritonConfig | None, log: list[str], providers
         try:
             model_runner = onnx_runtime.OnnxModel(session)
             results = model_runner.run(_warm_up_feeds(inputs, config), names)
+        except cuda.GPU_BUSY:
+            raise
         except Exception as exc:
             raise ValidationError(f"warm-up inference on zero inputs failed: {exc}") from None
         check_output_shapes(model, names, results)

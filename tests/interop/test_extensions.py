@@ -242,7 +242,12 @@ def test_model_config(http, grpc_client):
         }
     ]
     assert config["model_warmup"] == [
-        {"name": "w", "batch_size": 1, "inputs": {}, "count": 0}
+        {
+            "name": "w",
+            "batch_size": 1,
+            "inputs": {"x": {"data_type": "TYPE_FP32", "dims": [4], "zero_data": True}},
+            "count": 0,
+        }
     ]  # as config.pbtxt has it
     simple = http.get_model_config("simple", "1")
     assert simple["max_batch_size"] == 0 and simple["input"][0]["dims"] == [-1, 16]

@@ -175,7 +175,8 @@ def test_devices_queues_and_placement():
         with pytest.raises(DeviceError):
             parse_device(bad)
     live = {"cpu", "cuda:0", "cuda:1", "cuda:10"}
-    assert allowed_devices([], live) == ["cuda:0", "cuda:1", "cuda:10", "cpu"]
+    assert allowed_devices([], live) == ["cuda:0", "cuda:1", "cuda:10"]  # KIND_AUTO: the GPUs while any is live
+    assert allowed_devices([], {"cpu"}) == ["cpu"]
     assert allowed_devices([{"kind": "KIND_GPU", "gpus": [1, 3]}], live) == ["cuda:1"]
     assert allowed_devices([{"kind": "KIND_GPU", "gpus": []}], live) == ["cuda:0", "cuda:1", "cuda:10"]
     assert allowed_devices([{"kind": "KIND_CPU"}], live) == ["cpu"]

@@ -36,7 +36,7 @@ REDIS_URL = redis_db.url("TEST_WORKERS_REDIS_DB", 3)  # and the next one (the ki
 SEQUENCES = m.sequence_config(
     "acc", kinds=("START",), max_batch_size=32, idle_us=60_000_000,
     state='state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] } ]',
-)  # fmt: skip
+) + "instance_group [ { kind: KIND_GPU }, { kind: KIND_CPU } ]\n"  # fmt: skip
 
 
 def manage(server: LiveServer, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -56,7 +56,7 @@ def repository(tmp_path_factory):
     m.write_model(root, "on_gpu1", m.affine(-1.0, 2.0))
     m.write_model(root, "slow", m.slow_loop())
     m.write_model(root, "growing", m.affine(1.0, 1.0), version=1)
-    m.write_model(root, "acc", m.sequence_accumulator(), config=SEQUENCES)  # any device: both workers
+    m.write_model(root, "acc", m.sequence_accumulator(), config=SEQUENCES)  # a GPU group and a CPU group: both workers
     return root
 
 
@@ -111,10 +111,10 @@ def test_placement_follows_the_instance_group(server):
         np.testing.assert_allclose(y, 3 * x)
     assert _loaded(server, "cuda:0", "on_gpu") and not _loaded(server, "cpu", "on_gpu")
     assert _loaded(server, "cpu", "on_cpu") and not _loaded(server, "cuda:0", "on_cpu")
-    for _ in range(4):  # no instance group: round robin over every live queue
+    for _ in range(4):  # no instance group: KIND_AUTO, the GPU worker while one is live, never the CPU's
         x, y = _affine(http, httpclient, "anywhere")
         np.testing.assert_allclose(y, x + 5)
-    assert _loaded(server, "cpu", "anywhere") and _loaded(server, "cuda:0", "anywhere")
+    assert _loaded(server, "cuda:0", "anywhere") and not _loaded(server, "cpu", "anywhere")
 
 
 def test_large_requests_share_memory_with_a_worker_on_the_same_machine(server):

@@ -9,6 +9,11 @@ itself with a Redis heartbeat, follows the registry, and consumes the model
 store's control tasks (validation of uploaded versions, queue
 ``modelhost.control``) with Celery.
 
+A GPU worker first proves its sessions run on its GPU (a probe session,
+inference/workers/server/gpu.py) or refuses to start naming the cause; a
+CUDA error that persists later makes it leave the directory and exit with
+status 75 (its orchestrator restarts it).
+
 SIGTERM (or SIGINT, or ``manage.py drainworker <id>``) drains it: it takes no
 new request (front ends are told over their connections and by its
 heartbeat, and send elsewhere), answers every request it holds (at most
@@ -32,10 +37,12 @@ from django.core.management.base import BaseCommand, CommandError
 from hosting import composition
 from hosting.celery import CONTROL_QUEUE, app
 from hosting.deployment import DeploymentError, check_worker_mode
+from inference.runtime import cuda
 from inference.runtime.residency import rss_bytes
 from inference.workers.link import LinkConfigError, unix_socket_path
 from inference.workers.messages import Announcement
 from inference.workers.placement import DeviceError, DeviceUnavailable, parse_device, providers_for, queue_for
+from inference.workers.server import gpu
 from inference.workers.server.drain import Drain
 from inference.workers.server.heartbeat import Heartbeat
 from inference.workers.server.socket_server import Limits, WorkerServer
@@ -47,6 +54,26 @@ def _address(text: str) -> tuple[str, int]:
     if not host or not port.isdigit():
         raise CommandError(f"not a host:port address: {text!r}")
     return host.strip("[]"), int(port)
+
+
+#: The exit status of a worker whose GPU context is lost (a CUDA error that persists): its orchestrator restarts it.
+DEVICE_FAILED_EXIT = 75
+
+
+def _leave(heartbeat: Heartbeat, server: WorkerServer, reason: str) -> None:
+    """A CUDA error persists: leave the directory at once (no new request comes), close the connections
+    (front ends send the requests held elsewhere) and exit non-zero without running CUDA's teardown, which
+    may hang on a lost context."""
+    import sys
+
+    sys.stderr.write(f"the worker stops: {reason}\n")
+    sys.stderr.flush()
+    threading.Thread(target=lambda: (time.sleep(10), os._exit(DEVICE_FAILED_EXIT)), daemon=True).start()
+    try:
+        heartbeat.stop()  # its key goes: front ends drop it at their next read
+        server.stop(grace=0.0)
+    finally:
+        os._exit(DEVICE_FAILED_EXIT)
 
 
 class Command(BaseCommand):
@@ -73,6 +100,16 @@ class Command(BaseCommand):
             queue = queue_for(device)
         except DeviceError as exc:
             raise CommandError(str(exc)) from None
+        started = None
+        if kind == "cuda":  # first, before anything else: a worker not on its GPU never starts
+            try:
+                started = gpu.start(
+                    device, composition.cuda_options(tensorrt=settings.WORKER_TENSORRT),
+                    ordinal=settings.WORKER_GPU_ORDINAL if settings.WORKER_GPU_ORDINAL >= 0 else None,
+                    fallback=settings.WORKER_CPU_FALLBACK,
+                )  # fmt: skip
+            except (gpu.PinningError, cuda.GpuUnavailable) as exc:
+                raise CommandError(str(exc)) from None
         if not settings.REDIS_URL:
             raise CommandError("runworker needs REDIS_URL (e.g. redis://127.0.0.1:6379/0)")
         try:
@@ -89,15 +126,18 @@ class Command(BaseCommand):
             client.ping()
         except redis.RedisError as exc:
             raise CommandError(f"Redis at {settings.REDIS_URL} is unreachable: {exc}") from None
-        if kind == "cuda":
-            # Device numbers as nvidia-smi shows them; ONNX Runtime gets device_id.
-            os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-        try:
-            providers = providers_for(device, settings.WORKER_CPU_FALLBACK)
-        except DeviceUnavailable as exc:
-            raise CommandError(str(exc)) from None
+        if started is not None:
+            providers, got = started.providers, started.got
+        else:
+            try:
+                providers = got = providers_for(device)
+            except DeviceUnavailable as exc:
+                raise CommandError(str(exc)) from None
         worker_id = f"{hostname}-{os.getpid()}"
-        runtime = composition.build_worker(device, providers, where=f"{hostname} by the {device} worker {worker_id}")
+        runtime = composition.build_worker(
+            device, providers, where=f"{hostname} by the {device} worker {worker_id}",
+            gpu_ordinal=started.pinning.ordinal if started is not None and started.on_gpu else None,
+        )  # fmt: skip
         unix_path = unix_socket_path(Path(settings.VAR_DIR), worker_id) if settings.WORKER_UNIX_SOCKET else None
         try:
             server = WorkerServer(
@@ -123,14 +163,22 @@ class Command(BaseCommand):
                 unix=server.unix_path or "", machine=socket.gethostname(), host=hostname, pid=os.getpid(),
                 busy=server.busy, busy_fraction=round(runtime.meter.fraction(), 4), served=server.served,
                 connections=server.connections, draining=server.draining, rss_bytes=rss_bytes(),
-                control=not no_control, pool=pool, providers=[str(p) for p in providers],
+                control=not no_control, pool=pool, providers=list(got),
+                gpu_ordinal=started.pinning.ordinal if started is not None else -1,
             ),
             on_drain=lambda: os.kill(os.getpid(), signal.SIGTERM),  # manage.py drainworker: as SIGTERM
         )  # fmt: skip
         drain = Drain(server, heartbeat, settings.WORKER_DRAIN_SECONDS)
+        runtime.on_device_failed = lambda reason: _leave(heartbeat, server, reason)
         heartbeat.start()
         where = ", ".join(x for x in (f"{advertise} (TLS)" if server.address else "", server.unix_path or "") if x)
-        self.stdout.write(f"worker {worker_id} for {device} on {where} (providers {providers})")
+        on = (
+            ""
+            if started is None
+            else f", GPU ordinal {started.pinning.ordinal} in this process"
+            + ("" if started.on_gpu else ", ON THE CPU (WORKER_CPU_FALLBACK)")
+        )
+        self.stdout.write(f"worker {worker_id} for {device} on {where} (sessions on {', '.join(got)}{on})")
         self.stdout.flush()
         try:
             if no_control:

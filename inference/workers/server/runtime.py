@@ -26,6 +26,7 @@ from collections import deque
 from inference import runtime_settings
 from inference.observability import tracing
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotReady
+from inference.runtime import cuda
 from inference.runtime.execution import RunTarget
 from inference.runtime.executors import runnable
 from inference.runtime.queue_policy import Schedule
@@ -117,6 +118,20 @@ class WorkerRuntime:
         self.meter = BusyMeter()
         self._targets: dict[tuple, RunTarget] = {}
         self._draining: dict[tuple, tuple[RunTarget, float]] = {}  # key -> (target, until: time.monotonic())
+        #: Called once with the reason when a CUDA error persists (runworker: leave the directory, exit non-zero).
+        self.on_device_failed = None
+        self._failed = threading.Event()
+
+    def device_failed(self, reason: str) -> None:
+        """A CUDA error that persists (:class:`~inference.runtime.cuda.DeviceFailed`):
+        logged, and ``on_device_failed(reason)`` called once, so that the
+        worker leaves the directory and exits for its orchestrator to restart it."""
+        if self._failed.is_set():
+            return
+        self._failed.set()
+        logger.critical("%s worker: %s", self.device, reason)
+        if self.on_device_failed is not None:
+            self.on_device_failed(reason)
 
     def on_snapshot(self, snapshot: dict) -> None:
         """Registry listener: the versions this worker may run, with this
@@ -164,6 +179,9 @@ class WorkerRuntime:
                 with tracing.remote_span(f"worker {self.device}", request.traceparent, device=self.device):
                     return self._handle(request, body, shared)
             return self._handle(request, body, shared)
+        except cuda.DeviceFailed as exc:  # the GPU context is lost: every later run would fail too
+            self.device_failed(exc.message)
+            return frames.encode(messages.ErrorAnswer(exc.code, exc.message))
         except InferenceError as exc:
             return frames.encode(messages.ErrorAnswer(exc.code, exc.message))
         except Exception as exc:  # never leave the front end waiting
