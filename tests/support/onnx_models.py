@@ -64,15 +64,15 @@ def affine(scale: float, offset: float, width: int = 4, batch="N") -> bytes:
     )
 
 
-def string_suffix(suffix: str = "!") -> bytes:
-    """BYTES text -> text + suffix (StringConcat), shape [-1]: proves the model sees the text."""
+def string_suffix(suffix: str = "!", shape=("N",)) -> bytes:
+    """BYTES text -> text + suffix (StringConcat), shape [-1] (or ``shape``): proves the model sees the text."""
     const = helper.make_node(
         "Constant", [], ["s"], value=helper.make_tensor("s", TensorProto.STRING, [], [suffix.encode()])
     )
     return _model(
         [const, helper.make_node("StringConcat", ["text", "s"], ["out"])],
-        [_vi("text", "BYTES", ("N",))],
-        [_vi("out", "BYTES", ("N",))],
+        [_vi("text", "BYTES", shape)],
+        [_vi("out", "BYTES", shape)],
         opset=20,
     )
 
