@@ -56,6 +56,14 @@ class DataMismatch(InvalidInput):
     Triton does (it checks a request's inputs in reverse order)."""
 
 
+class RegionNotOpened(InvalidInput):
+    """A shared-memory object that cannot be opened: the client's mistake
+    over REST (HTTP 400), gRPC INTERNAL as Triton answers it (its
+    ``OpenSharedMemoryRegion``; Triton's clients and QA tests expect it)."""
+
+    grpc_status = "INTERNAL"
+
+
 class ModelNotFound(InferenceError):
     """No such model, model version or version label (HTTP 404)."""
 

@@ -954,6 +954,28 @@ def test_shape_byte_size_limit_applies_to_json_inputs_too():
     assert_invalid(header, exc=RequestTooLarge, message="input 'j': shape [1000000000000] needs 8000000000000 bytes")
 
 
+@pytest.mark.parametrize(
+    ("datatype", "shape", "message"),
+    [  # Triton's qa/L0_http test_buffer_size_overflow: a 400 (INVALID_ARGUMENT), not 413
+        (
+            "FP32",
+            [2**4, 2**60 + 2],
+            f"invalid shape for input 'o': shape [16, {2**60 + 2}] causes total element count to exceed maximum "
+            f"size of {2**63 - 1}",
+        ),
+        (
+            "FP32",
+            [2**2, 2**60 + 2],
+            f"byte size overflow for input 'o': element count ({2**62 + 8}) * data type size (4) exceeds maximum "
+            f"allowed size ({2**63 - 1})",
+        ),
+    ],
+)
+def test_a_shape_whose_size_overflows_64_bits_is_invalid_not_too_large(datatype, shape, message):
+    header = {"inputs": [{"name": "o", "datatype": datatype, "shape": shape, "data": [1.0]}]}
+    assert assert_invalid(header) == message
+
+
 def test_shape_byte_size_exactly_at_the_limit_is_accepted():
     header = {"inputs": [binary_input("edge", "FP64", (2, 2), size=32)]}
     request = decode_header(header, struct.pack("<4d", 1, 2, 3, 4), max_bytes=32)

@@ -13,6 +13,9 @@ import socket
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.interop
 
@@ -89,3 +92,35 @@ def test_a_chunked_raw_binary_request_over_a_raw_socket(model_server):
     length = int(headers.get("inference-header-content-length") or headers["Inference-Header-Content-Length"])
     np.testing.assert_array_equal(np.frombuffer(body[length:], np.float32), 2 * np.arange(4, dtype=np.float32) + 1)
 
+
+def test_a_shape_whose_byte_size_overflows_is_400(model_server):
+    """qa/L0_http ``test_buffer_size_overflow``: 400 with Triton's texts, the server stays live."""
+    host, port = _host_port(model_server.http_url)
+    for shape, needle in (
+        ([2**4, 2**60 + 2], "causes total element count to exceed maximum size of"),
+        ([2**2, 2**60 + 2], "byte size overflow for input"),
+    ):
+        body = json.dumps({"inputs": [{"name": "INPUT0", "shape": shape, "datatype": "FP32", "data": [1.0]}]})
+        conn = http.client.HTTPConnection(host, port, timeout=30)
+        try:
+            conn.request("POST", "/v2/models/identity_fp32/infer", body, {"Content-Type": "application/json"})
+            response = conn.getresponse()
+            status, answer = response.status, json.loads(response.read())
+        finally:
+            conn.close()
+        assert status == 400 and needle in answer["error"], (status, answer)
+
+
+def test_grpc_register_of_a_missing_region_is_internal_with_triton_text(model_server):
+    """The gRPC aio client test: Triton answers INTERNAL "Unable to open
+    shared memory region: '<key>'"; over REST it stays a 400."""
+    with grpcclient.InferenceServerClient(model_server.grpc_url) as client:
+        with pytest.raises(InferenceServerException) as info:
+            client.register_system_shared_memory("missing", "/no_such_region_tritonqa", 64)
+    assert info.value.status() == "StatusCode.INTERNAL"
+    assert "Unable to open shared memory region: '/no_such_region_tritonqa'" in info.value.message()
+    with httpclient.InferenceServerClient(model_server.http_url) as client:
+        with pytest.raises(InferenceServerException) as info:
+            client.register_system_shared_memory("missing", "/no_such_region_tritonqa", 64)
+    assert info.value.status() == "400"
+    assert "Unable to open shared memory region: '/no_such_region_tritonqa'" in info.value.message()
