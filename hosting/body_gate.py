@@ -36,10 +36,18 @@ wraps the application instead:
   unknown model version) is sent only after the rest of the body was read
   and dropped (up to ``MAX_REQUEST_BYTES``), so that a client still sending
   gets it instead of a broken pipe.
+- **Chunked bodies.** A body sent with ``Transfer-Encoding: chunked`` has no
+  Content-Length, and Django reads only as many bytes as that says (none).
+  granian hands the application the decoded chunks; the gate reads them
+  first (watched like any body, counted as they arrive: past
+  ``chunked_limit`` bytes, ``MAX_REQUEST_BYTES``, the request is answered
+  413 and the rest is not read), then hands the application the body with
+  its Content-Length, as if it had been sent so.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import sys
@@ -50,12 +58,14 @@ from django.core.exceptions import BadRequest
 
 from inference.admission import auth
 from inference.admission.fair_share import ANONYMOUS_FLOW, FairShare, Gate
-from inference.protocol.errors import InvalidInput, RateLimited
+from inference.protocol.errors import InvalidInput, RateLimited, RequestTooLarge
 
 logger = logging.getLogger(__name__)
 
 #: Size of the reads that drop the unread rest of a body.
 DRAIN_CHUNK = 1 << 20
+#: Size of the reads of a chunked body (each adds its bytes' time at the minimum rate to the deadline).
+CHUNKED_READ = 64 * 1024
 
 
 class IncompleteBody(InvalidInput, BadRequest):
@@ -78,6 +88,18 @@ class BodyTimeout(IncompleteBody):
     """The body did not arrive in time: HTTP 408."""
 
     status = 408
+
+
+class ChunkedTooLarge(RequestTooLarge, BadRequest):
+    """A chunked body grew past the gate's ``chunked_limit``: HTTP 413 (the
+    rest is not read; the connection closes)."""
+
+    status = 413
+
+
+def _chunked(environ) -> bool:
+    """Whether the request's body comes in chunks without a Content-Length."""
+    return not environ.get("CONTENT_LENGTH") and "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
 
 
 def _content_length(environ) -> int:
@@ -104,8 +126,9 @@ class WatchedInput:
     short bodies (see the module docstring). Reads never go past the
     Content-Length."""
 
-    def __init__(self, gate: BodyGate, stream, length: int, caller_frame=None, environ=None):
+    def __init__(self, gate: BodyGate, stream, length: int, caller_frame=None, environ=None, chunked: bool = False):
         self.gate = gate
+        self.chunked = chunked  # a chunked body: ``length`` is a bound, a short read is its end
         self.environ = environ  # for the caller's flow when it must wait for a work slot
         self.stream = stream
         self.length = length
@@ -160,6 +183,10 @@ class WatchedInput:
             self.pending = 0
         self.received += len(data)
         self.remaining -= len(data)
+        if self.chunked:
+            if self.failure is not None:  # late (the watchdog answered 408)
+                raise self.failure
+            return data
         if self.failure is None and ((count is not None and len(data) < count) or not data):
             self.failure = IncompleteBody(
                 f"the request body ended after {self.received} of its {self.length} bytes (Content-Length)"
@@ -202,8 +229,9 @@ class WatchedInput:
         self._runner_frame = None
 
 
-def error_answer(exc: IncompleteBody | SlotRefused) -> tuple[int, list[tuple[str, str]], bytes]:
-    """(status, headers, body) of the answer to a short or late body, or to a refused work slot."""
+def error_answer(exc: IncompleteBody | SlotRefused | ChunkedTooLarge) -> tuple[int, list[tuple[str, str]], bytes]:
+    """(status, headers, body) of the answer to a short, late or too large
+    body, or to a refused work slot."""
     body = json.dumps({"error": str(exc)}).encode()
     headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
     if isinstance(exc, SlotRefused):
@@ -213,7 +241,7 @@ def error_answer(exc: IncompleteBody | SlotRefused) -> tuple[int, list[tuple[str
     return exc.status, headers, body
 
 
-REASONS = {400: "Bad Request", 408: "Request Timeout", 429: "Too Many Requests"}
+REASONS = {400: "Bad Request", 408: "Request Timeout", 413: "Content Too Large", 429: "Too Many Requests"}
 
 
 def flow_of_request(environ) -> str:
@@ -236,14 +264,17 @@ class BodyGate:
     ``timeout`` (s) and ``min_rate`` (bytes/s): the body deadline;
     ``drain_limit`` (bytes): the most of an unread body read after an early answer;
     ``queue_per_flow``: requests one flow may have waiting for a slot (more: 429);
-    ``flow(environ)``: a request's flow (asked only when it must wait).
+    ``flow(environ)``: a request's flow (asked only when it must wait);
+    ``chunked_limit`` (bytes): the largest chunked body read (more: 413;
+    default ``drain_limit``).
     """
 
     def __init__(
         self, app, *, slots: int, timeout: float, min_rate: float, drain_limit: int, queue_per_flow: int = 16,
-        flow=flow_of_request,
+        flow=flow_of_request, chunked_limit: int | None = None,
     ):  # fmt: skip
         self.app = app
+        self.chunked_limit = drain_limit if chunked_limit is None else chunked_limit
         self.slots = Gate("the work slots of this HTTP process", max(1, slots), FairShare(queue_per_flow))
         self.flow = flow
         self.timeout = timeout
@@ -254,6 +285,13 @@ class BodyGate:
         self._lock = threading.Lock()
 
     def __call__(self, environ, start_response):
+        if _chunked(environ):
+            try:
+                self._read_chunks(environ, sys._getframe(1))
+            except (IncompleteBody, ChunkedTooLarge) as exc:
+                status, headers, payload = error_answer(exc)
+                start_response(f"{status} {REASONS[status]}", headers)
+                return [payload]
         length = _content_length(environ)
         if not length:
             try:
@@ -295,6 +333,27 @@ class BodyGate:
             return [payload]
         finally:
             body.finish()
+
+    def _read_chunks(self, environ, caller_frame) -> None:
+        """Read a chunked body (watched, counted as it arrives) and hand it on
+        with its Content-Length. Raises ChunkedTooLarge past
+        ``chunked_limit`` bytes, IncompleteBody (BodyTimeout) when late."""
+        if self._watchdog is None:
+            self._start_watchdog()
+        limit = self.chunked_limit
+        body = WatchedInput(self, environ["wsgi.input"], limit + 1, caller_frame, environ, chunked=True)
+        parts, size = [], 0
+        try:
+            while data := body.read(min(CHUNKED_READ, limit + 1 - size)):
+                size += len(data)
+                if size > limit:
+                    raise ChunkedTooLarge(f"the chunked request body exceeds the limit of {limit} bytes")
+                parts.append(data)
+        finally:
+            body.finish()
+        content = b"".join(parts)
+        environ["CONTENT_LENGTH"] = str(len(content))
+        environ["wsgi.input"] = io.BytesIO(content)
 
     def acquire(self, environ=None) -> None:
         """Take a work slot: at once when one is free and nobody waits, else

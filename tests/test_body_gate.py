@@ -145,3 +145,76 @@ def test_a_large_body_gets_time_at_the_minimum_rate():
     assert (status, payload) == ("200 OK", b"0123456789ab")
     strict = BodyGate(app, slots=1, timeout=0.5, min_rate=1 << 20, drain_limit=1 << 20)
     assert _call(strict, Steady(b"0123456789ab"), 12)[0] == "408 Request Timeout"
+
+
+def _call_chunked(gate: BodyGate, body: Stream):
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/x", "HTTP_TRANSFER_ENCODING": "chunked", "wsgi.input": body}
+    answer = {}
+
+    def start_response(status, headers, exc_info=None):
+        answer["status"], answer["headers"] = status, dict(headers)
+
+    payload = b"".join(gate(environ, start_response))
+    return answer["status"], answer["headers"], payload
+
+
+def _echo(seen):
+    def app(environ, start_response):
+        seen["length"] = environ["CONTENT_LENGTH"]
+        body = environ["wsgi.input"].read(int(environ["CONTENT_LENGTH"] or 0))
+        seen["free while running"] = gate_of[0].free_slots()
+        start_response("200 OK", [])
+        return [body]
+
+    gate_of = []
+    return app, gate_of
+
+
+def test_a_chunked_body_is_read_and_handed_on_with_its_length():
+    """Transfer-Encoding: chunked (no Content-Length): the application sees
+    the whole body and its Content-Length, and works in a slot."""
+    seen = {}
+    app, gate_of = _echo(seen)
+    gate = BodyGate(app, slots=1, timeout=5.0, min_rate=65536, drain_limit=1 << 20, chunked_limit=100)
+    gate_of.append(gate)
+    body = bytes(range(100))
+    status, _, payload = _call_chunked(gate, Stream(body))
+    assert (status, payload) == ("200 OK", body)
+    assert seen == {"length": "100", "free while running": 0}
+    assert gate.free_slots() == 1
+    status, _, payload = _call_chunked(gate, Stream(b""))  # an empty chunked body: no body
+    assert (status, payload, seen["length"]) == ("200 OK", b"", "0")
+
+
+def test_a_chunked_body_past_the_limit_is_413_before_more_is_read():
+    ran = []
+
+    def app(environ, start_response):
+        ran.append(True)
+        start_response("200 OK", [])
+        return [b"ok"]
+
+    gate = BodyGate(app, slots=1, timeout=5.0, min_rate=65536, drain_limit=1 << 20, chunked_limit=100)
+    stream = Stream(b"x" * 10_000)
+    status, headers, payload = _call_chunked(gate, stream)
+    assert status == "413 Content Too Large" and headers["Connection"] == "close"
+    assert json.loads(payload) == {"error": "the chunked request body exceeds the limit of 100 bytes"}
+    assert not ran
+    assert len(stream.data) == 10_000 - 101  # counted as it came: one byte past the limit, no more
+    assert gate.free_slots() == 1
+
+
+def test_a_late_chunked_body_is_408():
+    stall = threading.Event()
+    threading.Timer(1.5, stall.set).start()
+    ran = []
+
+    def app(environ, start_response):
+        ran.append(True)
+        start_response("200 OK", [])
+        return [b"never"]
+
+    gate = BodyGate(app, slots=1, timeout=0.5, min_rate=1 << 20, drain_limit=1 << 20)
+    status, _, payload = _call_chunked(gate, Stream(b"abc", stall=stall))
+    assert not ran
+    assert status == "408 Request Timeout" and "did not arrive in time" in json.loads(payload)["error"]

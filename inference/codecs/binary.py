@@ -15,6 +15,7 @@ import re
 import numpy as np
 
 from inference.codecs import bytes as bytes_codec
+from inference.protocol import triton_texts
 from inference.protocol.datatypes import Datatype
 from inference.protocol.errors import InvalidInput
 
@@ -83,13 +84,12 @@ class BinaryTail:
 
 def check_byte_size(where: str, datatype: Datatype, shape: tuple[int, ...], nbytes: int) -> None:
     """Raise InvalidInput unless ``nbytes`` is exactly the size of a numeric
-    tensor of ``shape`` and ``datatype``."""
+    tensor of ``shape`` and ``datatype`` (Triton's "input byte size
+    mismatch for input 'x' for model 'm'. Expected ..., got ...";
+    ``where``: "input 'x' for model 'm'")."""
     expected = math.prod(shape) * datatype.itemsize
     if nbytes != expected:
-        raise InvalidInput(
-            f"{where}: {nbytes} bytes of {datatype.name} data do not match shape "
-            f"{list(shape)}, which needs {expected} bytes"
-        )
+        raise triton_texts.byte_size_mismatch(where, expected, nbytes)
 
 
 def tensor_from_buffer(where: str, datatype: Datatype, shape: tuple[int, ...], view: memoryview) -> np.ndarray:

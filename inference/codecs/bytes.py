@@ -13,7 +13,8 @@ import struct
 
 import numpy as np
 
-from inference.protocol.errors import InvalidInput
+from inference.protocol import triton_texts
+from inference.protocol.errors import DataMismatch, InvalidInput
 
 _LEN = struct.Struct("<I")
 _MAX_ELEMENT = 0xFFFFFFFF
@@ -48,31 +49,54 @@ def deserialize(buffer: bytes | memoryview, count: int, where: str) -> np.ndarra
     """Parse exactly ``count`` length-prefixed elements that fill ``buffer``.
 
     Returns a flat ``object`` array of ``bytes``. ``where`` names the tensor in
-    error messages. Raises InvalidInput when the buffer is too short for
-    ``count`` length prefixes (checked before anything is allocated: a
-    declared shape never sizes memory the data does not fill), when an
-    element runs past the end, when fewer or more elements than ``count``
-    are present, or when bytes are left over.
+    error messages ("input 'x' for model 'm'"). Raises InvalidInput, in
+    Triton's words where Triton checks the same (core ``infer_request.cc``
+    ``ValidateBytesInputs``), when the buffer is too short for ``count``
+    length prefixes (checked before anything is allocated: a declared shape
+    never sizes memory the data does not fill), when a length prefix is cut
+    short, when fewer or more elements than ``count`` are present, or when
+    an element runs past the end.
     """
     view = memoryview(buffer)
     end = len(view)
     if count * PREFIX > end:
-        raise InvalidInput(
-            f"{where}: {end} bytes of BYTES data cannot hold the {count} elements of its shape "
-            f"(each takes at least its {PREFIX}-byte length)"
-        )
+        raise _short(view, count, where)
     out = np.empty(count, dtype=object)
     unpack = _LEN.unpack_from
     offset = 0
     for i in range(count):
-        if offset + 4 > end:
-            raise InvalidInput(f"{where}: BYTES data holds {i} elements, but its shape needs {count}")
+        if offset + PREFIX > end:
+            raise _incomplete(where, end - offset) if offset < end else triton_texts.too_few_strings(where, count, i)
         (length,) = unpack(view, offset)
-        offset += 4
+        offset += PREFIX
         if offset + length > end:
+            if i + 1 < count:
+                raise triton_texts.too_few_strings(where, count, i + 1)
             raise InvalidInput(f"{where}: BYTES element {i} declares {length} bytes but only {end - offset} remain")
         out[i] = bytes(view[offset : offset + length])
         offset += length
     if offset != end:
-        raise InvalidInput(f"{where}: {end - offset} bytes remain after the {count} BYTES elements its shape holds")
+        if end - offset < PREFIX:
+            raise _incomplete(where, end - offset)
+        raise triton_texts.too_many_strings(where, count)
     return out
+
+
+def _incomplete(where: str, available: int) -> DataMismatch:
+    return DataMismatch(
+        f"incomplete string length indicator for inference {where}, expecting {PREFIX} bytes but only "
+        f"{available} bytes available"
+    )
+
+
+def _short(view: memoryview, count: int, where: str) -> DataMismatch:
+    """The error for data too short for ``count`` length prefixes: the
+    elements it does hold counted, without allocating any."""
+    end = len(view)
+    offset = found = 0
+    while offset < end:
+        if end - offset < PREFIX:
+            return _incomplete(where, end - offset)
+        found += 1
+        offset += PREFIX + _LEN.unpack_from(view, offset)[0]
+    return triton_texts.too_few_strings(where, count, found)

@@ -20,7 +20,7 @@ from inference.codecs import binary, large_json
 from inference.codecs import json as json_codec
 from inference.codecs.tensor import check_shape
 from inference.protocol.datatypes import BY_NAME
-from inference.protocol.errors import InvalidInput
+from inference.protocol.errors import DataMismatch, InvalidInput
 from inference.protocol.types import (
     SHARED_MEMORY_REGION,
     InferenceRequest,
@@ -91,8 +91,8 @@ def decode_request(
     if not isinstance(header, dict):
         raise InvalidInput("the inference request must be a JSON object")
     raw_inputs = header.get("inputs")
-    if not isinstance(raw_inputs, list) or not raw_inputs:
-        raise InvalidInput("the inference request needs a non-empty 'inputs' array")
+    if not isinstance(raw_inputs, list):
+        raise InvalidInput("the inference request needs an 'inputs' array")
     request_id = header.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise InvalidInput("'id' must be a string")
@@ -101,6 +101,7 @@ def decode_request(
         raise InvalidInput("parameter 'binary_data_output' must be a boolean")
     reader = binary.BinaryTail(tail)
     inputs = []
+    mismatch = None  # the last input whose data does not fill its shape, named as Triton does
     for index, raw in enumerate(raw_inputs):
         if not isinstance(raw, dict):
             raise InvalidInput(f"inputs[{index}] must be a JSON object")
@@ -125,7 +126,11 @@ def decode_request(
             if type(size) is not int or size < 0:
                 raise InvalidInput(f"{where}: binary_data_size must be a non-negative integer")
             in_params = {k: v for k, v in in_params.items() if k != "binary_data_size"}
-            data = binary.tensor_from_buffer(where, datatype, shape, reader.take(size, where))
+            view = reader.take(size, where)
+            try:
+                data = binary.tensor_from_buffer(f"{where} for model '{model_name}'", datatype, shape, view)
+            except DataMismatch as exc:
+                mismatch, data = exc, None
         elif SHARED_MEMORY_REGION in in_params:
             if "data" in raw:
                 raise InvalidInput(f"{where}: has both 'data' and parameters.{SHARED_MEMORY_REGION}")
@@ -138,6 +143,8 @@ def decode_request(
             )
         inputs.append(RequestInput(name, datatype.name, shape, data, in_params))
     reader.finish()
+    if mismatch is not None:
+        raise mismatch
     outputs = None
     raw_outputs = header.get("outputs")
     if raw_outputs is not None:
@@ -173,8 +180,9 @@ def decode_raw_request(
 
     The body is the single input ``tensor``'s data. Numeric types: at most one
     variable dimension, derived from the byte size (a batching model's batch
-    dimension is 1). BYTES: shape [1], the body is that one element's bytes
-    without a length prefix (as Triton does). All outputs are returned as
+    dimension is 1). BYTES: shape [1] (no variable dimension, as Triton
+    requires), the body is that one element's bytes without a length prefix
+    (as Triton does). All outputs are returned as
     binary data. Raises InvalidInput when the model
     does not qualify or the size does not divide evenly.
     """
@@ -184,17 +192,20 @@ def decode_raw_request(
         dims[0] = 1
     where = f"raw binary request for input '{tensor.name}'"
     if datatype.is_bytes:
-        if any(d not in (1, -1) for d in dims):
-            raise InvalidInput(f"{where}: a BYTES input must have shape [1], the model declares {list(tensor.shape)}")
+        if any(d != 1 for d in dims):  # a variable dimension too: Triton's Normalize
+            raise InvalidInput(
+                f"For BYTE datatype raw input '{tensor.name}', the model must have input shape [1] "
+                f"(the model declares {list(tensor.shape)})"
+            )
         shape = tuple(1 for _ in dims)
         data = np.empty(shape, dtype=object)
         data.reshape(-1)[0] = bytes(body)
     else:
         variable = [i for i, d in enumerate(dims) if d < 0]
         if len(variable) > 1:
-            raise InvalidInput(
-                f"{where}: the input has {len(variable)} variable dimensions {list(tensor.shape)}; "
-                "at most one is allowed without an inference header"
+            raise InvalidInput(  # Triton's text (core infer_request.cc, Normalize)
+                f"The shape of the raw input '{tensor.name}' can not be deduced because there are more than one "
+                f"variable-sized dimension (the model declares {list(tensor.shape)})"
             )
         if variable:
             fixed = math.prod(d for d in dims if d >= 0) * datatype.itemsize
@@ -202,7 +213,7 @@ def decode_raw_request(
                 raise InvalidInput(f"{where}: {len(body)} bytes is not a whole number of elements of shape {dims}")
             dims[variable[0]] = len(body) // fixed
         shape = tuple(dims)
-        data = binary.tensor_from_buffer(where, datatype, shape, body)
+        data = binary.tensor_from_buffer(f"input '{tensor.name}' for model '{model_name}'", datatype, shape, body)
     return InferenceRequest(
         model_name=model_name,
         model_version=model_version,

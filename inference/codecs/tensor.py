@@ -18,6 +18,8 @@ from inference.protocol.errors import InvalidInput, RequestTooLarge
 
 #: The most dimensions a tensor may have (numpy's limit).
 MAX_DIMS = 64
+#: The most elements, and bytes, a tensor's shape may describe (Triton's int64 sizes).
+INT64_MAX = 2**63 - 1
 
 
 def check_shape(value: Any, where: str, max_bytes: int, itemsize: int) -> tuple[int, ...]:
@@ -26,7 +28,8 @@ def check_shape(value: Any, where: str, max_bytes: int, itemsize: int) -> tuple[
     ``value`` is a list (from JSON, or a gRPC repeated int64 field turned
     into one). Raises InvalidInput for anything else (a shape whose
     dimensions other than 0 multiply past ``max_bytes`` included: no tensor
-    has them), and RequestTooLarge when the shape needs more than
+    has them; a shape whose element count or byte size overflows 64 bits,
+    in Triton's words), and RequestTooLarge when the shape needs more than
     ``max_bytes`` (``itemsize`` 0, for BYTES, counts one byte per element:
     the decoders check BYTES data against the bytes present).
     """
@@ -38,7 +41,18 @@ def check_shape(value: Any, where: str, max_bytes: int, itemsize: int) -> tuple[
         if type(dim) is not int or dim < 0:
             raise InvalidInput(f"{where}: 'shape' {value} must hold non-negative integers")
     shape = tuple(value)
-    size = math.prod(shape) * max(itemsize, 1)
+    count = math.prod(shape)
+    if count > INT64_MAX:  # Triton's texts (server src/http_server.cc): a 400, not a request too large
+        raise InvalidInput(
+            f"invalid shape for {where}: shape {list(shape)} causes total element count to exceed maximum size "
+            f"of {INT64_MAX}"
+        )
+    if itemsize > 1 and count > INT64_MAX // itemsize:
+        raise InvalidInput(
+            f"byte size overflow for {where}: element count ({count}) * data type size ({itemsize}) exceeds "
+            f"maximum allowed size ({INT64_MAX})"
+        )
+    size = count * max(itemsize, 1)
     if size > max_bytes:
         raise RequestTooLarge(
             f"{where}: shape {list(shape)} needs {size} bytes, more than the request limit of {max_bytes} bytes"

@@ -58,9 +58,12 @@ class RepositoryExtension:
         serve again) before returning. Parameters: ``config`` (a JSON string:
         the model's whole Triton configuration, replacing its own as Triton's
         load does; the registry source checks and applies it). Needs a token
-        of the model's team or an operator's (audited as its user). Raises Unauthenticated,
+        of the model's team or an operator's (audited as its user). Raises
+        InvalidInput first for a name Triton refuses (empty, only whitespace,
+        ``..`` or a ``/``: Triton's texts); Unauthenticated,
         PermissionDenied; ModelNotFound, InvalidInput with Triton's "failed to
         load '<name>', " before the reason."""
+        triton_texts.check_model_name(name)
         follow_scopes(self.registry)
         registry = self.registry
         caller = auth.authorize_control(token, name)

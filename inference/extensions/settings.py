@@ -1,5 +1,6 @@
 """Triton's trace and logging extensions: settings for every process of the
-machine, operators only
+machine; the trace settings read by anyone (as Triton's), changed by
+operators only; the log settings (which name the log file) operators' only
 (https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_trace.md,
 https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_logging.md)."""
 
@@ -21,10 +22,12 @@ class SettingsExtension:
         """Triton's trace settings, global or a model's (its own over the global
         ones), changed by ``update`` when given (``None`` values clear a
         model's own); for every process of the machine before this returns
-        (inference/runtime_settings.py). Operators only (audited). Raises
-        Unauthenticated, PermissionDenied, ModelNotFound, InvalidInput."""
+        (inference/runtime_settings.py). Reading needs no credential (as
+        Triton's, like the model configuration); a change, an operator's
+        (audited). Raises Unauthenticated, PermissionDenied (a change),
+        ModelNotFound, InvalidInput."""
         follow_scopes(self.registry)
-        caller = auth.authorize_operator(token)
+        caller = auth.authorize_operator(token) if update is not None else None
         if model:
             self.registry.model(model)
         settings = runtime_settings.runtime_settings()
@@ -38,8 +41,9 @@ class SettingsExtension:
 
     def log_settings(self, token: str | None, update: dict | None = None) -> dict:
         """Triton's log settings, changed by ``update`` when given, in every
-        process of the machine. Operators only (audited). Raises
-        Unauthenticated, PermissionDenied, InvalidInput."""
+        process of the machine. Operators only (audited): they name the log
+        file, a path on the server. Raises Unauthenticated, PermissionDenied,
+        InvalidInput."""
         follow_scopes(self.registry)
         caller = auth.authorize_operator(token)
         settings = runtime_settings.runtime_settings()

@@ -27,7 +27,7 @@ from inference.codecs.tensor import MAX_DIMS, check_shape
 from inference.grpc.proto import oip_pb2 as pb
 from inference.protocol import triton_texts
 from inference.protocol.datatypes import BY_NAME, Datatype
-from inference.protocol.errors import InvalidInput, RequestTooLarge
+from inference.protocol.errors import DataMismatch, InvalidInput, RequestTooLarge
 from inference.protocol.types import (
     SHARED_MEMORY_REGION,
     InferenceRequest,
@@ -167,6 +167,7 @@ def infer_request_from_proto(message: pb.ModelInferRequest, max_bytes: int) -> t
             raise RequestTooLarge(f"raw_input_contents hold {total} bytes, more than the limit of {max_bytes} bytes")
     inputs = []
     next_raw = 0
+    mismatch = None  # the last input whose data does not fill its shape, named as Triton does
     for index, tensor in enumerate(message.inputs):
         where = f"input '{tensor.name}'"
         datatype = BY_NAME.get(tensor.datatype)
@@ -178,11 +179,18 @@ def infer_request_from_proto(message: pb.ModelInferRequest, max_bytes: int) -> t
                 raise InvalidInput(f"{where}: has both contents and parameters.{SHARED_MEMORY_REGION}")
             data = None  # read from the region by the data plane, once the caller's regions are known
         elif raw:
-            data = binary.tensor_from_buffer(where, datatype, shape, memoryview(raw[next_raw]))
+            try:
+                data = binary.tensor_from_buffer(
+                    f"{where} for model '{message.model_name}'", datatype, shape, memoryview(raw[next_raw])
+                )
+            except DataMismatch as exc:
+                mismatch, data = exc, None
             next_raw += 1
         else:
             data = _typed(where, datatype, shape, tensor.contents)
         inputs.append(RequestInput(tensor.name, datatype.name, shape, data, parameters_from_proto(tensor.parameters)))
+    if mismatch is not None:
+        raise mismatch
     outputs = None
     if message.outputs:
         outputs = [RequestedOutput(o.name, parameters_from_proto(o.parameters)) for o in message.outputs]

@@ -50,6 +50,20 @@ class InvalidInput(InferenceError):
     grpc_status = "INVALID_ARGUMENT"
 
 
+class DataMismatch(InvalidInput):
+    """An input's data does not fill its declared shape (HTTP 400, gRPC
+    INVALID_ARGUMENT): a decoder that meets several names the last one, as
+    Triton does (it checks a request's inputs in reverse order)."""
+
+
+class RegionNotOpened(InvalidInput):
+    """A shared-memory object that cannot be opened: the client's mistake
+    over REST (HTTP 400), gRPC INTERNAL as Triton answers it (its
+    ``OpenSharedMemoryRegion``; Triton's clients and QA tests expect it)."""
+
+    grpc_status = "INTERNAL"
+
+
 class ModelNotFound(InferenceError):
     """No such model, model version or version label (HTTP 404)."""
 

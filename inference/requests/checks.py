@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 
+from inference.protocol import triton_texts
 from inference.protocol.errors import InvalidInput
 from inference.protocol.types import InferenceRequest
 from inference.requests import classification
@@ -75,26 +76,27 @@ def schedule(parameters: dict, levels: PriorityLevels | None) -> Schedule | None
 
 def check_inputs(entry: VersionEntry, request: InferenceRequest) -> tuple[dict, int]:
     """(feeds ``{name: ndarray}``, batch size) after checking the inputs
-    against the signature: each known and given once, with the model's
-    datatype and a compatible shape (fixed dimensions equal, -1 any; the
-    batch at most ``max_batch_size`` and the same in every input); every
-    non-optional input given. Raises InvalidInput."""
+    against the signature, in Triton's order (core ``infer_request.cc``):
+    each given once; as many as the model requires and at most as many as
+    it has; each known, with the model's datatype and a compatible shape
+    (fixed dimensions equal, -1 any; the batch at most ``max_batch_size``
+    and the same in every input). Raises InvalidInput (Triton's texts:
+    :mod:`inference.protocol.triton_texts`)."""
     specs = entry.input_specs
+    given = [tensor.name for tensor in request.inputs]
+    if len(set(given)) != len(given):
+        raise triton_texts.duplicate_input(next(name for name in given if given.count(name) > 1))
+    required = len(specs) - len(entry.optional_inputs)
+    if not required <= len(given) <= len(specs):
+        raise triton_texts.input_count(entry.model_name, given, list(specs), entry.optional_inputs)
     feeds = {}
     batch = None
     for tensor in request.inputs:
         spec = specs.get(tensor.name)
         if spec is None:
-            raise InvalidInput(
-                f"unknown input '{tensor.name}' for model '{entry.model_name}' (inputs: {', '.join(specs)})"
-            )
-        if tensor.name in feeds:
-            raise InvalidInput(f"input '{tensor.name}' is given twice")
+            raise triton_texts.unexpected_input(tensor.name, entry.model_name, list(specs))
         if tensor.datatype != spec.datatype.name:
-            raise InvalidInput(
-                f"input '{tensor.name}' has datatype {tensor.datatype}, "
-                f"but model '{entry.model_name}' expects {spec.datatype.name}"
-            )
+            raise triton_texts.datatype_mismatch(tensor.name, tensor.datatype, entry.model_name, spec.datatype.name)
         shape = tensor.shape
         expected = spec.shape
         if len(shape) != len(expected) or any(e >= 0 and e != s for s, e in zip(shape, expected)):
@@ -112,10 +114,8 @@ def check_inputs(entry: VersionEntry, request: InferenceRequest) -> tuple[dict, 
                 raise InvalidInput(f"inputs disagree on the batch size ({batch} and {shape[0]})")
             batch = shape[0]
         feeds[tensor.name] = tensor.data
-    if len(feeds) != len(specs):
-        missing = [name for name in specs if name not in feeds and name not in entry.optional_inputs]
-        if missing:
-            raise InvalidInput(f"model '{entry.model_name}' needs input(s) {', '.join(missing)}, not given")
+    if any(name not in feeds and name not in entry.optional_inputs for name in specs):
+        raise triton_texts.input_count(entry.model_name, given, list(specs), entry.optional_inputs)
     return feeds, (batch if batch is not None else 1)
 
 
@@ -130,12 +130,9 @@ def check_outputs(entry: VersionEntry, request: InferenceRequest) -> tuple[list[
     for output in request.outputs:
         datatype = entry.output_types.get(output.name)
         if datatype is None:
-            raise InvalidInput(
-                f"unknown output '{output.name}' for model '{entry.model_name}' "
-                f"(outputs: {', '.join(entry.output_names)})"
-            )
+            raise triton_texts.unexpected_output(output.name, entry.model_name, entry.output_names)
         if output.name in names:
-            raise InvalidInput(f"output '{output.name}' is requested twice")
+            raise triton_texts.duplicate_output(output.name)
         names.append(output.name)
         if output.parameters:
             count = classification.requested_count(output.name, datatype, output.parameters)

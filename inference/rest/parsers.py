@@ -48,9 +48,9 @@ def parse_infer_request(request, name: str, version: str | None, served) -> Infe
     body = read_body(request)
     if header_length == 0:
         if len(served.inputs) != 1:
-            raise InvalidInput(
-                f"a raw binary request (Inference-Header-Content-Length: 0) needs a model with exactly one "
-                f"input; model '{name}' has {len(served.inputs)}"
+            raise InvalidInput(  # Triton's text (core infer_request.cc, Normalize)
+                f"Raw request must only have 1 input (found 1) to be deduced but got {len(served.inputs)} inputs "
+                f"in '{name}' model configuration (Inference-Header-Content-Length: 0)"
             )
         return message.decode_raw_request(memoryview(body), name, version, served.inputs[0], served.max_batch_size > 0)
     header, tail = binary.split_body(body, header_length)

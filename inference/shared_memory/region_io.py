@@ -44,17 +44,19 @@ class ObjectFile:
     """An open shared-memory object (``path``, the client's ``key``):
     read-write, opened with ``O_NOFOLLOW`` and checked to be a regular file.
     The descriptor is closed when the object is collected, so whoever holds
-    it (a request, a registry's cache) may use it. Raises InvalidInput."""
+    it (a request, a registry's cache) may use it. Raises InvalidInput
+    (``unopened``, when the object cannot be opened: a registration's
+    RegionNotOpened, gRPC INTERNAL as Triton answers)."""
 
     __slots__ = ("fd", "key")
 
-    def __init__(self, path: Path, key: str):
+    def __init__(self, path: Path, key: str, unopened: type[InvalidInput] = InvalidInput):
         self.key = key
         self.fd = -1
         try:
             fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as exc:
-            raise InvalidInput(f"Unable to open shared memory region: '{key}' ({exc.strerror})") from None
+            raise unopened(f"Unable to open shared memory region: '{key}' ({exc.strerror})") from None
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             raise InvalidInput(f"Invalid shared memory region: '{key}' (not a shared memory object)")

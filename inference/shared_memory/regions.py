@@ -45,7 +45,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from inference.protocol.errors import InferenceError, InvalidInput
+from inference.protocol.errors import InferenceError, InvalidInput, RegionNotOpened
 from inference.shared_memory.region_io import ObjectFile, Span
 from inference.shared_memory.region_tensors import TensorReference, check_name, non_negative, object_path
 
@@ -99,8 +99,8 @@ def check_span(region: Region, offset: int, byte_size: int, where: str) -> None:
 
 def _open(region: Region) -> ObjectFile:
     """The region's object, open, after checking that it holds the region
-    (Triton's register text). Raises InvalidInput."""
-    file = ObjectFile(object_path(region.key), region.key)
+    (Triton's register text). Raises InvalidInput (RegionNotOpened: no such object)."""
+    file = ObjectFile(object_path(region.key), region.key, RegionNotOpened)
     size = file.size()
     if size < region.offset + region.byte_size:
         raise InvalidInput(

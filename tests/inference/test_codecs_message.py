@@ -27,7 +27,7 @@ from hypothesis.extra import numpy as hnp
 from inference.codecs import binary
 from inference.codecs.message import decode_raw_request, decode_request, encode_response, load_json
 from inference.protocol.datatypes import BY_NAME
-from inference.protocol.errors import InvalidInput, RequestTooLarge
+from inference.protocol.errors import DataMismatch, InvalidInput, RequestTooLarge
 from inference.protocol.types import (
     InferenceRequest,
     InferenceResponse,
@@ -392,7 +392,9 @@ def test_raw_request_batched_model_gets_batch_one():
     request = raw(struct.pack("<3q", 1, 2, 3), "INT64", (-1, 3), batched=True)
     assert request.inputs[0].shape == (1, 3)
     assert request.inputs[0].data.tolist() == [[1, 2, 3]]
-    with pytest.raises(InvalidInput, match=r"^raw binary request for input 'x': 48 bytes of INT64 data"):
+    with pytest.raises(
+        InvalidInput, match=r"^input byte size mismatch for input 'x' for model 'rawmodel'. Expected 24, got 48$"
+    ):
         raw(struct.pack("<6q", *range(6)), "INT64", (-1, 3), batched=True)
 
 
@@ -418,7 +420,7 @@ def test_raw_request_every_numeric_type(name, data):
     assert_tensor(tensor.data, name, x)
 
 
-@pytest.mark.parametrize(("shape", "batched"), [((1,), False), ((-1,), False), ((-1,), True), ((-1, 1), True)])
+@pytest.mark.parametrize(("shape", "batched"), [((1,), False), ((), False), ((-1,), True), ((-1, 1), True)])
 def test_raw_request_bytes_takes_the_whole_body_as_one_element(shape, batched):
     body = struct.pack("<I", 3) + b"abc\x00\xff"  # looks like a length prefix: it is not one
     request = raw(body, "BYTES", shape, batched=batched)
@@ -435,12 +437,13 @@ def test_raw_request_bytes_empty_body():
     assert tensor.data.tolist() == [b""]
 
 
-@pytest.mark.parametrize("shape", [(2,), (1, 2), (3, -1)])
+@pytest.mark.parametrize("shape", [(2,), (1, 2), (3, -1), (-1,), (1, -1)])
 def test_raw_request_bytes_must_have_shape_one(shape):
+    """As Triton: no variable dimension either (its ``test_byte_too_many_elements``)."""
     with pytest.raises(InvalidInput) as err:
         raw(b"abc", "BYTES", shape, name="text")
     assert err.value.message == (
-        f"raw binary request for input 'text': a BYTES input must have shape [1], the model declares {list(shape)}"
+        f"For BYTE datatype raw input 'text', the model must have input shape [1] (the model declares {list(shape)})"
     )
 
 
@@ -448,9 +451,10 @@ def test_raw_request_bytes_must_have_shape_one(shape):
 def test_raw_request_more_than_one_variable_dim_refused(shape, batched):
     with pytest.raises(InvalidInput) as err:
         raw(b"\x00" * 16, "FP32", shape, batched=batched, name="img")
-    msg = err.value.message
-    assert msg.startswith("raw binary request for input 'img': the input has ")
-    assert "at most one is allowed without an inference header" in msg
+    assert err.value.message == (
+        "The shape of the raw input 'img' can not be deduced because there are more than one variable-sized "
+        f"dimension (the model declares {list(shape)})"
+    )
 
 
 @pytest.mark.parametrize(("body", "shape"), [(b"\x00" * 10, (-1, 4)), (b"\x00" * 3, (-1,)), (b"\x00" * 4, (0, -1))])
@@ -464,9 +468,7 @@ def test_raw_request_size_not_a_whole_number_of_elements(body, shape):
 def test_raw_request_fixed_shape_size_mismatch():
     with pytest.raises(InvalidInput) as err:
         raw(b"\x00" * 12, "FP32", (2, 2), name="img")
-    assert err.value.message == (
-        "raw binary request for input 'img': 12 bytes of FP32 data do not match shape [2, 2], which needs 16 bytes"
-    )
+    assert err.value.message == "input byte size mismatch for input 'img' for model 'rawmodel'. Expected 16, got 12"
 
 
 # ------------------------------------------------------------- responses
@@ -816,26 +818,36 @@ def test_binary_tail_with_json_only_inputs():
 
 def test_binary_size_does_not_match_shape():
     header = {"inputs": [binary_input("a", "INT32", (2,), size=7)]}
-    message = assert_invalid(header, b"\x00" * 7)
-    assert message == "input 'a': 7 bytes of INT32 data do not match shape [2], which needs 8 bytes"
+    message = assert_invalid(header, b"\x00" * 7, exc=DataMismatch)
+    assert message == "input byte size mismatch for input 'a' for model 'mymodel'. Expected 8, got 7"
 
 
 def test_truncated_bytes_element():
     part = struct.pack("<I", 10) + b"short"
     header = {"inputs": [binary_input("txt", "BYTES", (1,), size=len(part))]}
-    assert_invalid(header, part, "input 'txt': BYTES element 0 declares 10 bytes but only 5 remain")
+    assert_invalid(header, part, "input 'txt' for model 'mymodel': BYTES element 0 declares 10 bytes but only 5 remain")
 
 
 def test_too_many_bytes_elements():
     part = struct.pack("<I", 1) + b"a" + struct.pack("<I", 1) + b"b"
     header = {"inputs": [binary_input("txt", "BYTES", (1,), size=len(part))]}
-    assert_invalid(header, part, "input 'txt': 5 bytes remain after the 1 BYTES elements its shape holds")
+    assert_invalid(
+        header,
+        part,
+        "unexpected number of string elements 2 for inference input 'txt' for model 'mymodel', expecting 1",
+        exc=DataMismatch,
+    )
 
 
 def test_too_few_bytes_elements():
     part = struct.pack("<I", 5) + b"abcde"
     header = {"inputs": [binary_input("txt", "BYTES", (2, 1), size=len(part))]}
-    assert_invalid(header, part, "input 'txt': BYTES data holds 1 elements, but its shape needs 2")
+    assert_invalid(
+        header,
+        part,
+        "expected 2 string elements for inference input 'txt' for model 'mymodel', got 1",
+        exc=DataMismatch,
+    )
 
 
 def test_negative_header_length():
@@ -888,9 +900,8 @@ def test_request_parameter_values_must_be_scalars():
     [
         ([], "the inference request must be a JSON object"),
         ("x", "the inference request must be a JSON object"),
-        ({}, "the inference request needs a non-empty 'inputs' array"),
-        ({"inputs": []}, "the inference request needs a non-empty 'inputs' array"),
-        ({"inputs": {"name": "a"}}, "the inference request needs a non-empty 'inputs' array"),
+        ({}, "the inference request needs an 'inputs' array"),
+        ({"inputs": {"name": "a"}}, "the inference request needs an 'inputs' array"),
         ({"inputs": [5]}, "inputs[0] must be a JSON object"),
         ({"inputs": [{"datatype": "FP32", "shape": [1], "data": [1.0]}]}, "inputs[0] needs a string 'name'"),
         ({"inputs": [{"name": 3, "datatype": "FP32", "shape": [1], "data": [1.0]}]}, "inputs[0] needs a string 'name'"),
@@ -943,6 +954,28 @@ def test_shape_byte_size_limit_applies_to_json_inputs_too():
     assert_invalid(header, exc=RequestTooLarge, message="input 'j': shape [1000000000000] needs 8000000000000 bytes")
 
 
+@pytest.mark.parametrize(
+    ("datatype", "shape", "message"),
+    [  # Triton's qa/L0_http test_buffer_size_overflow: a 400 (INVALID_ARGUMENT), not 413
+        (
+            "FP32",
+            [2**4, 2**60 + 2],
+            f"invalid shape for input 'o': shape [16, {2**60 + 2}] causes total element count to exceed maximum "
+            f"size of {2**63 - 1}",
+        ),
+        (
+            "FP32",
+            [2**2, 2**60 + 2],
+            f"byte size overflow for input 'o': element count ({2**62 + 8}) * data type size (4) exceeds maximum "
+            f"allowed size ({2**63 - 1})",
+        ),
+    ],
+)
+def test_a_shape_whose_size_overflows_64_bits_is_invalid_not_too_large(datatype, shape, message):
+    header = {"inputs": [{"name": "o", "datatype": datatype, "shape": shape, "data": [1.0]}]}
+    assert assert_invalid(header) == message
+
+
 def test_shape_byte_size_exactly_at_the_limit_is_accepted():
     header = {"inputs": [binary_input("edge", "FP64", (2, 2), size=32)]}
     request = decode_header(header, struct.pack("<4d", 1, 2, 3, 4), max_bytes=32)
@@ -982,11 +1015,8 @@ def test_binary_bytes_declared_larger_than_its_data_allocates_nothing():
     """Issue 22 F2: 4 bytes of BYTES data declared as [67108864] elements
     (the 112-byte request that allocated 512 MiB)."""
     header = {"inputs": [binary_input("txt", "BYTES", (1 << 26,), size=4)]}
-    message = refused_within(header, struct.pack("<I", 0))
-    assert message == (
-        "input 'txt': 4 bytes of BYTES data cannot hold the 67108864 elements of its shape "
-        "(each takes at least its 4-byte length)"
-    )
+    message = refused_within(header, struct.pack("<I", 0), exc=DataMismatch)
+    assert message == "expected 67108864 string elements for inference input 'txt' for model 'mymodel', got 1"
 
 
 @pytest.mark.parametrize(

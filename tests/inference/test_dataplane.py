@@ -105,14 +105,32 @@ def test_requested_output_subset_and_order(dataplane):
 @pytest.mark.parametrize(
     "mutate,needle",
     [
-        (lambda r: r.inputs.pop(), "needs input(s) INPUT1"),
-        (lambda r: r.inputs.append(RequestInput("Z", "INT32", (1,), np.ones(1, np.int32))), "unknown input 'Z'"),
-        (lambda r: r.inputs.append(r.inputs[0]), "given twice"),
-        (lambda r: setattr(r.inputs[0], "datatype", "INT64"), "expects INT32"),
+        (
+            lambda r: r.inputs.pop(),
+            "expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], "
+            "but missing required input(s) ['INPUT1']. Please provide all required input(s).",
+        ),
+        (
+            lambda r: r.inputs.append(RequestInput("Z", "INT32", (1,), np.ones(1, np.int32))),
+            "expected 2 inputs but got 3 inputs for model 'simple'. Got input(s) ['INPUT0','INPUT1','Z'], "
+            "but missing required input(s) []. Please provide all required input(s).",
+        ),
+        (
+            lambda r: r.inputs.__setitem__(1, RequestInput("Z", "INT32", (1,), np.ones(1, np.int32))),
+            "unexpected inference input 'Z' for model 'simple'",
+        ),
+        (lambda r: r.inputs.append(r.inputs[0]), "input 'INPUT0' already exists in request"),
+        (
+            lambda r: setattr(r.inputs[0], "datatype", "INT64"),
+            "inference input 'INPUT0' data-type is 'INT64', but model 'simple' expects 'INT32'",
+        ),
         (lambda r: setattr(r.inputs[0], "shape", (1, 15)), "expects [-1, 16]"),
         (lambda r: setattr(r.inputs[0], "shape", (16,)), "expects [-1, 16]"),
-        (lambda r: setattr(r, "outputs", [RequestedOutput("NOPE")]), "unknown output 'NOPE'"),
-        (lambda r: setattr(r, "outputs", [RequestedOutput("OUTPUT0")] * 2), "requested twice"),
+        (lambda r: setattr(r, "outputs", [RequestedOutput("NOPE")]), "unexpected inference output 'NOPE' for model"),
+        (
+            lambda r: setattr(r, "outputs", [RequestedOutput("OUTPUT0")] * 2),
+            "output 'OUTPUT0' already exists in request",
+        ),
     ],
 )
 def test_invalid_requests(dataplane, mutate, needle):

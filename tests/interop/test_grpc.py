@@ -124,7 +124,7 @@ def test_status_codes_match_rest_messages(client, model_server, model, version, 
         with pytest.raises(InferenceServerException) as info:
             client.infer(model, ins, model_version=version)
         assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
-        assert "unknown input 'INPUT0'" in info.value.message()
+        assert info.value.message().startswith("expected 1 inputs but got 2 inputs for model 'versioned'")
         return
     with pytest.raises(InferenceServerException) as info:
         client.infer(model, ins, model_version=version)
@@ -241,7 +241,11 @@ def _raw_simple(**changes) -> pb.ModelInferRequest:
 
 BAD = [
     ("raw count", lambda r: r.raw_input_contents.pop(), "raw_input_contents has 1 entries but the request has 2"),
-    ("raw size", lambda r: r.raw_input_contents.__setitem__(0, b"\x00" * 60), "input 'INPUT0': 60 bytes"),
+    (
+        "raw size",
+        lambda r: r.raw_input_contents.__setitem__(0, b"\x00" * 60),
+        "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 60",
+    ),
     (
         "raw and typed",
         lambda r: r.inputs[0].contents.int_contents.extend([1] * 16),
@@ -249,7 +253,7 @@ BAD = [
     ),
     ("unknown datatype", lambda r: setattr(r.inputs[0], "datatype", "FLOAT"), "unknown datatype 'FLOAT'"),
     ("negative dim", lambda r: r.inputs[0].shape.__setitem__(0, -1), "non-negative"),
-    ("wrong shape", lambda r: r.inputs[0].shape.__setitem__(1, 8), "needs 32 bytes"),
+    ("wrong shape", lambda r: r.inputs[0].shape.__setitem__(1, 8), "Expected 32, got 64"),
 ]
 
 

@@ -122,7 +122,10 @@ def test_the_error_answer_names_the_request_that_failed(model_server):
     finally:
         channel.close()
     assert len(answers) == 2
-    assert answers[0].error_message == "model 'simple' needs input(s) INPUT1, not given"
+    assert answers[0].error_message == (
+        "expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], "
+        "but missing required input(s) ['INPUT1']. Please provide all required input(s)."
+    )
     failed = answers[0].infer_response
     assert (failed.id, failed.model_name, failed.model_version, len(failed.outputs)) == ("bad-one", "simple", "1", 0)
     assert answers[1].error_message == ""

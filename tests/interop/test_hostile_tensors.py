@@ -150,7 +150,7 @@ def test_grpc_attack_with_a_token_is_invalid_argument_with_bounded_memory(server
     is refused by the bytes present, before the tensor is allocated; typed
     contents likewise."""
     attacks = [
-        (_f1(), "input 'text': 4 bytes of BYTES data cannot hold the 67108864 elements of its shape"),
+        (_f1(), "expected 67108864 string elements for inference input 'text' for model 'strings', got 1"),
         (_typed("BYTES", "bytes_contents", [b"a"]), "contents.bytes_contents has 1 elements but shape [67108864]"),
         (_typed("FP32", "fp32_contents", [1.0]), "contents.fp32_contents has 1 elements but shape [16777216]"),
     ]
@@ -182,7 +182,7 @@ def test_a_stream_without_a_token_is_refused_request_by_request_before_decoding(
     assert growth.mib < MEMORY_BOUND_MIB
     metadata = [("authorization", f"Bearer {token}")]
     refused, fine = stub.ModelStreamInfer(iter([_f1(), x]), metadata=metadata, timeout=60)
-    assert "4 bytes of BYTES data cannot hold the 67108864 elements" in refused.error_message
+    assert "expected 67108864 string elements for inference input 'text'" in refused.error_message
     assert fine.error_message == "" and fine.infer_response.id == "fine"
     np.testing.assert_array_equal(np.frombuffer(fine.infer_response.raw_output_contents[0], np.float32), [1, 3, 5, 7])
 
@@ -273,7 +273,7 @@ def test_a_large_request_is_decoded_off_the_event_loop(server, token):
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         for _ in range(3):  # alone: what one decode takes, end to end
             code, details, seconds = _refusal(stub, message, token)
-            assert code == grpc.StatusCode.INVALID_ARGUMENT and "unknown output 'nope'" in details, details
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "unexpected inference output 'nope'" in details, details
             decodes.append(seconds)
     with Attackers(server, message, grpc.StatusCode.INVALID_ARGUMENT, [token]) as sender:
         latencies = _client_latencies(server, token, seconds=4.0)
@@ -349,7 +349,7 @@ def _tfs_context() -> tuple[bytes, dict]:
 
 
 HTTP_ATTACKS = [
-    ("rest binary (F2)", "/v2/models/strings/infer", _f2, 400, "4 bytes of BYTES data cannot hold the 67108864 elements"),
+    ("rest binary (F2)", "/v2/models/strings/infer", _f2, 400, "expected 67108864 string elements for inference input 'text'"),
     ("rest json bytes", "/v2/models/strings/infer", _json_bytes, 400, "'data' has 1 elements but shape [67108864]"),
     ("rest json fp32", "/v2/models/affine/infer", _json_fp32, 400, "'data' has 1 elements but shape [4194304, 4]"),
     ("tfs classify context", "/v1/models/pair_classifier:classify", _tfs_context, 413, "copied into each of the 2000 examples"),

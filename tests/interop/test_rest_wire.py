@@ -163,7 +163,7 @@ def test_raw_binary_request(wire):
     np.testing.assert_allclose(np.frombuffer(tail, dtype="<f4"), (2 * x + 1).ravel())
     # BYTES: the body is the single element's bytes, without a length prefix.
     status, headers, body = wire.request(
-        "POST", "/v2/models/strings/infer", "zürich".encode(), {"Inference-Header-Content-Length": "0"}
+        "POST", "/v2/models/strings_one/infer", "zürich".encode(), {"Inference-Header-Content-Length": "0"}
     )
     assert status == 200, body
     _, tail = _split(headers, body)
@@ -173,15 +173,35 @@ def test_raw_binary_request(wire):
 @pytest.mark.parametrize(
     "path,body,headers,status,needle",
     [
-        ("/v2/models/affine/infer", b"\x00" * 15, {"Inference-Header-Content-Length": "0"}, 400, "15 bytes"),
+        (
+            "/v2/models/affine/infer",
+            b"\x00" * 15,
+            {"Inference-Header-Content-Length": "0"},
+            400,
+            "input byte size mismatch for input 'x' for model 'affine'. Expected 16, got 15",
+        ),
         (
             "/v2/models/identity_fp32/infer",
             b"\x00" * 16,
             {"Inference-Header-Content-Length": "0"},
             400,
-            "variable dimensions",
+            "The shape of the raw input 'INPUT0' can not be deduced because there are more than one variable-sized "
+            "dimension",
         ),
-        ("/v2/models/simple/infer", b"\x00" * 64, {"Inference-Header-Content-Length": "0"}, 400, "exactly one input"),
+        (  # Triton's qa/L0_http test_byte_too_many_elements: BYTES of shape [-1]
+            "/v2/models/identity_bytes/infer",
+            b"427",
+            {"Inference-Header-Content-Length": "0"},
+            400,
+            "For BYTE datatype raw input 'INPUT0', the model must have input shape [1]",
+        ),
+        (
+            "/v2/models/simple/infer",
+            b"\x00" * 64,
+            {"Inference-Header-Content-Length": "0"},
+            400,
+            "Raw request must only have 1 input (found 1) to be deduced but got 2 inputs in 'simple' model configuration",
+        ),
     ],
 )
 def test_raw_binary_request_refusals(wire, path, body, headers, status, needle):
@@ -205,7 +225,7 @@ def _binary_simple(size0=64, extra=b"", header_length=None, payload=None):
 BAD_REQUESTS = [
     ("malformed JSON", b'{"inputs": [', {}, 400, "malformed JSON"),
     ("not an object", b"[1, 2]", {}, 400, "JSON object"),
-    ("no inputs", b'{"inputs": []}', {}, 400, "'inputs'"),
+    ("no inputs", b'{"inputs": []}', {}, 400, "expected 2 inputs but got 0 inputs for model 'simple'"),
     ("missing input", json.dumps({"inputs": _simple_request()["inputs"][:1]}).encode(), {}, 400, "INPUT1"),
     (
         "unknown input",
@@ -219,21 +239,21 @@ BAD_REQUESTS = [
         ).encode(),
         {},
         400,
-        "unknown input 'EXTRA'",
+        "expected 2 inputs but got 3 inputs for model 'simple'. Got input(s) ['INPUT0','INPUT1','EXTRA']",
     ),
     (
         "unknown output",
         json.dumps(_simple_request(outputs=[{"name": "NOPE"}])).encode(),
         {},
         400,
-        "unknown output 'NOPE'",
+        "unexpected inference output 'NOPE' for model 'simple'",
     ),
     (
         "wrong datatype",
         json.dumps({"inputs": [{**i, "datatype": "INT64"} for i in _simple_request()["inputs"]]}).encode(),
         {},
         400,
-        "expects INT32",
+        "inference input 'INPUT0' data-type is 'INT64', but model 'simple' expects 'INT32'",
     ),
     (
         "unknown datatype",
@@ -264,7 +284,12 @@ BAD_REQUESTS = [
         "not valid INT32",
     ),
     ("binary size too big", *_binary_simple(size0=80), 400, "binary_data_size is 80"),
-    ("binary size mismatch", *_binary_simple(size0=60, extra=b"\x00" * 0, payload=bytes(60)), 400, "60 bytes"),
+    (
+        "binary size mismatch",
+        *_binary_simple(size0=60, extra=b"\x00" * 0, payload=bytes(60)),
+        400,
+        "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 60",
+    ),
     ("trailing bytes", *_binary_simple(extra=b"\x01\x02\x03"), 400, "3 bytes of binary data"),
     ("header length too big", *_binary_simple(header_length=10_000), 400, "larger than the body"),
     ("header length negative", *_binary_simple(header_length=-5), 400, "negative"),

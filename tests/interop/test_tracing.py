@@ -5,8 +5,8 @@ yields one trace with the spans decode, run, worker, queue wait, batch
 formation, session.run and encode, parented to the client's
 ``traceparent`` (REST header, gRPC metadata); Triton's trace extension
 (``/v2/trace/setting``, per model too) controls sampling at runtime and its
-logging extension (``/v2/logging``) the log levels, both for operators
-only and audited; over gRPC too (tritonclient.grpc's trace and log
+logging extension (``/v2/logging``) the log levels, both changed by
+operators only and audited (the trace settings read by anyone, as Triton's); over gRPC too (tritonclient.grpc's trace and log
 settings: Triton's ``TraceSetting`` and ``LogSettings``), the same
 settings as over REST."""
 
@@ -191,10 +191,17 @@ def test_trace_settings_control_sampling_at_runtime(server, tokens):
     assert "('trace.settings', 'trace_ops', 'quiet')" in output and "('trace.settings', 'trace_ops', '')" in output
 
 
-def test_trace_and_log_settings_are_for_operators_only(server, tokens):
+def test_trace_and_log_settings_are_changed_by_operators_only(server, tokens):
+    """Reading the trace settings needs no credential (as Triton's); changing
+    them, and the log settings (which name a server path), an operator's."""
     team = {"authorization": f"Bearer {tokens['trace_dana']}"}
     for path in ("/v2/trace/setting", "/v2/models/plain/trace/setting", "/v2/logging"):
         for method in ("GET", "POST"):
+            if method == "GET" and "trace" in path:
+                for headers in ({}, team):
+                    status, body = request(server, method, path, b"", headers)
+                    assert status == 200 and body["trace_rate"] == "1000", (path, body)
+                continue
             status, body = request(server, method, path, b"{}" if method == "POST" else b"")
             assert status == 401 and "error" in body, (path, method)
             status, body = request(server, method, path, b"{}" if method == "POST" else b"", team)
@@ -314,11 +321,12 @@ def test_grpc_log_settings_are_the_rest_ones(server, tokens, grpc_client):
         assert http.get_log_settings(headers=ops(tokens)) == LOG_DEFAULTS
 
 
-def test_grpc_trace_and_log_settings_are_for_operators_only(server, tokens, grpc_client):
+def test_grpc_trace_and_log_settings_are_changed_by_operators_only(server, tokens, grpc_client):
     team = {"authorization": f"Bearer {tokens['trace_dana']}"}
+    for headers in (None, team):  # a TraceSetting without settings reads them: no credential needed
+        assert trace_values(grpc_client.get_trace_settings(headers=headers))["trace_rate"] == ["1000"]
+        assert trace_values(grpc_client.get_trace_settings("plain", headers=headers))["trace_level"] == ["TIMESTAMPS"]
     calls = {
-        "get trace": lambda h: grpc_client.get_trace_settings(headers=h),
-        "get model trace": lambda h: grpc_client.get_trace_settings("plain", headers=h),
         "update trace": lambda h: grpc_client.update_trace_settings(settings={"trace_rate": "2"}, headers=h),
         "update model trace": lambda h: grpc_client.update_trace_settings(
             model_name="plain", settings={"trace_level": ["OFF"]}, headers=h

@@ -85,15 +85,15 @@ def affine_failing_from(scale: float, offset: float, limit: int = 2, width: int 
     return _model(nodes, [_vi("x", "FP32", shape)], [_vi("y", "FP32", shape)], initializers=init)
 
 
-def string_suffix(suffix: str = "!") -> bytes:
-    """BYTES text -> text + suffix (StringConcat), shape [-1]: proves the model sees the text."""
+def string_suffix(suffix: str = "!", shape=("N",)) -> bytes:
+    """BYTES text -> text + suffix (StringConcat), shape [-1] (or ``shape``): proves the model sees the text."""
     const = helper.make_node(
         "Constant", [], ["s"], value=helper.make_tensor("s", TensorProto.STRING, [], [suffix.encode()])
     )
     return _model(
         [const, helper.make_node("StringConcat", ["text", "s"], ["out"])],
-        [_vi("text", "BYTES", ("N",))],
-        [_vi("out", "BYTES", ("N",))],
+        [_vi("text", "BYTES", shape)],
+        [_vi("out", "BYTES", shape)],
         opset=20,
     )
 

@@ -244,7 +244,7 @@ def write_ensembles(root: Path) -> None:
 def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
     """identity_<datatype> for all 13 datatypes, simple (INT32 add/sub),
     simple_string (the same on integers in text), affine (y = 2x + 1, max_batch_size 8), versioned (v1: x + 1, v2: x + 2,
-    policy all), strings (text + "!"), image ([1,3,224,224] -> channel means),
+    policy all), strings (text + "!"; strings_one: of shape [1]), image ([1,3,224,224] -> channel means),
     broken (not ONNX), cached (y = 4x - 2 with the response cache), the
     ensembles of ENSEMBLES with their composing models, the demo
     sentence_embedding (ONNX Runtime Extensions' tokenizer inside), the
@@ -258,6 +258,7 @@ def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
     m.write_model(root, "versioned", m.affine(1.0, 1.0), version=1, config=ALL_POLICY)
     m.write_model(root, "versioned", m.affine(1.0, 2.0), version=2)
     m.write_model(root, "strings", m.string_suffix("!"))
+    m.write_model(root, "strings_one", m.string_suffix("!", shape=(1,)))  # a raw binary request's BYTES input
     m.write_model(root, "image", m.fixed_image())
     m.write_model(root, "broken", b"this is not an onnx model")
     m.write_model(root, "half_plus_two", m.half_plus_two(rank=1))
