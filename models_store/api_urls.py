@@ -3,7 +3,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from models_store.registry.api import models, routes, versions
+from models_store.registry.api import models, routes, shadow, versions
 from models_store.webhooks import apis as webhook_apis
 
 _MODEL = "models/<str:name>"
@@ -23,6 +23,7 @@ urlpatterns = [
     path(f"{_MODEL}/traffic/", routes.TrafficView.as_view(), name="api-traffic"),
     path(f"{_MODEL}/traffic/promote", routes.TrafficPromoteView.as_view(), name="api-traffic-promote"),
     path(f"{_MODEL}/traffic/rollback", routes.TrafficRollbackView.as_view(), name="api-traffic-rollback"),
+    path(f"{_MODEL}/shadow/", shadow.ShadowView.as_view(), name="api-shadow"),
     path("teams/<str:team>/webhooks/", webhook_apis.WebhookListView.as_view(), name="api-webhook-list"),
     path(f"{_WEBHOOK}/", webhook_apis.WebhookDetailView.as_view(), name="api-webhook-detail"),
     path(f"{_WEBHOOK}/deliveries/", webhook_apis.DeliveryListView.as_view(), name="api-webhook-deliveries"),

@@ -5,7 +5,7 @@ from django.urls import path
 from django.views.generic import RedirectView
 
 from models_store.accounts import views as account_views
-from models_store.registry import views
+from models_store.registry import shadow_pages, views
 from models_store.webhooks import views as webhook_views
 
 _MODEL = "models/<str:name>"
@@ -24,8 +24,11 @@ urlpatterns = [
     path(f"{_MODEL}/labels/<str:label>/delete", views.label_delete, name="label-delete"),
     path(f"{_MODEL}/traffic", views.traffic_set, name="traffic-set"),
     path(f"{_MODEL}/traffic/<str:action>", views.traffic_action, name="traffic-action"),
+    path(f"{_MODEL}/shadow", shadow_pages.shadow_set, name="shadow-set"),
+    path(f"{_MODEL}/shadow/stop", shadow_pages.shadow_clear, name="shadow-clear"),
     path(f"{_MODEL}/upload/", views.upload, name="upload-version"),
     path(f"{_VERSION}/", views.version_detail, name="version-detail"),
+    path(f"{_VERSION}/shadow.json", shadow_pages.shadow_comparison, name="shadow-comparison"),
     path(f"{_VERSION}/<str:action>", views.version_action, name="version-action"),
     path("tokens/", account_views.token_list, name="token-list"),
     path("tokens/<int:token_id>/revoke", account_views.token_revoke, name="token-revoke"),

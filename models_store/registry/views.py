@@ -27,8 +27,8 @@ from models_store import audit, outages
 from models_store.accounts import selectors as accounts
 from models_store.errors import NotFound, Refused, SignatureConflict, UploadRefused, http_status
 from models_store.intake import services as intake
-from models_store.registry import actions, charts, selectors, signature_guard, snippets
-from models_store.registry.forms import LabelForm, ModelSettingsForm, UploadForm
+from models_store.registry import actions, charts, comparisons, selectors, signature_guard, snippets
+from models_store.registry.forms import LabelForm, ModelSettingsForm, ShadowForm, UploadForm
 from models_store.registry.models import ModelVersion, RegisteredModel
 from models_store.webhooks import selectors as webhooks
 
@@ -217,6 +217,8 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
         "audit": audit.for_model(model)[:AUDIT_ON_PAGE],
         "webhook_deliveries": webhooks.deliveries_for_model(request.user, model),
         "traffic": _traffic_rows(model),
+        "shadow": comparisons.shadow_config(model),
+        "shadow_form": ShadowForm(versions=[n for n in ready if n != state.default]),
         "snippets": _snippets(request, model, shown),
         "error": error,
     }
@@ -364,6 +366,7 @@ def _version_page(request, name: str, number: int, *, status: int = 200, error: 
         "infer_url": f"/v2/models/{model.name}/versions/{number}/infer",
         "pending": version.state in (ModelVersion.State.UPLOADED, ModelVersion.State.VALIDATING),
         "compared": signature_guard.against_default_route(model, version) if version.inputs else None,
+        "shadow": comparisons.version_shadow(model, number),
         "error": error,
     }
     return render(request, "models_store/version_detail.html", context, status=status)
@@ -483,3 +486,7 @@ def _upload_failed(request, model, form, error: str, status: int) -> HttpRespons
     if _wants_json(request):
         return JsonResponse({"error": error}, status=status)
     return _upload_page(request, model, form, status, error)
+
+
+#: What the registry's other page modules share (shadow_pages.py).
+get_model, model_page, form_errors, refusal_status = _get_model, _model_page, _form_errors, _status
