@@ -58,7 +58,7 @@ def _schema_url(server) -> str:
 
 
 def schemathesis(
-    server, report: Path, token: str | None, *options: str, ids: dict | None = None, operations: int = 23
+    server, report: Path, token: str | None, *options: str, ids: dict | None = None, operations: int = 26
 ) -> dict:
     """Run the schemathesis CLI against ``server`` (with ``token``, or none);
     its JSON run report (the requests it sent are in ``report`` .har).
@@ -84,7 +84,7 @@ def schemathesis(
     assert summary["complete"] and summary["stop_reason"] == "completed", output
     assert summary["failures"] == [] and summary["errors"] == [], output
     assert summary["test_cases"]["with_failures"] == 0 and summary["test_cases"]["errored"] == 0, output
-    assert summary["operations"]["tested"] == operations and summary["operations"]["total"] == 23, output
+    assert summary["operations"]["tested"] == operations and summary["operations"]["total"] == 26, output
     return summary
 
 
@@ -169,7 +169,7 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
 
     status, schema = request(server, "GET", "/api/schema/?format=json")
     schema = schema if isinstance(schema, dict) else json.loads(schema)  # application/vnd.oai.openapi+json
-    assert status == 200 and len(schema["paths"]) == 16
+    assert status == 200 and len(schema["paths"]) == 17
     every_operation = {
         f"{method.upper()} {path}" for path, operations in schema["paths"].items() for method in operations
     }
@@ -197,7 +197,7 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
     anonymous = ("--phases", "fuzzing", "--mode", "positive", "--max-examples", "5")
     summary = schemathesis(server, tmp_path / "anonymous.json", None, *anonymous)
     assert summary["phases"]["fuzzing"]["status"] == "success"
-    assert len(summary["warnings"]["missing_auth"]) == 23
+    assert len(summary["warnings"]["missing_auth"]) == 26
     assert operations_answered(tmp_path / "anonymous.har", schema, range(401, 402)) == every_operation
 
     # The registry after the runs: both models still listed, the operator-owned one without a team.

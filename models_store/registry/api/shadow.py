@@ -85,7 +85,9 @@ class ShadowView(base.RegistryView):
         parameters=[
             OpenApiParameter("range", str, enum=list(charts.RANGES), description="The range compared (default hour)."),
             OpenApiParameter(
-                "version", int, description="The shadow version compared (default: the shadow version now)."
+                "version",
+                {"type": "integer", "minimum": 1, "maximum": MAX_VERSION_NUMBER},
+                description="The shadow version compared (default: the shadow version now).",
             ),
         ],
         responses={200: ShadowReportSerializer, **errors(400, 401, 404)},

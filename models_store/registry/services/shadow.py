@@ -31,7 +31,7 @@ def _shadow(model: RegisteredModel) -> dict | None:
     return {"version": number, "percent": model.shadow_percent}
 
 
-def check_percent(percent) -> float:
+def _check_percent(percent) -> float:
     """``percent`` as stored: a number from 0 to 100; RegistryError otherwise."""
     if type(percent) not in (int, float) or math.isnan(percent) or not 0 <= percent <= 100:
         raise RegistryError(f"the shadow percent must be a number from 0 to 100, not {percent!r}")
@@ -45,7 +45,7 @@ def shadow_set(*, model: RegisteredModel, number: int, percent: float, actor=Non
     RegistryError (a percent out of range), Conflict (an ensemble; no such
     version; a version that is not READY; the version the default route
     serves now: requests that name no version get it already)."""
-    percent = check_percent(percent)
+    percent = _check_percent(percent)
     locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
     if locked.platform == ENSEMBLE:
         raise Conflict(f"'{locked.name}' is an ensemble: shadow traffic goes to a model's version")
