@@ -18,6 +18,7 @@ gRPC https://github.com/kserve/open-inference-protocol/blob/main/specification/p
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import time
 from collections.abc import Callable
@@ -87,10 +88,13 @@ class DataPlane:
         #: Fair admission to each version's instances, per flow (inference/admission/fair_share.py).
         self.fair = fair or fair_share.FairShare(queue_per_flow=16, seats=executor.seats)
         self._lag: fair_share.LoopLag | None = None  # the gRPC event loop's (infer_async)
+        self._begins, self._ends = itertools.count(1), itertools.count(1)
+        self._began = self._ended = 0
         #: Copies of requests run on a model's shadow version after the live answer (inference/shadow/traffic.py).
         self.shadows = ShadowTraffic(
-            shadow or ShadowSettings(), executor, self.fair, self.statistics, self.shared_memory, timeout_seconds
-        )
+            shadow or ShadowSettings(), executor, self.fair, self.statistics, self.shared_memory, timeout_seconds,
+            live=self._live,
+        )  # fmt: skip
         segments = None
         if self._remote is not None:  # consecutive steps of an ensemble on one worker
             segments = SegmentRunner(
@@ -194,6 +198,13 @@ class DataPlane:
         An ensemble's version runs its graph (:mod:`inference.ensembles.runs`), each step taking its turn.
         Raises PermissionDenied (an admission to another model), InvalidInput, ModelNotFound, ModelNotReady,
         DeadlineExceeded, RateLimited (its flow has too many requests waiting)."""
+        self._began = next(self._begins)  # live requests in this data plane: shadow copies yield to them
+        try:
+            return self._infer(admission, request, version, seated)
+        finally:
+            self._ended = next(self._ends)
+
+    def _infer(self, admission: Admission, request: InferenceRequest, version: VersionEntry | None, seated: bool):
         started = _now()
         admission.check(request)
         runtime_settings.follow()  # the machine's trace and log settings (one memory read)
@@ -291,6 +302,7 @@ class DataPlane:
         started = _now()
         runtime_settings.follow()
         steps = self._steps(admission, request, entry, started, gate)
+        self._began = next(self._begins)
         try:
             need, job = steps.send(None)
             while True:  # each wait awaited on the loop
@@ -308,6 +320,13 @@ class DataPlane:
                     need, job = steps.send(value)
         except StopIteration as done:
             return done.value
+        finally:
+            self._ended = next(self._ends)
+
+    def _live(self) -> bool:
+        """Whether a live request is inside :meth:`infer` now (two counters, one store each per request; a
+        race may misjudge a moment, never for long, and the shadow threads bound how long they yield)."""
+        return self._began != self._ended
 
     def _steps(self, admission: Admission, request: InferenceRequest, entry: VersionEntry, started: int, gate):
         """The one body of an inference, driven by :meth:`infer` (in a thread)

@@ -5,11 +5,13 @@ The data plane, once a request's live answer is computed, draws whether to
 copy it (the model's share, one ``random()``) and :meth:`ShadowTraffic.offer`
 puts the already-decoded :class:`~inference.protocol.types.InferenceRequest`
 and the live outputs, by reference (their arrays are only read), on a
-bounded per-process queue: it never waits, encodes or copies a tensor; a
-full queue drops the copy, counted. Background threads (started on the
-first copy, so each server process has its own after a fork) take copies
-from the queue and run them on the shadow version through the same
-executor as every request (in process or on a worker):
+bounded per-process queue (a deque: one append, no lock, no thread woken):
+it never waits, encodes or copies a tensor; a full queue drops the copy,
+counted. Background threads (started on the first copy, so each server
+process has its own after a fork; niced, and polling the queue every
+:data:`POLL_SECONDS` when it is empty) take copies from the queue and run
+them on the shadow version through the same executor as every request (in
+process or on a worker):
 
 - checked against the shadow version's signature as any request
   (:func:`inference.requests.jobs.prepare`; a refusal is a shadow error);
@@ -36,9 +38,9 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import queue
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 
 from inference.admission.fair_share import FairShare
@@ -61,6 +63,15 @@ _now = time.perf_counter_ns
 SHADOW_TRANSPORT = "shadow"
 #: The niceness of the shadow threads (Linux: per thread): the live requests' threads come first for the CPU.
 NICENESS = 10
+#: How often an idle shadow thread looks at the queue (s): the request path never wakes a thread (that
+#: wake-up, measured, cost the live answer more than the copy's own work); copies wait about half of it.
+POLL_SECONDS = 0.002
+#: ... and after a second without copies, this often (a model whose shadow traffic ended costs no wake-ups).
+IDLE_POLL_SECONDS = 0.05
+#: Between its steps a copy sleeps this long at a time (the GIL released) while a live request runs in the
+#: process, for at most YIELD_MAX_SECONDS in all (a process never idle still runs its copies, slowly).
+YIELD_SECONDS = 0.00005
+YIELD_MAX_SECONDS = 0.05
 #: The owner of shadow runs (sequences are never copied; this names no caller).
 _OWNER = "shadow"
 
@@ -83,16 +94,22 @@ class ShadowTraffic:
 
     def __init__(
         self, settings: ShadowSettings, executor: Executor, fair: FairShare, statistics: StatisticsRecorder,
-        regions: RegionRegistry, timeout_seconds: float = 0.0,
+        regions: RegionRegistry, timeout_seconds: float = 0.0, live=None,
     ):  # fmt: skip
+        """``live``: says whether a live request runs in this process now (a copy yields to it between its
+        steps: its check, its run, its statistics, its comparison)."""
         self.settings = settings
         self.executor = executor
         self.fair = fair
         self.statistics = statistics
         self.regions = regions
         self.timeout_seconds = timeout_seconds
+        self.live = live
         self.rollups = ShadowRollups()
-        self.queue: queue.Queue = queue.Queue(max(1, settings.capacity))
+        self.capacity = max(1, settings.capacity)
+        #: Copies waiting (appended by the request path, taken by the shadow threads: deque's own atomicity).
+        self.queue: deque = deque()
+        self._running = 0  # copies the shadow threads hold (under _lock)
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
@@ -106,11 +123,10 @@ class ShadowTraffic:
         the live run's output names and arrays). Never blocks; False when the queue is full (counted)."""
         if not self._threads:
             self._start()
-        try:
-            self.queue.put_nowait((entry, shadow, request, names, outputs))
-        except queue.Full:
+        if len(self.queue) >= self.capacity:
             self._skipped(shadow, DROPPED)
             return False
+        self.queue.append((entry, shadow, request, names, outputs))  # no lock, no wake-up
         return True
 
     def _skipped(self, shadow: VersionEntry, why: str) -> None:
@@ -135,25 +151,27 @@ class ShadowTraffic:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
         except (OSError, AttributeError):
             pass
+        last = time.monotonic()
         while not self._stop.is_set():
             try:
-                item = self.queue.get(timeout=self._until_flush())
-            except queue.Empty:
+                with self._lock:
+                    item = self.queue.popleft()
+                    self._running += 1
+            except IndexError:
                 item = None
+                self._stop.wait(POLL_SECONDS if time.monotonic() - last < 1.0 else IDLE_POLL_SECONDS)
+            else:
+                last = time.monotonic()
             if item is not None:
                 try:
                     self.run(*item)
                 except Exception:  # a bug must not end the thread
                     logger.exception("a shadow copy failed")
                 finally:
-                    self.queue.task_done()
+                    with self._lock:
+                        self._running -= 1
             if self.settings.store is not None and time.monotonic() - self._flushed >= self.settings.flush_seconds:
                 self.flush()
-
-    def _until_flush(self) -> float:
-        if self.settings.store is None:
-            return 1.0
-        return max(0.01, self.settings.flush_seconds - (time.monotonic() - self._flushed))
 
     def run(self, entry: VersionEntry, shadow: VersionEntry, request, names: list, outputs) -> None:
         """Run one copy on ``shadow`` and count its comparison with the live ``outputs`` (in this thread)."""
@@ -165,8 +183,10 @@ class ShadowTraffic:
             self._skipped(shadow, BUSY)
             return
         model, number, started = shadow.model_name, shadow.number, _now()
+        budget = [YIELD_MAX_SECONDS]
         try:
             try:
+                self._yield(budget)
                 job = jobs.prepare(shadow, request, started, _OWNER, "", self.timeout_seconds, self.regions,
                                    self.executor.remote)  # fmt: skip
                 run = self.executor.run(
@@ -175,6 +195,7 @@ class ShadowTraffic:
             finally:
                 if gate is not None:
                     gate.leave()
+            self._yield(budget)
             jobs.respond(shadow, request, job, run, self.statistics, None)  # the shadow version's statistics
         except InferenceError as exc:
             self.statistics.record_failure(model, number, _now() - started)
@@ -182,10 +203,21 @@ class ShadowTraffic:
             SHADOW_REQUESTS.labels(model, shadow.version, "error").inc()
             logger.debug("shadow copy on %s version %s failed: %s", model, number, exc)
             return
+        self._yield(budget)
         counts: dict[str, OutputComparison] = {}
         compare(dict(zip(names, outputs)), dict(zip(job.names, run.outputs)), counts)
         self.rollups.compared(time.time(), model, number, counts)
         SHADOW_REQUESTS.labels(model, shadow.version, "compared").inc()
+
+    def _yield(self, budget: list) -> None:
+        """Sleep (the GIL released) while a live request runs in this process, within ``budget[0]`` seconds."""
+        live = self.live
+        if live is None:
+            return
+        while budget[0] > 0 and live():
+            slept = time.monotonic()
+            time.sleep(YIELD_SECONDS)
+            budget[0] -= time.monotonic() - slept
 
     def _busy(self, entry: VersionEntry) -> bool:
         """Whether the live version has requests waiting for its seats in this process."""
@@ -223,8 +255,8 @@ class ShadowTraffic:
         """Wait until every queued copy was taken and run (tests, benchmarks); False on timeout."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            with self.queue.all_tasks_done:
-                if not self.queue.unfinished_tasks:
+            with self._lock:
+                if not self.queue and not self._running:
                     return True
-            time.sleep(0.005)
+            time.sleep(0.001)
         return False
