@@ -44,6 +44,8 @@ from inference.runtime.sequences.batcher import SequenceBatcher
 from inference.serving.changes import beacon_at
 from inference.serving.instance_groups import cpu_instances
 from inference.serving.registry import ModelRegistry
+from inference.shadow.rollups_db import DatabaseShadowRollups
+from inference.shadow.traffic import ShadowSettings
 from inference.shared_memory.regions import RegionRegistry
 from inference.workers.client.executor import RemoteExecutor
 from inference.workers.placement import WorkerDirectory, read_workers
@@ -354,6 +356,12 @@ def build_dataplane() -> DataPlane:
             weights=settings.FAIR_SHARE_WEIGHTS,
             seats=executor.seats,
             enabled=settings.FAIR_SHARE,
+        ),
+        shadow=ShadowSettings(
+            capacity=settings.SHADOW_QUEUE,
+            threads=settings.SHADOW_THREADS,
+            store=DatabaseShadowRollups(),  # the comparisons, per minute (inference/shadow/rollups_db.py)
+            flush_seconds=settings.CHART_FLUSH_SECONDS,
         ),
     )
 

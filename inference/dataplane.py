@@ -18,6 +18,8 @@ gRPC https://github.com/kserve/open-inference-protocol/blob/main/specification/p
 from __future__ import annotations
 
 import asyncio
+import itertools
+import random
 import time
 from collections.abc import Callable
 from typing import cast
@@ -40,6 +42,7 @@ from inference.requests import jobs
 from inference.runtime.sequences import policy as sequences
 from inference.serving.registry import ModelRegistry
 from inference.serving.snapshot import VersionEntry
+from inference.shadow.traffic import ShadowSettings, ShadowTraffic
 from inference.shared_memory import regions as shm
 
 #: Extensions this server implements, exactly, as listed in server metadata.
@@ -69,7 +72,7 @@ class DataPlane:
                  statistics: StatisticsRecorder | None = None, timeout_seconds: float = 0.0,
                  limiter: RateLimiter | None = None, payload_log=None, shared_memory: shm.RegionRegistry | None = None,
                  cache: response_cache.ResponseCache | None = None,
-                 fair: fair_share.FairShare | None = None):  # fmt: skip
+                 fair: fair_share.FairShare | None = None, shadow: ShadowSettings | None = None):  # fmt: skip
         self.registry = registry
         self.executor = executor
         self.response_cache = cache  # for models whose config enables it (inference/response_cache.py)
@@ -85,6 +88,13 @@ class DataPlane:
         #: Fair admission to each version's instances, per flow (inference/admission/fair_share.py).
         self.fair = fair or fair_share.FairShare(queue_per_flow=16, seats=executor.seats)
         self._lag: fair_share.LoopLag | None = None  # the gRPC event loop's (infer_async)
+        self._begins, self._ends = itertools.count(1), itertools.count(1)
+        self._began = self._ended = 0
+        #: Copies of requests run on a model's shadow version after the live answer (inference/shadow/traffic.py).
+        self.shadows = ShadowTraffic(
+            shadow or ShadowSettings(), executor, self.fair, self.statistics, self.shared_memory, timeout_seconds,
+            live=self._live,
+        )  # fmt: skip
         segments = None
         if self._remote is not None:  # consecutive steps of an ensemble on one worker
             segments = SegmentRunner(
@@ -188,6 +198,13 @@ class DataPlane:
         An ensemble's version runs its graph (:mod:`inference.ensembles.runs`), each step taking its turn.
         Raises PermissionDenied (an admission to another model), InvalidInput, ModelNotFound, ModelNotReady,
         DeadlineExceeded, RateLimited (its flow has too many requests waiting)."""
+        self._began = next(self._begins)  # live requests in this data plane: shadow copies yield to them
+        try:
+            return self._infer(admission, request, version, seated)
+        finally:
+            self._ended = next(self._ends)
+
+    def _infer(self, admission: Admission, request: InferenceRequest, version: VersionEntry | None, seated: bool):
         started = _now()
         admission.check(request)
         runtime_settings.follow()  # the machine's trace and log settings (one memory read)
@@ -285,6 +302,7 @@ class DataPlane:
         started = _now()
         runtime_settings.follow()
         steps = self._steps(admission, request, entry, started, gate)
+        self._began = next(self._begins)
         try:
             need, job = steps.send(None)
             while True:  # each wait awaited on the loop
@@ -302,6 +320,13 @@ class DataPlane:
                     need, job = steps.send(value)
         except StopIteration as done:
             return done.value
+        finally:
+            self._ended = next(self._ends)
+
+    def _live(self) -> bool:
+        """Whether a live request is inside :meth:`infer` now (two counters, one store each per request; a
+        race may misjudge a moment, never for long, and the shadow threads bound how long they yield)."""
+        return self._began != self._ended
 
     def _steps(self, admission: Admission, request: InferenceRequest, entry: VersionEntry, started: int, gate):
         """The one body of an inference, driven by :meth:`infer` (in a thread)
@@ -353,7 +378,21 @@ class DataPlane:
         kept in the response cache under ``cached`` when that is a key."""
         if cached is not None:
             response_cache.keep(self.response_cache, self.statistics, entry, cached, run)
-        return jobs.respond(entry, request, job, run, self.statistics, self.payload_log)
+        response = jobs.respond(entry, request, job, run, self.statistics, self.payload_log)
+        if entry.shadow is not None:
+            self._shadow(entry, request, job, run)
+        return response
+
+    def _shadow(self, entry: VersionEntry, request: InferenceRequest, job: jobs.Job, run) -> None:
+        """Offer a copy of an answered request to the model's shadow version (its share of requests
+        drawn; never a request of a sequence or with tensors in shared-memory regions): queued, never
+        waited for (:mod:`inference.shadow.traffic`)."""
+        share, shadow = entry.shadow
+        if job.sequence is not None or job.regions is not None or job.plan is not None:
+            return
+        if share < 1.0 and random.random() >= share:
+            return
+        self.shadows.offer(entry, shadow, request, job.names, run.outputs)
 
 
 #: The process-wide DataPlane (``get_dataplane()``), built on first use by the

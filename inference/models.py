@@ -88,3 +88,27 @@ class MinuteRollupRow(models.Model):
             )
         ]
         indexes = [models.Index(fields=["minute"], name="minute_rollup_age")]
+
+
+class ShadowRollupRow(models.Model):
+    """What one server process's shadow traffic of one model compared in one
+    minute on one shadow version (inference/shadow/rollups.py): copies run,
+    failed and not run, and per output name the comparison's sums as JSON
+    ({output: OutputComparison.as_dict()}, inference/shadow/comparison.py);
+    the process rewrites its row until the minute closes."""
+
+    minute = models.BigIntegerField()  # whole minutes since the Unix epoch (UTC)
+    model_name = models.CharField(max_length=128)
+    version = models.PositiveIntegerField()  # the shadow version
+    writer = models.CharField(max_length=48)  # machine id and pid of the process
+    requests = models.BigIntegerField(default=0)  # copies run (compared or failed)
+    errors = models.BigIntegerField(default=0)
+    dropped = models.BigIntegerField(default=0)  # the shadow queue was full
+    busy = models.BigIntegerField(default=0)  # a version had requests waiting for its seats
+    outputs = models.JSONField(default=dict)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["model_name", "version", "minute", "writer"], name="unique_shadow_rollup")
+        ]
+        indexes = [models.Index(fields=["minute"], name="shadow_rollup_age")]

@@ -58,6 +58,9 @@ class ModelRecord:
     ``traffic``: the traffic split of requests that name no version, version
     label -> weight (integers summing to 100; {}: none). ``pinned``: the
     version numbers READY ensembles run (inference/ensembles/plan.py).
+    ``shadow_version``: the version that gets a copy of ``shadow_percent``
+    (0..100) percent of the model's requests, its answers compared and
+    discarded (inference/shadow/traffic.py); None: no shadow traffic.
     """
 
     name: str
@@ -80,6 +83,8 @@ class ModelRecord:
     output_labels: dict = field(default_factory=dict)  # output name -> class labels (config label files)
     #: Versions that READY ensembles (of loaded models) run: they serve whatever the version policy says.
     pinned: tuple[int, ...] = ()
+    shadow_version: int | None = None
+    shadow_percent: float = 0.0
 
 
 class RegistrySource(Protocol):

@@ -4,7 +4,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from models_store.accounts import apis as team_apis
-from models_store.registry.api import models, routes, versions
+from models_store.registry.api import models, routes, shadow, versions
 from models_store.rollouts import api as rollout_apis
 from models_store.webhooks import apis as webhook_apis
 
@@ -27,6 +27,7 @@ urlpatterns = [
     path(f"{_MODEL}/traffic/", routes.TrafficView.as_view(), name="api-traffic"),
     path(f"{_MODEL}/traffic/promote", routes.TrafficPromoteView.as_view(), name="api-traffic-promote"),
     path(f"{_MODEL}/traffic/rollback", routes.TrafficRollbackView.as_view(), name="api-traffic-rollback"),
+    path(f"{_MODEL}/shadow/", shadow.ShadowView.as_view(), name="api-shadow"),
     path(f"{_MODEL}/rollouts/", rollout_apis.RolloutListView.as_view(), name="api-rollout-list"),
     path(f"{_ROLLOUT}/", rollout_apis.RolloutDetailView.as_view(), name="api-rollout-detail"),
     path(f"{_ROLLOUT}/pause", rollout_apis.RolloutPauseView.as_view(), name="api-rollout-pause"),

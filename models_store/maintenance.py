@@ -7,6 +7,7 @@ and of every inference worker that takes validation tasks (``runworker``):
   :func:`~models_store.registry.services.states.hold_stale`);
 - the charts' retention: per-minute rollups older than CHART_RETENTION_DAYS
   are deleted, those older than a day folded into hours (inference/observability/rollups_db.py);
+  the shadow comparisons' minutes are deleted after the same retention (inference/shadow/rollups_db.py);
 - the cleanup: what an upload that failed half-way left behind (staging
   files, local artifact copies and storage-backend objects no version row
   references, a worker's cached artifacts no version uses), older than
@@ -37,6 +38,7 @@ from django.db import close_old_connections
 
 from inference.observability import rollups_db
 from inference.observability.outage import DependencyWatch
+from inference.shadow import rollups_db as shadow_rollups
 from models_store import outages, storage
 from models_store.intake.services import schedule_validation
 from models_store.registry import selectors
@@ -79,6 +81,7 @@ def run_once(cache_dir: Path | None = None) -> tuple[list[int], list[str]]:
         schedule_validation(version_id=version_id)
     rollups_db.prune(settings.CHART_RETENTION_DAYS, time.time())
     rollups_db.compact(time.time())
+    shadow_rollups.prune(settings.CHART_RETENTION_DAYS, time.time())
     removed = list(sweep(settings.ORPHAN_MIN_AGE_SECONDS, cache_dir))
     webhooks.reschedule_stale(grace_seconds=max(60.0, settings.MAINTENANCE_SECONDS))
     if removed:

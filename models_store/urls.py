@@ -8,7 +8,7 @@ from django.views.generic import RedirectView
 from models_store.accounts import team_views
 from models_store.accounts import views as account_views
 from models_store.accounts.oidc import views as oidc_views
-from models_store.registry import upload_views, views
+from models_store.registry import shadow_pages, upload_views, views
 from models_store.rollouts import views as rollout_views
 from models_store.webhooks import views as webhook_views
 
@@ -34,8 +34,11 @@ urlpatterns = [
     path(f"{_MODEL}/rollouts/", rollout_views.rollout_list, name="rollout-list"),
     path(f"{_MODEL}/rollouts/start", rollout_views.rollout_start, name="rollout-start"),
     path(f"{_MODEL}/rollouts/<int:rollout_id>/<str:change>", rollout_views.rollout_change, name="rollout-change"),
+    path(f"{_MODEL}/shadow", shadow_pages.shadow_set, name="shadow-set"),
+    path(f"{_MODEL}/shadow/stop", shadow_pages.shadow_clear, name="shadow-clear"),
     path(f"{_MODEL}/upload/", upload_views.upload_version, name="upload-version"),
     path(f"{_VERSION}/", views.version_detail, name="version-detail"),
+    path(f"{_VERSION}/shadow.json", shadow_pages.shadow_comparison, name="shadow-comparison"),
     path(f"{_VERSION}/<str:action>", views.version_action, name="version-action"),
     path("tokens/", account_views.token_list, name="token-list"),
     path("tokens/<int:token_id>/revoke", account_views.token_revoke, name="token-revoke"),

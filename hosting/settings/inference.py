@@ -87,6 +87,10 @@ FAIR_QUEUE_PER_FLOW = env.int("FAIR_QUEUE_PER_FLOW", default=512)
 # Sequences one team may have waiting for a sequence slot of a model version (more STARTs: 429).
 FAIR_SEQUENCE_BACKLOG = env.int("FAIR_SEQUENCE_BACKLOG", default=64)
 FAIR_SHARE_WEIGHTS = {k: int(v) for k, v in env.dict("FAIR_SHARE_WEIGHTS", default={}).items()}
+#: Shadow traffic (inference/shadow/traffic.py): copies of requests waiting for a shadow thread per
+#: server process (beyond: dropped and counted), and the shadow threads per process.
+SHADOW_QUEUE = env.int("SHADOW_QUEUE", default=64)
+SHADOW_THREADS = env.int("SHADOW_THREADS", default=1)
 #: Where every process shares the limits (default: REDIS_URL); empty: each
 #: process keeps its own (the embedded mode, one machine).
 RATE_LIMIT_REDIS_URL = env.str("RATE_LIMIT_REDIS_URL", default=REDIS_URL)

@@ -31,6 +31,10 @@ REST workers and the gRPC process add up):
   rate limit or an in-flight cap; inference/admission/ratelimit.py)
 - ``modelhost_payload_log_records_total{outcome}`` (payload logging:
   ``written``, ``dropped`` when its queue is full, ``failed``)
+- ``modelhost_shadow_requests_total{model, version, outcome}`` (shadow
+  traffic, ``version`` the shadow version: ``compared``, ``error``,
+  ``dropped`` when the shadow queue is full, ``busy`` when not run under
+  load; inference/shadow/traffic.py)
 
 ``outcome`` is ``success`` or the protocol error code in lower case
 (``invalid_argument``, ``not_found``, ``unavailable``, ...). Requests for a
@@ -100,6 +104,12 @@ PAYLOAD_RECORDS = Counter(
     "modelhost_payload_log_records",
     "Payload log records by outcome: written, dropped (queue full), failed (sink error)",
     ["outcome"],
+)
+
+SHADOW_REQUESTS = Counter(
+    "modelhost_shadow_requests",
+    "Shadow copies of inference requests by outcome: compared, error, dropped (queue full), busy (not run under load)",
+    ["model", "version", "outcome"],
 )
 
 _children: dict[tuple, tuple] = {}

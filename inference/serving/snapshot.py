@@ -70,6 +70,9 @@ class VersionEntry:
     optional_inputs: frozenset = frozenset()  # inputs a request may leave out (config.pbtxt ``optional``)
     response_cache: bool = False  # config.pbtxt ``response_cache { enable: true }``
     ensemble: ensembles.Plan | None = None  # an ensemble's version: the graph it runs
+    #: (share of requests copied, 0..1; the shadow version) while the model has shadow traffic, on every
+    #: version but the shadow itself: the data plane offers their requests' copies (inference/shadow/traffic.py).
+    shadow: tuple[float, VersionEntry] | None = None
     version: str = field(default="", init=False)  # ``number`` as the protocols write it
     class_labels: tuple[str, ...] = field(default=(), init=False)  # for classification outputs (may be empty)
 
@@ -104,6 +107,7 @@ class ModelEntry:
     split: tuple[tuple[float, VersionEntry], ...] = ()
     traffic: dict = field(default_factory=dict)  # as stored: version label -> weight
     state: ServingState | None = None  # what serves (inference/serving/state.py)
+    shadow: tuple[float, VersionEntry] | None = None  # (share copied, the shadow version); None: no shadow traffic
 
     @property
     def default(self) -> VersionEntry | None:
@@ -225,6 +229,7 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
                 optional_inputs=optional,
                 response_cache=cached,
             )
+        shadow = _shadow(model, state, versions) if not ensemble else None
         total = sum(weight for _label, _number, weight in state.routes)
         split, cumulative = [], 0
         for _label, number, weight in state.routes:
@@ -249,8 +254,21 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
             split=tuple(split),
             traffic=dict(model.traffic),
             state=state,
+            shadow=shadow,
         )
     return snapshot
+
+
+def _shadow(model: ModelRecord, state: ServingState, versions: dict) -> tuple[float, VersionEntry] | None:
+    """The model's shadow traffic (share of requests copied, the shadow version), set on each
+    other version's entry; None without a READY shadow version."""
+    if state.shadow is None:
+        return None
+    shadow = (min(1.0, max(0.0, model.shadow_percent / 100.0)), versions[state.shadow])
+    for number, entry in versions.items():
+        if number != state.shadow:
+            entry.shadow = shadow
+    return shadow
 
 
 def step_entry(snapshot: dict[str, ModelEntry], step) -> VersionEntry | None:

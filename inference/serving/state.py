@@ -22,6 +22,9 @@ repository semantics:
   (inference/ensembles/plan.py): an ensemble keeps running what it was built on;
 - a version label on a held version serves it to the callers naming the
   label (a canary), never to those naming no version;
+- a shadow version (a copy of a share of the model's requests runs on it,
+  inference/shadow/traffic.py) serves while it is READY, never as the
+  default;
 - an ensemble's version serves only while its plan reads and every version
   it pins serves (:func:`serving_states`, which sees every model: the
   serving registry's snapshot and the management API both use it);
@@ -105,7 +108,8 @@ class ServingState:
     unload; ``refused``: why nothing serves although versions are READY
     because the configuration is refused ("" otherwise); ``blocked``: an
     ensemble's versions that the policy serves but that cannot run now,
-    version number -> why (:func:`serving_states`).
+    version number -> why (:func:`serving_states`); ``shadow``: the READY
+    shadow version that gets copies of the model's requests (None: none).
     """
 
     served: tuple[int, ...]
@@ -116,6 +120,7 @@ class ServingState:
     policy: str
     blocked: dict = field(default_factory=dict)
     held: frozenset = frozenset()
+    shadow: int | None = None
 
     def serves(self, number: int) -> bool:
         return number in self.served and number not in self.blocked
@@ -157,14 +162,17 @@ def serving_state(record) -> ServingState:
     if routes:  # the heaviest route (the first by label on a tie)
         default = max(routes, key=lambda route: route[2])[1]
     labelled = held & set(record.labels.values())
+    shadow = getattr(record, "shadow_version", None)
+    shadowed = {shadow} & set(ready) if shadow is not None and getattr(record, "shadow_percent", 0) > 0 else set()
     return ServingState(
-        served=tuple(sorted(set(served) | labelled, reverse=True)),
+        served=tuple(sorted(set(served) | labelled | shadowed, reverse=True)),
         routes=tuple(routes),
         default=default,
         loaded=record.loaded,
         refused=refused,
         policy=record.version_policy,
         held=frozenset(held),
+        shadow=shadow if shadowed else None,
     )
 
 

@@ -73,6 +73,7 @@ PERMISSIONS: dict[str, Level] = {
     "traffic.promote": Level.MAINTAINER,
     "traffic.rollback": Level.MAINTAINER,
     "rollout.manage": Level.MAINTAINER,
+    "shadow.set": Level.MAINTAINER,  # shadow traffic: set, change, clear
     # the team itself
     "team.view": Level.VIEWER,  # its members and their roles
     "member.manage": Level.OWNER,  # add, change the role of, remove members

@@ -21,7 +21,7 @@ from models_store.identifiers import MAX_VERSION_NUMBER
 from models_store.registry import selectors
 from models_store.registry.models import ModelVersion, RegisteredModel
 from models_store.registry.services import models as model_services
-from models_store.registry.services import routes, versions
+from models_store.registry.services import routes, shadow, versions
 
 
 def visible_model(user, token, name: str, *, prefetched: bool = False) -> RegisteredModel:
@@ -118,6 +118,16 @@ def promote_canary(user, token, name: str, force: bool = False) -> RegisteredMod
 def rollback_canary(user, token, name: str) -> RegisteredModel:
     model = _changeable_model(user, token, name, "traffic.rollback")
     return routes.traffic_rollback(model=model, actor=user)
+
+
+def set_shadow(user, token, name: str, number: int, percent: float) -> RegisteredModel:
+    model = _changeable_model(user, token, name, "shadow.set")
+    return shadow.shadow_set(model=model, number=number, percent=percent, actor=user)
+
+
+def clear_shadow(user, token, name: str) -> bool:
+    model = _changeable_model(user, token, name, "shadow.set")
+    return shadow.shadow_clear(model=model, actor=user)
 
 
 def retire_version(user, token, name: str, number: int, force: bool = False) -> ModelVersion:

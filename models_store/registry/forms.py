@@ -130,3 +130,18 @@ class UploadForm(forms.Form):
         if existing_model is not None:
             for key in ("name", "team", "description"):
                 del self.fields[key]
+
+
+class ShadowForm(forms.Form):
+    """Shadow traffic: the version that gets a copy of a percentage of the model's requests."""
+
+    version = forms.TypedChoiceField(coerce=int, label="Shadow version")
+    percent = forms.FloatField(
+        min_value=0, max_value=100, initial=10, label="Percent of requests",
+        help_text="copied after their live answers; the copies' answers are compared and discarded",
+    )  # fmt: skip
+
+    def __init__(self, *args, versions=(), **kwargs):
+        """``versions``: the version numbers offered (READY, not what the default route serves)."""
+        super().__init__(*args, **kwargs)
+        self.fields["version"].choices = [(n, f"version {n}") for n in versions]

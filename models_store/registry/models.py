@@ -67,6 +67,13 @@ class RegisteredModel(models.Model):
     payload_log_rate = models.FloatField(default=0.0, validators=[MinValueValidator(0), MaxValueValidator(1)])
     #: A logged pair holds its tensors only up to this many bytes (else their shapes only).
     payload_log_max_bytes = models.PositiveIntegerField(default=65536)
+    #: Shadow traffic: a copy of ``shadow_percent`` percent (0..100) of the model's requests runs on
+    #: ``shadow_version`` after the live answer, its answers compared with the live ones and discarded
+    #: (inference/shadow/traffic.py); None: no shadow traffic (a deleted shadow version ends it).
+    shadow_version = models.ForeignKey(
+        "models_store.ModelVersion", related_name="+", null=True, blank=True, on_delete=models.SET_NULL
+    )
+    shadow_percent = models.FloatField(default=0.0, validators=[MinValueValidator(0), MaxValueValidator(100)])
     last_version_number = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

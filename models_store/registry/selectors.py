@@ -242,6 +242,7 @@ def model_record(model: RegisteredModel, pins: dict[str, set[int]] | None = None
     config = model.config or {}
     if pins is None:
         pins = ensemble_pins(model.name)
+    versions = list(model.versions.all())
     return ModelRecord(
         name=model.name,
         platform=model.platform,
@@ -261,6 +262,8 @@ def model_record(model: RegisteredModel, pins: dict[str, set[int]] | None = None
         payload_log_max_bytes=model.payload_log_max_bytes,
         output_labels=dict(model.output_labels or {}),
         pinned=tuple(sorted(pins.get(model.name, ()))),
+        shadow_version=next((v.number for v in versions if v.pk == model.shadow_version_id), None),
+        shadow_percent=model.shadow_percent,
         versions=tuple(
             VersionRecord(
                 number=v.number,
@@ -274,7 +277,7 @@ def model_record(model: RegisteredModel, pins: dict[str, set[int]] | None = None
                 properties=v.properties,
                 held=v.held,
             )
-            for v in model.versions.all()
+            for v in versions
         ),
     )
 

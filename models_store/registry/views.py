@@ -25,8 +25,8 @@ from inference.serving import instance_groups
 from models_store import audit
 from models_store.accounts import selectors as accounts
 from models_store.errors import NotFound, Refused, SignatureConflict, http_status
-from models_store.registry import actions, charts, selectors, signature_guard, snippets
-from models_store.registry.forms import LabelForm, ModelSettingsForm
+from models_store.registry import actions, charts, comparisons, selectors, signature_guard, snippets
+from models_store.registry.forms import LabelForm, ModelSettingsForm, ShadowForm
 from models_store.registry.models import ModelVersion, RegisteredModel
 from models_store.webhooks import selectors as webhooks
 
@@ -216,6 +216,8 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
         "audit": audit.for_model(model)[:AUDIT_ON_PAGE],
         "webhook_deliveries": webhooks.deliveries_for_model(request.user, model),
         "traffic": _traffic_rows(model),
+        "shadow": comparisons.shadow_config(model),
+        "shadow_form": ShadowForm(versions=[n for n in ready if n != state.default]),
         "snippets": _snippets(request, model, shown),
         "error": error,
     }
@@ -370,6 +372,7 @@ def _version_page(request, name: str, number: int, *, status: int = 200, error: 
         "infer_url": f"/v2/models/{model.name}/versions/{number}/infer",
         "pending": version.state in (ModelVersion.State.UPLOADED, ModelVersion.State.VALIDATING),
         "compared": signature_guard.against_default_route(model, version) if version.inputs else None,
+        "shadow": comparisons.version_shadow(model, number),
         "error": error,
     }
     return render(request, "models_store/version_detail.html", context, status=status)
@@ -414,3 +417,7 @@ def version_action(request, name: str, number: int, action: str):
     if action == "delete":
         return redirect("model-detail", name=name)
     return redirect("version-detail", name=name, number=number)
+
+
+#: What the registry's other page modules share (shadow_pages.py).
+get_model, model_page = page_model, _model_page

@@ -112,7 +112,8 @@ def world(settings, monkeypatch):
     """Team ml: viewer, maintainer, owner (and bystander, a viewer to remove);
     team vision: other (owner); operator (superuser). Model m of ml with
     versions 1 (stable), 2 (canary), 3 (READY, unlabelled), 4 (retired), 5 (held), a
-    running rollout of version 2 (canary; a row: labels and split untouched); a
+    running rollout of version 2 (canary; a row: labels and split untouched),
+    shadow traffic to version 1 (10%); a
     webhook of ml with one delivery (deliveries are not sent: no timer); a
     service account bot of ml with a token; a personal token of each subject."""
     settings.INFERENCE_REQUIRE_TOKEN = True
@@ -128,7 +129,7 @@ def world(settings, monkeypatch):
     versions = {n: _version(model, n, actor=users["owner"]) for n in (1, 2, 3)}
     _version(model, 4, ModelVersion.State.UNAVAILABLE)
     _version(model, 5, held=True)
-    RegisteredModel.objects.filter(pk=model.pk).update(last_version_number=5)
+    RegisteredModel.objects.filter(pk=model.pk).update(last_version_number=5, shadow_version=1, shadow_percent=10)
     rollout = Rollout.objects.create(model=model, canary_version=2, stable_version=1, steps=[50, 100])
     VersionLabel.objects.create(model=model, name="stable", version=versions[1])
     VersionLabel.objects.create(model=model, name="canary", version=versions[2])
@@ -211,6 +212,9 @@ REQUESTS: dict[tuple, Request] = {
     ("api-rollout-resume", "POST", None): Request(f"{M}/rollouts/{{rollout}}/resume", 409, {}, hidden=404),  # runs
     ("api-rollout-promote", "POST", None): Request(f"{M}/rollouts/{{rollout}}/promote", 200, {}, hidden=404),
     ("api-rollout-abort", "POST", None): Request(f"{M}/rollouts/{{rollout}}/abort", 200, {}, hidden=404),
+    ("api-shadow", "GET", None): Request(f"{M}/shadow/", 200, hidden=404),
+    ("api-shadow", "PUT", None): Request(f"{M}/shadow/", 200, {"version": 1, "percent": 20}, hidden=404),
+    ("api-shadow", "DELETE", None): Request(f"{M}/shadow/", 204, hidden=404),
     ("api-webhook-list", "GET", None): Request("/api/teams/ml/webhooks/", 200),
     ("api-webhook-list", "POST", None): Request(
         "/api/teams/ml/webhooks/", 201, {"url": "http://127.0.0.1:9/other", "events": ["label.moved"]}
@@ -249,6 +253,9 @@ REQUESTS: dict[tuple, Request] = {
     ("upload-version", "POST", None): Request("/models/m/upload/", 302, lambda: {"file": _file(m.affine(6.0, 0.0))}),
     ("version-detail", "GET", None): Request("/models/m/versions/1/", 200),
     ("rollout-list", "GET", None): Request("/models/m/rollouts/", 200),
+    ("shadow-set", "POST", None): Request("/models/m/shadow", 302, {"version": "1", "percent": "20"}),
+    ("shadow-clear", "POST", None): Request("/models/m/shadow/stop", 302, {}),
+    ("shadow-comparison", "GET", None): Request("/models/m/versions/1/shadow.json", 200),
     ("rollout-start", "POST", None): Request("/models/m/rollouts/start", 409, ROLLOUT_FORM),  # one runs already
     ("rollout-change", "POST", None): Request("/models/m/rollouts/{rollout}/pause", 302, {}),
     ("version-action", "POST", "retire"): Request("/models/m/versions/3/retire", 302, {}),

@@ -85,6 +85,24 @@ def affine_failing_from(scale: float, offset: float, limit: int = 2, width: int 
     return _model(nodes, [_vi("x", "FP32", shape)], [_vi("y", "FP32", shape)], initializers=init)
 
 
+def relu_scores(scale: float, weights) -> bytes:
+    """FP32 x [N, 4] -> ``y`` = Relu(scale * x) [N, 4] and ``scores`` = x @ weights [N, classes]
+    (a classifier's logits; ``weights`` [4, classes]). Two versions with other scales and weights
+    differ in a known way (shadow traffic's comparisons)."""
+    w = np.asarray(weights, dtype=np.float32)
+    init = [helper.make_tensor("scale", TensorProto.FLOAT, [], [scale]), numpy_helper.from_array(w, "w")]
+    return _model(
+        [
+            helper.make_node("Mul", ["x", "scale"], ["t"]),
+            helper.make_node("Relu", ["t"], ["y"]),
+            helper.make_node("MatMul", ["x", "w"], ["scores"]),
+        ],
+        [_vi("x", "FP32", ("N", 4))],
+        [_vi("y", "FP32", ("N", 4)), _vi("scores", "FP32", ("N", w.shape[1]))],
+        initializers=init,
+    )
+
+
 def string_suffix(suffix: str = "!", shape=("N",)) -> bytes:
     """BYTES text -> text + suffix (StringConcat), shape [-1] (or ``shape``): proves the model sees the text."""
     const = helper.make_node(

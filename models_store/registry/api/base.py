@@ -28,6 +28,9 @@ AUDIT_LOG = "models_audit_list"
 SET_TRAFFIC = "models_traffic_update"
 PROMOTE_CANARY = "models_traffic_promote_create"
 ROLLBACK_CANARY = "models_traffic_rollback_create"
+GET_SHADOW = "models_shadow_retrieve"
+SET_SHADOW = "models_shadow_update"
+CLEAR_SHADOW = "models_shadow_destroy"
 
 
 def version_links(name: str, number: str, only: tuple[str, ...] = ()) -> tuple[OpenApiLink, ...]:
@@ -69,6 +72,7 @@ def model_links(name: str) -> tuple[OpenApiLink, ...]:
         OpenApiLink("SetTraffic", SET_TRAFFIC, where, description="Split its unversioned requests between labels."),
         OpenApiLink("PromoteCanary", PROMOTE_CANARY, where, description="Promote its canary to stable."),
         OpenApiLink("RollbackCanary", ROLLBACK_CANARY, where, description="Send all its traffic to stable."),
+        OpenApiLink("GetShadow", GET_SHADOW, where, description="Its shadow traffic and the comparison."),
     )
 
 

@@ -1,0 +1,262 @@
+"""Shadow traffic: a copy of a share of a model's requests run on its shadow
+version, after the live answer and off the request's path.
+
+The data plane, once a request's live answer is computed, draws whether to
+copy it (the model's share, one ``random()``) and :meth:`ShadowTraffic.offer`
+puts the already-decoded :class:`~inference.protocol.types.InferenceRequest`
+and the live outputs, by reference (their arrays are only read), on a
+bounded per-process queue (a deque: one append, no lock, no thread woken):
+it never waits, encodes or copies a tensor; a full queue drops the copy,
+counted. Background threads (started on the first copy, so each server
+process has its own after a fork; niced, and polling the queue every
+:data:`POLL_SECONDS` when it is empty) take copies from the queue and run
+them on the shadow version through the same executor as every request (in
+process or on a worker):
+
+- checked against the shadow version's signature as any request
+  (:func:`inference.requests.jobs.prepare`; a refusal is a shadow error);
+- only while the server has room: a copy whose live version has requests
+  waiting for its seats, or whose shadow version has no free seat or has
+  requests waiting (:mod:`inference.admission.fair_share`), is not run but
+  counted ``busy``: a shadow copy never takes a turn from a request, and
+  is charged to no caller's rate limit or flow;
+- counted in the shadow version's own statistics (transport ``shadow`` in
+  the charts' rollups), its answer discarded;
+- compared with the live outputs per output name
+  (:mod:`inference.shadow.comparison`), into per-minute rollups
+  (:mod:`inference.shadow.rollups`) written to a store every
+  ``flush_seconds`` (:mod:`inference.shadow.rollups_db`).
+
+Requests of a sequence, and requests with tensors in shared-memory regions
+(which the client may overwrite once answered), are never copied.
+Counted in ``modelhost_shadow_requests_total{model, version, outcome}``.
+Times: ``deadline`` on ``time.monotonic()``; durations ns.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from inference.admission.fair_share import FairShare
+from inference.executor import Executor
+from inference.observability.metrics import SHADOW_REQUESTS
+from inference.observability.outage import DependencyWatch
+from inference.observability.rollups import TRANSPORT
+from inference.observability.statistics import StatisticsRecorder
+from inference.protocol.errors import InferenceError
+from inference.requests import jobs
+from inference.serving.snapshot import VersionEntry
+from inference.shadow.comparison import OutputComparison, compare
+from inference.shadow.rollups import BUSY, DROPPED, ShadowRollups
+from inference.shared_memory.regions import RegionRegistry
+
+logger = logging.getLogger(__name__)
+
+_now = time.perf_counter_ns
+#: The transport shadow runs count under in the charts' rollups.
+SHADOW_TRANSPORT = "shadow"
+#: The niceness of the shadow threads (Linux: per thread): the live requests' threads come first for the CPU.
+NICENESS = 10
+#: How often an idle shadow thread looks at the queue (s): the request path never wakes a thread (that
+#: wake-up, measured, cost the live answer more than the copy's own work); copies wait about half of it.
+POLL_SECONDS = 0.002
+#: ... and after a second without copies, this often (a model whose shadow traffic ended costs no wake-ups).
+IDLE_POLL_SECONDS = 0.05
+#: Between its steps a copy sleeps this long at a time (the GIL released) while a live request runs in the
+#: process, for at most YIELD_MAX_SECONDS in all (a process never idle still runs its copies, slowly).
+YIELD_SECONDS = 0.00005
+YIELD_MAX_SECONDS = 0.05
+#: The owner of shadow runs (sequences are never copied; this names no caller).
+_OWNER = "shadow"
+
+
+@dataclass(frozen=True)
+class ShadowSettings:
+    """``capacity``: copies waiting per process (beyond: dropped and
+    counted); ``threads``: shadow threads per process; ``store``: where the
+    rollups go (``write(writer, cells)``; None: kept in memory only);
+    ``flush_seconds``: how often they are written."""
+
+    capacity: int = 64
+    threads: int = 1
+    store: object = None
+    flush_seconds: float = 10.0
+
+
+class ShadowTraffic:
+    """This process's shadow queue and threads (see the module doc)."""
+
+    def __init__(
+        self, settings: ShadowSettings, executor: Executor, fair: FairShare, statistics: StatisticsRecorder,
+        regions: RegionRegistry, timeout_seconds: float = 0.0, live=None,
+    ):  # fmt: skip
+        """``live``: says whether a live request runs in this process now (a copy yields to it between its
+        steps: its check, its run, its statistics, its comparison)."""
+        self.settings = settings
+        self.executor = executor
+        self.fair = fair
+        self.statistics = statistics
+        self.regions = regions
+        self.timeout_seconds = timeout_seconds
+        self.live = live
+        self.rollups = ShadowRollups()
+        self.capacity = max(1, settings.capacity)
+        #: Copies waiting (appended by the request path, taken by the shadow threads: deque's own atomicity).
+        self.queue: deque = deque()
+        self._running = 0  # copies the shadow threads hold (under _lock)
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._flushed = time.monotonic()
+        self._stop = threading.Event()
+        self._watch = DependencyWatch("the shadow comparisons' database", logger)
+
+    # -- on the request's path -------------------------------------------------
+    def offer(self, entry: VersionEntry, shadow: VersionEntry, request, names: list, outputs) -> bool:
+        """Queue a copy of ``request`` for ``shadow`` (``entry``: the live version; ``names``, ``outputs``:
+        the live run's output names and arrays). Never blocks; False when the queue is full (counted)."""
+        if not self._threads:
+            self._start()
+        if len(self.queue) >= self.capacity:
+            self._skipped(shadow, DROPPED)
+            return False
+        self.queue.append((entry, shadow, request, names, outputs))  # no lock, no wake-up
+        return True
+
+    def _skipped(self, shadow: VersionEntry, why: str) -> None:
+        self.rollups.skipped(time.time(), shadow.model_name, shadow.number, why)
+        SHADOW_REQUESTS.labels(shadow.model_name, shadow.version, why).inc()
+
+    # -- the shadow threads ------------------------------------------------------
+    def _start(self) -> None:
+        with self._lock:
+            if self._threads:
+                return
+            for n in range(max(1, self.settings.threads)):
+                thread = threading.Thread(target=self._work, name=f"shadow-{n}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+            if self.settings.store is not None:
+                atexit.register(self._last_flush)
+
+    def _work(self) -> None:
+        TRANSPORT.set(SHADOW_TRANSPORT)
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
+        except (OSError, AttributeError):
+            pass
+        last = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                with self._lock:
+                    item = self.queue.popleft()
+                    self._running += 1
+            except IndexError:
+                item = None
+                self._stop.wait(POLL_SECONDS if time.monotonic() - last < 1.0 else IDLE_POLL_SECONDS)
+            else:
+                last = time.monotonic()
+            if item is not None:
+                try:
+                    self.run(*item)
+                except Exception:  # a bug must not end the thread
+                    logger.exception("a shadow copy failed")
+                finally:
+                    with self._lock:
+                        self._running -= 1
+            if self.settings.store is not None and time.monotonic() - self._flushed >= self.settings.flush_seconds:
+                self.flush()
+
+    def run(self, entry: VersionEntry, shadow: VersionEntry, request, names: list, outputs) -> None:
+        """Run one copy on ``shadow`` and count its comparison with the live ``outputs`` (in this thread)."""
+        if self._busy(entry) or shadow.target is None:
+            self._skipped(shadow, BUSY)
+            return
+        gate = self.fair.gate(shadow.target, shadow.instance_group)
+        if gate is not None and not gate.try_enter():  # a free seat and nobody waiting, or not at all
+            self._skipped(shadow, BUSY)
+            return
+        model, number, started = shadow.model_name, shadow.number, _now()
+        budget = [YIELD_MAX_SECONDS]
+        try:
+            try:
+                self._yield(budget)
+                job = jobs.prepare(shadow, request, started, _OWNER, "", self.timeout_seconds, self.regions,
+                                   self.executor.remote)  # fmt: skip
+                run = self.executor.run(
+                    shadow.target, job.feeds, job.names, job.rows, job.deadline, shadow.instance_group, **job.options
+                )
+            finally:
+                if gate is not None:
+                    gate.leave()
+            self._yield(budget)
+            jobs.respond(shadow, request, job, run, self.statistics, None)  # the shadow version's statistics
+        except InferenceError as exc:
+            self.statistics.record_failure(model, number, _now() - started)
+            self.rollups.failed(time.time(), model, number)
+            SHADOW_REQUESTS.labels(model, shadow.version, "error").inc()
+            logger.debug("shadow copy on %s version %s failed: %s", model, number, exc)
+            return
+        self._yield(budget)
+        counts: dict[str, OutputComparison] = {}
+        compare(dict(zip(names, outputs)), dict(zip(job.names, run.outputs)), counts)
+        self.rollups.compared(time.time(), model, number, counts)
+        SHADOW_REQUESTS.labels(model, shadow.version, "compared").inc()
+
+    def _yield(self, budget: list) -> None:
+        """Sleep (the GIL released) while a live request runs in this process, within ``budget[0]`` seconds."""
+        live = self.live
+        if live is None:
+            return
+        while budget[0] > 0 and live():
+            slept = time.monotonic()
+            time.sleep(YIELD_SECONDS)
+            budget[0] -= time.monotonic() - slept
+
+    def _busy(self, entry: VersionEntry) -> bool:
+        """Whether the live version has requests waiting for its seats in this process."""
+        if entry.target is None:
+            return False
+        gate = self.fair.gate(entry.target, entry.instance_group)
+        return gate is not None and gate.waiting > 0
+
+    # -- the rollups' store --------------------------------------------------------
+    def flush(self, wait: bool = False) -> None:
+        """Write the changed minutes to the store (kept for the next flush when it fails); ``wait``: for
+        another thread's flush to end first (else that one is enough)."""
+        store = self.settings.store
+        if store is None or not self._flush_lock.acquire(blocking=wait):
+            return
+        try:
+            cells = self.rollups.pending()
+            if cells:
+                store.write(f"{self.statistics.machine}-{os.getpid()}", cells)
+            self.rollups.written(cells, time.time())
+            self._watch.ok()
+        except Exception as exc:
+            self._watch.failed(exc, f"comparisons are kept and written when it is back (every "
+                                    f"{self.settings.flush_seconds:g} s)")  # fmt: skip
+        finally:
+            self._flushed = time.monotonic()
+            self._flush_lock.release()
+
+    def _last_flush(self) -> None:
+        """At exit: the open minutes' last counts."""
+        self._stop.set()
+        self.flush(wait=True)
+
+    def drain(self, timeout: float = 10.0) -> bool:
+        """Wait until every queued copy was taken and run (tests, benchmarks); False on timeout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self.queue and not self._running:
+                    return True
+            time.sleep(0.001)
+        return False
