@@ -303,11 +303,20 @@ BAD_REQUESTS = [
     (
         "shape over the limit",
         json.dumps(
-            {"inputs": [{"name": "INPUT0", "shape": [2**40, 2**40], "datatype": "INT32", "data": [1]}]}
+            {"inputs": [{"name": "INPUT0", "shape": [2**20, 2**20], "datatype": "INT32", "data": [1]}]}
         ).encode(),
         {},
         413,
         "request limit",
+    ),
+    (  # an element count past 64 bits: Triton's 400 and its text
+        "shape overflowing 64 bits",
+        json.dumps(
+            {"inputs": [{"name": "INPUT0", "shape": [2**40, 2**40], "datatype": "INT32", "data": [1]}]}
+        ).encode(),
+        {},
+        400,
+        "causes total element count to exceed maximum size of 9223372036854775807",
     ),
     (
         "fp16 as json",

@@ -23,6 +23,7 @@ from models_store.registry import selectors
 from models_store.registry.models import ModelVersion
 from models_store.registry.services import models as model_services
 from models_store.registry.services import routes, states, versions
+from models_store.webhooks import delivery as webhook_delivery
 from models_store.webhooks import services as webhooks
 from tests.support import onnx_models as m
 from tests.support.store import PASSWORD, person, stage
@@ -65,8 +66,9 @@ def actions_of(number: int) -> list[str]:
     )
 
 
-def test_a_breaking_version_under_latest_is_held_and_the_default_stays(alice, settings):
+def test_a_breaking_version_under_latest_is_held_and_the_default_stays(alice, settings, monkeypatch):
     settings.WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
+    monkeypatch.setattr(webhook_delivery, "_start_timer", lambda delay, delivery_id: None)  # recorded, not sent
     webhooks.subscription_create(
         team=alice.teams.get(), url="http://127.0.0.1:9/hook", events=["version.held"], actor=alice
     )
