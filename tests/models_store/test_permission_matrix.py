@@ -129,7 +129,9 @@ def world(settings, monkeypatch):
     versions = {n: _version(model, n, actor=users["owner"]) for n in (1, 2, 3)}
     _version(model, 4, ModelVersion.State.UNAVAILABLE)
     _version(model, 5, held=True)
-    RegisteredModel.objects.filter(pk=model.pk).update(last_version_number=5, shadow_version=1, shadow_percent=10)
+    RegisteredModel.objects.filter(pk=model.pk).update(
+        last_version_number=5, shadow_version=versions[1], shadow_percent=10
+    )
     rollout = Rollout.objects.create(model=model, canary_version=2, stable_version=1, steps=[50, 100])
     VersionLabel.objects.create(model=model, name="stable", version=versions[1])
     VersionLabel.objects.create(model=model, name="canary", version=versions[2])
