@@ -212,8 +212,9 @@ def transition(
     start from raises Conflict for the changes people ask for (retire,
     restore), and is returned unchanged for the others (a concurrent change won).
     """
-    # The model first (as a delete does), so that two versions becoming READY are compared in turn.
-    RegisteredModel.objects.select_for_update().filter(pk=version.model_id).first()
+    if change != DELETE and TRANSITIONS[change].target == State.READY:
+        # The model first (as a delete does), so that two versions becoming READY are compared in turn.
+        RegisteredModel.objects.select_for_update().filter(pk=version.model_id).first()
     locked = ModelVersion.objects.select_for_update().select_related("model").filter(pk=version.pk).first()
     if locked is None:
         return None
