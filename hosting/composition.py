@@ -332,8 +332,9 @@ def build_extensions() -> Extensions:
     """This server process's Triton extensions, over its data plane's collaborators."""
     parts = serving_parts()
     return Extensions.over(
-        registry=parts.registry, executor=parts.executor, statistics=parts.statistics, regions=parts.regions
-    )
+        registry=parts.registry, executor=parts.executor, statistics=parts.statistics, regions=parts.regions,
+        control_mode=settings.MODEL_CONTROL_MODE,
+    )  # fmt: skip
 
 
 def build_dataplane() -> DataPlane:

@@ -1,6 +1,8 @@
 """Triton's model repository extension: the index, load and unload
 (https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_model_repository.md).
-Loading and unloading change every server process before they return."""
+Loading and unloading change every server process before they return;
+the model control mode (``serve --model-control-mode``, Triton's) refuses
+them in ``none`` and ``poll``, as Triton does."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from dataclasses import dataclass
 from inference.admission import auth
 from inference.extensions.common import follow_scopes
 from inference.protocol import triton_texts
-from inference.protocol.errors import InvalidInput, ModelNotFound
+from inference.protocol.errors import InvalidInput, ModelControlDisabled, ModelNotFound
 from inference.serving.registry import ModelRegistry
 
 
@@ -23,11 +25,27 @@ class IndexEntry:
     reason: str
 
 
-class RepositoryExtension:
-    """The model repository: its index, load and unload, over the ``registry``."""
+#: The model control modes in which the repository's load and unload are refused (Triton's).
+CONTROL_REFUSED = ("none", "poll")
+#: Triton's answer to a load or unload in those modes (core model_repository_manager.cc, LoadUnloadModel).
+CONTROL_REFUSED_TEXT = "explicit model load / unload is not allowed if polling is enabled"
 
-    def __init__(self, registry: ModelRegistry):
+
+class RepositoryExtension:
+    """The model repository: its index, load and unload, over the
+    ``registry``; ``control_mode``: the model control mode ("none", "poll",
+    "explicit"; "": not given, load and unload allowed as in "explicit")."""
+
+    def __init__(self, registry: ModelRegistry, control_mode: str = ""):
         self.registry = registry
+        self.control_mode = control_mode
+
+    def _refuse_in_control_mode(self) -> None:
+        """Raise ModelControlDisabled (503 / UNAVAILABLE, Triton's text) in the
+        ``none`` and ``poll`` modes, before any credential is looked at:
+        nobody may load or unload then."""
+        if self.control_mode in CONTROL_REFUSED:
+            raise ModelControlDisabled(CONTROL_REFUSED_TEXT)
 
     def index(self, ready_only: bool = False, token: str | None = None) -> list[IndexEntry]:
         """Every model version with its state (READY, UNAVAILABLE, LOADING)
@@ -59,10 +77,12 @@ class RepositoryExtension:
         the model's whole Triton configuration, replacing its own as Triton's
         load does; the registry source checks and applies it). Needs a token
         of the model's team or an operator's (audited as its user). Raises
-        InvalidInput first for a name Triton refuses (empty, only whitespace,
+        ModelControlDisabled first in the ``none`` and ``poll`` control
+        modes; then InvalidInput for a name Triton refuses (empty, only whitespace,
         ``..`` or a ``/``: Triton's texts); Unauthenticated,
         PermissionDenied; ModelNotFound, InvalidInput with Triton's "failed to
         load '<name>', " before the reason."""
+        self._refuse_in_control_mode()
         triton_texts.check_model_name(name)
         follow_scopes(self.registry)
         registry = self.registry
@@ -89,7 +109,9 @@ class RepositoryExtension:
         a model that a READY ensemble runs is not unloaded (InUse, HTTP 409,
         naming the ensemble: unload the ensemble first). Needs a token like :func:`load`; an unknown
         model is NOT_FOUND only for callers that could change it (operators).
-        Raises Unauthenticated, PermissionDenied, ModelNotFound, InvalidInput, InUse."""
+        Raises ModelControlDisabled (as :func:`load`), Unauthenticated,
+        PermissionDenied, ModelNotFound, InvalidInput, InUse."""
+        self._refuse_in_control_mode()
         follow_scopes(self.registry)
         caller = auth.authorize_control(token, name)
         self.registry.model(name)

@@ -16,6 +16,11 @@ directory becomes a READY ensemble version pinning them
 (models_store/intake/ensembles.py), or a failed result with the reason (nothing
 is stored). It is unchanged while the model has a version made from the
 same config.pbtxt.
+
+With ``strict`` (``serve --strict-model-config``, Triton's; also
+``--disable-auto-complete-config``) the configuration is not completed from
+the ONNX file: a model directory without a config.pbtxt declaring its inputs
+and outputs fails (its new versions FAILED with the reason).
 """
 
 from __future__ import annotations
@@ -75,12 +80,21 @@ def _read_labels(model_dir: Path, output: str, filename: str) -> list[str]:
         raise ConfigError(f"{where} is not UTF-8 text") from None
 
 
-def _read_config(model_dir: Path) -> tuple[TritonConfig | None, dict, str]:
+#: Why a model fails under ``strict`` (no automatic completion of its configuration).
+STRICT_NO_CONFIG = "config.pbtxt is required: automatic completion of the configuration is disabled (strict)"
+STRICT_NO_TENSORS = (
+    "config.pbtxt must declare the model's inputs and outputs: automatic completion of the configuration "
+    "is disabled (strict)"
+)
+
+
+def _read_config(model_dir: Path, strict: bool = False) -> tuple[TritonConfig | None, dict, str]:
     """(config, output labels, error): the parsed config.pbtxt and the labels
-    of its outputs' label files, or the reason it is unusable."""
+    of its outputs' label files, or the reason it is unusable (``strict``:
+    also a missing file, or one that leaves out the inputs or outputs)."""
     path = model_dir / "config.pbtxt"
     if not path.is_file():
-        return None, {}, ""
+        return None, {}, STRICT_NO_CONFIG if strict else ""
     try:
         config = parse_config(path.read_text(encoding="utf-8"))
         labels = {t.name: _read_labels(model_dir, t.name, t.label_filename) for t in config.outputs if t.label_filename}
@@ -88,6 +102,8 @@ def _read_config(model_dir: Path) -> tuple[TritonConfig | None, dict, str]:
         return None, {}, str(exc)
     if config.name and config.name != model_dir.name:
         return None, {}, f"config.pbtxt names the model {config.name!r} but its directory is {model_dir.name!r}"
+    if strict and not config.ensemble and not (config.inputs and config.outputs):
+        return None, {}, STRICT_NO_TENSORS
     return config, labels, ""
 
 
@@ -147,10 +163,14 @@ def _import_team(name: str | None):
     return accounts.team_get_or_create(name=name) if name else None
 
 
-def import_repository(root: Path, team: str | None = None) -> list[ImportResult]:
-    """Import every model directory under ``root``; see the module docstring.
-    Models that have no team get ``team`` (default: the REPOSITORY_TEAM
-    setting; empty: they stay operator-owned, changed by superusers only).
+def import_repository(
+    root: Path, team: str | None = None, *, strict: bool = False, only: set[str] | None = None
+) -> list[ImportResult]:
+    """Import every model directory under ``root`` (``only``: those of these
+    names); see the module docstring (``strict``: no automatic completion of
+    the configuration). Models that have no team get ``team`` (default: the
+    REPOSITORY_TEAM setting; empty: they stay operator-owned, changed by
+    superusers only).
 
     Raises FileNotFoundError when ``root`` is not a directory.
     """
@@ -161,12 +181,14 @@ def import_repository(root: Path, team: str | None = None) -> list[ImportResult]
     results: list[ImportResult] = []
     deferred = []
     for model_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if only is not None and model_dir.name not in only:
+            continue
         try:
             model_name_validator(model_dir.name)
         except Exception:
             results.append(ImportResult(model_dir.name, "", "skipped", message="not a valid model name"))
             continue
-        config, labels, config_error = _read_config(model_dir)
+        config, labels, config_error = _read_config(model_dir, strict)
         if config is not None and config.ensemble:
             deferred.append((model_dir, config))
             continue

@@ -58,12 +58,15 @@ class LiveServer:
         workers: int = 2,
         devices: tuple[str, ...] = (),
         worker_env: dict | None = None,
+        args: tuple[str, ...] = (),
     ):
-        """``devices``: inference workers (``runworker --device``) to start too;
+        """``args``: more ``serve`` options (e.g. ``--model-control-mode explicit``).
+        ``devices``: inference workers (``runworker --device``) to start too;
         give ``extra_env`` INFERENCE_EXECUTOR=workers and REDIS_URL with them
         (and ``worker_env``: what only the workers get, e.g. their TLS files).
         Every process gets one SECRET_KEY of this server's (worker mode refuses
         a generated one)."""
+        self.args = tuple(args)
         self.devices = devices
         self.worker_env = dict(worker_env or {})
         self.worker_processes: dict[str, subprocess.Popen] = {}
@@ -94,7 +97,7 @@ class LiveServer:
         retried on new ports, ``attempts`` times in all."""
         self.var_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
-        command = serve_command(self.repository, self.http_port, self.grpc_port)
+        command = serve_command(self.repository, self.http_port, self.grpc_port, *self.args)
         self.process = subprocess.Popen(
             command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
