@@ -105,12 +105,20 @@ class ModelControl:
     warnings: tuple[str, ...] = ()
 
 
-def model_control(options: dict) -> ModelControl:
-    """The model control options of ``serve``'s parsed ``options``. Raises
-    CommandError for a combination Triton refuses ('*' beside other names)
-    or that cannot work here (poll without a repository or with 0 seconds);
-    options Triton ignores in a mode are kept as ``warnings``."""
-    mode = options["model_control_mode"] or ""
+def model_control(options: dict, default_mode: str = "") -> ModelControl:
+    """The model control options of ``serve``'s parsed ``options``
+    (``default_mode``: the mode when the flag is not given, the
+    MODEL_CONTROL_MODE setting). Raises CommandError for a combination Triton
+    refuses ('*' beside other names) or that cannot work here (poll without
+    a repository or with 0 seconds), and for a ``default_mode`` that is not
+    a mode; options Triton ignores in a mode are kept as ``warnings``."""
+    mode = options["model_control_mode"]
+    if mode is None and default_mode:
+        try:
+            mode = _mode(default_mode)
+        except argparse.ArgumentTypeError as exc:
+            raise CommandError(f"MODEL_CONTROL_MODE: {exc}") from None
+    mode = mode or ""
     load = tuple(options["load_model"])
     warnings = []
     if ALL in load and len(load) > 1:

@@ -62,12 +62,15 @@ def test_explicit_loads_only_load_model_and_the_api_loads_the_others(tmp_path, s
     for name, (payload, config) in sklearn_models.items():
         m.write_model(repository, name, payload, config=config)
     m.write_model(repository, "affine", m.affine(2.0, 1.0))
-    server = started(repository, tmp_path / "var", "--model-control-mode", "explicit", "--load-model", "iris")
+    server = started(
+        repository, tmp_path / "var", "--model-control-mode", "explicit", "--load-model", "iris", "--log-verbose=1",
+    )  # fmt: skip
     try:
         ops = {"authorization": f"Bearer {people_with_tokens(server, ops='superuser')['ops']}"}
         http = httpclient.InferenceServerClient(server.http_url)
         rpc = grpcclient.InferenceServerClient(server.grpc_url)
         assert http.is_model_ready("iris") and rpc.is_model_ready("iris")
+        assert http.get_log_settings(headers=ops)["log_verbose_level"] == 1  # --log-verbose, Triton's logging extension
         for other in ("digits", "affine"):
             assert not http.is_model_ready(other) and not rpc.is_model_ready(other)
             assert index_states(http, other) == {"1": "UNAVAILABLE"}
@@ -153,7 +156,10 @@ def test_poll_follows_the_repository_on_disk(tmp_path):
     repository = tmp_path / "repo"
     m.write_model(repository, "affine", m.affine(2.0, 1.0))
     m.write_model(repository, "leaving", m.affine(3.0, 0.0))
-    server = started(repository, tmp_path / "var", "--model-control-mode", "poll", "--repository-poll-secs", "1")
+    server = started(
+        repository, tmp_path / "var", "--model-control-mode", "poll", "--repository-poll-secs", "1",
+        "--http-address", "127.0.0.1", "--grpc-address=127.0.0.1",
+    )  # fmt: skip
     x = np.array([[0.5, -1.0, 2.0, 4.0]], dtype=np.float32)
     try:
         ops = {"authorization": f"Bearer {people_with_tokens(server, ops='superuser')['ops']}"}
@@ -193,8 +199,8 @@ def test_poll_follows_the_repository_on_disk(tmp_path):
         assert wait_for(lambda: affine_in(x, 3.0, 0.0, http, "leaving"), timeout=POLL_TIMEOUT), server.log()
 
         # a changed config.pbtxt is applied (here: the version policy)
-        m.write_model(repository, "affine", m.affine(5.0, 0.0), version=3)
-        assert wait_for(lambda: affine_in(x, 5.0, 0.0, http, "affine"), timeout=POLL_TIMEOUT), server.log()
+        m.write_model(repository, "affine", m.affine(7.0, 0.0), version=3)
+        assert wait_for(lambda: affine_in(x, 7.0, 0.0, http, "affine"), timeout=POLL_TIMEOUT), server.log()
         assert not http.is_model_ready("affine", "1")
         (repository / "affine" / "config.pbtxt").write_text("version_policy: { all { } }\n")
         assert wait_for(lambda: http.is_model_ready("affine", "1"), timeout=POLL_TIMEOUT), server.log()

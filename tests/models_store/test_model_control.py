@@ -165,3 +165,23 @@ def test_the_repository_extension_refuses_in_none_and_poll(mode, call):
 def test_refused_flags_name_the_option(args, message):
     with pytest.raises(CommandError, match=re.escape(message)):
         call_command("serve", *args)
+
+
+def test_triton_booleans_and_log_options():
+    from hosting import triton_flags
+
+    assert [triton_flags.boolean(v) for v in ("true", "ON", "1", "False", "off", "0")] == [True] * 3 + [False] * 3
+    options = {"log_verbose": 2, "log_info": False, "log_warning": None, "log_error": True, "log_format": "ISO8601"}
+    assert triton_flags.log_settings(options) == {
+        "log_verbose_level": 2, "log_info": False, "log_error": True, "log_format": "ISO8601",
+    }  # fmt: skip
+    assert triton_flags.log_settings(dict.fromkeys(options)) == {}
+
+
+def test_the_model_control_mode_setting_is_the_flag_s_default(settings):
+    settings.MODEL_CONTROL_MODE = "Poll"
+    with pytest.raises(CommandError, match="--model-control-mode poll needs --model-repository"):
+        call_command("serve")
+    settings.MODEL_CONTROL_MODE = "lazy"
+    with pytest.raises(CommandError, match="MODEL_CONTROL_MODE: invalid model control mode 'lazy'"):
+        call_command("serve")

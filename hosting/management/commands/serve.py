@@ -128,8 +128,8 @@ class Command(BaseCommand):
                 self.stdout.write(str(result))
         wanted = control.load if control.mode == model_control.EXPLICIT else ()
         unknown = model_control.unknown_models(wanted)
-        counted = (lambda name: True) if not wanted or model_control.ALL in wanted else set(wanted).__contains__
-        failed = [r for r in results if r.outcome == "failed" and counted(r.model)]
+        everything = not wanted or model_control.ALL in wanted
+        failed = [r for r in results if r.outcome == "failed" and (everything or r.model in wanted)]
         problems = [f"{r.model}: {r.message}" for r in failed] + [f"--load-model {n}: no such model" for n in unknown]
         if problems and control.exit_on_error:
             raise CommandError("models failed to load (--exit-on-error):\n  " + "\n  ".join(problems))
@@ -142,11 +142,7 @@ class Command(BaseCommand):
         return poll
 
     def handle(self, *args, **options):
-        options["model_control_mode"] = options["model_control_mode"] or settings.MODEL_CONTROL_MODE.lower()
-        if options["model_control_mode"] not in ("", *model_control.MODES):
-            mode = settings.MODEL_CONTROL_MODE
-            raise CommandError(f"MODEL_CONTROL_MODE must be none, poll or explicit, not {mode!r}")
-        control = triton_flags.model_control(options)
+        control = triton_flags.model_control(options, default_mode=settings.MODEL_CONTROL_MODE)
         for warning in control.warnings:
             self.stderr.write(f"warning: {warning}")
         _check_executor()
