@@ -298,7 +298,8 @@ def report(outcomes: list[Outcome], commit: str) -> int:
             line += f"\n             {TRITON_ONLY.get(outcome.short) or LIMITATIONS[outcome.short]}"
         elif kind == "ours":
             ours += 1
-            line += "\n             " + outcome.message.splitlines()[0][:300] if outcome.message else ""
+            last = [text for text in outcome.message.splitlines() if text.strip()][-1:]  # the assertion
+            line += "\n             " + last[0].strip()[:300] if last else ""
         print(line)
     kinds = ("passed", "triton-only", "limitation", "ours", "skipped")
     counts = {k: sum(classify(o) == k for o in outcomes) for k in kinds}
