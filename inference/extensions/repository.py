@@ -6,6 +6,8 @@ them in ``none`` and ``poll``, as Triton does."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 from dataclasses import dataclass
 
 from inference.admission import auth
@@ -75,29 +77,36 @@ class RepositoryExtension:
         """Load ``name`` in every server process (its policy's READY versions
         serve again) before returning. Parameters: ``config`` (a JSON string:
         the model's whole Triton configuration, replacing its own as Triton's
-        load does; the registry source checks and applies it). Needs a token
-        of the model's team or an operator's (audited as its user). Raises
-        ModelControlDisabled first in the ``none`` and ``poll`` control
-        modes; then InvalidInput for a name Triton refuses (empty, only whitespace,
-        ``..`` or a ``/``: Triton's texts); Unauthenticated,
-        PermissionDenied; ModelNotFound, InvalidInput with Triton's "failed to
-        load '<name>', " before the reason."""
+        load does; the registry source checks and applies it) and, with it,
+        one ``file:<version>/model.onnx`` (base64 over HTTP, bytes over
+        gRPC, as Triton's): the model's next version, registered and
+        validated like an upload (the registry numbers it; the directory's
+        number is not kept), audited as the caller's upload; a version that
+        fails validation fails the load. Needs a token of the model's team
+        or an operator's (audited as its user; the level that may upload
+        versions). Raises ModelControlDisabled first in the ``none`` and
+        ``poll`` control modes; then InvalidInput for a name Triton refuses
+        (empty, only whitespace, ``..`` or a ``/``: Triton's texts);
+        Unauthenticated, PermissionDenied; ModelNotFound, InvalidInput with
+        Triton's "failed to load '<name>', " before the reason."""
         self._refuse_in_control_mode()
         triton_texts.check_model_name(name)
         follow_scopes(self.registry)
         registry = self.registry
         caller = auth.authorize_control(token, name)
         try:
-            registry.model(name)
-            for key, value in (parameters or {}).items():
-                if key == "config":
-                    if not isinstance(value, str):
-                        raise InvalidInput("Config parameter 'config' must have string type for its value")
-                    registry.set_config(name, value, actor=caller.actor)
-                elif key.startswith("file:"):
-                    raise InvalidInput("file: parameters are not supported; upload new versions to the model store")
-                else:
-                    raise InvalidInput(f"Unrecognized load parameter '{key}'")
+            try:
+                registry.model(name)
+            except ModelNotFound as exc:  # Triton: "failed to load '<m>', failed to poll from model repository"
+                raise ModelNotFound(f"failed to poll from model repository: {exc.message}") from None
+            config, files = _load_parameters(parameters or {})
+            if files:
+                ((path, content),) = files.items()
+                number, state, reason = registry.add_version(name, content, config, f"load: file:{path}", caller.actor)
+                if state == "FAILED":
+                    raise InvalidInput(f"version {number} (file:{path}) failed validation: {reason}")
+            elif config is not None:
+                registry.set_config(name, config, actor=caller.actor)
         except (ModelNotFound, InvalidInput) as exc:
             raise type(exc)(triton_texts.load_failed(name, exc.message)) from None
         registry.set_loaded(name, True, caller.actor)
@@ -123,3 +132,43 @@ class RepositoryExtension:
                 raise InvalidInput("parameter 'unload_dependents' must be a boolean")
             dependents = value
         self.registry.set_loaded(name, False, caller.actor, dependents)
+
+
+def _load_parameters(parameters: dict) -> tuple[str | None, dict[str, bytes]]:
+    """A load's ``config`` (None when absent) and its ``file:`` parameters as
+    {"<version>/model.onnx": contents}: at most one, and only with a config
+    (Triton: "config" must be provided with an override model directory)."""
+    config, files = None, {}
+    for key, value in parameters.items():
+        if key == "config":
+            if not isinstance(value, str):
+                raise InvalidInput("Config parameter 'config' must have string type for its value")
+            config = value
+        elif key.startswith("file:"):
+            files[key.removeprefix("file:")] = _file_contents(key, value)
+        else:
+            raise InvalidInput(f"Unrecognized load parameter '{key}'")
+    if files and config is None:
+        raise InvalidInput("file: parameters need the 'config' parameter (the model's configuration), as in Triton")
+    if len(files) > 1:
+        raise InvalidInput(
+            f"give one file: parameter, the model file, not {len(files)}: the registry keeps one ONNX file per version"
+        )
+    for path in files:
+        version, _, filename = path.partition("/")
+        if not (version.isdigit() and int(version) > 0 and filename == "model.onnx"):
+            shown = path if len(path) <= 80 else path[:80] + "..."
+            raise InvalidInput(f"file parameter 'file:{shown}' must name '<version>/model.onnx' (an ONNX model file)")
+    return config, files
+
+
+def _file_contents(key: str, value) -> bytes:
+    """A ``file:`` parameter's bytes: gRPC's bytes_param as they are, REST's base64 string decoded."""
+    if isinstance(value, bytes):
+        return value
+    if not isinstance(value, str):
+        raise InvalidInput(f"parameter '{key}' must be the file's contents in base64")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidInput(f"parameter '{key}' is not valid base64") from None

@@ -114,12 +114,13 @@ class InferView(DirectPostView):
         return http_response
 
 
-def _json_object(request) -> dict:
-    """An optional JSON object body (repository API); {} when empty."""
+def _json_object(request, deep: bool = False) -> dict:
+    """An optional JSON object body (repository API); {} when empty;
+    ``deep``: nested to any depth (:func:`message.load_json`)."""
     body = read_body(request._request, allow_empty=True)
     if not body.strip():
         return {}
-    doc = message.load_json(body)
+    doc = message.load_json(body, deep=deep)
     if not isinstance(doc, dict):
         raise InvalidInput("the request body must be a JSON object")
     return doc
@@ -137,10 +138,10 @@ class RepositoryIndexView(ProtocolView):
     version as ``{"name", "version", "state", "reason"}``."""
 
     def post(self, request):
-        doc = _json_object(request)
+        doc = _json_object(request, deep=True)  # a deep value where the boolean belongs: Triton's text
         ready = doc.get("ready", False)
         if not isinstance(ready, bool):
-            raise InvalidInput("'ready' must be a boolean")
+            raise InvalidInput("Invalid value for 'ready': expected a boolean")
         entries = []
         for e in self.extensions.repository.index(ready, self.token(request)):
             item = {"name": e.name, "version": e.version, "state": e.state}

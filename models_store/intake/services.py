@@ -22,7 +22,7 @@ from kombu.exceptions import OperationalError
 
 from models_store import storage
 from models_store.accounts import selectors as accounts
-from models_store.config.triton import ENSEMBLE, ConfigError, TritonConfig, parse_config
+from models_store.config.triton import ENSEMBLE, ConfigError, TritonConfig, parse_config, parse_config_json
 from models_store.errors import Conflict, NotFound, RegistryError, UploadRefused
 from models_store.intake import ensembles, uploads, validating
 from models_store.registry import selectors as registry
@@ -116,6 +116,37 @@ def version_upload(
         _remove_if_unreferenced(stored.relpath)
         raise
     return version
+
+
+def version_from_load(*, model_name: str, model_file: bytes, config_text: str, origin: str, actor):
+    """A model file and its configuration given in a repository load (Triton's
+    ``config`` and ``file:<version>/model.onnx`` parameters) as the next
+    version of the existing model ``model_name``: staged, then registered and
+    validated exactly like an upload (:func:`version_upload`, audited as
+    ``version.upload`` by ``actor`` with ``origin`` as its source). Bytes
+    that are already one of its versions make no new one: that version is
+    returned (the configuration still replaces the model's). Raises
+    NotFound (no such model), RegistryError (a config the model cannot
+    take, or not Triton's JSON form), UploadRefused."""
+    model = registry.model_get(model_name)
+    if model is None:
+        raise NotFound(f"unknown model '{model_name}'")
+    try:
+        config = parse_config_json(config_text, source="config")
+    except ConfigError as exc:
+        raise RegistryError(str(exc)) from None
+    staged = uploads.stage_bytes(model_file, origin)
+    try:
+        existing = registry.version_by_sha256(model, staged.sha256)
+        if existing is not None:
+            try:
+                model_services.model_set_config(model=model, config=config, actor=actor)
+            except ConfigError as exc:
+                raise RegistryError(str(exc)) from None
+            return existing
+        return version_upload(model_name=model_name, staged=staged, actor=actor, config=config)
+    finally:
+        storage.remove_path(staged.directory)
 
 
 def schedule_validation(*, version_id: int, here: bool | None = None) -> None:

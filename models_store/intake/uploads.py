@@ -188,6 +188,22 @@ class StagingUploadHandler(FileUploadHandler):
         return self.staged
 
 
+def stage_bytes(data: bytes, name: str) -> StagedFile:
+    """``data`` as a staged model file (``name``: what the audit log shows
+    as its origin), for uploads that arrive in a request's parameters
+    (Triton's repository load with ``file:`` parameters); UploadRefused
+    when larger than the upload limit. Remove ``staged.directory`` when done."""
+    if len(data) > max_upload_bytes():
+        raise UploadRefused(too_large_message(len(data)), status=413)
+    directory = storage.new_staging_dir("load-")
+    target = directory / storage.MODEL_FILENAME
+    with open(target, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    return StagedFile(target, hashlib.sha256(data).hexdigest(), len(data), name, None)
+
+
 def install(request) -> StagingUploadHandler:
     """Make ``request`` (a Django HttpRequest, before its body is read) stream
     uploads into the store. Call ``discard()`` on the handler when done."""

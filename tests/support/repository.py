@@ -272,6 +272,7 @@ def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
     # perf_analyzer --streaming only (tests/interop/test_grpc_stream.py), so that its server counts are exact.
     m.write_model(root, "stream_probe", m.affine(2.0, 1.0), config=BATCHED_CONFIG.replace('"affine"', '"stream_probe"'))
     m.write_model(root, "audited", m.identity("FP32"))  # repository load/unload audit
+    m.write_model(root, "file_loaded", m.identity("FP32"))  # versions added by loads with file: (test_triton_qa.py)
     # Dynamic batching: y = 3x - 1 batched within 20 ms; a gather table over [N, K] (any K); a 2 s window.
     m.write_model(root, "batched", m.affine(3.0, -1.0), config=DYNAMIC_BATCHING.format(delay=20000))
     m.write_model(root, "batched_gather", m.gather_table(), config=DYNAMIC_BATCHING.format(delay=20000))
