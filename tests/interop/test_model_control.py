@@ -37,7 +37,7 @@ def sklearn_models():
 
 
 def started(repository, var_dir, *args: str) -> LiveServer:
-    return LiveServer(repository, var_dir, args=args).start(timeout=240)
+    return LiveServer(repository, var_dir, args=args).start()
 
 
 def affine_in(x: np.ndarray, scale: float, offset: float, client, name: str) -> bool:
