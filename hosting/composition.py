@@ -33,6 +33,7 @@ from inference.observability.payload_log import PayloadLogger, sink_for
 from inference.observability.rollups_db import DatabaseRollups
 from inference.observability.statistics import StatisticsRecorder
 from inference.observability.statistics_db import DatabaseStatistics
+from inference.observability.triton_metrics import TritonMetrics
 from inference.ports import Quota
 from inference.response_cache import ResponseCache
 from inference.runtime import cuda
@@ -407,8 +408,22 @@ def _build_parts() -> ServingParts:
         rollup_seconds=settings.CHART_FLUSH_SECONDS,
     )
     statistics.start()
+    observability.add_exposition(TritonMetrics(statistics.machine_counters, _served_versions(registry)).render)
     regions = RegionRegistry(Path(settings.VAR_DIR) / "run" / "shm")  # this machine's registered regions
     return ServingParts(registry, executor, statistics, regions)
+
+
+def _served_versions(registry: ModelRegistry):
+    """The served versions of ``registry``'s snapshot as Triton's metrics list them: (model, number, cache on)."""
+    cache = settings.RESPONSE_CACHE_BYTES > 0
+
+    def versions():
+        for model in registry.models.values():
+            for number, entry in model.versions.items():
+                if entry.serving:
+                    yield model.name, number, cache and entry.response_cache
+
+    return versions
 
 
 def build_response_cache() -> ResponseCache | None:

@@ -27,6 +27,8 @@ class InferenceError(Exception):
     grpc_status = "INTERNAL"
     #: Seconds after which the same request can succeed (None: it will not by waiting).
     retry_after: float | None = None
+    #: The model version the failed request was routed to ("" before it was), for the metrics' labels.
+    served_version: str = ""
 
     def __init__(self, message: str):
         super().__init__(message)

@@ -12,10 +12,12 @@ Model not ready answers 503 with ``{"error", "name", "ready": false}``.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.http import HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from inference.codecs import message
+from inference.dataplane import get_dataplane
 from inference.http import compression
 from inference.http.bodies import read_body
 from inference.http.responses import error_response, inference_response, json_response
@@ -290,5 +292,10 @@ class LogSettingsView(ProtocolView):
 
 
 def metrics_view(request):
-    """GET /metrics: Prometheus exposition (all server processes)."""
+    """GET /metrics: Prometheus exposition (all server processes): ours and
+    Triton's (the data plane built first: it adds Triton's); 404 with
+    ``--allow-metrics false`` (METRICS_ENABLED)."""
+    if not settings.METRICS_ENABLED:
+        return error_response(404, "metrics are disabled (--allow-metrics false)")
+    get_dataplane()
     return HttpResponse(observability.render_metrics(), content_type=CONTENT_TYPE_LATEST)

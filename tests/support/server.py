@@ -73,6 +73,7 @@ class LiveServer:
         self.worker_devices: dict[str, str] = {}
         self.http_port = free_port()
         self.grpc_port = free_port()
+        self.metrics_port = free_port()  # never Triton's 8002: servers of parallel tests would share it
         self.repository = repository
         self.var_dir = var_dir
         self.log_path = var_dir / "serve.log"
@@ -101,7 +102,8 @@ class LiveServer:
             timeout = float(os.environ.get("LIVE_SERVER_START_SECONDS", "180"))
         self.var_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
-        command = serve_command(self.repository, self.http_port, self.grpc_port, *self.args)
+        ports = ("--metrics-port", str(self.metrics_port))
+        command = serve_command(self.repository, self.http_port, self.grpc_port, *ports, *self.args)
         self.process = subprocess.Popen(
             command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )

@@ -27,7 +27,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
-from hosting import triton_flags
+from hosting import metrics_port, triton_flags
 from hosting.composition import IN_PROCESS, WORKERS, executor_mode
 from hosting.deployment import DeploymentError, check_worker_mode
 from hosting.supervisor import Child, Supervisor
@@ -108,6 +108,11 @@ class Command(BaseCommand):
         parser.add_argument("--workers", type=int, default=settings.HTTP_WORKERS, help="HTTP server processes")
         parser.add_argument("--threads", type=int, default=settings.HTTP_THREADS, help="threads per HTTP process")
         triton_flags.add_arguments(parser)  # --model-control-mode, --load-model, ... (Triton's)
+        parser.add_argument("--metrics-port", type=int, default=8002, help="Triton's metrics port (/metrics)")
+        parser.add_argument(
+            "--allow-metrics", type=triton_flags.boolean, nargs="?", const=True, default=True, metavar="BOOL",
+            help="Triton's: false turns metrics off (the metrics port and /metrics)",
+        )  # fmt: skip
 
     def _start_models(self, options: dict, control: triton_flags.ModelControl):
         """Import the repository and load the models the control mode starts
@@ -164,6 +169,7 @@ class Command(BaseCommand):
             PROMETHEUS_MULTIPROC_DIR=str(_fresh_metrics_dir()),
             HTTP_THREADS=str(options["threads"]),  # the work slots of hosting/body_gate.py
             MODEL_CONTROL_MODE=control.mode,  # the repository extension refuses load/unload in none and poll
+            METRICS_ENABLED=str(options["allow_metrics"]).lower(),
         )
         http = [
             sys.executable, "-m", "granian", "--interface", "wsgi", "--http", "1", "--no-ws",
@@ -197,9 +203,12 @@ class Command(BaseCommand):
         upkeep = maintenance.start()  # the reaper and the cleanup of interrupted uploads, on a timer
         rollouts = maintenance.start_rollouts()  # the steps of progressive rollouts judged when due
         polling = maintenance.start_repository_poll(poll.run, control.poll_seconds) if poll else None
+        metrics = metrics_port.start(options, self.stdout)  # hosting/metrics_port.py
         try:
             failed = Supervisor(children, on_exit=on_exit).run() != 0
         finally:
+            if metrics is not None:
+                metrics.stop()
             upkeep.stop()
             rollouts.stop()
             if polling is not None:
