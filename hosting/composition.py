@@ -33,7 +33,7 @@ from inference.observability.payload_log import PayloadLogger, sink_for
 from inference.observability.rollups_db import DatabaseRollups
 from inference.observability.statistics import StatisticsRecorder
 from inference.observability.statistics_db import DatabaseStatistics
-from inference.observability.triton_metrics import TritonMetrics
+from inference.observability.triton_metrics import HostMetrics, TritonMetrics
 from inference.ports import Quota
 from inference.response_cache import ResponseCache
 from inference.runtime import cuda
@@ -409,6 +409,7 @@ def _build_parts() -> ServingParts:
     )
     statistics.start()
     observability.add_exposition(TritonMetrics(statistics.machine_counters, _served_versions(registry)).render)
+    observability.add_exposition(HostMetrics().render)  # Triton's nv_cpu_* metrics
     regions = RegionRegistry(Path(settings.VAR_DIR) / "run" / "shm")  # this machine's registered regions
     return ServingParts(registry, executor, statistics, regions)
 

@@ -354,8 +354,9 @@ class DataPlane:
             cached = response_cache.lookup(self.response_cache, entry, request, job)
             if isinstance(cached, response_cache.CachedRun):
                 return self._respond(entry, request, job, cached)
+            waiting = observability.pending(entry.model_name, entry.version)  # Triton's pending requests
             if gate is not None:
-                pending = observability.pending(entry.model_name, entry.version)  # Triton's pending requests
+                pending = waiting
                 pending.inc()
                 yield _TURN, job
                 pending.dec()

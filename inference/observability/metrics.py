@@ -206,9 +206,15 @@ def count_step(protocol: str, model: str, version: str, outcome: str, seconds: f
     histogram.observe(seconds)
 
 
+_pending_children: dict[tuple[str, str], object] = {}
+
+
 def pending(model: str, version: str):
-    """The pending-request gauge of a model version (``inc``/``dec`` around its wait)."""
-    return PENDING.labels(model, version)
+    """The pending-request gauge of a model version (``inc``/``dec`` around its wait; 0 from its first request)."""
+    child = _pending_children.get((model, version))
+    if child is None:
+        child = _pending_children[(model, version)] = PENDING.labels(model, version)
+    return child
 
 
 def throttled(team: str, limit: str) -> None:

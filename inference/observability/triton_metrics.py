@@ -28,12 +28,13 @@ the response cache on (or with cache counts). Values are this machine's
 Prometheus that scrapes every machine sums them to what the statistics
 extension answers across machines. ``nv_inference_pending_request_count`` is
 a gauge of the request path (:func:`inference.observability.metrics.pending`).
-Triton's GPU, CPU and pinned-memory metrics and its optional summaries and
-histograms are not exported.
+Triton's CPU metrics come from ``/proc`` (:class:`HostMetrics`); its GPU and
+pinned-memory metrics and its optional summaries and histograms are not exported.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 
 from inference.observability import statistics_local as local
@@ -129,6 +130,47 @@ class TritonMetrics:
         for name, help_text, value in _CACHE_FAMILIES:
             if with_cache:
                 family(name, help_text, ((labels(*k), value(totals.get((*k, 0), zero))) for k in with_cache))
+        return ("\n".join(lines) + "\n").encode()
+
+
+class HostMetrics:
+    """Triton's CPU metrics of the machine, read from ``/proc`` (Linux) at each
+    scrape: ``nv_cpu_utilization`` (busy share of all cores since this
+    process's previous scrape, 0..1: user, nice, system, irq, softirq and
+    steal time over those and idle and iowait, as Triton computes it; 0 at
+    the first scrape), ``nv_cpu_memory_total_bytes`` and
+    ``nv_cpu_memory_used_bytes`` (MemTotal - MemAvailable). Nothing where
+    ``/proc`` cannot be read."""
+
+    def __init__(self, proc: str = "/proc"):
+        self.proc = proc
+        self._last: tuple[int, int] | None = None  # (busy, idle) jiffies at the previous scrape
+        self._lock = threading.Lock()
+
+    def render(self) -> bytes:
+        try:
+            with open(f"{self.proc}/stat") as stat:
+                first = stat.readline().split()
+            with open(f"{self.proc}/meminfo") as meminfo:
+                memory = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in meminfo if line.count(":") == 1}
+            user, nice, system, idle, iowait, irq, softirq, steal = (int(v) for v in first[1:9])
+            total, available = memory["MemTotal"], memory["MemAvailable"]
+        except (OSError, ValueError, KeyError, IndexError):
+            return b""
+        busy, idle_time = user + nice + system + irq + softirq + steal, idle + iowait
+        with self._lock:
+            last, self._last = self._last, (busy, idle_time)
+        share = 0.0
+        if last is not None:
+            busy_delta, idle_delta = max(0, busy - last[0]), max(0, idle_time - last[1])
+            share = busy_delta / (busy_delta + idle_delta) if busy_delta + idle_delta else 0.0
+        lines = []
+        for name, help_text, number in (
+            ("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", repr(share)),
+            ("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", str(total)),
+            ("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", str(max(0, total - available))),
+        ):
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {number}"]
         return ("\n".join(lines) + "\n").encode()
 
 
