@@ -42,37 +42,31 @@ from inference.observability.statistics import BACKEND, CANCELED, FAILURE_REASON
 
 _I = local.INDEX
 
-#: (name, help, value of a version's counters), in Triton's order and with its help texts.
+#: (name, help, the counter of a version it reads, its divisor: 1000 from ns to µs), in Triton's order and words.
 _REQUEST_FAMILIES = (
-    ("nv_inference_request_success", "Number of successful inference requests, all batch sizes",
-     lambda c: c[_I["success_count"]]),
-    ("nv_inference_count", "Number of inferences performed (does not include cached requests)",
-     lambda c: c[_I["inference_count"]]),
+    ("nv_inference_request_success", "Number of successful inference requests, all batch sizes", "success_count", 1),
+    ("nv_inference_count", "Number of inferences performed (does not include cached requests)", "inference_count", 1),
     ("nv_inference_exec_count", "Number of model executions performed (does not include cached requests)",
-     lambda c: c[_I["execution_count"]]),
+     "execution_count", 1),
     ("nv_inference_request_duration_us",
-     "Cumulative inference request duration in microseconds (includes cached requests)",
-     lambda c: c[_I["success_ns"]] // 1000),
+     "Cumulative inference request duration in microseconds (includes cached requests)", "success_ns", 1000),
     ("nv_inference_queue_duration_us",
-     "Cumulative inference queuing duration in microseconds (includes cached requests)",
-     lambda c: c[_I["queue_ns"]] // 1000),
+     "Cumulative inference queuing duration in microseconds (includes cached requests)", "queue_ns", 1000),
     ("nv_inference_compute_input_duration_us",
-     "Cumulative compute input duration in microseconds (does not include cached requests)",
-     lambda c: c[_I["compute_input_ns"]] // 1000),
+     "Cumulative compute input duration in microseconds (does not include cached requests)", "compute_input_ns", 1000),
     ("nv_inference_compute_infer_duration_us",
-     "Cumulative compute inference duration in microseconds (does not include cached requests)",
-     lambda c: c[_I["compute_infer_ns"]] // 1000),
+     "Cumulative compute inference duration in microseconds (does not include cached requests)", "compute_infer_ns",
+     1000),
     ("nv_inference_compute_output_duration_us",
      "Cumulative inference compute output duration in microseconds (does not include cached requests)",
-     lambda c: c[_I["compute_output_ns"]] // 1000),
+     "compute_output_ns", 1000),
 )  # fmt: skip
 _CACHE_FAMILIES = (
-    ("nv_cache_num_hits_per_model", "Number of cache hits per model", lambda c: c[_I["cache_hit_count"]]),
-    ("nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds",
-     lambda c: c[_I["cache_hit_ns"]] // 1000),
-    ("nv_cache_num_misses_per_model", "Number of cache misses per model", lambda c: c[_I["cache_miss_count"]]),
+    ("nv_cache_num_hits_per_model", "Number of cache hits per model", "cache_hit_count", 1),
+    ("nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds", "cache_hit_ns", 1000),
+    ("nv_cache_num_misses_per_model", "Number of cache misses per model", "cache_miss_count", 1),
     ("nv_cache_miss_duration_per_model", "Total cache miss (insert+lookup) duration per model, in microseconds",
-     lambda c: c[_I["cache_miss_ns"]] // 1000),
+     "cache_miss_ns", 1000),
 )  # fmt: skip
 _FAILURE = ("nv_inference_request_failure", "Number of failed inference requests, all batch sizes")
 _REASON_FIELDS = {REJECTED: "fail_rejected_count", CANCELED: "fail_canceled_count", BACKEND: "fail_backend_count"}
@@ -119,17 +113,20 @@ class TritonMetrics:
             more = f',reason="{reason}"' if reason else ""
             return f'model="{_escape(model)}"{more},version="{number}"'
 
-        name, help_text, value = _REQUEST_FAMILIES[0]
-        family(name, help_text, ((labels(*k), value(totals.get((*k, 0), zero))) for k in keys))
+        def counters(spec: tuple, versions: list) -> None:
+            name, help_text, field, divisor = spec
+            at = _I[field]
+            family(name, help_text, ((labels(*k), totals.get((*k, 0), zero)[at] // divisor) for k in versions))
+
+        counters(_REQUEST_FAMILIES[0], keys)
         family(*_FAILURE, (
             (labels(*k, reason), n) for k in keys for reason, n in failures(totals.get((*k, 0), zero)).items()
         ))  # fmt: skip
-        for name, help_text, value in _REQUEST_FAMILIES[1:]:
-            family(name, help_text, ((labels(*k), value(totals.get((*k, 0), zero))) for k in keys))
+        for spec in _REQUEST_FAMILIES[1:]:
+            counters(spec, keys)
         with_cache = [k for k in keys if cached[k]]
-        for name, help_text, value in _CACHE_FAMILIES:
-            if with_cache:
-                family(name, help_text, ((labels(*k), value(totals.get((*k, 0), zero))) for k in with_cache))
+        for spec in _CACHE_FAMILIES if with_cache else ():
+            counters(spec, with_cache)
         return ("\n".join(lines) + "\n").encode()
 
 
