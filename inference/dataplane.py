@@ -347,20 +347,20 @@ class DataPlane:
         generator of its waits: it yields ``(_TURN, job)`` and ``(_RUN,
         job)``; the driver sends back the run's result, or throws in what
         the wait raised; it returns the response."""
-        running, pending = False, None
+        running = waiting = False  # in the model's run; waiting for the turn (Triton's pending requests)
         try:
             job = jobs.prepare(entry, request, started, admission.owner, admission.regions, self.timeout_seconds,
                                self.shared_memory, self.executor.remote)  # fmt: skip
             cached = response_cache.lookup(self.response_cache, entry, request, job)
             if isinstance(cached, response_cache.CachedRun):
                 return self._respond(entry, request, job, cached)
-            waiting = observability.pending(entry.model_name, entry.version)  # Triton's pending requests
+            pending = observability.pending(entry.model_name, entry.version)  # its series from the first request
             if gate is not None:
-                pending = waiting
                 pending.inc()
+                waiting = True
                 yield _TURN, job
+                waiting = False
                 pending.dec()
-                pending = None
             try:
                 running = True
                 run = yield _RUN, job
@@ -376,7 +376,7 @@ class DataPlane:
             self.statistics.record_failure(entry.model_name, entry.number, _now() - started, reason)
             raise
         finally:
-            if pending is not None:
+            if waiting:
                 pending.dec()
 
     def _behind(self) -> bool:
