@@ -356,11 +356,13 @@ class DataPlane:
                 return self._respond(entry, request, job, cached)
             pending = observability.pending(entry.model_name, entry.version)  # its series from the first request
             if gate is not None:
-                pending.inc()
-                waiting = True
+                if gate.free <= 0 or gate.waiting:  # it will wait for a seat (a free one costs no gauge write)
+                    pending.inc()
+                    waiting = True
                 yield _TURN, job
-                waiting = False
-                pending.dec()
+                if waiting:
+                    waiting = False
+                    pending.dec()
             try:
                 running = True
                 run = yield _RUN, job

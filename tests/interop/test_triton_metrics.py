@@ -248,3 +248,36 @@ def test_allow_metrics_false_turns_both_off(tmp_path):
             urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10)
     finally:
         server.stop()
+
+
+def test_requests_waiting_for_a_seat_are_pending(model_server):
+    """Eight concurrent requests of about 0.5 s to ``slow`` (one instance: one seat per server process):
+    while the first run, the others wait, and nv_inference_pending_request_count says so; 0 after."""
+    import threading
+
+    from tests.support.live import wait_for
+
+    def one():
+        with httpclient.InferenceServerClient(model_server.http_url, connection_timeout=120, network_timeout=120) as c:
+            x = httpclient.InferInput("x", [1, 256], "FP32")
+            x.set_data_from_numpy(np.full((1, 256), 0.5, dtype=np.float32))
+            n = httpclient.InferInput("n", [], "INT64")
+            n.set_data_from_numpy(np.array(25_000, dtype=np.int64))
+            c.infer("slow", [x, n])
+
+    threads = [threading.Thread(target=one) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    seen = []
+
+    def pending() -> bool:
+        seen.append(value(metrics_port(model_server), "nv_inference_pending_request_count", model="slow", version="1"))
+        return seen[-1] > 0
+
+    try:
+        wait_for(pending, timeout=30)
+    finally:
+        for thread in threads:
+            thread.join()
+    assert max(seen) >= 1
+    assert value(metrics_port(model_server), "nv_inference_pending_request_count", model="slow", version="1") == 0
