@@ -135,5 +135,7 @@ LOGGING = {
         # One INFO line per task received and succeeded: noise at inference rates.
         "celery.app.trace": {"level": "WARNING"},
         "celery.worker.strategy": {"level": "WARNING"},
+        # django-axes announces its version and settings at every start of every process and command.
+        "axes.apps": {"level": "WARNING"},
     },
 }
