@@ -122,6 +122,8 @@ WHITENOISE_USE_FINDERS = True
 #: Browser libraries installed from npm by `make venv` (package.json; never copied into the repository).
 STATICFILES_DIRS = [("vendor/chart.js", BASE_DIR / "node_modules" / "chart.js" / "dist")]
 WHITENOISE_AUTOREFRESH = DEBUG
+#: Files served at the site's root (``/favicon.ico``, which browsers ask for on every page without a link).
+WHITENOISE_ROOT = BASE_DIR / "hosting" / "public"
 
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 LOGGING = {
