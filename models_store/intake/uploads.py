@@ -30,6 +30,7 @@ from django.utils.datastructures import MultiValueDict
 from models_store import storage
 from models_store.errors import UploadRefused
 from models_store.intake import validation
+from models_store.intake.envelope import Envelope
 
 FIELD_NAME = "file"
 #: The multipart field of each external data file (its file name is the location the model references).
@@ -57,11 +58,23 @@ class StagedFile(UploadedFile):
     store digests an artifact: the model file, then its data files in the
     order the model references them)."""
 
-    def __init__(self, path: Path, sha256: str, size: int, name: str, content_type: str | None, data_files: tuple = ()):
+    def __init__(
+        self,
+        path: Path,
+        sha256: str,
+        size: int,
+        name: str,
+        content_type: str | None,
+        data_files: tuple = (),
+        outline: str | None = None,
+    ):
         super().__init__(file=None, name=name, content_type=content_type, size=size)
         self.path = path
         self.sha256 = sha256
         self.data_files: tuple[Path, ...] = tuple(data_files)
+        #: What :class:`~models_store.intake.envelope.Envelope` found wrong with the file's outline as it
+        #: streamed in ("" : shaped like an ONNX model; None: not looked at).
+        self.outline = outline
 
     @property
     def directory(self) -> Path:
@@ -116,6 +129,7 @@ class StagingUploadHandler(FileUploadHandler):
         self._target = self.staging_dir / target
         self.file = open(self._target, "wb")  # closed in file_complete
         self._digest = hashlib.sha256() if target == storage.MODEL_FILENAME else None
+        self._envelope = Envelope() if self._digest is not None else None
         self._size = 0
 
     def _data_target(self, file_name: str) -> str | None:
@@ -137,6 +151,7 @@ class StagingUploadHandler(FileUploadHandler):
         self.file.write(raw_data)
         if self._digest is not None:
             self._digest.update(raw_data)
+            self._envelope.feed(raw_data)
         return None
 
     def file_complete(self, file_size):
@@ -152,6 +167,7 @@ class StagingUploadHandler(FileUploadHandler):
             self._size,
             self.file_name or storage.MODEL_FILENAME,
             self.content_type,
+            outline=self._envelope.problem(),
         )
         return self.staged
 
@@ -196,19 +212,30 @@ def install(request) -> StagingUploadHandler:
     return handler
 
 
-def preflight(staged: StagedFile) -> None:
-    """Quick checks before a staged file may become a model version: not
-    empty, an ONNX model (a ModelProto with an IR version and a graph), and
-    its external data exactly the data files uploaded with it (a reference
-    such as ``../../etc/passwd`` is never followed; a data file the model
-    does not reference is refused). With data files, ``staged.sha256`` and
-    ``staged.size`` then cover them too. The full validation (checker,
-    session, warm-up) runs afterwards as a task.
+def preflight(staged: StagedFile, parse: bool = True) -> None:
+    """Checks before a staged file may become a model version: not empty,
+    an ONNX model, and its external data exactly the data files uploaded
+    with it (a reference such as ``../../etc/passwd`` is never followed; a
+    data file the model does not reference is refused). With data files,
+    ``staged.sha256`` and ``staged.size`` then cover them too.
+
+    ``parse``: read the model (``onnx.load`` without its external data: a
+    ModelProto with an IR version and a graph). Without it (an upload whose
+    validation runs off the request, alone, without data files) nothing of
+    the model is read here: the outline its bytes showed as they streamed in
+    (:class:`~models_store.intake.envelope.Envelope`) must be an ONNX
+    model's, and the rest (readable, a graph that checks, no external data)
+    is validation's, which fails the version with the reason. The full
+    validation (checker, session, warm-up) always runs afterwards.
 
     Raises UploadRefused with the reason.
     """
     if staged.size == 0:
         raise UploadRefused("the file is empty")
+    if staged.outline:
+        raise UploadRefused(f"not an ONNX model: {staged.outline}")
+    if not parse and not staged.data_files and staged.outline is not None:
+        return
     try:
         model = onnx.load(str(staged.path), load_external_data=False)
     except Exception as exc:  # DecodeError, ValueError, ...
