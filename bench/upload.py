@@ -15,8 +15,8 @@ answer, the uploading process's peak RSS while the request ran (sampled every
 20 ms, and its kernel high-water mark when the answer came) above its RSS
 before, and the time to READY. The generated files are deleted afterwards.
 
-With ``--baseline DIR`` (a checkout of an earlier commit, with ``.venv``),
-this script runs there too, first, on its own server, in the same run.
+With ``--baseline DIR`` (a checkout of an earlier commit), its server is
+measured too, first, in the same run (same Python environment).
 
 Usage: ``.venv/bin/python bench/upload.py [--gb 1.2] [--baseline DIR]``; prints a Markdown table.
 """
@@ -24,15 +24,12 @@ Usage: ``.venv/bin/python bench/upload.py [--gb 1.2] [--baseline DIR]``; prints 
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +37,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.big_upload import stream_upload  # noqa: E402
+from tests.support import live as live_module  # noqa: E402
+from tests.support import server as server_module  # noqa: E402
 from tests.support.live import people_with_tokens, request  # noqa: E402
 from tests.support.rss import process_tree, status_kib  # noqa: E402
 from tests.support.server import LiveServer  # noqa: E402
@@ -87,39 +87,11 @@ def build(path: Path, gb: float) -> int:
 
 
 def upload(server: LiveServer, token: str, name: str, model: Path) -> tuple[int, dict, float]:
-    """POST the file as multipart field ``file`` read from disk in 8 MiB
-    chunks: (status, answer, seconds from the body's last byte to the answer)."""
-    boundary = uuid.uuid4().hex
-    head = (
-        f'--{boundary}\r\nContent-Disposition: form-data; name="team"\r\n\r\nml\r\n'
-        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{model.name}"\r\n'
-        "Content-Type: application/octet-stream\r\n\r\n"
-    ).encode()
-    tail = f"\r\n--{boundary}--\r\n".encode()
-    sent = []
-
-    def body():
-        yield head
-        with open(model, "rb") as handle:
-            while chunk := handle.read(CHUNK):
-                yield chunk
-        yield tail
-        sent.append(time.perf_counter())  # asked for more after the last piece went out
-
-    host, port = server.http_url.split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=900)
-    try:
-        headers = {
-            "Authorization": f"Bearer {token}",
-            "Content-Type": f"multipart/form-data; boundary={boundary}",
-            "Content-Length": str(len(head) + model.stat().st_size + len(tail)),
-        }
-        conn.request("POST", f"/api/models/{name}/versions/", body=body(), headers=headers)
-        response = conn.getresponse()
-        answered = time.perf_counter()
-        return response.status, json.loads(response.read()), answered - sent[0]
-    finally:
-        conn.close()
+    """POST the file as multipart field ``file`` streamed from disk: (status, answer, seconds from
+    the body's last byte to the answer)."""
+    times: list[float] = []
+    status, answer = stream_upload(server, token, name, model, [], times)
+    return status, answer, times[1] - times[0]
 
 
 def _http_worker(server: LiveServer) -> int:
@@ -135,7 +107,9 @@ def _parent(pid: int) -> int:
     return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
-def measure(gb: float) -> dict:
+def measure(gb: float, root: Path) -> dict:
+    """One server of the checkout at ``root`` (its ``manage.py``), one upload."""
+    server_module.ROOT = live_module.ROOT = root  # where serve and manage.py shell run
     work = Path(tempfile.mkdtemp(prefix="bench-upload-"))
     try:
         model = work / "model.onnx"
@@ -194,25 +168,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gb", type=float, default=1.2)
     parser.add_argument("--baseline", type=Path, help="a checkout of an earlier commit to measure first")
-    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one row as JSON (for --baseline)
     args = parser.parse_args()
-    rows = []
-    if args.baseline is not None:
-        script = args.baseline / "bench" / "upload.py"
-        shutil.copy(__file__, script)
-        try:
-            done = subprocess.run(
-                [str(args.baseline / ".venv" / "bin" / "python"), str(script), "--gb", str(args.gb), "--json"],
-                cwd=args.baseline, capture_output=True, text=True, check=True,
-            )  # fmt: skip
-        finally:
-            script.unlink()
-        rows.append((f"baseline ({args.baseline.name})", json.loads(done.stdout.strip().splitlines()[-1])))
-    row = measure(args.gb)
-    if args.json:
-        print(json.dumps(row))
-        return
-    rows.append(("this checkout", row))
+    targets = [(f"baseline ({args.baseline.name})", args.baseline)] if args.baseline else []
+    targets.append(("this checkout", ROOT))
+    rows = [(name, measure(args.gb, root.resolve())) for name, root in targets]
     print(
         "| code | file | answer | body's end to answer s | uploading process peak RSS above idle during the "
         "request MiB | its VmHWM above idle at the answer MiB | upload start to READY s |"

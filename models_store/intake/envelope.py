@@ -21,6 +21,9 @@ GRAPH = 7  # ModelProto.graph (GraphProto: wire type 2)
 #: protobuf wire types: 0 varint, 1 64-bit, 2 length-delimited, 5 32-bit (3 and 4, groups, are not in proto3)
 _FIXED = {1: 8, 5: 4}
 _MAX_VARINT_BYTES = 10
+#: More top-level fields than any model has (opset imports, metadata entries, functions: tens to
+#: thousands): past it the file is refused, so that junk made of tiny fields costs little to find out.
+MAX_FIELDS = 100_000
 
 
 class Envelope:
@@ -38,6 +41,7 @@ class Envelope:
         self._field = 0
         self._error = ""
         self.fields: set[int] = set()  # top-level field numbers seen (with the right wire type for 1 and 7)
+        self.count = 0  # top-level fields seen
 
     def feed(self, data: bytes) -> None:
         if self._error:
@@ -73,6 +77,10 @@ class Envelope:
                 self._error = f"field {self._field} has the wrong wire type {self._wire} for a ModelProto"
                 return False
             self.fields.add(self._field)
+            self.count += 1
+            if self.count > MAX_FIELDS:
+                self._error = f"more than {MAX_FIELDS} top-level fields"
+                return False
             if self._wire == 0:
                 self._reading = "varint"
             elif self._wire == 2:

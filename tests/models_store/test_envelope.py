@@ -48,6 +48,7 @@ def test_a_model_has_the_outline_at_any_chunking(payload, chunk):
         (b"\x3a\x05abc", "the file ends inside a field"),
         (b"\x08" + b"\xff" * 11, "a varint longer than 10 bytes"),
         (b"\x0a\x00\x3a\x00", "field 1 has the wrong wire type 2"),
+        (b"\x08\x07\x3a\x00" + b"\x28\x01" * 100_001, "more than 100000 top-level fields"),
     ],
 )
 def test_what_is_not_shaped_like_a_model(payload, problem):
