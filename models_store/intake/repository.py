@@ -62,6 +62,14 @@ class ImportResult:
 MAX_LABEL_FILE_BYTES = 16 << 20
 
 
+def import_source(version_dir: Path) -> str:
+    """What a version imported from ``version_dir`` records as its source
+    (on the version, in the audit log, in the UI and the API): the
+    directory relative to the repository, e.g. ``import: iris/1``; never
+    the server's file-system path."""
+    return f"import: {version_dir.parent.name}/{version_dir.name}"
+
+
 def _read_labels(model_dir: Path, output: str, filename: str) -> list[str]:
     """The labels of an output's ``label_filename``: one per line of a file
     in the model's directory. Raises ConfigError otherwise."""
@@ -145,7 +153,7 @@ def _import_version(model, version_dir: Path, filename: str, config, config_erro
         outputs=[tensor_json(t) for t in signature.outputs] if signature else [],
         properties=signature.properties if signature else {},
         reason=reason,
-        source=str(version_dir.resolve()),
+        source=import_source(version_dir),
         preferred_number=int(version_dir.name),
     )
     message = reason
@@ -228,7 +236,7 @@ def _import_ensemble(model_dir: Path, config: TritonConfig, owner) -> list[Impor
             continue
         try:
             version = ensembles.version_create(
-                model, config, source=str(version_dir.resolve()), action="version.import",
+                model, config, source=import_source(version_dir), action="version.import",
                 preferred_number=int(version_dir.name),
             )  # fmt: skip
         except (ensembles.EnsembleRefused, RegistryError) as exc:

@@ -56,7 +56,10 @@ def version_upload(
     When the model does not exist it is created for ``team`` (required then),
     in the same transaction as the version; when a parallel upload created it
     meanwhile for the same team, this file becomes one of its versions. Order: :func:`uploads.preflight`
-    (empty, not ONNX, external data: UploadRefused), the duplicate check
+    (empty, not ONNX, external data: UploadRefused; when the validation runs off the request, i.e. queued or
+    a file above VALIDATE_IN_REQUEST_MAX_BYTES, a file without data files is not read here: only the outline
+    its bytes showed as they streamed in is checked, and validation fails the version with the reason for
+    the rest, so that the answer comes as soon as the file is stored), the duplicate check
     (DuplicateVersion), the move of the staged file into the store, then the
     version row (state UPLOADED) and its audit event in one transaction;
     validation is scheduled when that commits. If the row cannot be written
@@ -69,7 +72,10 @@ def version_upload(
     Raises UploadRefused, DuplicateVersion or RegistryError (also for a
     config the model cannot take).
     """
-    uploads.preflight(staged)
+    here = validating.validates_here()
+    # Validated before the answer (here, small) or off the request: then nothing reads the model in it.
+    in_request = here and staged.size <= settings.VALIDATE_IN_REQUEST_MAX_BYTES
+    uploads.preflight(staged, parse=in_request)
     model = registry.model_get(model_name)
     if model is None and team is None:
         raise RegistryError(f"unknown model '{model_name}': give a team to create it")
@@ -84,7 +90,6 @@ def version_upload(
         states.refuse_duplicate(model=model, sha256=staged.sha256)
     else:
         model_services.validate_model_name(name=model_name)
-    here = validating.validates_here()
     try:
         stored = storage.commit_staged(model_name, staged.directory, staged.sha256, staged.size)
     except BaseException:  # e.g. the storage backend is away: no local copy stays behind either

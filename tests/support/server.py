@@ -193,11 +193,26 @@ class LiveServer:
             return self.process.wait()
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of session ``sid`` (a process started with
+    ``start_new_session``: its pid), also those in process groups of their
+    own (``serve``'s children, hosting/supervisor.py) and those whose parent
+    is gone."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            session = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[4])
+        except (OSError, ValueError, IndexError):  # exited meanwhile
+            continue
+        if session == sid:
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+_kill_group = kill_session
 
 
 def serve_live(repository: Path, var_dir: Path, env: dict, workers_redis: str | None = None):

@@ -27,7 +27,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
-from hosting import metrics_port, triton_flags
+from hosting import granian_logging, metrics_port, triton_flags
 from hosting.composition import IN_PROCESS, WORKERS, executor_mode
 from hosting.deployment import DeploymentError, check_worker_mode
 from hosting.supervisor import Child, Supervisor
@@ -176,10 +176,15 @@ class Command(BaseCommand):
             "--host", http_host, "--port", str(options["http_port"]),
             "--workers", str(options["workers"]),
             "--blocking-threads", str(options["threads"] + settings.HTTP_BODY_THREADS),
-            "--runtime-threads", "1", "--backlog", "2048", "--workers-kill-timeout", "20",
+            "--runtime-threads", "1", "--backlog", "2048",
             "--log-level", settings.LOG_LEVEL.lower(), "--respawn-failed-workers",
+            "--log-config", str(granian_logging.write(Path(settings.VAR_DIR) / "run" / "granian-logging.json")),
             "hosting.wsgi:application",
         ]  # fmt: skip
+        # No --workers-kill-timeout: granian 2.8 then checks a worker 1 ms after its exit is signalled (the
+        # worker's sentinel pipe closes), often before the worker can be reaped, and logs "Killing worker-N
+        # after it refused to gracefully stop" for a worker that exited 0. A worker that really hangs is killed
+        # with its process group by the supervisor's grace period (hosting/supervisor.py).
         ready_file = None
         grpc_processes = settings.GRPC_PROCESSES if options["grpc_port"] is not None else 0
         env["SERVING_PROCESSES"] = str(options["workers"] + grpc_processes)  # they share SESSION_MEMORY_BUDGET_MB
@@ -189,6 +194,11 @@ class Command(BaseCommand):
             env["GRPC_READY_FILE"] = str(ready_file)
         children = [Child("http", http, env, base)]
         self.stdout.write(f"serving V2 REST on http://{http_host}:{options['http_port']}")
+        self.stdout.write(
+            f"HTTP: {options['workers']} process(es), each running at most {options['threads']} requests at once "
+            f"(HTTP_THREADS) and holding up to {settings.HTTP_BODY_THREADS} more threads that only wait for "
+            "request bodies (HTTP_BODY_THREADS, hosting/body_gate.py)"
+        )
         if options["grpc_port"] is not None:
             grpc = [sys.executable, "manage.py", "rungrpc", "--host", grpc_host, "--port", str(options["grpc_port"])]
             children.append(Child("grpc", grpc, env, base))
