@@ -19,7 +19,9 @@ from inference.serving import instance_groups
 from models_store.audit import AuditEvent
 from models_store.config.triton import MAX_CONFIG_CHARS
 from models_store.identifiers import MAX_VERSION_NUMBER, team_name_validator
+from models_store.errors import RegistryError
 from models_store.registry import selectors
+from models_store.registry import tags as tag_rules
 from models_store.registry.models import ModelVersion, RegisteredModel, VersionPolicy
 from models_store.registry.services.models import MAX_PAYLOAD_LOG_BYTES
 from models_store.web.fields import Boolean, ErrorSerializer, Integer, Number, TextField
@@ -46,6 +48,30 @@ def _serving(serializer, model):
     return selectors.serving(model, context["_ensemble_pins"])
 
 
+@extend_schema_field(
+    {
+        "type": "object",
+        "maxProperties": tag_rules.MAX_TAGS,
+        "propertyNames": {"type": "string", "pattern": tag_rules.KEY_RE.pattern},
+        "additionalProperties": {"type": "string", "maxLength": tag_rules.MAX_VALUE, "pattern": r"\A[^\x00\r\n]*\Z"},
+        "description": "Tags: key -> value (one line of text, may be empty), e.g. {\"owner\": \"fraud\"}.",
+    }
+)
+class TagsField(serializers.DictField):
+    """Tags (key -> value strings), checked by :func:`models_store.registry.tags.validate`."""
+
+    child = serializers.CharField(allow_blank=True, trim_whitespace=False)
+
+    def to_internal_value(self, data):
+        data = super().to_internal_value(data)
+        if any("\r" in value for value in data.values()):
+            raise serializers.ValidationError("a tag's value is one line of text")
+        try:
+            return tag_rules.validate(data)
+        except RegistryError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+
 class VersionSerializer(serializers.ModelSerializer):
     """A model version. ``state``: UPLOADED, VALIDATING, READY, FAILED, or
     UNAVAILABLE (retired); ``held``: READY but kept from the version policy's
@@ -54,9 +80,11 @@ class VersionSerializer(serializers.ModelSerializer):
     ``log`` lists the validation steps; ``size`` is in bytes;
     ``properties`` are the ONNX model's metadata properties (strings); an
     ensemble's version has its plan instead: ``ensemble`` (the steps with
-    their pinned versions, as JSON) and ``config_sha256``."""
+    their pinned versions, as JSON) and ``config_sha256``; ``description``
+    and ``tags`` are what people say of it (``PATCH`` changes them)."""
 
     model = serializers.CharField(source="model.name", read_only=True)
+    tags = serializers.DictField(child=serializers.CharField(), read_only=True)
     inputs = TensorSerializer(many=True, read_only=True)
     outputs = TensorSerializer(many=True, read_only=True)
     properties = serializers.DictField(child=serializers.JSONField(), read_only=True)
@@ -69,7 +97,8 @@ class VersionSerializer(serializers.ModelSerializer):
         model = ModelVersion
         fields = [
             "model", "number", "state", "held", "reason", "serving", "labels", "sha256", "size", "platform",
-            "inputs", "outputs", "properties", "log", "source", "uploaded_by", "created_at", "updated_at",
+            "inputs", "outputs", "properties", "log", "source", "uploaded_by", "description", "tags", "created_at",
+            "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -118,6 +147,7 @@ class ModelSerializer(serializers.ModelSerializer):
         help_text="The owning team; null for an operator-owned model (only superusers change it).",
     )
     specific_versions = serializers.ListField(child=serializers.IntegerField(), read_only=True)
+    tags = serializers.DictField(child=serializers.CharField(), read_only=True)
     instance_group = InstanceGroupSerializer(many=True, read_only=True)
     served_versions = serializers.SerializerMethodField()
     default_version = serializers.SerializerMethodField()
@@ -128,7 +158,7 @@ class ModelSerializer(serializers.ModelSerializer):
     class Meta:
         model = RegisteredModel
         fields = [
-            "name", "team", "description", "platform", "max_batch_size", "version_policy", "latest_versions",
+            "name", "team", "description", "tags", "platform", "max_batch_size", "version_policy", "latest_versions",
             "specific_versions", "instance_group", "loaded", "served_versions", "default_version", "labels", "traffic",
             "payload_log_rate", "payload_log_max_bytes", "versions", "created_at", "updated_at",
         ]  # fmt: skip
@@ -220,6 +250,7 @@ class ModelUpdateSerializer(serializers.Serializer):
     ``latest_versions`` are kept from the model when not given."""
 
     description = TextField(required=False, allow_blank=True)
+    tags = TagsField(required=False, help_text="Replaces the model's tags ({} removes them).")
     version_policy = serializers.ChoiceField(choices=VersionPolicy.choices, required=False)
     latest_versions = Integer(min_value=1, max_value=MAX_VERSION_NUMBER, required=False)
     specific_versions = serializers.ListField(
@@ -243,6 +274,13 @@ class ModelUpdateSerializer(serializers.Serializer):
         required=False,
         help_text="A logged pair holds its tensors up to this many bytes (else their names, datatypes and shapes).",
     )
+
+
+class VersionUpdateSerializer(serializers.Serializer):
+    """What people say of a version; both optional (not given: unchanged)."""
+
+    description = TextField(required=False, allow_blank=True, max_length=tag_rules.MAX_DESCRIPTION)
+    tags = TagsField(required=False, help_text="Replaces the version's tags ({} removes them).")
 
 
 @extend_schema_field(
