@@ -104,7 +104,7 @@ class ModelSettingsForm(forms.Form):
     def clean_tags(self) -> dict[str, str]:
         return clean_tags_text(self.cleaned_data["tags"])
 
-    def tags(self) -> dict[str, str] | None:
+    def new_tags(self) -> dict[str, str] | None:
         """The tags from the form; None when the form did not carry them (no change)."""
         return self.cleaned_data["tags"] if "tags" in self.data else None
 

@@ -255,7 +255,7 @@ def model_settings(request, name: str):
             instance_group=form.instance_group(),
             payload_logging=form.payload_logging(),
             force=form.cleaned_data["force"],
-            tags=form.tags(),
+            tags=form.new_tags(),
         )
     except Refused as exc:
         return _model_page(request, name, status=refusal_status(exc), settings_form=form, error=_refusal(exc))

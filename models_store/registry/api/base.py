@@ -45,6 +45,7 @@ def version_links(name: str, number: str, only: tuple[str, ...] = ()) -> tuple[O
         OpenApiLink("RestoreVersion", RESTORE_VERSION, where, description="Serve the retired version again."),
         OpenApiLink("PromoteVersion", PROMOTE_VERSION, where, description="Release the held version."),
         OpenApiLink("DeleteVersion", DELETE_VERSION, where, description="Delete the version."),
+        OpenApiLink("UpdateVersion", UPDATE_VERSION, where, description="Change its description and tags."),
     )
     return tuple(link for link in links if not only or link.name in only)
 

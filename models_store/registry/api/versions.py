@@ -34,6 +34,12 @@ UPLOADED_LINKS = (
         request_body={"version": "$response.body#/number"},
         description="Point a version label at the version (once it is READY).",
     ),
+    OpenApiLink(
+        "CompareVersions",
+        base.COMPARE_VERSIONS,
+        {"name": "$request.path.name", "a": "$response.body#/number", "b": "$response.body#/number"},
+        description="The version side by side with another (here: itself).",
+    ),
 )
 
 
