@@ -20,8 +20,8 @@ from models_store.errors import NotFound
 from models_store.identifiers import MAX_VERSION_NUMBER
 from models_store.registry import selectors
 from models_store.registry.models import ModelVersion, RegisteredModel
-from models_store.registry.services import models as model_services
 from models_store.registry.services import annotations, routes, shadow, versions
+from models_store.registry.services import models as model_services
 
 
 def visible_model(user, token, name: str, *, prefetched: bool = False) -> RegisteredModel:

@@ -18,8 +18,8 @@ from rest_framework import serializers
 from inference.serving import instance_groups
 from models_store.audit import AuditEvent
 from models_store.config.triton import MAX_CONFIG_CHARS
-from models_store.identifiers import MAX_VERSION_NUMBER, team_name_validator
 from models_store.errors import RegistryError
+from models_store.identifiers import MAX_VERSION_NUMBER, team_name_validator
 from models_store.registry import selectors
 from models_store.registry import tags as tag_rules
 from models_store.registry.models import ModelVersion, RegisteredModel, VersionPolicy
@@ -54,7 +54,7 @@ def _serving(serializer, model):
         "maxProperties": tag_rules.MAX_TAGS,
         "propertyNames": {"type": "string", "pattern": tag_rules.KEY_RE.pattern},
         "additionalProperties": {"type": "string", "maxLength": tag_rules.MAX_VALUE, "pattern": r"\A[^\x00\r\n]*\Z"},
-        "description": "Tags: key -> value (one line of text, may be empty), e.g. {\"owner\": \"fraud\"}.",
+        "description": 'Tags: key -> value (one line of text, may be empty), e.g. {"owner": "fraud"}.',
     }
 )
 class TagsField(serializers.DictField):

@@ -21,7 +21,7 @@ MAX_TAGS = 50
 MAX_KEY = 64
 MAX_VALUE = 256
 MAX_DESCRIPTION = 5000  # characters of a version's description
-KEY_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.\-/:]{0,%d}\Z" % (MAX_KEY - 1))
+KEY_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.\-/:]{0," + str(MAX_KEY - 1) + r"}\Z")
 KEY_RULE = f"a tag key is 1 to {MAX_KEY} letters, digits, '_', '.', '-', '/' or ':' (not starting with a symbol)"
 
 

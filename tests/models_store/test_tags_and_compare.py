@@ -43,16 +43,26 @@ def test_tags_and_descriptions_are_set_audited_and_searched(alice_api):
     assert alice_api.upload("fraud", m.affine(1.5, 0.0)).status_code == 201  # version 2
     changed = alice_api.json("patch", "/api/models/fraud/", {"tags": {"owner": "risk", "stage": "prod"}})
     assert changed.status_code == 200 and changed.json()["tags"] == {"owner": "risk", "stage": "prod"}
-    alice_api.json("patch", "/api/models/churn/", {"description": "Predicts Customer CHURN", "tags": {"owner": "growth"}})
+    alice_api.json(
+        "patch", "/api/models/churn/", {"description": "Predicts Customer CHURN", "tags": {"owner": "growth"}}
+    )
     version = alice_api.json(
-        "patch", "/api/models/plain/versions/1/", {"description": "trained on the 2024 snapshot", "tags": {"dataset": "2024"}}
+        "patch",
+        "/api/models/plain/versions/1/",
+        {"description": "trained on the 2024 snapshot", "tags": {"dataset": "2024"}},
     )
     assert version.status_code == 200
-    assert (version.json()["description"], version.json()["tags"]) == ("trained on the 2024 snapshot", {"dataset": "2024"})
+    assert (version.json()["description"], version.json()["tags"]) == (
+        "trained on the 2024 snapshot",
+        {"dataset": "2024"},
+    )
     assert alice_api.get("/api/models/plain/versions/1/").json()["tags"] == {"dataset": "2024"}
     # audited with the actor and what changed
     tags_event = AuditEvent.objects.get(action="model.tags", model_name="fraud")
-    assert tags_event.actor_name == "alice" and tags_event.detail == {"before": {}, "tags": {"owner": "risk", "stage": "prod"}}
+    assert tags_event.actor_name == "alice" and tags_event.detail == {
+        "before": {},
+        "tags": {"owner": "risk", "stage": "prod"},
+    }
     version_event = AuditEvent.objects.get(action="version.update", model_name="plain")
     assert version_event.version_number == 1 and version_event.detail["tags"] == {"dataset": "2024"}
     # the list's filters: a tag key, key=value, several (all), q in names and descriptions (any case)
@@ -153,7 +163,12 @@ def test_custom_chart_range_picks_its_step_and_sums_its_window():
         if n:
             _rollup("m", 1, start // 60 + i, int(n), 0, [])
     data = charts.model_charts("m", params={"from": str(start + 3600), "to": str(start + 3 * 3600)})
-    assert (data["range"], data["step_seconds"], data["start"], data["end"]) == ("custom", 60, start + 3600, start + 3 * 3600)
+    assert (data["range"], data["step_seconds"], data["start"], data["end"]) == (
+        "custom",
+        60,
+        start + 3600,
+        start + 3 * 3600,
+    )
     assert data["series"][-1]["requests"] == [int(n) for n in counts[60:180]]
     iso = charts.model_charts("m", params={"from": "2027-01-15T08:00:00Z", "to": "2027-01-16T20:00:00+00:00"})
     moment = datetime(2027, 1, 15, 8, tzinfo=UTC).timestamp()  # 36 hours: 144 steps of 15 minutes
@@ -191,7 +206,9 @@ def test_the_web_ui_edits_searches_and_compares(alice, alice_api):
     assert RegisteredModel.objects.get(name="fraud").tags == {"owner": "risk", "pii": "", "stage": "prod"}
     refused = alice.post("/models/fraud/versions/2/notes", {"description": "x", "tags": "a=1\na=2"})
     assert refused.status_code == 400 and "tag &#x27;a&#x27; is given twice" in refused.content.decode()
-    assert alice.post("/models/fraud/versions/2/notes", {"description": "retrained", "tags": "run=7"}).status_code == 302
+    assert (
+        alice.post("/models/fraud/versions/2/notes", {"description": "retrained", "tags": "run=7"}).status_code == 302
+    )
     version = ModelVersion.objects.get(model__name="fraud", number=2)
     assert (version.description, version.tags) == ("retrained", {"run": "7"})
     listed = alice.get("/models/?tag=run=7").content.decode()
@@ -221,11 +238,17 @@ def test_an_ensembles_page_shows_its_steps_and_no_instance_settings(tmp_path, al
     steps = re.findall(r'<g class="node step" data-node="step:(\d)">', page)
     assert steps == ["0", "1", "2"]
     assert re.findall(r'<g class="node (input|output)" data-node="(?:in|out):(\w+)"', page) == [
-        ("input", "RAW"), ("output", "PROBABILITIES"), ("output", "LABEL")]
+        ("input", "RAW"),
+        ("output", "PROBABILITIES"),
+        ("output", "LABEL"),
+    ]
     assert page.count('<g class="edge">') == 5  # RAW, features, logits, PROBABILITIES, LABEL
     table = page.split('id="ensemble-steps"')[1].split("</table>")[0]
     assert re.findall(r'href="/models/(\w+)/versions/(\d+)/"', table) == [
-        ("ens_preprocess", "1"), ("ens_classifier", "1"), ("ens_postprocess", "1")]
+        ("ens_preprocess", "1"),
+        ("ens_classifier", "1"),
+        ("ens_postprocess", "1"),
+    ]
     assert "0 bytes" not in page and "config only" in page
     assert "an ensemble has none of its own" in page.split('id="instance-group"')[1].split("</dd>")[0]
     assert 'name="instance_kind"' not in page and 'name="tags"' in page

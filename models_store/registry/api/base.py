@@ -52,13 +52,17 @@ def version_links(name: str, number: str, only: tuple[str, ...] = ()) -> tuple[O
 
 #: The model list's search (:class:`models_store.registry.selectors.ModelFilter`).
 SEARCH_PARAMETERS = (
-    OpenApiParameter("q", str, description="Only models whose name, description or a version's description "
-                     "contains this (any case)."),  # fmt: skip
     OpenApiParameter(
-        "tag", str, many=True, explode=True,
+        "q", str, description="Only models whose name, description or a version's description contains this (any case)."
+    ),
+    OpenApiParameter(
+        "tag",
+        str,
+        many=True,
+        explode=True,
         description="Only models that (or a version of which) have this tag: 'key', or 'key=value' for that value "
         "exactly; repeat for all of several.",
-    ),  # fmt: skip
+    ),
 )
 
 
