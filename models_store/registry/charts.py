@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 
 from inference.models import MinuteRollupRow
 from inference.observability.rollups import add_histograms, percentile
+from inference.observability.rollups_db import COMPACT_AFTER_HOURS
 
 #: range name -> (seconds shown, seconds per step)
 _ROW_FIELDS = ("minute", "version", "transport", "successes", "errors", "inferences", "executions",
@@ -98,16 +99,21 @@ def parse_time(text: str, name: str) -> int:
     return int(seconds)
 
 
-def custom_window(start_s: int, end_s: int) -> tuple[int, int, int]:
+def custom_window(start_s: int, end_s: int, now_s: float | None = None) -> tuple[int, int, int]:
     """(start, end, step) of a custom window: the step the first of
     :data:`CUSTOM_STEPS` that draws ``start_s``..``end_s`` (seconds) in at
-    most :data:`MAX_STEPS` steps, the window widened to whole steps.
-    ValueError when ``end_s`` is not after ``start_s`` or the span exceeds :data:`MAX_CUSTOM_SPAN`."""
+    most :data:`MAX_STEPS` steps, and at least an hour when the window
+    reaches back past the minutes the upkeep folds into hours (older than
+    COMPACT_AFTER_HOURS before ``now_s``, default now), the window widened
+    to whole steps. ValueError when ``end_s`` is not after ``start_s`` or
+    the span exceeds :data:`MAX_CUSTOM_SPAN`."""
     if end_s <= start_s:
         raise ValueError("to must be after from")
     if end_s - start_s > MAX_CUSTOM_SPAN:
         raise ValueError(f"a custom range spans at most {MAX_CUSTOM_SPAN // 86400} days")
-    step = next(s for s in CUSTOM_STEPS if (end_s - start_s) / s <= MAX_STEPS)
+    now_s = time.time() if now_s is None else now_s
+    least = 3600 if start_s < now_s - COMPACT_AFTER_HOURS * 3600 else 60  # hour rows: rollups_db.compact
+    step = next(s for s in CUSTOM_STEPS if (end_s - start_s) / s <= MAX_STEPS and s >= least)
     start = start_s // step * step
     end = -(-end_s // step) * step
     return start, end, step
@@ -122,7 +128,7 @@ def window(params, now_s: float | None = None) -> tuple[str, int, int, int]:
     if start_text or end_text:
         if not (start_text and end_text):
             raise ValueError("a custom range needs both from and to")
-        return ("custom", *custom_window(parse_time(start_text, "from"), parse_time(end_text, "to")))
+        return ("custom", *custom_window(parse_time(start_text, "from"), parse_time(end_text, "to"), now_s))
     range_name = params.get("range", "hour")
     if range_name not in RANGES:
         raise ValueError(f"unknown range '{range_name}': one of {', '.join(RANGES)}, or from and to")

@@ -80,13 +80,14 @@ def version_notes(request, name: str, number: int):
     """Save a version's description and tags (the version page's form)."""
     form = VersionNotesForm(request.POST)
     if not form.is_valid():
-        return views.version_page(request, name, number, status=400, error=views.form_errors(form))
+        return views.version_page(request, name, number, status=400, error=views.form_errors(form), notes_form=form)
     try:
         actions.annotate_version(
             request.user, None, name, number, description=form.cleaned_data["description"],
             tags=form.cleaned_data["tags"],
         )  # fmt: skip
     except Refused as exc:
-        return views.version_page(request, name, number, status=views.refusal_status(exc), error=str(exc))
+        status = views.refusal_status(exc)
+        return views.version_page(request, name, number, status=status, error=str(exc), notes_form=form)
     messages.success(request, f"Saved the description and tags of version {number}.")
     return redirect("version-detail", name=name, number=number)

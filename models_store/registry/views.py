@@ -350,7 +350,7 @@ def traffic_action(request, name: str, action: str):
 
 
 # -- the version page -----------------------------------------------------------
-def _version_page(request, name: str, number: int, *, status: int = 200, error: str = ""):
+def _version_page(request, name: str, number: int, *, status: int = 200, error: str = "", notes_form=None):
     model = page_model(request, name)
     version = next((v for v in _versions_with_labels(model) if v.number == number), None)
     if version is None:
@@ -367,7 +367,7 @@ def _version_page(request, name: str, number: int, *, status: int = 200, error: 
         "infer_url": f"/v2/models/{model.name}/versions/{number}/infer",
         "pending": version.state in (ModelVersion.State.UPLOADED, ModelVersion.State.VALIDATING),
         "compared": version_compare.version_diff(model, version),
-        "notes_form": VersionNotesForm.for_version(version),
+        "notes_form": notes_form or VersionNotesForm.for_version(version),
         "shadow": comparisons.version_shadow(model, number),
         "error": error,
     }

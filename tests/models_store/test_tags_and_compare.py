@@ -173,6 +173,11 @@ def test_custom_chart_range_picks_its_step_and_sums_its_window():
     iso = charts.model_charts("m", params={"from": "2027-01-15T08:00:00Z", "to": "2027-01-16T20:00:00+00:00"})
     moment = datetime(2027, 1, 15, 8, tzinfo=UTC).timestamp()  # 36 hours: 144 steps of 15 minutes
     assert (iso["step_seconds"], iso["start"], len(iso["times"])) == (900, moment, 144)
+    # minutes older than 26 hours may be folded into hour rows (rollups_db.compact): steps of an hour at least
+    old = charts.model_charts("m", params={"from": str(start), "to": str(start + 6 * 3600)}, now_s=start + 30 * 3600)
+    assert old["step_seconds"] == 3600 and old["series"][-1]["requests"] == [
+        int(s) for s in counts[:360].reshape(6, 60).sum(axis=1)
+    ]
     whole = charts.model_charts("m", params={"from": str(start), "to": str(start + 48 * 3600)})
     assert whole["step_seconds"] == 900 and len(whole["times"]) == 192
     assert whole["series"][-1]["requests"] == [int(s) for s in counts.reshape(192, 15).sum(axis=1)]

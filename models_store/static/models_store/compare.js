@@ -65,5 +65,6 @@
   }
 
   box.querySelectorAll("[data-range]").forEach((b) => b.addEventListener("click", () => load(b.dataset.range)));
+  state.load = load;
   load("hour");
 })();
