@@ -60,7 +60,7 @@ def _depths(inputs: list[str], steps: list[dict]) -> list[int]:
 def graph(version: ModelVersion, step_href=lambda name, number: "") -> dict:
     """The steps of an ensemble ``version`` as a graph to draw: ``nodes``
     (:class:`Node`, with ``x``/``y``), ``edges`` (``{"d": SVG path,
-    "label", "x", "y"}``), ``width``, ``height``, ``node_w``, ``node_h``.
+    "label", "x", "y"}``: the label's start), ``width``, ``height``, ``node_w``, ``node_h``.
     ``step_href(model, version)``: a step's link."""
     steps = _steps(version)
     inputs = [t["name"] for t in version.inputs]
@@ -105,8 +105,8 @@ def _edge(source: Node, target: Node, label: str) -> dict:
     return {
         "d": f"M{x1},{y1} C{x1 + bend},{y1} {x2 - bend},{y2} {x2 - 6},{y2}",
         "label": label,
-        "x": (x1 + x2) // 2,
-        "y": (y1 + y2) // 2 - 4,
+        "x": x1 + 8,  # next to its source: a tensor read by several steps is named once
+        "y": y1 - 5,
     }
 
 

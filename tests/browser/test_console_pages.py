@@ -55,6 +55,15 @@ def test_two_versions_compared_side_by_side(page, ui_server, shots):
     _upload(ui_server, MODEL, m.affine(2.0, 1.0))
     held = _upload(ui_server, MODEL, m.affine(3.0, 0.0, width=6))  # its input is wider: held, version 1 serves
     assert held["held"] and held["number"] == 2
+    # released past the guard, and both served: version 2 the default
+    for method, path, change in (
+        ("POST", f"/api/models/{MODEL}/versions/2/promote?force=true", None),
+        ("PATCH", f"/api/models/{MODEL}/", {"version_policy": "all", "force": True}),
+    ):
+        body = json.dumps(change).encode() if change else b""
+        headers = {**bearer(ui_server.token), "Content-Type": "application/json"}
+        status, answer = request(ui_server, method, path, body, headers)
+        assert status == 200, answer
     for number, count in LOAD.items():
         x = np.ones((1, 4 if number == 1 else 6), np.float32)
         for _ in range(count):
@@ -71,8 +80,9 @@ def test_two_versions_compared_side_by_side(page, ui_server, shots):
     assert x_row.locator("td").all_inner_texts()[2:] == ["FP32 [-1, 4]", "FP32 [-1, 6]"]
     expect(page.locator("#breaking-forward")).to_contain_text("input 'x' dimension 1 is 6, not 4 ([-1, 4] -> [-1, 6])")
     expect(page.locator("#breaking-back")).to_contain_text("input 'x' dimension 1 is 4, not 6 ([-1, 6] -> [-1, 4])")
-    held_row = page.locator('#compare-facts tr[data-field="held"]')
-    assert held_row.locator("td").all_inner_texts() == ["held", "no", "yes"]
+    serving_row = page.locator('#compare-facts tr[data-field="serving"]')
+    assert serving_row.locator("td").all_inner_texts() == ["serving", "yes", "yes"]
+    expect(page.locator('#compare-facts tr[data-field="sha256"]')).to_have_attribute("data-same", "false")
     expect(page.locator('#compare-facts tr[data-field="platform"]')).to_have_attribute("data-same", "true")
 
     def drawn() -> bool:  # each process writes its rollups every CHART_FLUSH_SECONDS (1 s here)
@@ -93,14 +103,14 @@ def test_two_versions_compared_side_by_side(page, ui_server, shots):
     shots.take(page, "compare", full_page=True, doc=True)
     assert csp_violations(page) == []
 
-    # version 1 is the default: its page still says how it differs (from version 2) and links the comparison
-    page.goto(f"/models/{MODEL}/versions/1/")
+    # version 2 is the default: its page still says how it differs (from version 1) and links the comparison
+    page.goto(f"/models/{MODEL}/versions/2/")
     compared = page.locator("#signature-compared")
     expect(compared).to_contain_text("This version is the default")
-    expect(compared).to_contain_text("Compared with version 2")
-    expect(compared).to_contain_text("input 'x' dimension 1 is 4, not 6")
+    expect(compared).to_contain_text("Compared with version 1, the one before it")
+    expect(compared).to_contain_text("input 'x' dimension 1 is 6, not 4")
     page.click("#compare-link")
-    page.wait_for_url(f"**/models/{MODEL}/compare/?a=2&b=1")
+    page.wait_for_url(f"**/models/{MODEL}/compare/?a=1&b=2")
 
 
 def test_tags_and_descriptions_edited_and_searched(page, ui_server):
@@ -117,7 +127,7 @@ def test_tags_and_descriptions_edited_and_searched(page, ui_server):
     page.fill("#notes-form textarea[name=description]", "trained on March data")
     page.fill("#notes-form textarea[name=tags]", "dataset=march\ndataset=april")
     page.click("#notes-save")
-    expect(page.locator("#page-error")).to_contain_text("tag key 'dataset' is given twice")
+    expect(page.locator("#page-error")).to_contain_text("tags: line 2: tag 'dataset' is given twice")
     # the form stays open with what was typed
     expect(page.locator("#notes-form textarea[name=description]")).to_have_value("trained on March data")
     page.fill("#notes-form textarea[name=tags]", "dataset=march")
