@@ -48,26 +48,32 @@ def _serving(serializer, model):
     return selectors.serving(model, context["_ensemble_pins"])
 
 
-@extend_schema_field(
-    {
-        "type": "object",
-        "maxProperties": tag_rules.MAX_TAGS,
-        "propertyNames": {"type": "string", "pattern": tag_rules.KEY_RE.pattern},
-        "additionalProperties": {"type": "string", "maxLength": tag_rules.MAX_VALUE, "pattern": r"\A[^\x00\r\n]*\Z"},
-        "description": 'Tags: key -> value (one line of text, may be empty), e.g. {"owner": "fraud"}.',
-    }
-)
-class TagsField(serializers.DictField):
-    """Tags (key -> value strings), checked by :func:`models_store.registry.tags.validate`."""
+class TagSerializer(serializers.Serializer):
+    """One tag: a key (1 to 64 letters, digits, ``_ . - / :``, not starting
+    with a symbol) and its value (one line, may be empty)."""
 
-    child = serializers.CharField(allow_blank=True, trim_whitespace=False)
+    key = TextField(max_length=tag_rules.MAX_KEY, validators=[RegexValidator(tag_rules.KEY_RE, tag_rules.KEY_RULE)])
+    value = TextField(
+        required=False, default="", allow_blank=True, trim_whitespace=False, max_length=tag_rules.MAX_VALUE,
+        validators=[RegexValidator(r"\A[^\x00\r\n]*\Z", "a tag's value is one line of text")],
+    )  # fmt: skip
+
+
+class TagsField(serializers.ListField):
+    """Tags to set, as MLflow's API takes them: a list of ``{"key", "value"}``
+    (a key given twice: the last one counts), at most
+    :data:`~models_store.registry.tags.MAX_TAGS`; the internal value is a
+    dict key -> value checked by :func:`models_store.registry.tags.validate`."""
+
+    child = TagSerializer()
+
+    def __init__(self, **kwargs):
+        super().__init__(max_length=tag_rules.MAX_TAGS, **kwargs)
 
     def to_internal_value(self, data):
-        data = super().to_internal_value(data)
-        if any("\r" in value for value in data.values()):
-            raise serializers.ValidationError("a tag's value is one line of text")
+        pairs = super().to_internal_value(data)
         try:
-            return tag_rules.validate(data)
+            return tag_rules.validate({pair["key"]: pair["value"] for pair in pairs})
         except RegistryError as exc:
             raise serializers.ValidationError(str(exc)) from None
 
@@ -250,7 +256,9 @@ class ModelUpdateSerializer(serializers.Serializer):
     ``latest_versions`` are kept from the model when not given."""
 
     description = TextField(required=False, allow_blank=True)
-    tags = TagsField(required=False, help_text="Replaces the model's tags ({} removes them).")
+    tags = TagsField(
+        required=False, help_text='Replaces the model\'s tags: [{"key": "owner", "value": "risk"}] ([] removes them).'
+    )
     version_policy = serializers.ChoiceField(choices=VersionPolicy.choices, required=False)
     latest_versions = Integer(min_value=1, max_value=MAX_VERSION_NUMBER, required=False)
     specific_versions = serializers.ListField(
@@ -280,7 +288,7 @@ class VersionUpdateSerializer(serializers.Serializer):
     """What people say of a version; both optional (not given: unchanged)."""
 
     description = TextField(required=False, allow_blank=True, max_length=tag_rules.MAX_DESCRIPTION)
-    tags = TagsField(required=False, help_text="Replaces the version's tags ({} removes them).")
+    tags = TagsField(required=False, help_text="Replaces the version's tags ([] removes them).")
 
 
 @extend_schema_field(

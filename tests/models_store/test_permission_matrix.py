@@ -198,7 +198,7 @@ REQUESTS: dict[tuple, Request] = {
     ("api-version-detail", "GET", None): Request(f"{M}/versions/1/", 200, hidden=404),
     ("api-version-detail", "DELETE", None): Request(f"{M}/versions/3/", 204, hidden=404),
     ("api-version-detail", "PATCH", None): Request(
-        f"{M}/versions/1/", 200, {"description": "d", "tags": {"owner": "ml"}}, hidden=404
+        f"{M}/versions/1/", 200, {"description": "d", "tags": [{"key": "owner", "value": "ml"}]}, hidden=404
     ),
     ("api-version-compare", "GET", None): Request(f"{M}/versions/compare?a=1&b=2", 200, hidden=404),
     ("api-version-retire", "POST", None): Request(f"{M}/versions/3/retire", 200, hidden=404),

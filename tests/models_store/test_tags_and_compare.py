@@ -32,6 +32,11 @@ def alice_api():
     return Api(accounts.token_create(user=person("alice", "ml"), name="script")[1])
 
 
+def _pairs(tags: dict) -> list[dict]:
+    """Tags as the API takes them (MLflow's shape): a list of {"key", "value"}."""
+    return [{"key": key, "value": value} for key, value in tags.items()]
+
+
 def _names(response) -> list[str]:
     assert response.status_code == 200, response.content
     return [model["name"] for model in response.json()["results"]]
@@ -41,15 +46,17 @@ def test_tags_and_descriptions_are_set_audited_and_searched(alice_api):
     for name, scale in (("fraud", 1.0), ("churn", 2.0), ("plain", 3.0)):
         assert alice_api.upload(name, m.affine(scale, 0.0), team="ml").status_code == 201
     assert alice_api.upload("fraud", m.affine(1.5, 0.0)).status_code == 201  # version 2
-    changed = alice_api.json("patch", "/api/models/fraud/", {"tags": {"owner": "risk", "stage": "prod"}})
+    changed = alice_api.json("patch", "/api/models/fraud/", {"tags": _pairs({"owner": "risk", "stage": "prod"})})
     assert changed.status_code == 200 and changed.json()["tags"] == {"owner": "risk", "stage": "prod"}
     alice_api.json(
-        "patch", "/api/models/churn/", {"description": "Predicts Customer CHURN", "tags": {"owner": "growth"}}
+        "patch",
+        "/api/models/churn/",
+        {"description": "Predicts Customer CHURN", "tags": [{"key": "owner", "value": "growth"}]},
     )
     version = alice_api.json(
         "patch",
         "/api/models/plain/versions/1/",
-        {"description": "trained on the 2024 snapshot", "tags": {"dataset": "2024"}},
+        {"description": "trained on the 2024 snapshot", "tags": [{"key": "dataset", "value": "2024"}]},
     )
     assert version.status_code == 200
     assert (version.json()["description"], version.json()["tags"]) == (
@@ -57,6 +64,16 @@ def test_tags_and_descriptions_are_set_audited_and_searched(alice_api):
         {"dataset": "2024"},
     )
     assert alice_api.get("/api/models/plain/versions/1/").json()["tags"] == {"dataset": "2024"}
+    twice = [
+        {"key": "run", "value": "1"},
+        {"key": "run", "value": "2"},
+        {"key": "flag"},
+    ]  # a key twice: the last counts
+    assert alice_api.json("patch", "/api/models/plain/versions/2/", {"tags": twice}).status_code == 404  # no version 2
+    assert alice_api.json("patch", "/api/models/churn/versions/1/", {"tags": twice}).json()["tags"] == {
+        "flag": "",
+        "run": "2",
+    }
     # audited with the actor and what changed
     tags_event = AuditEvent.objects.get(action="model.tags", model_name="fraud")
     assert tags_event.actor_name == "alice" and tags_event.detail == {
@@ -81,11 +98,13 @@ def test_tags_and_descriptions_are_set_audited_and_searched(alice_api):
 @pytest.mark.parametrize(
     "tags, message",
     [
-        ({"bad key": "x"}, "tag key 'bad key'"),
-        ({"-x": "x"}, "tag key '-x'"),
-        ({"k": "two\nlines"}, "one line"),
-        ({f"k{i}": "" for i in range(51)}, "at most 50 tags"),
-        ({"k": "v" * 257}, "at most 256"),
+        ([{"key": "bad key", "value": "x"}], "a tag key is 1 to 64"),
+        ([{"key": "-x", "value": "x"}], "a tag key is 1 to 64"),
+        ([{"key": "k", "value": "two\nlines"}], "one line of text"),
+        ([{"key": f"k{i}"} for i in range(51)], "at most 50 tags (got 51)"),
+        ([{"key": "k", "value": "v" * 257}], "no more than 256"),
+        ([{"key": "k", "value": 5}], "Not a valid string"),
+        ({"k": "v"}, "Expected a list"),
     ],
 )
 def test_bad_tags_are_400_and_change_nothing(alice_api, tags, message):
@@ -109,7 +128,9 @@ def _rollup(name: str, version: int, minute: int, successes: int, errors: int, c
 def test_compare_two_versions_through_the_api(alice_api):
     assert alice_api.upload("affine", m.affine(1.0, 0.0), team="ml").status_code == 201
     assert alice_api.upload("affine", m.affine(2.0, 0.0, width=6)).status_code == 201  # held: breaks callers of 1
-    alice_api.json("patch", "/api/models/affine/versions/2/", {"tags": {"run": "b"}, "description": "wider"})
+    alice_api.json(
+        "patch", "/api/models/affine/versions/2/", {"tags": [{"key": "run", "value": "b"}], "description": "wider"}
+    )
     now = int(time.time()) // 60
     rng = np.random.default_rng(7)
     latencies = {1: rng.integers(1_000_000, 2_000_000, 40), 2: rng.integers(5_000_000, 9_000_000, 40)}
