@@ -4,7 +4,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from models_store.accounts import apis as team_apis
-from models_store.registry.api import models, routes, shadow, versions
+from models_store.registry.api import compare, models, routes, shadow, versions
 from models_store.rollouts import api as rollout_apis
 from models_store.webhooks import apis as webhook_apis
 
@@ -18,6 +18,7 @@ urlpatterns = [
     path("models/", models.ModelListView.as_view(), name="api-model-list"),
     path(f"{_MODEL}/", models.ModelDetailView.as_view(), name="api-model-detail"),
     path(f"{_MODEL}/versions/", versions.VersionListView.as_view(), name="api-version-list"),
+    path(f"{_MODEL}/versions/compare", compare.VersionCompareView.as_view(), name="api-version-compare"),
     path(f"{_VERSION}/", versions.VersionDetailView.as_view(), name="api-version-detail"),
     path(f"{_VERSION}/retire", versions.VersionRetireView.as_view(), name="api-version-retire"),
     path(f"{_VERSION}/restore", versions.VersionRestoreView.as_view(), name="api-version-restore"),

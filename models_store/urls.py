@@ -8,7 +8,7 @@ from django.views.generic import RedirectView
 from models_store.accounts import team_views
 from models_store.accounts import views as account_views
 from models_store.accounts.oidc import views as oidc_views
-from models_store.registry import shadow_pages, upload_views, views
+from models_store.registry import compare_pages, shadow_pages, upload_views, views
 from models_store.rollouts import views as rollout_views
 from models_store.webhooks import views as webhook_views
 
@@ -26,6 +26,8 @@ urlpatterns = [
     path("upload/", upload_views.upload, name="upload"),
     path(f"{_MODEL}/", views.model_detail, name="model-detail"),
     path(f"{_MODEL}/charts.json", views.model_charts, name="model-charts"),
+    path(f"{_MODEL}/compare/", compare_pages.compare_page, name="version-compare"),
+    path(f"{_MODEL}/compare.json", compare_pages.compare_json, name="version-compare-json"),
     path(f"{_MODEL}/settings", views.model_settings, name="model-settings"),
     path(f"{_MODEL}/labels", views.label_set, name="label-set"),
     path(f"{_MODEL}/labels/<str:label>/delete", views.label_delete, name="label-delete"),
@@ -39,6 +41,7 @@ urlpatterns = [
     path(f"{_MODEL}/upload/", upload_views.upload_version, name="upload-version"),
     path(f"{_VERSION}/", views.version_detail, name="version-detail"),
     path(f"{_VERSION}/shadow.json", shadow_pages.shadow_comparison, name="shadow-comparison"),
+    path(f"{_VERSION}/notes", compare_pages.version_notes, name="version-notes"),
     path(f"{_VERSION}/<str:action>", views.version_action, name="version-action"),
     path("tokens/", account_views.token_list, name="token-list"),
     path("tokens/<int:token_id>/revoke", account_views.token_revoke, name="token-revoke"),

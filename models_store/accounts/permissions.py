@@ -60,13 +60,14 @@ PERMISSIONS: dict[str, Level] = {
     "model.view": Level.VIEWER,  # a model, its versions, audit log and charts
     "model.call": Level.VIEWER,  # inference (V2 REST and gRPC, TF Serving)
     "model.create": Level.MAINTAINER,  # the first upload of a new model for the team
-    "model.update": Level.MAINTAINER,  # description, version policy, instance group, payload logging
+    "model.update": Level.MAINTAINER,  # description, tags, version policy, instance group, payload logging
     "model.load": Level.MAINTAINER,  # Triton's repository extension: load, unload
     "version.upload": Level.MAINTAINER,
     "version.retire": Level.MAINTAINER,
     "version.restore": Level.MAINTAINER,
     "version.promote": Level.MAINTAINER,  # release a held version
     "version.delete": Level.MAINTAINER,
+    "version.update": Level.MAINTAINER,  # a version's description and tags
     "label.set": Level.MAINTAINER,
     "label.delete": Level.MAINTAINER,
     "traffic.set": Level.MAINTAINER,

@@ -20,8 +20,8 @@ from models_store.errors import NotFound
 from models_store.identifiers import MAX_VERSION_NUMBER
 from models_store.registry import selectors
 from models_store.registry.models import ModelVersion, RegisteredModel
+from models_store.registry.services import annotations, routes, shadow, versions
 from models_store.registry.services import models as model_services
-from models_store.registry.services import routes, shadow, versions
 
 
 def visible_model(user, token, name: str, *, prefetched: bool = False) -> RegisteredModel:
@@ -63,8 +63,9 @@ def update_model(
     instance_group: list[dict] | None = None,
     payload_logging: dict | None = None,
     force: bool = False,
+    tags: dict | None = None,
 ):
-    """Change the description, the version policy (``policy``: keys
+    """Change the description, the tags (``tags``: replaced whole), the version policy (``policy``: keys
     ``version_policy``, ``latest_versions``, ``specific_versions``), the
     instance group (where worker mode runs the model) and/or payload logging
     (``payload_logging``: keys ``payload_log_rate``, ``payload_log_max_bytes``):
@@ -91,7 +92,19 @@ def update_model(
             )
         if description is not None and description != model.description:
             model = model_services.model_update(model=model, actor=user, description=description)
+        if tags is not None:
+            model = annotations.model_set_tags(model=model, tags=tags, actor=user)
     return model
+
+
+def annotate_version(
+    user, token, name: str, number: int, *, description: str | None = None, tags: dict | None = None
+) -> ModelVersion:
+    """Change the description and/or the tags of version ``number`` (None: unchanged; ``version.update``)."""
+    model = _changeable_model(user, token, name, "version.update")
+    return annotations.version_annotate(
+        version=get_version(model, number), actor=user, description=description, tags=tags
+    )
 
 
 def set_label(user, token, name: str, label: str, number: int, force: bool = False):

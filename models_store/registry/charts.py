@@ -7,7 +7,9 @@ hour (1-minute steps), day (5-minute steps) or week (1-hour steps), per
 step and per second,
 queue and compute latency percentiles (p50, p95, p99, milliseconds; from the
 steps' summed histograms), executions and the mean batch size; the same for
-``all`` (every series together). :func:`sparklines` answers the models
+``all`` (every series together); or over any ``from``/``to`` window
+(:func:`custom_window`: the step grows with the span, at most
+:data:`MAX_STEPS` steps). :func:`sparklines` answers the models
 list's: requests per minute over the last hour per model.
 
 See docs/charts.md.
@@ -17,14 +19,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from inference.models import MinuteRollupRow
 from inference.observability.rollups import add_histograms, percentile
+from inference.observability.rollups_db import COMPACT_AFTER_HOURS
 
 #: range name -> (seconds shown, seconds per step)
 _ROW_FIELDS = ("minute", "version", "transport", "successes", "errors", "inferences", "executions",
                "queue_histogram", "compute_histogram", "batch_sizes")  # fmt: skip
 RANGES = {"hour": (3600, 60), "day": (86400, 300), "week": (7 * 86400, 3600)}
+#: A custom window's step: the first of these (seconds) that draws it in at most MAX_STEPS steps.
+CUSTOM_STEPS = (60, 300, 900, 3600, 6 * 3600, 86400)
+MAX_STEPS = 400
+MAX_CUSTOM_SPAN = 400 * 86400  # seconds: a little over a year of daily steps
 PERCENTILES = (50, 95, 99)
 
 
@@ -74,22 +82,78 @@ def _series(name: str, version: int | None, transport: str, steps: list[_Step], 
     return out
 
 
-def model_charts(model_name: str, range_name: str, now_s: float | None = None) -> dict:
-    """The charts of ``model_name`` over ``range_name`` (``hour``, ``day``,
-    ``week``; ValueError otherwise) ending at ``now_s`` (default now): step
-    start times (``times``, seconds since the epoch), and ``series`` (one per
-    (version, transport) that has traffic, named "v<version> <transport>",
-    then ``all``), each with lists aligned with ``times``."""
+def parse_time(text: str, name: str) -> int:
+    """A ``from``/``to`` parameter: seconds since the epoch, or ISO 8601
+    (``2026-11-27T10:00``; UTC unless it names its offset). ValueError naming ``name``."""
+    text = text.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+        except ValueError:
+            raise ValueError(f"{name} is seconds since the epoch or an ISO 8601 time, not {text!r}") from None
+        seconds = (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+    if not 0 <= seconds < 2**40:
+        raise ValueError(f"{name} is out of range")
+    return int(seconds)
+
+
+def custom_window(start_s: int, end_s: int, now_s: float | None = None) -> tuple[int, int, int]:
+    """(start, end, step) of a custom window: the step the first of
+    :data:`CUSTOM_STEPS` that draws ``start_s``..``end_s`` (seconds) in at
+    most :data:`MAX_STEPS` steps, and at least an hour when the window
+    reaches back past the minutes the upkeep folds into hours (older than
+    COMPACT_AFTER_HOURS before ``now_s``, default now), the window widened
+    to whole steps. ValueError when ``end_s`` is not after ``start_s`` or
+    the span exceeds :data:`MAX_CUSTOM_SPAN`."""
+    if end_s <= start_s:
+        raise ValueError("to must be after from")
+    if end_s - start_s > MAX_CUSTOM_SPAN:
+        raise ValueError(f"a custom range spans at most {MAX_CUSTOM_SPAN // 86400} days")
+    now_s = time.time() if now_s is None else now_s
+    least = 3600 if start_s < now_s - COMPACT_AFTER_HOURS * 3600 else 60  # hour rows: rollups_db.compact
+    step = next(s for s in CUSTOM_STEPS if (end_s - start_s) / s <= MAX_STEPS and s >= least)
+    start = start_s // step * step
+    end = -(-end_s // step) * step
+    return start, end, step
+
+
+def window(params, now_s: float | None = None) -> tuple[str, int, int, int]:
+    """(range name, start, end, step) from query parameters: ``from`` and
+    ``to`` (both; :func:`parse_time`) for a custom window (range ``custom``),
+    else ``range`` (``hour`` by default, ``day``, ``week``) ending with the
+    current step. ValueError for an unknown range, one of from/to alone, or a bad window."""
+    start_text, end_text = params.get("from", "").strip(), params.get("to", "").strip()
+    if start_text or end_text:
+        if not (start_text and end_text):
+            raise ValueError("a custom range needs both from and to")
+        return ("custom", *custom_window(parse_time(start_text, "from"), parse_time(end_text, "to"), now_s))
+    range_name = params.get("range", "hour")
     if range_name not in RANGES:
-        raise ValueError(f"unknown range '{range_name}': one of {', '.join(RANGES)}")
+        raise ValueError(f"unknown range '{range_name}': one of {', '.join(RANGES)}, or from and to")
     span, step = RANGES[range_name]
     now_s = time.time() if now_s is None else now_s
     end = (int(now_s) // step + 1) * step  # the end of the current step
-    start = end - span
-    count = span // step
-    rows = MinuteRollupRow.objects.filter(model_name=model_name, minute__gte=start // 60, minute__lt=end // 60).only(
-        *_ROW_FIELDS
-    )
+    return range_name, end - span, end, step
+
+
+def model_charts(
+    model_name: str, range_name: str = "hour", now_s: float | None = None, *, params=None, version: int | None = None
+) -> dict:
+    """The charts of ``model_name`` over ``range_name`` (``hour``, ``day``,
+    ``week``; ValueError otherwise) ending at ``now_s`` (default now), or
+    over the window of query ``params`` when given (:func:`window`): step
+    start times (``times``, seconds since the epoch), and ``series`` (one per
+    (version, transport) that has traffic, named "v<version> <transport>",
+    then ``all``), each with lists aligned with ``times``. ``version``: only
+    that version's traffic."""
+    range_name, start, end, step = window(params if params is not None else {"range": range_name}, now_s)
+    count = (end - start) // step
+    rows = MinuteRollupRow.objects.filter(model_name=model_name, minute__gte=start // 60, minute__lt=end // 60)
+    if version is not None:
+        rows = rows.filter(version=version)
+    rows = rows.only(*_ROW_FIELDS)
     by_series: dict[tuple[int, str], list[_Step]] = {}
     everything = [_Step() for _ in range(count)]
     for row in rows:

@@ -8,8 +8,10 @@ from django.core.validators import RegexValidator
 
 from inference.serving import instance_groups
 from models_store.config.triton import MAX_CONFIG_CHARS
+from models_store.errors import RegistryError
 from models_store.identifiers import MODEL_NAME_RE, label_validator
-from models_store.registry.models import VersionPolicy
+from models_store.registry import tags as tag_rules
+from models_store.registry.models import PLATFORM_ONNX, VersionPolicy
 
 
 def parse_version_numbers(text: str) -> list[int]:
@@ -31,10 +33,31 @@ def parse_gpu_numbers(text: str) -> list[int]:
     return sorted({int(p) for p in parts})
 
 
+def _tags_field() -> forms.CharField:
+    return forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "class": "code", "placeholder": "owner=fraud-team\ndataset=iris-2024"}),
+        required=False, help_text="one key=value a line (a key alone: an empty value); lists search by them",
+    )  # fmt: skip
+
+
+def clean_tags_text(text: str) -> dict[str, str]:
+    """The tags typed in a form (:func:`models_store.registry.tags.parse_text`); forms.ValidationError otherwise."""
+    try:
+        return tag_rules.parse_text(text)
+    except RegistryError as exc:
+        raise forms.ValidationError(str(exc)) from None
+
+
+#: What an ensemble's settings form leaves out: its steps run on their own models' instances (Triton
+#: refuses an instance_group in an ensemble's configuration).
+INSTANCE_FIELDS = ("instance_kind", "instance_gpus", "instance_count")
+
+
 class ModelSettingsForm(forms.Form):
-    """Description, version policy and instance group of a model."""
+    """Description, tags, version policy, instance group (not an ensemble's) and payload logging of a model."""
 
     description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+    tags = _tags_field()
     version_policy = forms.ChoiceField(choices=VersionPolicy.choices)
     latest_versions = forms.IntegerField(min_value=1, initial=1, label="Latest N")
     specific_versions = forms.CharField(required=False, label="Specific versions", help_text="e.g. 1, 3")
@@ -55,6 +78,36 @@ class ModelSettingsForm(forms.Form):
         help_text="go ahead although the version that would serve changes the signature callers use (audited)",
     )  # fmt: skip
 
+    def __init__(self, *args, platform: str = PLATFORM_ONNX, **kwargs):
+        super().__init__(*args, **kwargs)
+        if platform == "ensemble":
+            for key in INSTANCE_FIELDS:
+                del self.fields[key]
+
+    @classmethod
+    def for_model(cls, model, group) -> ModelSettingsForm:
+        """The form filled in with ``model``'s settings (``group``: its first instance group)."""
+        initial = {
+            "description": model.description,
+            "tags": tag_rules.as_text(model.tags),
+            "version_policy": model.version_policy,
+            "latest_versions": model.latest_versions,
+            "specific_versions": ", ".join(map(str, model.specific_versions)),
+            "instance_kind": group.kind,
+            "instance_gpus": ", ".join(map(str, group.gpus)),
+            "instance_count": group.count,
+            "payload_log_rate": model.payload_log_rate,
+            "payload_log_max_bytes": model.payload_log_max_bytes,
+        }
+        return cls(initial=initial, platform=model.platform)
+
+    def clean_tags(self) -> dict[str, str]:
+        return clean_tags_text(self.cleaned_data["tags"])
+
+    def new_tags(self) -> dict[str, str] | None:
+        """The tags from the form; None when the form did not carry them (no change)."""
+        return self.cleaned_data["tags"] if "tags" in self.data else None
+
     def clean_specific_versions(self) -> list[int]:
         return parse_version_numbers(self.cleaned_data["specific_versions"])
 
@@ -65,7 +118,7 @@ class ModelSettingsForm(forms.Form):
         """Triton's instance group (worker mode placement) from the form; None
         when the form did not carry it (no change)."""
         data = self.cleaned_data
-        if not data.get("instance_kind"):
+        if "instance_kind" not in self.fields or not data.get("instance_kind"):
             return None
         count = data["instance_count"] or instance_groups.DEFAULT_COUNT
         return [{"kind": data["instance_kind"], "count": count, "gpus": data["instance_gpus"]}]
@@ -145,3 +198,20 @@ class ShadowForm(forms.Form):
         """``versions``: the version numbers offered (READY, not what the default route serves)."""
         super().__init__(*args, **kwargs)
         self.fields["version"].choices = [(n, f"version {n}") for n in versions]
+
+
+class VersionNotesForm(forms.Form):
+    """What people say of a version: its description and tags."""
+
+    description = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}), required=False, max_length=tag_rules.MAX_DESCRIPTION
+    )
+    tags = _tags_field()
+
+    def clean_tags(self) -> dict[str, str]:
+        return clean_tags_text(self.cleaned_data["tags"])
+
+    @classmethod
+    def for_version(cls, version) -> VersionNotesForm:
+        """The form filled in with ``version``'s description and tags."""
+        return cls(initial={"description": version.description, "tags": tag_rules.as_text(version.tags)})

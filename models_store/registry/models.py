@@ -41,6 +41,8 @@ class RegisteredModel(models.Model):
 
     name = models.CharField(max_length=128, unique=True, validators=[model_name_validator])
     description = models.TextField(blank=True)
+    #: Free key -> value tags to find models by (as MLflow's): :mod:`models_store.registry.tags`.
+    tags = models.JSONField(default=dict, blank=True)
     team = models.ForeignKey(
         "models_store.Team", related_name="models", null=True, blank=True, on_delete=models.PROTECT
     )
@@ -122,6 +124,9 @@ class ModelVersion(models.Model):
     held = models.BooleanField(default=False)
     log = models.JSONField(default=list, blank=True)
     source = models.CharField(max_length=1024, blank=True)
+    #: What people say of this version, and its tags (key -> value), both editable after the upload.
+    description = models.TextField(blank=True)
+    tags = models.JSONField(default=dict, blank=True)
     uploaded_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, related_name="+", null=True, blank=True, on_delete=models.SET_NULL
     )

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Exists, OuterRef, Prefetch, QuerySet
+from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.lookups import Exact
 
 from inference.ensembles.plan import PLATFORM as ENSEMBLE
 from inference.ensembles.plan import plan_of
@@ -115,23 +117,31 @@ class ModelFilter:
     model's name, ``team`` a team's name exactly (``"-"``: operator-owned
     models, which have none), ``state`` a version state that at least one of
     the model's versions is in (``READY``, ``FAILED``, ...), ``order`` a key
-    of :data:`MODEL_ORDERINGS`. Empty strings filter nothing."""
+    of :data:`MODEL_ORDERINGS`; ``q`` a case-insensitive part of the name,
+    the description or a version's description; ``tags`` each ``key`` (the
+    model or one of its versions has the tag) or ``key=value`` (with that
+    value exactly), all of them. Empty strings filter nothing."""
 
     name: str = ""
     team: str = ""
     state: str = ""
     order: str = "name"
+    q: str = ""
+    tags: tuple[str, ...] = ()
 
     @classmethod
     def from_params(cls, params) -> ModelFilter:
-        """From query parameters ``name``, ``team``, ``state``, ``order``
-        (a QueryDict or dict). Raises ValueError naming an unknown ``order``
-        or ``state``."""
+        """From query parameters ``name``, ``team``, ``state``, ``order``,
+        ``q`` and ``tag`` (repeatable; a QueryDict or dict). Raises ValueError
+        naming an unknown ``order`` or ``state``."""
+        tags = params.getlist("tag") if hasattr(params, "getlist") else [params.get("tag", "")]
         where = cls(
             name=params.get("name", "").strip(),
             team=params.get("team", "").strip(),
             state=params.get("state", "").strip().upper(),
             order=params.get("order", "").strip() or "name",
+            q=params.get("q", "").replace("\x00", "").strip(),  # NUL: no text holds it (PostgreSQL refuses it)
+            tags=tuple(t.replace("\x00", "").strip() for t in tags if t.replace("\x00", "").strip()),
         )
         if where.order not in MODEL_ORDERINGS:
             raise ValueError(f"unknown order '{where.order}': one of {', '.join(MODEL_ORDERINGS)}")
@@ -157,7 +167,22 @@ def model_listing(team_ids=None, where: ModelFilter = ModelFilter()) -> QuerySet
         models = models.filter(team__name=where.team)
     if where.state:
         models = models.filter(Exists(ModelVersion.objects.filter(model=OuterRef("pk"), state=where.state)))
+    if where.q:
+        described = ModelVersion.objects.filter(model=OuterRef("pk"), description__icontains=where.q)
+        models = models.filter(Q(name__icontains=where.q) | Q(description__icontains=where.q) | Exists(described))
+    for tag in where.tags:
+        tagged_version = ModelVersion.objects.filter(_tagged(tag), model=OuterRef("pk"))
+        models = models.filter(_tagged(tag) | Exists(tagged_version))
     return models.order_by(*MODEL_ORDERINGS[where.order])
+
+
+def _tagged(tag: str) -> Q:
+    """``key`` (has the tag) or ``key=value`` (that value exactly) on a row's ``tags``."""
+    key, sep, value = tag.partition("=")
+    key = key.strip()
+    if not sep:
+        return Q(tags__has_key=key)
+    return Q(tags__has_key=key) & Q(Exact(KeyTextTransform(key, "tags"), value.strip()))
 
 
 def model_detail(name: str) -> RegisteredModel | None:

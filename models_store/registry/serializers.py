@@ -18,8 +18,10 @@ from rest_framework import serializers
 from inference.serving import instance_groups
 from models_store.audit import AuditEvent
 from models_store.config.triton import MAX_CONFIG_CHARS
+from models_store.errors import RegistryError
 from models_store.identifiers import MAX_VERSION_NUMBER, team_name_validator
 from models_store.registry import selectors
+from models_store.registry import tags as tag_rules
 from models_store.registry.models import ModelVersion, RegisteredModel, VersionPolicy
 from models_store.registry.services.models import MAX_PAYLOAD_LOG_BYTES
 from models_store.web.fields import Boolean, ErrorSerializer, Integer, Number, TextField
@@ -46,6 +48,36 @@ def _serving(serializer, model):
     return selectors.serving(model, context["_ensemble_pins"])
 
 
+class TagSerializer(serializers.Serializer):
+    """One tag: a key (1 to 64 letters, digits, ``_ . - / :``, not starting
+    with a symbol) and its value (one line, may be empty)."""
+
+    key = TextField(max_length=tag_rules.MAX_KEY, validators=[RegexValidator(tag_rules.KEY_RE, tag_rules.KEY_RULE)])
+    value = TextField(
+        required=False, default="", allow_blank=True, trim_whitespace=False, max_length=tag_rules.MAX_VALUE,
+        validators=[RegexValidator(r"\A[^\x00\r\n]*\Z", "a tag's value is one line of text")],
+    )  # fmt: skip
+
+
+class TagsField(serializers.ListField):
+    """Tags to set, as MLflow's API takes them: a list of ``{"key", "value"}``
+    (a key given twice: the last one counts), at most
+    :data:`~models_store.registry.tags.MAX_TAGS`; the internal value is a
+    dict key -> value checked by :func:`models_store.registry.tags.validate`."""
+
+    child = TagSerializer()
+
+    def __init__(self, **kwargs):
+        super().__init__(max_length=tag_rules.MAX_TAGS, **kwargs)
+
+    def to_internal_value(self, data):
+        pairs = super().to_internal_value(data)
+        try:
+            return tag_rules.validate({pair["key"]: pair["value"] for pair in pairs})
+        except RegistryError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+
 class VersionSerializer(serializers.ModelSerializer):
     """A model version. ``state``: UPLOADED, VALIDATING, READY, FAILED, or
     UNAVAILABLE (retired); ``held``: READY but kept from the version policy's
@@ -54,9 +86,11 @@ class VersionSerializer(serializers.ModelSerializer):
     ``log`` lists the validation steps; ``size`` is in bytes;
     ``properties`` are the ONNX model's metadata properties (strings); an
     ensemble's version has its plan instead: ``ensemble`` (the steps with
-    their pinned versions, as JSON) and ``config_sha256``."""
+    their pinned versions, as JSON) and ``config_sha256``; ``description``
+    and ``tags`` are what people say of it (``PATCH`` changes them)."""
 
     model = serializers.CharField(source="model.name", read_only=True)
+    tags = serializers.DictField(child=serializers.CharField(), read_only=True)
     inputs = TensorSerializer(many=True, read_only=True)
     outputs = TensorSerializer(many=True, read_only=True)
     properties = serializers.DictField(child=serializers.JSONField(), read_only=True)
@@ -69,7 +103,8 @@ class VersionSerializer(serializers.ModelSerializer):
         model = ModelVersion
         fields = [
             "model", "number", "state", "held", "reason", "serving", "labels", "sha256", "size", "platform",
-            "inputs", "outputs", "properties", "log", "source", "uploaded_by", "created_at", "updated_at",
+            "inputs", "outputs", "properties", "log", "source", "uploaded_by", "description", "tags", "created_at",
+            "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -118,6 +153,7 @@ class ModelSerializer(serializers.ModelSerializer):
         help_text="The owning team; null for an operator-owned model (only superusers change it).",
     )
     specific_versions = serializers.ListField(child=serializers.IntegerField(), read_only=True)
+    tags = serializers.DictField(child=serializers.CharField(), read_only=True)
     instance_group = InstanceGroupSerializer(many=True, read_only=True)
     served_versions = serializers.SerializerMethodField()
     default_version = serializers.SerializerMethodField()
@@ -128,7 +164,7 @@ class ModelSerializer(serializers.ModelSerializer):
     class Meta:
         model = RegisteredModel
         fields = [
-            "name", "team", "description", "platform", "max_batch_size", "version_policy", "latest_versions",
+            "name", "team", "description", "tags", "platform", "max_batch_size", "version_policy", "latest_versions",
             "specific_versions", "instance_group", "loaded", "served_versions", "default_version", "labels", "traffic",
             "payload_log_rate", "payload_log_max_bytes", "versions", "created_at", "updated_at",
         ]  # fmt: skip
@@ -220,6 +256,9 @@ class ModelUpdateSerializer(serializers.Serializer):
     ``latest_versions`` are kept from the model when not given."""
 
     description = TextField(required=False, allow_blank=True)
+    tags = TagsField(
+        required=False, help_text='Replaces the model\'s tags: [{"key": "owner", "value": "risk"}] ([] removes them).'
+    )
     version_policy = serializers.ChoiceField(choices=VersionPolicy.choices, required=False)
     latest_versions = Integer(min_value=1, max_value=MAX_VERSION_NUMBER, required=False)
     specific_versions = serializers.ListField(
@@ -243,6 +282,13 @@ class ModelUpdateSerializer(serializers.Serializer):
         required=False,
         help_text="A logged pair holds its tensors up to this many bytes (else their names, datatypes and shapes).",
     )
+
+
+class VersionUpdateSerializer(serializers.Serializer):
+    """What people say of a version; both optional (not given: unchanged)."""
+
+    description = TextField(required=False, allow_blank=True, max_length=tag_rules.MAX_DESCRIPTION)
+    tags = TagsField(required=False, help_text="Replaces the version's tags ([] removes them).")
 
 
 @extend_schema_field(

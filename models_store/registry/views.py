@@ -19,14 +19,15 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from inference.serving import instance_groups
 from models_store import audit
 from models_store.accounts import selectors as accounts
 from models_store.errors import NotFound, Refused, SignatureConflict, http_status
-from models_store.registry import actions, charts, comparisons, selectors, signature_guard, snippets
-from models_store.registry.forms import LabelForm, ModelSettingsForm, ShadowForm
+from models_store.registry import actions, charts, comparisons, ensemble_pages, selectors, snippets, version_compare
+from models_store.registry.forms import LabelForm, ModelSettingsForm, ShadowForm, VersionNotesForm
 from models_store.registry.models import ModelVersion, RegisteredModel
 from models_store.webhooks import selectors as webhooks
 
@@ -188,19 +189,7 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
     shown = by_number.get(state.default) or next((v for v in versions if v.state == "READY"), None)
     group = (instance_groups.read(model.instance_group) or (instance_groups.InstanceGroup(),))[0]
     if settings_form is None:
-        settings_form = ModelSettingsForm(
-            initial={
-                "description": model.description,
-                "version_policy": model.version_policy,
-                "latest_versions": model.latest_versions,
-                "specific_versions": ", ".join(map(str, model.specific_versions)),
-                "instance_kind": group.kind,
-                "instance_gpus": ", ".join(map(str, group.gpus)),
-                "instance_count": group.count,
-                "payload_log_rate": model.payload_log_rate,
-                "payload_log_max_bytes": model.payload_log_max_bytes,
-            }
-        )
+        settings_form = ModelSettingsForm.for_model(model, group)
     context = {
         "model": model,
         "versions": versions,
@@ -219,9 +208,14 @@ def _model_page(request, name: str, *, status: int = 200, settings_form=None, la
         "shadow": comparisons.shadow_config(model),
         "shadow_form": ShadowForm(versions=[n for n in ready if n != state.default]),
         "snippets": _snippets(request, model, shown),
+        "ensemble": ensemble_pages.ensemble_view(model, versions, shown, _version_url),
         "error": error,
     }
     return render(request, "models_store/model_detail.html", context, status=status)
+
+
+def _version_url(name: str, number: int) -> str:
+    return reverse("version-detail", args=[name, number])
 
 
 @login_required
@@ -234,11 +228,11 @@ def model_detail(request, name: str):
 @accounts.endpoint(GET="model.view")
 def model_charts(request, name: str):
     """The model page's charts as JSON (``?range=hour|day|week``, default
-    hour; see :func:`models_store.charts.model_charts`): the signed-in user's
-    teams' models only (404 otherwise), 400 ``{"error": ...}`` for an unknown range."""
+    hour, or ``?from=&to=``; see :func:`models_store.registry.charts.window`): the signed-in user's
+    teams' models only (404 otherwise), 400 ``{"error": ...}`` for an unknown range or a bad window."""
     model = page_model(request, name)
     try:
-        data = charts.model_charts(model.name, request.GET.get("range", "hour"))
+        data = charts.model_charts(model.name, params=request.GET)
     except ValueError as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     return JsonResponse(data)
@@ -248,7 +242,7 @@ def model_charts(request, name: str):
 @require_POST
 @accounts.endpoint(POST="model.update")
 def model_settings(request, name: str):
-    form = ModelSettingsForm(request.POST)
+    form = ModelSettingsForm(request.POST, platform=page_model(request, name).platform)
     if not form.is_valid():
         return _model_page(request, name, status=400, settings_form=form, error=form_errors(form))
     try:
@@ -261,10 +255,11 @@ def model_settings(request, name: str):
             instance_group=form.instance_group(),
             payload_logging=form.payload_logging(),
             force=form.cleaned_data["force"],
+            tags=form.new_tags(),
         )
     except Refused as exc:
         return _model_page(request, name, status=refusal_status(exc), settings_form=form, error=_refusal(exc))
-    messages.success(request, "Saved the description, version policy, instance group and payload logging.")
+    messages.success(request, "Saved the settings.")
     return redirect("model-detail", name=name)
 
 
@@ -355,7 +350,7 @@ def traffic_action(request, name: str, action: str):
 
 
 # -- the version page -----------------------------------------------------------
-def _version_page(request, name: str, number: int, *, status: int = 200, error: str = ""):
+def _version_page(request, name: str, number: int, *, status: int = 200, error: str = "", notes_form=None):
     model = page_model(request, name)
     version = next((v for v in _versions_with_labels(model) if v.number == number), None)
     if version is None:
@@ -371,7 +366,8 @@ def _version_page(request, name: str, number: int, *, status: int = 200, error: 
         "example_request": snippets.example_request_text(version.inputs) if version.inputs else "",
         "infer_url": f"/v2/models/{model.name}/versions/{number}/infer",
         "pending": version.state in (ModelVersion.State.UPLOADED, ModelVersion.State.VALIDATING),
-        "compared": signature_guard.against_default_route(model, version) if version.inputs else None,
+        "compared": version_compare.version_diff(model, version),
+        "notes_form": notes_form or VersionNotesForm.for_version(version),
         "shadow": comparisons.version_shadow(model, number),
         "error": error,
     }
@@ -419,5 +415,5 @@ def version_action(request, name: str, number: int, action: str):
     return redirect("version-detail", name=name, number=number)
 
 
-#: What the registry's other page modules share (shadow_pages.py).
-get_model, model_page = page_model, _model_page
+#: What the registry's other page modules share (shadow_pages.py, compare_pages.py).
+get_model, model_page, version_page = page_model, _model_page, _version_page

@@ -197,6 +197,10 @@ REQUESTS: dict[tuple, Request] = {
     ),
     ("api-version-detail", "GET", None): Request(f"{M}/versions/1/", 200, hidden=404),
     ("api-version-detail", "DELETE", None): Request(f"{M}/versions/3/", 204, hidden=404),
+    ("api-version-detail", "PATCH", None): Request(
+        f"{M}/versions/1/", 200, {"description": "d", "tags": [{"key": "owner", "value": "ml"}]}, hidden=404
+    ),
+    ("api-version-compare", "GET", None): Request(f"{M}/versions/compare?a=1&b=2", 200, hidden=404),
     ("api-version-retire", "POST", None): Request(f"{M}/versions/3/retire", 200, hidden=404),
     ("api-version-restore", "POST", None): Request(f"{M}/versions/4/restore", 200, hidden=404),
     ("api-version-promote", "POST", None): Request(f"{M}/versions/5/promote", 200, hidden=404),
@@ -258,6 +262,9 @@ REQUESTS: dict[tuple, Request] = {
     ("shadow-set", "POST", None): Request("/models/m/shadow", 302, {"version": "1", "percent": "20"}),
     ("shadow-clear", "POST", None): Request("/models/m/shadow/stop", 302, {}),
     ("shadow-comparison", "GET", None): Request("/models/m/versions/1/shadow.json", 200),
+    ("version-compare", "GET", None): Request("/models/m/compare/?a=1&b=2", 200),
+    ("version-compare-json", "GET", None): Request("/models/m/compare.json?a=1&b=2", 200),
+    ("version-notes", "POST", None): Request("/models/m/versions/1/notes", 302, {"description": "d", "tags": "a=b"}),
     ("rollout-start", "POST", None): Request("/models/m/rollouts/start", 409, ROLLOUT_FORM),  # one runs already
     ("rollout-change", "POST", None): Request("/models/m/rollouts/{rollout}/pause", 302, {}),
     ("version-action", "POST", "retire"): Request("/models/m/versions/3/retire", 302, {}),

@@ -22,6 +22,8 @@ DELETE_VERSION = "models_versions_destroy"
 RETIRE_VERSION = "models_versions_retire_create"
 RESTORE_VERSION = "models_versions_restore_create"
 PROMOTE_VERSION = "models_versions_promote_create"
+UPDATE_VERSION = "models_versions_partial_update"
+COMPARE_VERSIONS = "models_versions_compare_retrieve"
 SET_LABEL = "models_labels_update"
 DELETE_LABEL = "models_labels_destroy"
 AUDIT_LOG = "models_audit_list"
@@ -43,8 +45,25 @@ def version_links(name: str, number: str, only: tuple[str, ...] = ()) -> tuple[O
         OpenApiLink("RestoreVersion", RESTORE_VERSION, where, description="Serve the retired version again."),
         OpenApiLink("PromoteVersion", PROMOTE_VERSION, where, description="Release the held version."),
         OpenApiLink("DeleteVersion", DELETE_VERSION, where, description="Delete the version."),
+        OpenApiLink("UpdateVersion", UPDATE_VERSION, where, description="Change its description and tags."),
     )
     return tuple(link for link in links if not only or link.name in only)
+
+
+#: The model list's search (:class:`models_store.registry.selectors.ModelFilter`).
+SEARCH_PARAMETERS = (
+    OpenApiParameter(
+        "q", str, description="Only models whose name, description or a version's description contains this (any case)."
+    ),
+    OpenApiParameter(
+        "tag",
+        str,
+        many=True,
+        explode=True,
+        description="Only models that (or a version of which) have this tag: 'key', or 'key=value' for that value "
+        "exactly; repeat for all of several.",
+    ),
+)
 
 
 def force_parameter(description: str) -> OpenApiParameter:

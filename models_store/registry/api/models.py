@@ -38,6 +38,7 @@ class ModelListView(base.RegistryView):
             OpenApiParameter(
                 "order", str, enum=list(selectors.MODEL_ORDERINGS), description="Sort key (default: name)"
             ),
+            *base.SEARCH_PARAMETERS,
         ],
         responses={
             200: LinkedResponse(
@@ -51,7 +52,8 @@ class ModelListView(base.RegistryView):
     def get(self, request):
         """A page of the models (``limit``/``offset``; ``count`` is the total)
         with their team, version policy, served versions, labels and versions,
-        filtered by ``name``, ``team`` and ``state`` and sorted by ``order``
+        filtered by ``name``, ``team``, ``state``, ``q`` (name or descriptions)
+        and ``tag`` (``key`` or ``key=value``, repeatable) and sorted by ``order``
         (with INFERENCE_REQUIRE_TOKEN, only the models of the caller's teams;
         every model for operators)."""
         # One of the schema's values (a state in any case), not empty (the web UI's form sends "" for any).
@@ -99,7 +101,7 @@ class ModelDetailView(base.RegistryView):
         },
     )  # fmt: skip
     def patch(self, request, name: str):
-        """Change the description, the version policy (``latest`` N, ``all``,
+        """Change the description, the tags (replaced whole), the version policy (``latest`` N, ``all``,
         ``specific`` versions), the instance group and/or payload logging
         (``payload_log_rate``, ``payload_log_max_bytes``). A policy that would
         serve no READY version is refused (409)."""
@@ -107,13 +109,14 @@ class ModelDetailView(base.RegistryView):
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
         description = data.pop("description", None)
+        tags = data.pop("tags", None)
         groups = data.pop("instance_group", None)
         groups = [dict(g) for g in groups] if groups is not None else None
         logging_ = {key: data.pop(key) for key in ("payload_log_rate", "payload_log_max_bytes") if key in data}
         force = data.pop("force", False)
         actions.update_model(
             request.user, self.token, name, description=description, policy=data, instance_group=groups,
-            payload_logging=logging_, force=force,
+            payload_logging=logging_, force=force, tags=tags,
         )  # fmt: skip
         return Response(self.model_body(name))
 

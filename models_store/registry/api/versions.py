@@ -15,7 +15,12 @@ from models_store.intake import services as intake
 from models_store.registry import actions
 from models_store.registry.api import base
 from models_store.registry.models import ModelVersion
-from models_store.registry.serializers import UploadFailedSerializer, UploadSerializer, VersionSerializer
+from models_store.registry.serializers import (
+    UploadFailedSerializer,
+    UploadSerializer,
+    VersionSerializer,
+    VersionUpdateSerializer,
+)
 from models_store.web.api import PAGE_PARAMETERS
 from models_store.web.openapi import LinkedResponse, OpenApiLink, errors, paginated
 
@@ -28,6 +33,12 @@ UPLOADED_LINKS = (
         {"name": "$request.path.name"},
         request_body={"version": "$response.body#/number"},
         description="Point a version label at the version (once it is READY).",
+    ),
+    OpenApiLink(
+        "CompareVersions",
+        base.COMPARE_VERSIONS,
+        {"name": "$request.path.name", "a": "$response.body#/number", "b": "$response.body#/number"},
+        description="The version side by side with another (here: itself).",
     ),
 )
 
@@ -141,12 +152,31 @@ class VersionListView(base.RegistryView):
 
 
 class VersionDetailView(base.RegistryView):
-    permission_actions = {"GET": "model.view", "DELETE": "version.delete"}  # models_store.accounts.permissions
+    permission_actions = {  # models_store.accounts.permissions
+        "GET": "model.view", "PATCH": "version.update", "DELETE": "version.delete",
+    }  # fmt: skip
 
     @extend_schema(operation_id=base.GET_VERSION, responses={200: VersionSerializer, **errors(401, 404)})
     def get(self, request, name: str, number: int):
         """One version: state, reason, signature, sha256, size, validation log."""
         version = actions.get_version(self.visible(name), number)
+        return Response(VersionSerializer(version).data)
+
+    @extend_schema(
+        operation_id=base.UPDATE_VERSION,
+        request=VersionUpdateSerializer,
+        responses={200: OpenApiResponse(VersionSerializer, description="The version as changed."),
+                   **errors(400, 401, 403, 404, 415)},
+    )  # fmt: skip
+    def patch(self, request, name: str, number: int):
+        """Change what people say of a version: its ``description`` and/or its
+        ``tags`` (replaced whole); audited ``version.update``."""
+        fields = VersionUpdateSerializer(data=request.data)
+        fields.is_valid(raise_exception=True)
+        data = fields.validated_data
+        version = actions.annotate_version(
+            request.user, self.token, name, number, description=data.get("description"), tags=data.get("tags")
+        )
         return Response(VersionSerializer(version).data)
 
     @extend_schema(

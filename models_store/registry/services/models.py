@@ -268,12 +268,18 @@ def model_set_instance_group(*, model: RegisteredModel, groups: list[dict], acto
     """Replace a model's instance groups (Triton's ``instance_group``): each
     ``{"kind": KIND_AUTO|KIND_GPU|KIND_CPU, "count": n >= 1, "gpus": [ints]}``
     (``gpus`` only for KIND_GPU; defaults and rules:
-    :mod:`inference.serving.instance_groups`). Raises RegistryError for anything else."""
+    :mod:`inference.serving.instance_groups`). Raises RegistryError for anything else,
+    and for an ensemble (as Triton: its steps run on their own models' instances)."""
     try:
         clean = instance_groups.validate(groups)
     except instance_groups.InstanceGroupError as exc:
         raise RegistryError(str(exc)) from None
     locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+    if locked.platform == ENSEMBLE and clean:
+        raise RegistryError(
+            f"'{locked.name}' is an ensemble: it has no instances of its own (each step runs on its model's "
+            "instance groups); set them on the composing models"
+        )
     locked.instance_group = clean
     locked.save(update_fields=["instance_group", "updated_at"])
     audit.record(actor, "model.instance_group", locked, instance_group=clean)

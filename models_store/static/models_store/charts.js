@@ -1,6 +1,7 @@
 // modelhost: the charts of the model page and the models list's sparklines
 // (Chart.js from npm, see docs/charts.md). The model page fetches
-// charts.json?range=hour|day|week; the list's data is in #sparkline-data.
+// charts.json?range=hour|day|week, or ?from=&to= (seconds since the epoch)
+// for a custom range; the list's data is in #sparkline-data.
 // window.modelCharts keeps what was fetched and the Chart objects.
 "use strict";
 
@@ -32,12 +33,15 @@
   // -- model page ----------------------------------------------------------------
   const box = document.getElementById("charts");
   if (!box) return;
-  const state = { range: "hour", series: "all", data: null, charts: {} };
+  const state = { range: "hour", series: "all", data: null, charts: {}, window: null };
   window.modelCharts = state;
 
   function label(seconds, range) {
     const d = new Date(seconds * 1000);
     const hm = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
+    if (range === "custom" && state.data && state.data.end - state.data.start > 86400) {
+      return `${d.toLocaleDateString([], { month: "short", day: "numeric" })} ${hm}`;
+    }
     return range === "week" ? `${d.toLocaleDateString([], { weekday: "short" })} ${hm}` : hm;
   }
 
@@ -96,16 +100,22 @@
     select.value = state.series;
     drawSelected();
     const all = data.series[data.series.length - 1];
+    const when = state.range === "custom"
+      ? `from ${new Date(data.start * 1000).toLocaleString()} to ${new Date(data.end * 1000).toLocaleString()}`
+      : `in the last ${state.range}`;
     document.getElementById("chart-totals").textContent =
-      `${all.total_requests} requests, ${all.total_errors} errors in the last ${state.range} (steps of ${data.step_seconds / 60} min)`;
+      `${all.total_requests} requests, ${all.total_errors} errors ${when} (steps of ${data.step_seconds / 60} min)`;
     box.dataset.loadedRange = state.range;
   }
 
-  function load(range) {
+  // range: hour, day, week; or "custom" with span = [from, to] in seconds since the epoch
+  function load(range, span) {
     state.range = range;
+    state.window = span || null;
     box.querySelectorAll("[data-range]").forEach((b) => b.setAttribute("aria-pressed", String(b.dataset.range === range)));
-    return fetch(`${box.dataset.url}?range=${encodeURIComponent(range)}`, { credentials: "same-origin" })
-      .then((r) => (r.ok ? r.json() : Promise.reject(new Error(`charts: HTTP ${r.status}`))))
+    const query = span ? `from=${span[0]}&to=${span[1]}` : `range=${encodeURIComponent(range)}`;
+    return fetch(`${box.dataset.url}?${query}`, { credentials: "same-origin" })
+      .then((r) => (r.ok ? r.json() : r.json().then((body) => Promise.reject(new Error(body.error || `HTTP ${r.status}`)))))
       .then((data) => {
         if (data.range !== state.range) return; // a later click won
         state.data = data;
@@ -117,6 +127,20 @@
   }
 
   box.querySelectorAll("[data-range]").forEach((b) => b.addEventListener("click", () => load(b.dataset.range)));
+  const custom = document.getElementById("chart-custom");
+  if (custom) {
+    custom.addEventListener("submit", (e) => {
+      e.preventDefault();
+      // datetime-local values are the browser's local time
+      const from = Date.parse(document.getElementById("chart-from").value) / 1000;
+      const to = Date.parse(document.getElementById("chart-to").value) / 1000;
+      if (!Number.isFinite(from) || !Number.isFinite(to)) {
+        document.getElementById("chart-totals").textContent = "give both ends of the custom range";
+        return;
+      }
+      load("custom", [Math.floor(from), Math.ceil(to)]);
+    });
+  }
   document.getElementById("chart-series").addEventListener("change", (e) => {
     state.series = e.target.value;
     drawSelected();
