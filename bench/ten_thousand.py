@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from onnx import TensorProto, helper  # noqa: E402
+
 from tests.support.rss import process_tree, status_kib  # noqa: E402
 from tests.support.server import free_port, http_ok, port_open  # noqa: E402
 
@@ -182,9 +183,9 @@ class Server:
             time.sleep(0.05)
         raise RuntimeError(f"serve was not ready after {timeout} s:\n{self.log.read_text()[-3000:]}")
 
-    def serving_rss_kib(self) -> list[int]:
-        """VmRSS (KiB) of each process that serves: the leaves of serve's process tree (granian's workers,
-        the gRPC server processes), not the supervisors."""
+    def serving_pids(self) -> list[int]:
+        """The processes that serve: the leaves of serve's process tree (granian's workers, the gRPC
+        server processes), not the supervisors."""
         tree = process_tree(self.process.pid)
         parents = set()
         for pid in tree:
@@ -192,7 +193,23 @@ class Server:
                 parents.add(int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]))
             except (OSError, ValueError):
                 continue
-        return sorted(status_kib(pid, "VmRSS") for pid in tree if pid not in parents)
+        return [pid for pid in tree if pid not in parents]
+
+    def serving_rss_kib(self) -> list[int]:
+        """VmRSS (KiB) of each serving process."""
+        return sorted(status_kib(pid, "VmRSS") for pid in self.serving_pids())
+
+    def serving_cpu_seconds(self) -> list[float]:
+        """CPU time (user + system) each serving process has used (less sensitive than wall time to a busy machine)."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        out = []
+        for pid in self.serving_pids():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            out.append((int(fields[11]) + int(fields[12])) / ticks)
+        return sorted(out)
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
@@ -241,6 +258,7 @@ def measure(server: Server, count: int, token: str, repeat: int, first: int) -> 
     rows: dict[str, str] = {}
     rss = server.serving_rss_kib()
     rows["serving processes"] = str(len(rss))
+    rows["CPU seconds per serving process at ready"] = ", ".join(f"{c:.1f}" for c in server.serving_cpu_seconds())
     rows["RSS per serving process at ready (MiB)"] = ", ".join(f"{kib / 1024:.0f}" for kib in rss)
     rows["_rss"] = rss
     if not count:
@@ -265,7 +283,7 @@ def measure(server: Server, count: int, token: str, repeat: int, first: int) -> 
     api = f"{server.base}/api/models/"
     cells = [
         ("POST /v2/repository/index (every version)", lambda: _call("POST", index, b"{}")),
-        ("POST /v2/repository/index {\"ready\": true}", lambda: _call("POST", index, b'{"ready": true}')),
+        ('POST /v2/repository/index {"ready": true}', lambda: _call("POST", index, b'{"ready": true}')),
         ("GET /api/models/ (a page: 50)", lambda: _call("GET", api, headers=auth)),
         ("GET /api/models/?limit=1000 (the cap)", lambda: _call("GET", api + "?limit=1000", headers=auth)),
         (
@@ -276,7 +294,10 @@ def measure(server: Server, count: int, token: str, repeat: int, first: int) -> 
             f"GET /api/models/?after=m{count - 60:05d} (keyset)",
             lambda: _call("GET", api + f"?after=m{count - 60:05d}", headers=auth),
         ),
-        ("GET /api/models/?name=m0999&state=READY", lambda: _call("GET", api + "?name=m0999&state=READY", headers=auth)),
+        (
+            "GET /api/models/?name=m0999&state=READY",
+            lambda: _call("GET", api + "?name=m0999&state=READY", headers=auth),
+        ),
         ("GET /api/models/?order=-updated", lambda: _call("GET", api + "?order=-updated", headers=auth)),
         ("GET /api/models/m00042/versions/", lambda: _call("GET", api + "m00042/versions/", headers=auth)),
     ]
@@ -330,12 +351,17 @@ def main() -> None:
     where = "PostgreSQL" if args.database_url else "SQLite"
     grown = [(a - b) / args.models for a, b in zip(rows.pop("_rss"), empty_rows.pop("_rss"), strict=False)]
     commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=args.root, capture_output=True, text=True)
-    print(f"{args.models} tiny models on {where}, serve of {commit.stdout.strip()}; lists: median of {args.repeat}\n")
+    print(
+        f"{args.models} tiny models on {where}, serve of {commit.stdout.strip()}; lists: median of {args.repeat}; "
+        f"load average at the end {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n"
+    )
     print("| measure | value |\n|---|---:|")
     print(f"| registering {args.models} models (bulk insert + files), s | {seeded:.1f} |")
     print(f"| serve: time to ready, empty registry, s | {empty_ready:.1f} |")
     print(f"| serve: time to ready, {args.models} models, s | {full_ready:.1f} |")
     print(f"| RSS per serving process, empty registry (MiB) | {empty_rows['RSS per serving process at ready (MiB)']} |")
+    empty_cpu = empty_rows["CPU seconds per serving process at ready"]
+    print(f"| CPU seconds per serving process at ready, empty registry | {empty_cpu} |")
     for key, value in rows.items():
         print(f"| {key} | {value} |")
     print(f"| RSS per registered model per process (KB) | {', '.join(f'{g * 1.024:.1f}' for g in grown)} |")

@@ -168,7 +168,9 @@ class ModelRunner:
             if transient:
                 self._leave_transient(target.key)
 
-    def _get(self, target: RunTarget, deadline: float | None = None, bounded: bool = True) -> tuple[LoadedVersion, bool]:
+    def _get(
+        self, target: RunTarget, deadline: float | None = None, bounded: bool = True
+    ) -> tuple[LoadedVersion, bool]:
         """The target's loaded version, loading it if needed (on the loader
         thread, waiting at most :meth:`_bound` when ``bounded``); true when it is transient."""
         key = target.key
@@ -201,7 +203,9 @@ class ModelRunner:
 
     def _gave_up(self, target: RunTarget, deadline: float | None, waited: float) -> InferenceError:
         if deadline is not None and time.monotonic() >= deadline:
-            return DeadlineExceeded(f"the request's deadline passed while {target.describe()} was loading; it was not run")
+            return DeadlineExceeded(
+                f"the request's deadline passed while {target.describe()} was loading; it was not run"
+            )
         return ModelNotReady(
             f"{target.describe()} is still loading after {waited:.3g} s (MODEL_LOAD_WAIT_SECONDS); retry"
         )

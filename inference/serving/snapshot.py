@@ -299,9 +299,18 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
                 target=None
                 if ensemble
                 else RunTarget(
-                    model.name, row.number, row.sha256, row.artifact, row.size, instances, batching, sequence,
-                    running.extensions, warmup, running.always_loaded,
-                ),  # fmt: skip
+                    model.name,
+                    row.number,
+                    row.sha256,
+                    row.artifact,
+                    row.size,
+                    instances,
+                    batching,
+                    sequence,
+                    running.extensions,
+                    warmup,
+                    running.always_loaded,
+                ),
                 ensemble=ensembles.plan_of(row.properties) if ensemble else None,
                 instance_group=instance_group,
                 input_specs=signature.input_specs,

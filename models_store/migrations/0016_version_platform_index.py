@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('models_store', '0015_shadow'),
+        ("models_store", "0015_shadow"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='modelversion',
-            name='platform',
-            field=models.CharField(db_index=True, default='onnxruntime_onnx', max_length=64),
+            model_name="modelversion",
+            name="platform",
+            field=models.CharField(db_index=True, default="onnxruntime_onnx", max_length=64),
         ),
     ]

@@ -40,7 +40,9 @@ def page_details(models: list[RegisteredModel]) -> dict[int, Listed]:
         rows[model_id].append((VersionRecord(number, state, reason, sha256, artifact, size, held=held), created))
     labels: dict[int, dict[str, int]] = {pk: {} for pk in ids}
     for model_id, name, number in (
-        VersionLabel.objects.filter(model_id__in=ids).order_by("name").values_list("model_id", "name", "version__number")
+        VersionLabel.objects.filter(model_id__in=ids)
+        .order_by("name")
+        .values_list("model_id", "name", "version__number")
     ):
         labels[model_id][name] = number
     pins = selectors.ensemble_pins()

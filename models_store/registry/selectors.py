@@ -173,7 +173,11 @@ def _models_listed() -> QuerySet[RegisteredModel]:
     """Models as lists show them: their team, their versions (highest first;
     without signatures, validation logs or uploaders) and labels prefetched."""
     versions = ModelVersion.objects.defer("inputs", "outputs", "log", "source").order_by("-number")
-    labels = VersionLabel.objects.select_related("version").only("model", "name", "version", "version__number").order_by("name")
+    labels = (
+        VersionLabel.objects.select_related("version")
+        .only("model", "name", "version", "version__number")
+        .order_by("name")
+    )
     return RegisteredModel.objects.select_related("team").prefetch_related(
         Prefetch("versions", queryset=versions), Prefetch("labels", queryset=labels)
     )

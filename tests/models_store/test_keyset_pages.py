@@ -33,7 +33,9 @@ def _registry(count: int) -> list[dict]:
             "name": f"k{i:03d}", "team": team, "state": STATES.FAILED if i % 4 == 0 else STATES.READY,
             "updated": START + timedelta(minutes=(i * 5) % 7),
         })  # fmt: skip
-    models = RegisteredModel.objects.bulk_create(RegisteredModel(name=r["name"], team=teams.get(r["team"])) for r in rows)
+    models = RegisteredModel.objects.bulk_create(
+        RegisteredModel(name=r["name"], team=teams.get(r["team"])) for r in rows
+    )
     ModelVersion.objects.bulk_create(
         ModelVersion(model=m, number=1, artifact="x", sha256=f"{m.pk:064x}", size=1, state=r["state"])
         for m, r in zip(models, rows, strict=True)
@@ -54,7 +56,7 @@ ORDERS = {
 
 
 def _negated(text: str) -> tuple:
-    return tuple(-ord(c) for c in text) + (1,)  # a prefix sorts after the longer name in descending order
+    return (*(-ord(c) for c in text), 1)  # a prefix sorts after the longer name in descending order
 
 
 def _expected(rows: list[dict], order: str, keep=lambda r: True) -> list[str]:
@@ -90,7 +92,8 @@ def _walk(api, url: str, link: str) -> tuple[list[list[str]], list[dict], list[s
 
 @pytest.mark.parametrize("order", list(ORDERS))
 @pytest.mark.parametrize(
-    ("query", "keep"), [("", lambda r: True), ("&state=READY&team=ml", lambda r: r["team"] == "ml" and r["state"] == "READY")]
+    ("query", "keep"),
+    [("", lambda r: True), ("&state=READY&team=ml", lambda r: r["team"] == "ml" and r["state"] == "READY")],
 )
 def test_keyset_pages_walk_every_order_both_ways(api, order, query, keep):
     rows = _registry(40)

@@ -65,7 +65,9 @@ class ModelListView(base.RegistryView):
             raise ParseError(str(exc)) from None
         teams = accounts.visible_team_ids(request.user, self.token)
         return self.page(
-            selectors.model_listing(teams, where, prefetched=False), ModelSerializer, keyset=selectors.MODEL_ORDERINGS[where.order]
+            selectors.model_listing(teams, where, prefetched=False),
+            ModelSerializer,
+            keyset=selectors.MODEL_ORDERINGS[where.order],
         )
 
 
