@@ -110,8 +110,9 @@ class InProcessExecutor:
 
     def blocks(self, target: RunTarget) -> bool:
         """A batching model waits for its batch (a sequence model for its
-        sequence's turn): not on an event loop's thread."""
-        return target.batching is not None or target.sequence is not None
+        sequence's turn), a version not loaded yet for its load: not on an
+        event loop's thread."""
+        return target.batching is not None or target.sequence is not None or not self.runner.has(target)
 
     def on_snapshot(self, snapshot: dict) -> None:
         """Keep only sessions of versions that still serve; load the always-loaded

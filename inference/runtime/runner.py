@@ -425,6 +425,11 @@ class ModelRunner:
             self._sweeper = None
         self._sweep()
 
+    def has(self, target: RunTarget) -> bool:
+        """Whether ``target``'s sessions are loaded (a request for it waits for no load)."""
+        version = self._loaded.get(target.key)
+        return version is not None and version.target == target
+
     def loaded(self) -> list[RunTarget]:
         """Targets of the loaded versions, least recently used first."""
         with self._lock:

@@ -171,5 +171,8 @@ def test_the_executor_loads_the_operators_always_loaded_models_with_the_first_sn
     assert sorted(loader.loads) == ["m1", "m4", "m6"]  # before the process serves a request
     kept = always_loaded([v.target for entry in snapshot.values() for v in entry.versions.values()], ("m4",))
     assert sorted(t.model for t in kept) == ["m1", "m4"] and all(t.always_loaded for t in kept)
-    result = executor.run(snapshot["m2"].versions[1].target, {"x": X}, ["y"], rows=2)
+    cold = snapshot["m2"].versions[1].target
+    assert executor.blocks(cold) and not executor.blocks(snapshot["m4"].versions[1].target)  # a load: off the loop
+    result = executor.run(cold, {"x": X}, ["y"], rows=2)
     np.testing.assert_allclose(result.outputs[0], 2 * X + 2)  # the others on their first request
+    assert not executor.blocks(cold)
