@@ -8,7 +8,6 @@ requests to inference workers. Both implement the data plane's
 
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
 from collections.abc import Callable
 from pathlib import Path
@@ -50,15 +49,14 @@ def session_loader(
 def always_loaded(targets, patterns: tuple[str, ...] = ()) -> list[RunTarget]:
     """The targets whose model the operator keeps loaded: its config's
     ``always_loaded`` parameter (:data:`inference.serving.snapshot.ALWAYS_LOADED_PARAMETER`),
-    or a name matching one of ``patterns`` (shell-style, ``fnmatch``:
-    the ``SESSIONS_ALWAYS_LOADED`` setting), each marked ``always_loaded``."""
-    kept = []
-    for target in targets:
-        if target.always_loaded:
-            kept.append(target)
-        elif any(fnmatch.fnmatchcase(target.model, pattern) for pattern in patterns):
-            kept.append(dataclasses.replace(target, always_loaded=True))
-    return kept
+    or a name matching one of ``patterns`` (shell-style, ``fnmatch``: the
+    ``SESSIONS_ALWAYS_LOADED`` setting). The targets themselves, unchanged:
+    requests name the same ones."""
+    return [
+        target
+        for target in targets
+        if target.always_loaded or any(fnmatch.fnmatchcase(target.model, pattern) for pattern in patterns)
+    ]
 
 
 def runnable(snapshot: dict):
