@@ -34,6 +34,7 @@ import os
 import shutil
 import signal
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -83,19 +84,31 @@ def _setup(var_dir: Path, database_url: str | None) -> None:
         call_command("flush", interactive=False, verbosity=0)
 
 
-def tiny(offset: float) -> bytes:
-    """x FP32 [1, 16] -> y = 2x + ``offset`` (each model its own file and sha256)."""
+_SENTINEL = 12345.5  # the offset of the template model, its four bytes replaced per model
+
+
+def _template() -> bytes:
     graph = helper.make_graph(
         [helper.make_node("Mul", ["x", "scale"], ["t"]), helper.make_node("Add", ["t", "offset"], ["y"])],
         "tiny",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
-        [helper.make_tensor("scale", TensorProto.FLOAT, [], [2.0]),
-         helper.make_tensor("offset", TensorProto.FLOAT, [], [offset])],
-    )  # fmt: skip
+        [
+            helper.make_tensor("scale", TensorProto.FLOAT, [], [2.0]),
+            helper.make_tensor("offset", TensorProto.FLOAT, [], [_SENTINEL]),
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model.SerializeToString()
+
+
+def tiny(offset: float, template: bytes | None = None) -> bytes:
+    """x FP32 [1, 16] -> y = 2x + ``offset`` (each model its own file and sha256): the template's offset replaced."""
+    template = template or _template()
+    sentinel = struct.pack("<f", _SENTINEL)
+    assert template.count(sentinel) == 1
+    return template.replace(sentinel, struct.pack("<f", offset))
 
 
 def seed(count: int) -> float:
@@ -111,8 +124,9 @@ def seed(count: int) -> float:
     store = Path(settings.MODEL_STORE_DIR)
     names = [f"m{i:05d}" for i in range(count)]
     files = {}
+    template = _template()
     for i, name in enumerate(names):  # the store's layout: <model>/<sha256>/model.onnx
-        payload = tiny(float(i))
+        payload = tiny(float(i), template)
         sha = hashlib.sha256(payload).hexdigest()
         folder = store / name / sha
         folder.mkdir(parents=True, exist_ok=True)
@@ -345,9 +359,13 @@ def main() -> None:
             rows = measure(full, args.models, token, args.repeat, args.first)
         finally:
             full.stop()
+        _report(args, seeded, empty_ready, empty_rows, full_ready, rows)
     finally:
         if not args.keep:
             shutil.rmtree(var_dir, ignore_errors=True)
+
+
+def _report(args, seeded: float, empty_ready: float, empty_rows: dict, full_ready: float, rows: dict) -> None:
     where = "PostgreSQL" if args.database_url else "SQLite"
     grown = [(a - b) / args.models for a, b in zip(rows.pop("_rss"), empty_rows.pop("_rss"), strict=False)]
     commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=args.root, capture_output=True, text=True)
@@ -364,7 +382,7 @@ def main() -> None:
     print(f"| CPU seconds per serving process at ready, empty registry | {empty_cpu} |")
     for key, value in rows.items():
         print(f"| {key} | {value} |")
-    print(f"| RSS per registered model per process (KB) | {', '.join(f'{g * 1.024:.1f}' for g in grown)} |")
+    print(f"| RSS per registered model per process (KB) | {', '.join(f'{g * 1.024:.1f}' for g in grown)} |", flush=True)
 
 
 if __name__ == "__main__":
