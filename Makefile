@@ -7,7 +7,7 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 PG_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: venv test-tools run demo docs test test-docs test-sqlite test-postgres test-worker-mode bench profile proto lint clean
+.PHONY: venv test-tools run demo docs test test-docs test-sqlite test-postgres test-worker-mode bench profile triton-qa proto lint clean
 
 venv: $(VENV)/.installed node_modules/.installed
 
@@ -71,6 +71,11 @@ bench: venv
 profile: venv
 	scripts/install_system_deps.sh wrk nghttp2-client
 	$(PY) bench/profile_hot_path.py
+
+# Triton's own QA tests, unchanged, against serve (not in `make test`: needs Triton's
+# server sources, a checkout or a git clone: TRITON_SERVER=/path/to/server).
+triton-qa: venv
+	$(PY) bench/triton_qa.py --triton-server $(TRITON_SERVER)
 
 PROTO_OUT ?= .
 proto: venv

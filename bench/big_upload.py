@@ -80,8 +80,11 @@ def build(directory: Path, gib: float) -> tuple[Path, list[Path], float]:
     return model_path, data, float(sum(range(1, count + 1)))
 
 
-def stream_upload(server: LiveServer, token: str, name: str, model: Path, data: list[Path]) -> tuple[int, dict]:
-    """POST the model and its data files as one multipart body, read from disk in 8 MiB chunks."""
+def stream_upload(
+    server: LiveServer, token: str, name: str, model: Path, data: list[Path], times: list | None = None
+) -> tuple[int, dict]:
+    """POST the model and its data files as one multipart body, read from disk in 8 MiB chunks;
+    ``times`` (a list) gets the ``perf_counter`` of the body's end and of the answer."""
     boundary = uuid.uuid4().hex
     pieces: list[bytes | Path] = [f'--{boundary}\r\nContent-Disposition: form-data; name="team"\r\n\r\nml\r\n'.encode()]
     for field, path in [("file", model), *(("data", p) for p in data)]:
@@ -101,6 +104,8 @@ def stream_upload(server: LiveServer, token: str, name: str, model: Path, data: 
             with open(piece, "rb") as handle:
                 while chunk := handle.read(8 * 2**20):
                     yield chunk
+        if times is not None:
+            times.append(time.perf_counter())  # asked for more after the last piece went out
 
     host, port = server.http_url.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=600)
@@ -112,6 +117,8 @@ def stream_upload(server: LiveServer, token: str, name: str, model: Path, data: 
         }
         conn.request("POST", f"/api/models/{name}/versions/", body=body(), headers=headers)
         response = conn.getresponse()
+        if times is not None:
+            times.append(time.perf_counter())
         return response.status, json.loads(response.read())
     finally:
         conn.close()

@@ -27,7 +27,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tests.support.server import free_port, http_ok, port_open, serve_command
+from tests.support.server import free_port, http_ok, kill_session, port_open, serve_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -166,10 +166,7 @@ class ProcessTarget(Target):
         try:
             process.wait(timeout)
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_session(process.pid)
             process.wait()
 
     def stop(self) -> None:

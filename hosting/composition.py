@@ -33,6 +33,7 @@ from inference.observability.payload_log import PayloadLogger, sink_for
 from inference.observability.rollups_db import DatabaseRollups
 from inference.observability.statistics import StatisticsRecorder
 from inference.observability.statistics_db import DatabaseStatistics
+from inference.observability.triton_metrics import HostMetrics, TritonMetrics
 from inference.ports import Quota
 from inference.response_cache import ResponseCache
 from inference.runtime import cuda
@@ -333,8 +334,9 @@ def build_extensions() -> Extensions:
     """This server process's Triton extensions, over its data plane's collaborators."""
     parts = serving_parts()
     return Extensions.over(
-        registry=parts.registry, executor=parts.executor, statistics=parts.statistics, regions=parts.regions
-    )
+        registry=parts.registry, executor=parts.executor, statistics=parts.statistics, regions=parts.regions,
+        control_mode=settings.MODEL_CONTROL_MODE,
+    )  # fmt: skip
 
 
 def build_dataplane() -> DataPlane:
@@ -409,8 +411,23 @@ def _build_parts() -> ServingParts:
         rollup_seconds=settings.CHART_FLUSH_SECONDS,
     )
     statistics.start()
+    observability.add_exposition(TritonMetrics(statistics.machine_counters, _served_versions(registry)).render)
+    observability.add_exposition(HostMetrics().render)  # Triton's nv_cpu_* metrics
     regions = RegionRegistry(Path(settings.VAR_DIR) / "run" / "shm")  # this machine's registered regions
     return ServingParts(registry, executor, statistics, regions)
+
+
+def _served_versions(registry: ModelRegistry):
+    """The served versions of ``registry``'s snapshot as Triton's metrics list them: (model, number, cache on)."""
+    cache = settings.RESPONSE_CACHE_BYTES > 0
+
+    def versions():
+        for model in registry.models.values():
+            for number, entry in model.versions.items():
+                if entry.serving:
+                    yield model.name, number, cache and entry.response_cache
+
+    return versions
 
 
 def build_response_cache() -> ResponseCache | None:

@@ -1,7 +1,14 @@
 """Run several server processes as one: ``manage.py serve`` uses it for the
 REST (granian) and gRPC processes.
 
-SIGTERM/SIGINT stop every child (SIGTERM, then SIGKILL after a grace period).
+SIGTERM/SIGINT stop every child: SIGTERM, then, after a grace period,
+SIGKILL to the child's process group. Each child runs in a process group of
+its own, so that a terminal's Ctrl-C (SIGINT to the whole foreground group)
+reaches only this process, which then stops the children in order (granian's
+workers that got the terminal's SIGINT as well as their parent's SIGTERM hung
+until they were killed), and so that the SIGKILL after the grace period
+reaches a child's own children too (granian's workers: ``serve`` leaves
+granian's ``--workers-kill-timeout`` off, see there).
 A child that dies on its own is restarted, unless it died ``max_restarts``
 times within ``window`` seconds: then everything stops and :meth:`run`
 returns 1, so that the outer supervisor (systemd, Docker, Kubernetes) sees
@@ -11,6 +18,7 @@ the failure.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import time
@@ -29,7 +37,7 @@ class Child:
     deaths: list[float] = field(default_factory=list)
 
     def start(self) -> None:
-        self.process = subprocess.Popen(self.argv, env=self.env, cwd=self.cwd)
+        self.process = subprocess.Popen(self.argv, env=self.env, cwd=self.cwd, process_group=0)
         logger.info("started %s (pid %s)", self.name, self.process.pid)
 
 
@@ -87,6 +95,9 @@ class Supervisor:
         for process in alive:
             try:
                 process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
+            except subprocess.TimeoutExpired:  # the child and whatever it started (granian's workers)
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
                 process.wait()

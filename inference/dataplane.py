@@ -32,8 +32,9 @@ from inference.admission.ratelimit import Defaults, RateLimiter
 from inference.ensembles import runs as ensemble_runs
 from inference.ensembles.segments import SegmentRunner
 from inference.executor import Executor, WorkerExecutor
+from inference.observability import metrics as observability
 from inference.observability import tracing
-from inference.observability.statistics import StatisticsRecorder
+from inference.observability.statistics import StatisticsRecorder, failure_reason
 from inference.ports import built_once
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady, QueueFull
 from inference.protocol.types import InferenceRequest, InferenceResponse, ModelMetadata, ServerMetadata
@@ -246,9 +247,18 @@ class DataPlane:
         batching), a seat is free and the loop keeps up; else the request
         waits for its turn on the loop (:mod:`inference.admission.fair_share`) and runs
         in a thread or, in worker mode, on the loop (``run_async``: the worker
-        transport's sockets in the loop's selector, no thread per request)."""
+        transport's sockets in the loop's selector, no thread per request).
+        An InferenceError raised after the version was found carries it in ``served_version``
+        (the adapter's metrics label it, as REST's do)."""
         admission.check(request)
         entry = self._route(admission, request)
+        try:
+            return await self._infer_routed(admission, request, entry)
+        except InferenceError as exc:
+            exc.served_version = entry.version
+            raise
+
+    async def _infer_routed(self, admission: Admission, request: InferenceRequest, entry: VersionEntry):
         behind = self._behind()
         if entry.ensemble is not None:
             return await self._ensemble_async(admission, request, entry, behind)
@@ -337,25 +347,39 @@ class DataPlane:
         generator of its waits: it yields ``(_TURN, job)`` and ``(_RUN,
         job)``; the driver sends back the run's result, or throws in what
         the wait raised; it returns the response."""
+        running = waiting = False  # in the model's run; waiting for the turn (Triton's pending requests)
         try:
             job = jobs.prepare(entry, request, started, admission.owner, admission.regions, self.timeout_seconds,
                                self.shared_memory, self.executor.remote)  # fmt: skip
             cached = response_cache.lookup(self.response_cache, entry, request, job)
             if isinstance(cached, response_cache.CachedRun):
                 return self._respond(entry, request, job, cached)
+            pending = observability.pending(entry.model_name, entry.version)  # its series from the first request
             if gate is not None:
+                if gate.free <= 0 or gate.waiting:  # it will wait for a seat (a free one costs no gauge write)
+                    pending.inc()
+                    waiting = True
                 yield _TURN, job
+                if waiting:
+                    waiting = False
+                    pending.dec()
             try:
+                running = True
                 run = yield _RUN, job
+                running = False
             finally:
                 if gate is not None:
                     gate.leave()
             return self._respond(entry, request, job, run, cached)
         except QueueFull:
             raise  # refused before it queued: not a failed inference (as Triton counts)
-        except InferenceError:
-            self.statistics.record_failure(entry.model_name, entry.number, _now() - started)
+        except (InferenceError, asyncio.CancelledError) as exc:  # cancelled: a gRPC call cancelled on the loop
+            reason = failure_reason(exc, running)
+            self.statistics.record_failure(entry.model_name, entry.number, _now() - started, reason)
             raise
+        finally:
+            if waiting:
+                pending.dec()
 
     def _behind(self) -> bool:
         """Whether the running event loop is behind (:class:`~inference.admission.fair_share.LoopLag`)."""

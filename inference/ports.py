@@ -115,6 +115,14 @@ class RegistrySource(Protocol):
         InvalidInput (with the reason) for a configuration the registry
         refuses."""
 
+    def add_version(self, name: str, model_file: bytes, config: str, origin: str, actor: Any = None) -> tuple:
+        """A model file and its configuration (JSON form) given in a repository
+        load, as the next version of model ``name``, registered and validated
+        like an upload (audited as ``actor``, ``origin`` naming the
+        parameter); the same bytes as an existing version give that version.
+        Returns (number, state, reason) once it is registered (validated, when
+        validation runs in this process). Raises ModelNotFound, InvalidInput."""
+
 
 class ArtifactSource(Protocol):
     def local_path(self, artifact: str, sha256: str) -> Path:

@@ -146,3 +146,12 @@ def start_rollouts() -> Timer:
         settings.ROLLOUT_TICK_SECONDS, judge_rollouts, "rollout-ticker", "the model store (rollouts)",
         "rollouts are judged again",
     ).start()  # fmt: skip
+
+
+def start_repository_poll(work: Callable[[], object], seconds: float) -> Timer:
+    """Start the ``poll`` model control mode's timer: ``work`` (a
+    :class:`~models_store.intake.model_control.RepositoryPoll`'s ``run``)
+    every ``seconds`` (``serve --repository-poll-secs``)."""
+    return Timer(
+        seconds, work, "repository-poll", "the model store (repository poll)", "the repository is read again",
+    ).start()  # fmt: skip

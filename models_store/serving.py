@@ -15,7 +15,8 @@ from inference.ports import ModelRecord
 from inference.protocol.errors import InUse, InvalidInput, ModelNotFound
 from models_store import audit, outages, storage
 from models_store.config.triton import ConfigError
-from models_store.errors import Conflict
+from models_store.errors import Conflict, NotFound, RegistryError, UploadRefused
+from models_store.intake import services as intake
 from models_store.registry import selectors
 from models_store.registry.services import models as model_services
 from models_store.stamp import registry_changed, stamp_get
@@ -72,6 +73,19 @@ class StoreRegistrySource:
                 model_services.model_load_config(model=self._model(name), text=config, actor=actor)
             except ConfigError as exc:
                 raise InvalidInput(f"invalid config override: {exc}") from None
+
+    def add_version(self, name: str, model_file: bytes, config: str, origin: str, actor=None) -> tuple[int, str, str]:
+        with outages.as_unavailable():
+            try:
+                version = intake.version_from_load(
+                    model_name=name, model_file=model_file, config_text=config, origin=origin, actor=actor
+                )
+            except NotFound as exc:
+                raise ModelNotFound(str(exc)) from None
+            except (RegistryError, UploadRefused) as exc:
+                raise InvalidInput(str(exc)) from None
+            version.refresh_from_db()
+            return version.number, version.state, version.reason
 
 
 class StoreArtifacts:

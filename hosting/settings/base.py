@@ -122,6 +122,8 @@ WHITENOISE_USE_FINDERS = True
 #: Browser libraries installed from npm by `make venv` (package.json; never copied into the repository).
 STATICFILES_DIRS = [("vendor/chart.js", BASE_DIR / "node_modules" / "chart.js" / "dist")]
 WHITENOISE_AUTOREFRESH = DEBUG
+#: Files served at the site's root (``/favicon.ico``, which browsers ask for on every page without a link).
+WHITENOISE_ROOT = BASE_DIR / "hosting" / "public"
 
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 LOGGING = {
@@ -135,5 +137,7 @@ LOGGING = {
         # One INFO line per task received and succeeded: noise at inference rates.
         "celery.app.trace": {"level": "WARNING"},
         "celery.worker.strategy": {"level": "WARNING"},
+        # django-axes announces its version and settings at every start of every process and command.
+        "axes.apps": {"level": "WARNING"},
     },
 }

@@ -24,6 +24,8 @@ PAYLOAD_LOG_QUEUE = env.int("PAYLOAD_LOG_QUEUE", default=1000)
 #: Level of the one-line-per-request log (logger inference.request); DEBUG keeps
 #: it quiet under LOG_LEVEL=INFO.
 REQUEST_LOG_LEVEL = env.str("REQUEST_LOG_LEVEL", default="DEBUG")
+#: Serve /metrics (ours and Triton's, docs/metrics.md); ``serve --allow-metrics false`` sets it false.
+METRICS_ENABLED = env.bool("METRICS_ENABLED", default=True)
 #: How often each process adds its inference statistics to the database (s).
 STATISTICS_FLUSH_SECONDS = env.float("STATISTICS_FLUSH_SECONDS", default=1.0)
 # --- Charts (inference/observability/rollups.py, docs/charts.md) ----------------------------------

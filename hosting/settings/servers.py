@@ -30,5 +30,11 @@ GRPC_GRACE_SECONDS = env.float("GRPC_GRACE_SECONDS", default=10.0)
 #: answers 503 while it is missing, so that "ready" means both transports.
 GRPC_READY_FILE = env.str("GRPC_READY_FILE", default="")
 
+#: Triton's model control mode (none, poll, explicit; "": not given, as
+#: before: load and unload allowed), set by `serve --model-control-mode` for
+#: its children: the repository extension refuses load and unload in none
+#: and poll (docs/command-line.md).
+MODEL_CONTROL_MODE = env.str("MODEL_CONTROL_MODE", default="")
+
 #: Refused inference requests (5xx, 429) are summed up in one log line per this many seconds.
 REFUSAL_LOG_SECONDS = env.float("REFUSAL_LOG_SECONDS", default=10.0)

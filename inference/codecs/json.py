@@ -17,6 +17,7 @@ import numpy as np
 
 from inference.codecs.large_json import LazyData
 from inference.codecs.tensor import MAX_DIMS
+from inference.protocol import triton_texts
 from inference.protocol.datatypes import Datatype
 from inference.protocol.errors import InvalidInput
 
@@ -97,6 +98,20 @@ def exact_integers(where: str, datatype: Datatype, value: Any, field: str = "'da
     return np.array(flat, dtype=datatype.numpy)
 
 
+def check_nesting(where: str, data: list) -> None:
+    """Raise InvalidInput (Triton's text) when ``data`` is nested
+    ``triton_texts.MAX_JSON_NESTING`` lists deep or more (along its first
+    elements: deeper nesting elsewhere is ragged, refused by the decoders)."""
+    depth, item = 0, data
+    while isinstance(item, list):
+        depth += 1
+        if depth >= triton_texts.MAX_JSON_NESTING:
+            raise triton_texts.json_nesting(where, depth)
+        if not item:
+            return
+        item = item[0]
+
+
 def tensor_from_json(
     where: str, datatype: Datatype, shape: tuple[int, ...], data: Any, check_bools: bool = True
 ) -> np.ndarray:
@@ -122,6 +137,7 @@ def tensor_from_json(
         data = data.as_list()
     if not isinstance(data, list):
         raise InvalidInput(f"{where}: 'data' must be a JSON array, got {type(data).__name__}")
+    check_nesting(where, data)
     count = math.prod(shape)
     if datatype.is_bytes:
         flat, _ = nested_leaves(where, data, _text(where))

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from inference.codecs import binary, large_json
+from inference.codecs import binary, deep_json, large_json
 from inference.codecs import json as json_codec
 from inference.codecs.tensor import check_shape
 from inference.protocol.datatypes import BY_NAME
@@ -33,11 +33,19 @@ from inference.protocol.types import (
 _DUMPS_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 
-def load_json(data: bytes | memoryview, what: str = "request body") -> Any:
-    """Parse JSON text; raises InvalidInput naming ``what`` on malformed JSON."""
+def load_json(data: bytes | memoryview, what: str = "request body", deep: bool = False) -> Any:
+    """Parse JSON text; raises InvalidInput naming ``what`` on malformed JSON.
+    ``deep``: a document nested deeper than orjson goes (1024 levels) is
+    parsed anyway (inference/codecs/deep_json.py), for bodies whose values
+    are judged after parsing as Triton judges them."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
+        if deep:
+            try:
+                return deep_json.loads(bytes(data).decode("utf-8"))
+            except (deep_json.DeepJSONError, UnicodeDecodeError):
+                pass
         raise InvalidInput(f"malformed JSON in the {what}: {exc}") from None
 
 

@@ -22,7 +22,11 @@ MAX_DIMS = 64
 INT64_MAX = 2**63 - 1
 
 
-def check_shape(value: Any, where: str, max_bytes: int, itemsize: int) -> tuple[int, ...]:
+#: Triton's HTTP front end's words for a shape with a negative (or non-integer) dimension.
+_UNSIGNED = "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer: "
+
+
+def check_shape(value: Any, where: str, max_bytes: int, itemsize: int, json: bool = True) -> tuple[int, ...]:
     """A tensor shape as a tuple of at most MAX_DIMS non-negative ints.
 
     ``value`` is a list (from JSON, or a gRPC repeated int64 field turned
@@ -31,7 +35,8 @@ def check_shape(value: Any, where: str, max_bytes: int, itemsize: int) -> tuple[
     has them; a shape whose element count or byte size overflows 64 bits,
     in Triton's words), and RequestTooLarge when the shape needs more than
     ``max_bytes`` (``itemsize`` 0, for BYTES, counts one byte per element:
-    the decoders check BYTES data against the bytes present).
+    the decoders check BYTES data against the bytes present). ``json``: the
+    shape came in JSON (a negative dimension is refused in Triton's words).
     """
     if not isinstance(value, list):
         raise InvalidInput(f"{where}: 'shape' must be a JSON array of non-negative integers")
@@ -39,7 +44,7 @@ def check_shape(value: Any, where: str, max_bytes: int, itemsize: int) -> tuple[
         raise InvalidInput(f"{where}: 'shape' has more than the {MAX_DIMS} dimensions a tensor may have")
     for dim in value:
         if type(dim) is not int or dim < 0:
-            raise InvalidInput(f"{where}: 'shape' {value} must hold non-negative integers")
+            raise InvalidInput(f"{_UNSIGNED if json else ''}{where}: 'shape' {value} must hold non-negative integers")
     shape = tuple(value)
     count = math.prod(shape)
     if count > INT64_MAX:  # Triton's texts (server src/http_server.cc): a 400, not a request too large

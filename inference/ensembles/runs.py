@@ -32,6 +32,8 @@ from inference.ensembles import plan as ensembles
 from inference.ensembles import segments as ensemble_segments
 from inference.ensembles.segments import SegmentRunner
 from inference.executor import Executor
+from inference.observability import metrics
+from inference.observability.rollups import TRANSPORT
 from inference.observability.statistics import StatisticsRecorder
 from inference.protocol.errors import DeadlineExceeded, InferenceError, ModelNotReady
 from inference.protocol.types import InferenceRequest, RequestedOutput, RequestInput
@@ -133,7 +135,15 @@ class EnsembleRuns:
                 outputs=[RequestedOutput(name) for name in step.output_map],
             )
             inside = Admission(step.model, _NO_SLOTS, False, admission.owner, "", admission.flow)
-            response = self.step(inside, request, entry)
+            began, outcome = time.perf_counter(), "internal"
+            try:
+                response = self.step(inside, request, entry)
+                outcome = "success"
+            except InferenceError as exc:
+                outcome = exc.code.lower()
+                raise
+            finally:  # a composing model's request, as Triton counts it
+                metrics.count_step(TRANSPORT.get(), step.model, entry.version, outcome, time.perf_counter() - began)
             return {output.name: output.data for output in response.outputs}
 
         return run_step

@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from inference.admission.fair_share import FairShare
 from inference.ensembles.plan import Plan, Step, StepFailed
 from inference.executor import WorkerExecutor
-from inference.observability import tracing
-from inference.observability.statistics import StatisticsRecorder
+from inference.observability import metrics, tracing
+from inference.observability.rollups import TRANSPORT
+from inference.observability.statistics import StatisticsRecorder, failure_reason
 from inference.protocol.errors import DeadlineExceeded, InferenceError
 from inference.requests.jobs import Job
 from inference.serving.snapshot import VersionEntry, step_entry
@@ -218,7 +219,8 @@ class SegmentRunner:
                 if gate is not None:
                     gate.leave()
         except InferenceError as exc:
-            statistics.record_failure(steps[0].model, steps[0].version, _now() - started)
+            statistics.record_failure(steps[0].model, steps[0].version, _now() - started, failure_reason(exc, True))
+            _count(steps[0], exc.code.lower(), _now() - started)
             raise StepFailed(steps[0], exc) from None
         # the exchange's own time: the first step's compute_input, or the failed step's time
         overhead = max(0, _now() - started - sum(run.total_ns for run in ran.runs))
@@ -230,8 +232,15 @@ class SegmentRunner:
                 output_ns=max(0, run.total_ns - run.input_ns - run.run_ns), batch_size=run.batch,
                 executed=run.executed,
             )  # fmt: skip
+            _count(step, "success", run.total_ns + extra)
         if ran.error is not None:
             failed = steps[len(ran.runs)]
-            statistics.record_failure(failed.model, failed.version, overhead)
+            statistics.record_failure(failed.model, failed.version, overhead, failure_reason(ran.error, True))
+            _count(failed, ran.error.code.lower(), overhead)
             raise StepFailed(failed, ran.error)
         return ran.outputs
+
+
+def _count(step, outcome: str, ns: int) -> None:
+    """A composing model's request in the request metrics (as :mod:`inference.ensembles.runs` counts its steps)."""
+    metrics.count_step(TRANSPORT.get(), step.model, str(step.version), outcome, ns / 1e9)

@@ -43,11 +43,18 @@ class Extensions:
 
     @classmethod
     def over(
-        cls, *, registry: ModelRegistry, executor: Executor, statistics: StatisticsRecorder, regions: RegionRegistry
+        cls,
+        *,
+        registry: ModelRegistry,
+        executor: Executor,
+        statistics: StatisticsRecorder,
+        regions: RegionRegistry,
+        control_mode: str = "",
     ) -> Extensions:
-        """The five over these collaborators (the data plane's)."""
+        """The five over these collaborators (the data plane's);
+        ``control_mode``: the repository's model control mode (Triton's)."""
         return cls(
-            RepositoryExtension(registry),
+            RepositoryExtension(registry, control_mode),
             ConfigurationExtension(registry, executor),
             StatisticsExtension(registry, statistics),
             SharedMemoryExtension(registry, regions),

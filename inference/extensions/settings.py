@@ -24,9 +24,12 @@ class SettingsExtension:
         model's own); for every process of the machine before this returns
         (inference/runtime_settings.py). Reading needs no credential (as
         Triton's, like the model configuration); a change, an operator's
-        (audited). Raises Unauthenticated, PermissionDenied (a change),
+        (audited). An empty ``update`` changes nothing and is a read (Triton's
+        clients send one: ``update_trace_settings()``; gRPC's empty request
+        is the same). Raises Unauthenticated, PermissionDenied (a change),
         ModelNotFound, InvalidInput."""
         follow_scopes(self.registry)
+        update = update or None
         caller = auth.authorize_operator(token) if update is not None else None
         if model:
             self.registry.model(model)

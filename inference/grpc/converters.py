@@ -173,7 +173,7 @@ def infer_request_from_proto(message: pb.ModelInferRequest, max_bytes: int) -> t
         datatype = BY_NAME.get(tensor.datatype)
         if datatype is None:
             raise InvalidInput(f"{where}: unknown datatype {tensor.datatype!r}")
-        shape = check_shape(list(tensor.shape[: MAX_DIMS + 1]), where, max_bytes, datatype.itemsize)
+        shape = check_shape(list(tensor.shape[: MAX_DIMS + 1]), where, max_bytes, datatype.itemsize, json=False)
         if index in in_regions:
             if tensor.HasField("contents"):
                 raise InvalidInput(f"{where}: has both contents and parameters.{SHARED_MEMORY_REGION}")

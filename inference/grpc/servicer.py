@@ -158,7 +158,7 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
                 response = converters.infer_response_to_proto(result, None if answer is None else answer.infer_response)
             outcome, version = "success", response.model_version
         except InferenceError as exc:
-            outcome, error = exc.code.lower(), exc
+            outcome, error, version = exc.code.lower(), exc, exc.served_version
         except Exception:
             logger.exception("unexpected error in ModelInfer")
             error = InferenceError("internal error; see the server log")

@@ -36,6 +36,19 @@ REST workers and the gRPC process add up):
   ``dropped`` when the shadow queue is full, ``busy`` when not run under
   load; inference/shadow/traffic.py)
 
+- ``nv_inference_pending_request_count{model, version}`` (gauge, summed over
+  live processes: Triton's pending requests, here the requests of a version
+  waiting for their turn at its seats, :mod:`inference.admission.fair_share`)
+
+An ensemble's composing models count a request for each step they run in
+``modelhost_inference_requests_total`` and its histogram, under the
+ensemble request's ``protocol`` (Triton counts them too; the ensemble's own
+request is counted once by its adapter).
+
+Triton's other metrics (``nv_inference_request_success`` ...) come from the
+statistics' counters at scrape time (:mod:`inference.observability.triton_metrics`),
+added to this exposition by :func:`add_exposition`.
+
 ``outcome`` is ``success`` or the protocol error code in lower case
 (``invalid_argument``, ``not_found``, ``unavailable``, ...). Requests for a
 model that does not exist are counted under ``model=""`` so that clients
@@ -112,6 +125,13 @@ SHADOW_REQUESTS = Counter(
     ["model", "version", "outcome"],
 )
 
+PENDING = Gauge(
+    "nv_inference_pending_request_count",
+    "Instantaneous number of pending requests awaiting execution per-model.",
+    ["model", "version"],
+    multiprocess_mode="livesum",
+)
+
 _children: dict[tuple, tuple] = {}
 _bytes_children: dict[str, tuple] = {}
 _level: int | None = None
@@ -176,6 +196,27 @@ def observe(
         )
 
 
+def count_step(protocol: str, model: str, version: str, outcome: str, seconds: float) -> None:
+    """Count one request an ensemble sent to a composing model (``version``
+    its pinned version; ``protocol``: the ensemble request's transport;
+    ``outcome`` as :func:`observe`'s) in the request counter and histogram;
+    no log line or bytes."""
+    counter, histogram = _series(model, version, protocol, outcome)
+    counter.inc()
+    histogram.observe(seconds)
+
+
+_pending_children: dict[tuple[str, str], object] = {}
+
+
+def pending(model: str, version: str):
+    """The pending-request gauge of a model version (``inc``/``dec`` around its wait; 0 from its first request)."""
+    child = _pending_children.get((model, version))
+    if child is None:
+        child = _pending_children[(model, version)] = PENDING.labels(model, version)
+    return child
+
+
 def throttled(team: str, limit: str) -> None:
     """Count one request refused by a rate limit (``team``: the caller's team,
     ``anonymous``, or "" for none; ``limit``: which, e.g. ``team_rate``,
@@ -230,6 +271,15 @@ _workers_registry = CollectorRegistry(auto_describe=False)
 _workers_registry.register(_workers)
 
 
+_expositions: list = []
+
+
+def add_exposition(render) -> None:
+    """Add ``render() -> bytes`` (more exposition text, e.g. Triton's metrics) to :func:`render_metrics`."""
+    if render not in _expositions:
+        _expositions.append(render)
+
+
 def watch_workers(view) -> None:
     """Export the live workers ``view()`` returns (worker mode's front ends)."""
     _workers.view = view
@@ -246,6 +296,8 @@ def render_metrics() -> bytes:
     text = generate_latest(registry)
     if _workers.view is not None:
         text += generate_latest(_workers_registry)
+    for render in _expositions:
+        text += render()
     return text
 
 

@@ -20,6 +20,7 @@ rows), ``execution_count`` model executions (a dynamic batch is one), and
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import logging
 import os
@@ -33,8 +34,15 @@ import numpy as np
 from inference.observability import statistics_local as local
 from inference.observability.outage import DependencyWatch
 from inference.observability.rollups import MinuteRollups
+from inference.protocol.errors import DeadlineExceeded, ModelNotReady
 
 logger = logging.getLogger(__name__)
+
+#: Why a request failed, as Triton's ``nv_inference_request_failure{reason}`` says it (Triton 2.49+):
+#: REJECTED its deadline or queue timeout passed before it ran, CANCELED the client cancelled it,
+#: BACKEND the model's run failed, OTHER anything else (a request that did not fit the model, an ensemble).
+REJECTED, CANCELED, BACKEND, OTHER = "REJECTED", "CANCELED", "BACKEND", "OTHER"
+FAILURE_REASONS = (REJECTED, CANCELED, BACKEND, OTHER)
 
 #: The stages of ``inference_stats``, as Triton names them.
 STAGES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss")
@@ -144,8 +152,8 @@ class StatisticsRecorder:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
-    def record_failure(self, model: str, version: int, total_ns: int) -> None:
-        """Count one failed request."""
+    def record_failure(self, model: str, version: int, total_ns: int, reason: str = OTHER) -> None:
+        """Count one failed request; ``reason``: one of :data:`FAILURE_REASONS` (see :func:`failure_reason`)."""
         with self._lock:
             if self.rollups is not None:
                 self.rollups.failure(time.time(), model, version)
@@ -154,6 +162,8 @@ class StatisticsRecorder:
             words = table.words
             words[start + _FAIL_COUNT] += 1
             words[start + _FAIL_NS] += total_ns
+            if reason in _REASON_AT:
+                words[start + _REASON_AT[reason]] += 1
             words[start + local.LAST] = int(time.time() * 1000)
 
     def record_success(
@@ -273,16 +283,23 @@ class StatisticsRecorder:
                 watch.ok()
 
     # -- reading ---------------------------------------------------------
+    def machine_counters(self) -> dict[local.Key, np.ndarray]:
+        """Cumulative counters of this machine's processes by (model, version,
+        batch size; 0: the version's own), as :meth:`read` sums them before
+        adding other machines': the source of Triton's per-server metrics
+        (:mod:`inference.observability.triton_metrics`). Fields at
+        :data:`~inference.observability.statistics_local.INDEX`."""
+        if self.directory is not None:
+            return local.machine_totals(self.directory)
+        with self._lock:
+            return self._table.snapshot()
+
     def read(self, keys: list[tuple[str, int]]) -> list[ModelStatistics]:
         """Statistics of the given (model, version) pairs: every inference
         this machine answered before the call (its processes' tables), plus
         what other machines have flushed to the store (at most
         ``flush_seconds`` behind)."""
-        if self.directory is not None:
-            totals = local.machine_totals(self.directory)
-        else:
-            with self._lock:
-                totals = self._table.snapshot()
+        totals = self.machine_counters()
         if self.store is not None:
             versions, batches, last = self.store.read(keys, exclude_machine=self.machine)
             _add_remote(totals, versions, batches, last)
@@ -321,6 +338,11 @@ _STAGE_AT = {
     "compute_output": (_SUCCESS_COUNT, _OUTPUT_NS), "cache_hit": (_HIT_COUNT, _HIT_NS),
     "cache_miss": (_MISS_COUNT, _MISS_NS),
 }  # fmt: skip
+_REASON_AT = {
+    REJECTED: _I["fail_rejected_count"],
+    CANCELED: _I["fail_canceled_count"],
+    BACKEND: _I["fail_backend_count"],
+}  # fmt: skip  (OTHER: the rest of fail_count)
 _ZERO = np.zeros(local.WIDTH, np.int64)
 _VERSION_FIELDS = [f.name for f in fields(VersionCounters)]
 _BATCH_FIELDS = [f.name for f in fields(BatchCounters)]
@@ -365,3 +387,18 @@ def _add_remote(totals: dict, versions: dict, batches: dict, last: dict) -> None
         total = totals.setdefault(key, np.zeros(local.WIDTH, np.int64))
         for name in _BATCH_SOURCES:
             total[_COUNTER_AT[name]] += getattr(counters, name)
+
+
+def failure_reason(exc: BaseException, ran: bool) -> str:
+    """Triton's reason for a failed request (:data:`FAILURE_REASONS`): ``exc``
+    what it raised, ``ran`` whether it failed in the model's run (the
+    executor) rather than before it. A deadline (or queue timeout) is
+    REJECTED, a cancellation CANCELED, any other error of the run BACKEND
+    (but a version unloaded meanwhile), everything else OTHER."""
+    if isinstance(exc, DeadlineExceeded):
+        return REJECTED
+    if isinstance(exc, asyncio.CancelledError):
+        return CANCELED
+    if ran and not isinstance(exc, ModelNotReady):
+        return BACKEND
+    return OTHER

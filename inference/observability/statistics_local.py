@@ -39,15 +39,19 @@ FIELDS = (
     "inference_count", "execution_count", "success_count", "success_ns", "fail_count", "fail_ns",
     "queue_ns", "compute_input_ns", "compute_infer_ns", "compute_output_ns", "last_inference_ms",
     "cache_hit_count", "cache_hit_ns", "cache_miss_count", "cache_miss_ns",  # after LAST: older tables hold 0
+    "fail_rejected_count", "fail_canceled_count", "fail_backend_count",  # of fail_count, by Triton's reason; 2nd layout
 )  # fmt: skip
 INDEX = {name: i for i, name in enumerate(FIELDS)}
 LAST = INDEX["last_inference_ms"]  # a maximum, not a sum
-WIDTH = 16
+WIDTH = 24
 NAME_BYTES = 256
 SLOT = np.dtype([("name", f"S{NAME_BYTES}"), ("version", "<i8"), ("batch", "<i8"), ("c", "<i8", (WIDTH,))])
 HEADER = struct.Struct("<8sqqqq")
 HEADER_BYTES = 64
-MAGIC = b"mhstats1"
+MAGIC = b"mhstats2"
+#: The first layout (16 counters a slot): tables a previous release left (``retired.stats``) are read in it.
+_MAGIC_V1, _SLOT_V1 = b"mhstats1", np.dtype([("name", f"S{NAME_BYTES}"), ("version", "<i8"), ("batch", "<i8"),
+                                             ("c", "<i8", (16,))])  # fmt: skip
 _COUNTERS_AT = NAME_BYTES + 16  # offset of the counters inside a slot
 RETIRED = "retired.stats"
 _LOCK = ".lock"
@@ -136,13 +140,22 @@ class CounterTable:
 
 
 def read_slots(data) -> np.ndarray:
-    """The used slots of a table's bytes (an empty array for anything else)."""
+    """The used slots of a table's bytes (an empty array for anything else;
+    a table of the first layout is widened, its further counters 0)."""
     if len(data) < HEADER_BYTES:
         return np.zeros(0, SLOT)
     magic, capacity, used, _, _ = HEADER.unpack_from(data)
-    if magic != MAGIC or not 0 <= used <= capacity or len(data) < HEADER_BYTES + used * SLOT.itemsize:
+    layout = {MAGIC: SLOT, _MAGIC_V1: _SLOT_V1}.get(magic)
+    if layout is None or not 0 <= used <= capacity or len(data) < HEADER_BYTES + used * layout.itemsize:
         return np.zeros(0, SLOT)
-    return np.frombuffer(data, SLOT, count=used, offset=HEADER_BYTES).copy()
+    slots = np.frombuffer(data, layout, count=used, offset=HEADER_BYTES)
+    if layout is SLOT:
+        return slots.copy()
+    widened = np.zeros(used, SLOT)
+    for name in ("name", "version", "batch"):
+        widened[name] = slots[name]
+    widened["c"][:, : _SLOT_V1["c"].shape[0]] = slots["c"]
+    return widened
 
 
 def _totals(tables: list[np.ndarray]) -> dict[Key, np.ndarray]:

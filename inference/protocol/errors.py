@@ -8,7 +8,8 @@ and its gRPC status name. Each transport maps once, from these attributes:
 the REST and TF Serving adapters through ``http_status``, the gRPC adapter
 through ``grpc_status``, the worker transport by ``code`` (:func:`from_code`).
 The message is what the client sees: it names what is wrong and where.
-An error after which a retry can succeed (every 503, and 429) carries
+An error after which a retry can succeed (every 503 but a refused model
+control, and 429) carries
 ``retry_after`` (seconds): REST answers it as ``Retry-After``, gRPC as
 ``retry-after`` trailing metadata (whole seconds, at least 1).
 """
@@ -26,6 +27,8 @@ class InferenceError(Exception):
     grpc_status = "INTERNAL"
     #: Seconds after which the same request can succeed (None: it will not by waiting).
     retry_after: float | None = None
+    #: The model version the failed request was routed to ("" before it was), for the metrics' labels.
+    served_version: str = ""
 
     def __init__(self, message: str):
         super().__init__(message)
@@ -170,6 +173,17 @@ class InUse(InferenceError):
     code = "FAILED_PRECONDITION"
     http_status = 409
     grpc_status = "FAILED_PRECONDITION"
+
+
+class ModelControlDisabled(InferenceError):
+    """A repository load or unload while the model control mode is ``none``
+    or ``poll`` (``serve --model-control-mode``): HTTP 503, gRPC
+    UNAVAILABLE, as Triton answers it, without ``retry_after`` (waiting
+    does not change the mode)."""
+
+    code = "UNAVAILABLE"
+    http_status = 503
+    grpc_status = "UNAVAILABLE"
 
 
 _BY_CODE: dict[str, type[InferenceError]] = {}

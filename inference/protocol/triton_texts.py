@@ -150,6 +150,18 @@ def too_many_strings(where: str, expected: int) -> DataMismatch:
     )
 
 
+#: Triton's HTTP front end's limit on the nesting of a tensor's JSON ``data`` (server src/http_server.cc).
+MAX_JSON_NESTING = 100
+
+
+def json_nesting(where: str, depth: int) -> InvalidInput:
+    """A tensor's JSON ``data`` nested ``depth`` >= MAX_JSON_NESTING lists deep."""
+    return InvalidInput(
+        f"JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_NESTING}): {where}: 'data' is nested "
+        f"at least {depth} lists deep"
+    )
+
+
 # -- the repository extension (core src/model_repository_manager/model_repository_manager.cc) --
 
 

@@ -81,7 +81,7 @@ def prepare(
     plan = region_tensors.RegionPlan() if remote else None
     for tensor in request.inputs:
         if tensor.data is None:  # the decoders leave an input sent in a region without data
-            _read_region(shared_memory, tensor, regions, plan)
+            _read_region(shared_memory, tensor, regions, plan, entry.model_name)
     feeds, rows = request_checks.check_inputs(entry, request)
     names, classify = request_checks.check_outputs(entry, request)
     written = _output_regions(shared_memory, request, regions, plan) if request.outputs else None
@@ -93,15 +93,16 @@ def prepare(
 
 
 def _read_region(
-    shared_memory: shm.RegionRegistry, tensor, regions: str, plan: region_tensors.RegionPlan | None
+    shared_memory: shm.RegionRegistry, tensor, regions: str, plan: region_tensors.RegionPlan | None, model: str
 ) -> None:
     """An input's data from its region (when numeric and ``plan`` is given,
-    only planned: a worker on this machine reads it itself)."""
+    only planned: a worker on this machine reads it itself); ``model`` names
+    the model in errors."""
     reference = region_tensors.tensor_reference(tensor.parameters, f"input '{tensor.name}'")
     if reference is None:
         raise InvalidInput(f"input '{tensor.name}' has no data")
     defer = plan is not None and tensor.datatype != "BYTES"
-    tensor.data, located = region_tensors.read_input(shared_memory, regions, tensor, reference, defer)
+    tensor.data, located = region_tensors.read_input(shared_memory, regions, tensor, reference, defer, model)
     if defer:
         plan.inputs[tensor.name] = located
 

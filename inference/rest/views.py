@@ -12,10 +12,12 @@ Model not ready answers 503 with ``{"error", "name", "ready": false}``.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.http import HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from inference.codecs import message
+from inference.dataplane import get_dataplane
 from inference.http import compression
 from inference.http.bodies import read_body
 from inference.http.responses import error_response, inference_response, json_response
@@ -114,12 +116,13 @@ class InferView(DirectPostView):
         return http_response
 
 
-def _json_object(request) -> dict:
-    """An optional JSON object body (repository API); {} when empty."""
+def _json_object(request, deep: bool = False) -> dict:
+    """An optional JSON object body (repository API); {} when empty;
+    ``deep``: nested to any depth (:func:`message.load_json`)."""
     body = read_body(request._request, allow_empty=True)
     if not body.strip():
         return {}
-    doc = message.load_json(body)
+    doc = message.load_json(body, deep=deep)
     if not isinstance(doc, dict):
         raise InvalidInput("the request body must be a JSON object")
     return doc
@@ -142,10 +145,10 @@ class RepositoryIndexView(ProtocolView):
     _encoded: tuple = (None, b"")  # (the index answered, its JSON); the class's: one per process
 
     def post(self, request):
-        doc = _json_object(request)
+        doc = _json_object(request, deep=True)  # a deep value where the boolean belongs: Triton's text
         ready = doc.get("ready", False)
         if not isinstance(ready, bool):
-            raise InvalidInput("'ready' must be a boolean")
+            raise InvalidInput("Invalid value for 'ready': expected a boolean")
         entries = self.extensions.repository.index(ready, self.token(request))
         cached = RepositoryIndexView._encoded
         if cached[0] is entries:
@@ -301,5 +304,10 @@ class LogSettingsView(ProtocolView):
 
 
 def metrics_view(request):
-    """GET /metrics: Prometheus exposition (all server processes)."""
+    """GET /metrics: Prometheus exposition (all server processes): ours and
+    Triton's (the data plane built first: it adds Triton's); 404 with
+    ``--allow-metrics false`` (METRICS_ENABLED)."""
+    if not settings.METRICS_ENABLED:
+        return error_response(404, "metrics are disabled (--allow-metrics false)")
+    get_dataplane()
     return HttpResponse(observability.render_metrics(), content_type=CONTENT_TYPE_LATEST)

@@ -232,7 +232,8 @@ def _to_text(name: str, array: np.ndarray) -> np.ndarray:
             flat_out[i] = item if isinstance(item, str) else bytes(item).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidInput(
-            f"input '{name}': BYTES element {i} is not valid UTF-8 ({exc.reason} at byte {exc.start}); "
-            "this model's string tensors hold text"
+            f"inference input '{name}': BYTES element {i} is not valid UTF-8 ({exc.reason} at byte {exc.start}): "
+            "string tensors hold text here (ONNX Runtime's Python API decodes every string it returns as UTF-8; "
+            "docs/v2-rest.md, Strings)"
         ) from None
     return out

@@ -194,6 +194,13 @@ class ModelRegistry:
         self.model(name)
         self.source.set_config(name, config, actor)
 
+    def add_version(self, name: str, model_file: bytes, config: str, origin: str, actor=None) -> tuple:
+        """A model file and configuration as the model's next version
+        (:meth:`inference.ports.RegistrySource.add_version`): (number, state,
+        reason); raises ModelNotFound, InvalidInput."""
+        self.model(name)
+        return self.source.add_version(name, model_file, config, origin, actor)
+
     # -- lookups ---------------------------------------------------------
     @property
     def models(self) -> dict[str, ModelEntry]:

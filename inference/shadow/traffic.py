@@ -48,7 +48,7 @@ from inference.executor import Executor
 from inference.observability.metrics import SHADOW_REQUESTS
 from inference.observability.outage import DependencyWatch
 from inference.observability.rollups import TRANSPORT
-from inference.observability.statistics import StatisticsRecorder
+from inference.observability.statistics import StatisticsRecorder, failure_reason
 from inference.protocol.errors import InferenceError
 from inference.requests import jobs
 from inference.serving.snapshot import VersionEntry
@@ -198,7 +198,7 @@ class ShadowTraffic:
             self._yield(budget)
             jobs.respond(shadow, request, job, run, self.statistics, None)  # the shadow version's statistics
         except InferenceError as exc:
-            self.statistics.record_failure(model, number, _now() - started)
+            self.statistics.record_failure(model, number, _now() - started, failure_reason(exc, False))
             self.rollups.failed(time.time(), model, number)
             SHADOW_REQUESTS.labels(model, shadow.version, "error").inc()
             logger.debug("shadow copy on %s version %s failed: %s", model, number, exc)

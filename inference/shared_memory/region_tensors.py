@@ -199,7 +199,7 @@ def tensor_reference(parameters: dict, where: str) -> TensorReference | None:
 
 
 def read_input(
-    registry, owner: str, tensor: RequestInput, reference: TensorReference, defer: bool = False
+    registry, owner: str, tensor: RequestInput, reference: TensorReference, defer: bool = False, model: str = ""
 ) -> tuple[np.ndarray, Span]:
     """The data of an input sent in a region, read into a new array (one
     copy; allocated only once ``shared_memory_byte_size``, which must be
@@ -208,8 +208,9 @@ def read_input(
     numeric input a worker on this machine reads itself is not read here
     (its data a stand-in, :func:`unread`). ``registry``: the machine's
     RegionRegistry (:meth:`inference.shared_memory.regions.RegionRegistry.span`).
-    Raises InvalidInput naming the input (and the region)."""
-    where = f"input '{tensor.name}'"
+    Raises InvalidInput naming the input, ``model`` (Triton's "input byte
+    size mismatch for input 'x' for model 'm'") and the region."""
+    where = f"input '{tensor.name}'" + (f" for model '{model}'" if model else "")
     datatype = BY_NAME[tensor.datatype]
     span = registry.span(owner, reference, where)
     if datatype.is_bytes:

@@ -16,6 +16,11 @@ directory becomes a READY ensemble version pinning them
 (models_store/intake/ensembles.py), or a failed result with the reason (nothing
 is stored). It is unchanged while the model has a version made from the
 same config.pbtxt.
+
+With ``strict`` (``serve --strict-model-config``, Triton's; also
+``--disable-auto-complete-config``) the configuration is not completed from
+the ONNX file: a model directory without a config.pbtxt declaring its inputs
+and outputs fails (its new versions FAILED with the reason).
 """
 
 from __future__ import annotations
@@ -57,6 +62,14 @@ class ImportResult:
 MAX_LABEL_FILE_BYTES = 16 << 20
 
 
+def import_source(version_dir: Path) -> str:
+    """What a version imported from ``version_dir`` records as its source
+    (on the version, in the audit log, in the UI and the API): the
+    directory relative to the repository, e.g. ``import: iris/1``; never
+    the server's file-system path."""
+    return f"import: {version_dir.parent.name}/{version_dir.name}"
+
+
 def _read_labels(model_dir: Path, output: str, filename: str) -> list[str]:
     """The labels of an output's ``label_filename``: one per line of a file
     in the model's directory. Raises ConfigError otherwise."""
@@ -75,12 +88,21 @@ def _read_labels(model_dir: Path, output: str, filename: str) -> list[str]:
         raise ConfigError(f"{where} is not UTF-8 text") from None
 
 
-def _read_config(model_dir: Path) -> tuple[TritonConfig | None, dict, str]:
+#: Why a model fails under ``strict`` (no automatic completion of its configuration).
+STRICT_NO_CONFIG = "config.pbtxt is required: automatic completion of the configuration is disabled (strict)"
+STRICT_NO_TENSORS = (
+    "config.pbtxt must declare the model's inputs and outputs: automatic completion of the configuration "
+    "is disabled (strict)"
+)
+
+
+def _read_config(model_dir: Path, strict: bool = False) -> tuple[TritonConfig | None, dict, str]:
     """(config, output labels, error): the parsed config.pbtxt and the labels
-    of its outputs' label files, or the reason it is unusable."""
+    of its outputs' label files, or the reason it is unusable (``strict``:
+    also a missing file, or one that leaves out the inputs or outputs)."""
     path = model_dir / "config.pbtxt"
     if not path.is_file():
-        return None, {}, ""
+        return None, {}, STRICT_NO_CONFIG if strict else ""
     try:
         config = parse_config(path.read_text(encoding="utf-8"))
         labels = {t.name: _read_labels(model_dir, t.name, t.label_filename) for t in config.outputs if t.label_filename}
@@ -88,6 +110,8 @@ def _read_config(model_dir: Path) -> tuple[TritonConfig | None, dict, str]:
         return None, {}, str(exc)
     if config.name and config.name != model_dir.name:
         return None, {}, f"config.pbtxt names the model {config.name!r} but its directory is {model_dir.name!r}"
+    if strict and not config.ensemble and not (config.inputs and config.outputs):
+        return None, {}, STRICT_NO_TENSORS
     return config, labels, ""
 
 
@@ -129,7 +153,7 @@ def _import_version(model, version_dir: Path, filename: str, config, config_erro
         outputs=[tensor_json(t) for t in signature.outputs] if signature else [],
         properties=signature.properties if signature else {},
         reason=reason,
-        source=str(version_dir.resolve()),
+        source=import_source(version_dir),
         preferred_number=int(version_dir.name),
     )
     message = reason
@@ -147,10 +171,14 @@ def _import_team(name: str | None):
     return accounts.team_get_or_create(name=name) if name else None
 
 
-def import_repository(root: Path, team: str | None = None) -> list[ImportResult]:
-    """Import every model directory under ``root``; see the module docstring.
-    Models that have no team get ``team`` (default: the REPOSITORY_TEAM
-    setting; empty: they stay operator-owned, changed by superusers only).
+def import_repository(
+    root: Path, team: str | None = None, *, strict: bool = False, only: set[str] | None = None
+) -> list[ImportResult]:
+    """Import every model directory under ``root`` (``only``: those of these
+    names); see the module docstring (``strict``: no automatic completion of
+    the configuration). Models that have no team get ``team`` (default: the
+    REPOSITORY_TEAM setting; empty: they stay operator-owned, changed by
+    superusers only).
 
     Raises FileNotFoundError when ``root`` is not a directory.
     """
@@ -161,12 +189,14 @@ def import_repository(root: Path, team: str | None = None) -> list[ImportResult]
     results: list[ImportResult] = []
     deferred = []
     for model_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if only is not None and model_dir.name not in only:
+            continue
         try:
             model_name_validator(model_dir.name)
         except Exception:
             results.append(ImportResult(model_dir.name, "", "skipped", message="not a valid model name"))
             continue
-        config, labels, config_error = _read_config(model_dir)
+        config, labels, config_error = _read_config(model_dir, strict)
         if config is not None and config.ensemble:
             deferred.append((model_dir, config))
             continue
@@ -206,7 +236,7 @@ def _import_ensemble(model_dir: Path, config: TritonConfig, owner) -> list[Impor
             continue
         try:
             version = ensembles.version_create(
-                model, config, source=str(version_dir.resolve()), action="version.import",
+                model, config, source=import_source(version_dir), action="version.import",
                 preferred_number=int(version_dir.name),
             )  # fmt: skip
         except (ensembles.EnsembleRefused, RegistryError) as exc:

@@ -22,7 +22,7 @@ from kombu.exceptions import OperationalError
 
 from models_store import storage
 from models_store.accounts import selectors as accounts
-from models_store.config.triton import ENSEMBLE, ConfigError, TritonConfig, parse_config
+from models_store.config.triton import ENSEMBLE, ConfigError, TritonConfig, parse_config, parse_config_json
 from models_store.errors import Conflict, NotFound, RegistryError, UploadRefused
 from models_store.intake import ensembles, uploads, validating
 from models_store.registry import selectors as registry
@@ -56,7 +56,10 @@ def version_upload(
     When the model does not exist it is created for ``team`` (required then),
     in the same transaction as the version; when a parallel upload created it
     meanwhile for the same team, this file becomes one of its versions. Order: :func:`uploads.preflight`
-    (empty, not ONNX, external data: UploadRefused), the duplicate check
+    (empty, not ONNX, external data: UploadRefused; when the validation runs off the request, i.e. queued or
+    a file above VALIDATE_IN_REQUEST_MAX_BYTES, a file without data files is not read here: only the outline
+    its bytes showed as they streamed in is checked, and validation fails the version with the reason for
+    the rest, so that the answer comes as soon as the file is stored), the duplicate check
     (DuplicateVersion), the move of the staged file into the store, then the
     version row (state UPLOADED) and its audit event in one transaction;
     validation is scheduled when that commits. If the row cannot be written
@@ -69,7 +72,10 @@ def version_upload(
     Raises UploadRefused, DuplicateVersion or RegistryError (also for a
     config the model cannot take).
     """
-    uploads.preflight(staged)
+    here = validating.validates_here()
+    # Validated before the answer (here, small) or off the request: then nothing reads the model in it.
+    in_request = here and staged.size <= settings.VALIDATE_IN_REQUEST_MAX_BYTES
+    uploads.preflight(staged, parse=in_request)
     model = registry.model_get(model_name)
     if model is None and team is None:
         raise RegistryError(f"unknown model '{model_name}': give a team to create it")
@@ -84,7 +90,6 @@ def version_upload(
         states.refuse_duplicate(model=model, sha256=staged.sha256)
     else:
         model_services.validate_model_name(name=model_name)
-    here = validating.validates_here()
     try:
         stored = storage.commit_staged(model_name, staged.directory, staged.sha256, staged.size)
     except BaseException:  # e.g. the storage backend is away: no local copy stays behind either
@@ -116,6 +121,37 @@ def version_upload(
         _remove_if_unreferenced(stored.relpath)
         raise
     return version
+
+
+def version_from_load(*, model_name: str, model_file: bytes, config_text: str, origin: str, actor):
+    """A model file and its configuration given in a repository load (Triton's
+    ``config`` and ``file:<version>/model.onnx`` parameters) as the next
+    version of the existing model ``model_name``: staged, then registered and
+    validated exactly like an upload (:func:`version_upload`, audited as
+    ``version.upload`` by ``actor`` with ``origin`` as its source). Bytes
+    that are already one of its versions make no new one: that version is
+    returned (the configuration still replaces the model's). Raises
+    NotFound (no such model), RegistryError (a config the model cannot
+    take, or not Triton's JSON form), UploadRefused."""
+    model = registry.model_get(model_name)
+    if model is None:
+        raise NotFound(f"unknown model '{model_name}'")
+    try:
+        config = parse_config_json(config_text, source="config")
+    except ConfigError as exc:
+        raise RegistryError(str(exc)) from None
+    staged = uploads.stage_bytes(model_file, origin)
+    try:
+        existing = registry.version_by_sha256(model, staged.sha256)
+        if existing is not None:
+            try:
+                model_services.model_set_config(model=model, config=config, actor=actor)
+            except ConfigError as exc:
+                raise RegistryError(str(exc)) from None
+            return existing
+        return version_upload(model_name=model_name, staged=staged, actor=actor, config=config)
+    finally:
+        storage.remove_path(staged.directory)
 
 
 def schedule_validation(*, version_id: int, here: bool | None = None) -> None:

@@ -5,7 +5,8 @@ multipart field ``file`` to ``MODEL_STORE_DIR/.tmp/upload-*/model.onnx``
 while computing its sha256, and each multipart field ``data`` (a model's
 external data: ONNX's way past 2 GB, https://onnx.ai/onnx/repo-docs/ExternalData.html)
 beside it under its file name; it refuses more than ``MAX_UPLOAD_BYTES`` in
-all (it stops reading the body), and fsyncs each file when it is complete.
+all (it stops reading the body), flushes each file to disk as it grows
+(every ``SYNC_EVERY_BYTES``) and fsyncs it when it is complete.
 Nothing is held in memory. The view calls :meth:`StagingUploadHandler.discard` in a
 ``finally``: whatever was not moved into the store is deleted, also when the
 client disconnects mid-body. :func:`preflight` then checks the staged file
@@ -30,6 +31,7 @@ from django.utils.datastructures import MultiValueDict
 from models_store import storage
 from models_store.errors import UploadRefused
 from models_store.intake import validation
+from models_store.intake.envelope import Envelope
 
 FIELD_NAME = "file"
 #: The multipart field of each external data file (its file name is the location the model references).
@@ -38,6 +40,10 @@ DATA_FIELD_NAME = "data"
 DATA_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.\-]{0,254}\Z")
 #: Room for the multipart envelope and the other form fields around the file.
 ENVELOPE_BYTES = 64 * 1024
+#: A file being written is flushed to disk each time this many more bytes arrived, so that the fsync
+#: at its end waits for at most these (a 1.2 GB file left 1.2 GB of dirty pages, 3.5 s to flush,
+#: between the body's end and the answer; bench/upload.py).
+SYNC_EVERY_BYTES = 64 * 2**20
 
 
 def max_upload_bytes() -> int:
@@ -57,11 +63,23 @@ class StagedFile(UploadedFile):
     store digests an artifact: the model file, then its data files in the
     order the model references them)."""
 
-    def __init__(self, path: Path, sha256: str, size: int, name: str, content_type: str | None, data_files: tuple = ()):
+    def __init__(
+        self,
+        path: Path,
+        sha256: str,
+        size: int,
+        name: str,
+        content_type: str | None,
+        data_files: tuple = (),
+        outline: str | None = None,
+    ):
         super().__init__(file=None, name=name, content_type=content_type, size=size)
         self.path = path
         self.sha256 = sha256
         self.data_files: tuple[Path, ...] = tuple(data_files)
+        #: What :class:`~models_store.intake.envelope.Envelope` found wrong with the file's outline as it
+        #: streamed in ("" : shaped like an ONNX model; None: not looked at).
+        self.outline = outline
 
     @property
     def directory(self) -> Path:
@@ -116,6 +134,7 @@ class StagingUploadHandler(FileUploadHandler):
         self._target = self.staging_dir / target
         self.file = open(self._target, "wb")  # closed in file_complete
         self._digest = hashlib.sha256() if target == storage.MODEL_FILENAME else None
+        self._envelope = Envelope() if self._digest is not None else None
         self._size = 0
 
     def _data_target(self, file_name: str) -> str | None:
@@ -135,8 +154,12 @@ class StagingUploadHandler(FileUploadHandler):
             self._drop()
             raise StopUpload(connection_reset=True)
         self.file.write(raw_data)
+        if self._size // SYNC_EVERY_BYTES != (self._size - len(raw_data)) // SYNC_EVERY_BYTES:
+            self.file.flush()
+            os.fdatasync(self.file.fileno())
         if self._digest is not None:
             self._digest.update(raw_data)
+            self._envelope.feed(raw_data)
         return None
 
     def file_complete(self, file_size):
@@ -152,6 +175,7 @@ class StagingUploadHandler(FileUploadHandler):
             self._size,
             self.file_name or storage.MODEL_FILENAME,
             self.content_type,
+            outline=self._envelope.problem(),
         )
         return self.staged
 
@@ -188,6 +212,22 @@ class StagingUploadHandler(FileUploadHandler):
         return self.staged
 
 
+def stage_bytes(data: bytes, name: str) -> StagedFile:
+    """``data`` as a staged model file (``name``: what the audit log shows
+    as its origin), for uploads that arrive in a request's parameters
+    (Triton's repository load with ``file:`` parameters); UploadRefused
+    when larger than the upload limit. Remove ``staged.directory`` when done."""
+    if len(data) > max_upload_bytes():
+        raise UploadRefused(too_large_message(len(data)), status=413)
+    directory = storage.new_staging_dir("load-")
+    target = directory / storage.MODEL_FILENAME
+    with open(target, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    return StagedFile(target, hashlib.sha256(data).hexdigest(), len(data), name, None)
+
+
 def install(request) -> StagingUploadHandler:
     """Make ``request`` (a Django HttpRequest, before its body is read) stream
     uploads into the store. Call ``discard()`` on the handler when done."""
@@ -196,19 +236,30 @@ def install(request) -> StagingUploadHandler:
     return handler
 
 
-def preflight(staged: StagedFile) -> None:
-    """Quick checks before a staged file may become a model version: not
-    empty, an ONNX model (a ModelProto with an IR version and a graph), and
-    its external data exactly the data files uploaded with it (a reference
-    such as ``../../etc/passwd`` is never followed; a data file the model
-    does not reference is refused). With data files, ``staged.sha256`` and
-    ``staged.size`` then cover them too. The full validation (checker,
-    session, warm-up) runs afterwards as a task.
+def preflight(staged: StagedFile, parse: bool = True) -> None:
+    """Checks before a staged file may become a model version: not empty,
+    an ONNX model, and its external data exactly the data files uploaded
+    with it (a reference such as ``../../etc/passwd`` is never followed; a
+    data file the model does not reference is refused). With data files,
+    ``staged.sha256`` and ``staged.size`` then cover them too.
+
+    ``parse``: read the model (``onnx.load`` without its external data: a
+    ModelProto with an IR version and a graph). Without it (an upload whose
+    validation runs off the request, alone, without data files) nothing of
+    the model is read here: the outline its bytes showed as they streamed in
+    (:class:`~models_store.intake.envelope.Envelope`) must be an ONNX
+    model's, and the rest (readable, a graph that checks, no external data)
+    is validation's, which fails the version with the reason. The full
+    validation (checker, session, warm-up) always runs afterwards.
 
     Raises UploadRefused with the reason.
     """
     if staged.size == 0:
         raise UploadRefused("the file is empty")
+    if staged.outline:
+        raise UploadRefused(f"not an ONNX model: {staged.outline}")
+    if not parse and not staged.data_files and staged.outline is not None:
+        return
     try:
         model = onnx.load(str(staged.path), load_external_data=False)
     except Exception as exc:  # DecodeError, ValueError, ...

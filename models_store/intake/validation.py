@@ -1,16 +1,14 @@
 """Validate an ONNX artifact and extract its signature.
 
-:func:`validate_artifact` runs, in order: the external-data safety check, the
-ONNX checker, ONNX Runtime session creation (on the given execution
-providers: a worker's device, CPU by default), signature extraction, the
-check against a Triton ``config.pbtxt`` when one is given, the size check
-(no input larger than a request may be), and a warm-up inference on zero
-inputs whose output shapes must agree with the ones the graph declares (a
-warm-up that fails is a warning in the log, never a refusal: Triton loads
-such a model, its own example ``simple_string`` among them). Any other
-failure raises :class:`ValidationError` whose message is the reason shown to
-users for a FAILED version: the model's directory (a worker's cache, the
-store) shown as ``<model dir>``, never as the absolute path of a server.
+:func:`validate_artifact` runs, in order: the external-data safety check (no file outside the model's
+directory, nor the model's own file), the ONNX checker, ONNX Runtime session creation (on the given
+execution providers: a worker's device, CPU by default), signature extraction, the check against a
+Triton ``config.pbtxt`` when one is given, the size check (no input larger than a request may be), and a
+warm-up inference on zero inputs whose output shapes must agree with the ones the graph declares (a
+warm-up that fails is a warning in the log, never a refusal: Triton loads such a model, its own example
+``simple_string`` among them). Any other failure raises :class:`ValidationError` whose message is the
+reason shown to users for a FAILED version: the model's directory (a worker's cache, the store) shown as
+``<model dir>``, never as the absolute path of a server.
 
 The warm-up is bounded: a 76-byte model may declare a fixed [40000, 40000]
 FP32 input (6.4 GB). Its memory is estimated from the graph first (inputs,
@@ -417,7 +415,8 @@ def _validate(path: Path, config: TritonConfig | None, log: list[str], providers
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # onnx raises DecodeError, ValueError, OSError...
         raise ValidationError(f"not a readable ONNX model: {exc}") from None
-    external_data_files(model, path.parent)
+    if path.resolve() in external_data_files(model, path.parent):  # ONNX Runtime would read the model as a weight
+        raise ValidationError(f"the model references its own file {path.name!r} as external data")
     model = without_weights(model)  # memory: the checker and the session read the file themselves
     try:
         onnx.checker.check_model(str(path))

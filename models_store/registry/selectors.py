@@ -416,3 +416,23 @@ def serving(model: RegisteredModel, pins: dict[str, set[int]] | None = None) -> 
             names.update(step.model for step in plan.steps)
     steps = [model_record(step, pins, signatures=False) for step in _models_listed().filter(name__in=names)]
     return serving_states([record, *steps])[model.name]
+
+
+def model_load_states() -> dict[str, tuple[bool, bool]]:
+    """Model name -> (loaded, is an ensemble), of every model (one query)."""
+    rows = RegisteredModel.objects.values_list("name", "loaded", "platform")
+    return {name: (loaded, platform == ENSEMBLE) for name, loaded, platform in rows}
+
+
+def models_sourced_under(directory: str) -> set[str]:
+    """The names of the models with a version imported from under
+    ``directory`` (an absolute path; a version's ``source`` is its version
+    directory), of any state."""
+    prefix = directory.rstrip("/") + "/"
+    rows = ModelVersion.objects.filter(source__startswith=prefix).values_list("model__name", flat=True)
+    return set(rows.distinct())
+
+
+def versions_sourced_under(model: RegisteredModel, directory: str) -> QuerySet[ModelVersion]:
+    """The versions of ``model`` imported from under ``directory`` (an absolute path)."""
+    return model.versions.filter(source__startswith=directory.rstrip("/") + "/").order_by("number")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
 import numpy as np
 import pytest
@@ -91,6 +93,11 @@ def _busy_times(page, canvas: str) -> set[int]:
     return {times[i] for values in _drawn(page, canvas).values() for i, v in enumerate(values) if v}
 
 
+def _labels(page, canvas: str) -> list[str]:
+    """The x axis labels of the Chart.js chart on ``canvas``."""
+    return page.evaluate("(id) => Chart.getChart(document.getElementById(id)).data.labels", canvas)
+
+
 def _load_range(page, name: str) -> None:
     page.click(f'#chart-range [data-range="{name}"]')
     expect(page.locator("#charts")).to_have_attribute("data-loaded-range", name)
@@ -119,6 +126,10 @@ def test_charts_show_the_load_per_version_and_transport(page, ui_server, shots):
     sent_in = {int(t) // 60 * 60 for t in (began, ended)}
     assert _busy_times(page, "chart-requests") <= sent_in and _busy_times(page, "chart-errors") <= sent_in
     expect(page.locator("#chart-totals")).to_contain_text("21 requests, 6 errors in the last hour")
+    # the time axis in 24-hour time, as the rest of the UI (the browser's en-US locale alone would say "02:05 PM")
+    zone = ZoneInfo(page.evaluate("Intl.DateTimeFormat().resolvedOptions().timeZone"))
+    times = page.evaluate("window.modelCharts.data.times")
+    assert _labels(page, "chart-requests") == [datetime.fromtimestamp(t, zone).strftime("%H:%M") for t in times]
 
     # latency and batch sizes of one series: every answered request ran alone (batch size 1)
     page.select_option("#chart-series", "v1 rest")
@@ -143,6 +154,10 @@ def test_charts_show_the_load_per_version_and_transport(page, ui_server, shots):
         assert _counts(page, "chart-requests") == want_requests and _counts(page, "chart-errors") == want_errors
         assert _busy_times(page, "chart-requests") <= {int(t) // step * step for t in (began, ended)}
         expect(page.locator('#chart-range [aria-pressed="true"]')).to_have_text(f"last {name}")
+        hours = [
+            datetime.fromtimestamp(t, zone).strftime("%H:%M") for t in page.evaluate("window.modelCharts.data.times")
+        ]
+        assert [label[-5:] for label in _labels(page, "chart-requests")] == hours
     _load_range(page, "hour")
     assert _counts(page, "chart-requests") == want_requests
 

@@ -113,10 +113,12 @@ def test_upload_iris_watch_it_validate_and_try_it(page, ui_server, iris_onnx, sh
     features, labels, probabilities = _expected_iris(IRIS_ROWS)
     rows = features.astype(np.float64).round(4).tolist()  # the dataset's decimals, as a person types them
     request = {"inputs": [{"name": "input", "shape": [3, 4], "datatype": "FP32", "data": rows}]}
+    expect(page.locator("#tryit-result")).to_be_hidden()  # no empty "Request sent" / "Answer" boxes before a send
     page.fill("#tryit-body", json.dumps(request))
     page.click("#tryit-send")
     answer_box = page.locator("#tryit-response")
     expect(answer_box).to_have_attribute("data-status", "200")
+    expect(page.locator("#tryit-result")).to_be_visible()
     answer = json.loads(answer_box.inner_text())
     outputs = {o["name"]: o for o in answer["outputs"]}
     assert (answer["model_name"], answer["model_version"]) == ("iris", "1")

@@ -399,3 +399,23 @@ def test_json_encode_bytes_refuses_invalid_utf8():
         json_codec.tensor_to_json(x, BY_NAME["BYTES"])
     assert "not valid UTF-8" in err.value.message
     assert "binary_data: true" in err.value.message
+
+
+@pytest.mark.parametrize("datatype", ["BYTES", "INT64", "FP32"])
+def test_data_nested_100_lists_deep_is_refused_in_triton_words(datatype):
+    """Triton's HTTP front end refuses 'data' nested 100 lists deep or more
+    (server src/http_server.cc, HTTP_MAX_JSON_NESTING_DEPTH); 60 is read, as
+    its one value for shape [1, 1] (Triton counts elements, not levels; numbers
+    nested past numpy's 64 dimensions are refused as ragged here)."""
+    value = "x" if datatype == "BYTES" else 7
+    shallow = value
+    for _ in range(60):
+        shallow = [shallow]
+    deep = shallow
+    for _ in range(40):
+        deep = [deep]
+    array = json_codec.tensor_from_json("input 'a'", BY_NAME[datatype], (1, 1), shallow)
+    assert array.shape == (1, 1) and array[0, 0] == (b"x" if datatype == "BYTES" else 7)
+    with pytest.raises(InvalidInput) as err:
+        json_codec.tensor_from_json("input 'a'", BY_NAME[datatype], (1, 1), deep)
+    assert err.value.message.startswith("JSON nesting depth exceeds maximum allowed limit (100): input 'a'")

@@ -156,7 +156,7 @@ def test_strings_decoded_for_the_model_and_refused_when_not_utf8(dataplane):
     out = _infer(dataplane, InferenceRequest("strings", [RequestInput("text", "BYTES", (2,), text)])).outputs[0]
     assert list(out.data) == ["ça?", "ok?"]
     bad = np.array([b"\xc3"], dtype=object)
-    with pytest.raises(InvalidInput, match="input 'text': BYTES element 0 is not valid UTF-8"):
+    with pytest.raises(InvalidInput, match="inference input 'text': BYTES element 0 is not valid UTF-8"):
         _infer(dataplane, InferenceRequest("strings", [RequestInput("text", "BYTES", (1,), bad)]))
 
 

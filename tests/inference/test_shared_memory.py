@@ -171,6 +171,9 @@ def test_inputs_are_checked_before_they_are_read(registry, objects):
     tensor = RequestInput("x", "FP32", (4, 4), None, {})
     with pytest.raises(InvalidInput, match=re.escape("input byte size mismatch for input 'x'. Expected 64, got 60")):
         region_tensors.read_input(registry, "team:a", tensor, region_tensors.TensorReference("r", 60, 0))
+    triton = "input byte size mismatch for input 'x' for model 'm'. Expected 64, got 60"  # with the model: Triton's
+    with pytest.raises(InvalidInput, match=re.escape(triton)):
+        region_tensors.read_input(registry, "team:a", tensor, region_tensors.TensorReference("r", 60, 0), model="m")
     standin, _span = region_tensors.read_input(
         registry, "team:a", tensor, region_tensors.TensorReference("r", 64, 0), defer=True
     )

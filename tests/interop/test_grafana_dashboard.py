@@ -47,7 +47,7 @@ def dashboard_metrics() -> set[str]:
     assert len(exprs) >= 12
     names = set()
     for expr in exprs:
-        names.update(re.findall(r"\b(modelhost_[a-z_]+)\b", re.sub(r'"[^"]*"', '""', expr)))
+        names.update(re.findall(r"\b((?:modelhost|nv)_[a-z_]+)\b", re.sub(r'"[^"]*"', '""', expr)))
     return names
 
 
@@ -84,3 +84,36 @@ def test_every_metric_the_dashboard_queries_is_exported(model_server):
     undeclared = (names & (set(CONDITIONAL) | IN_PROCESS_ONLY)) - declared()
     assert not undeclared, f"the dashboard queries metrics the server does not define: {sorted(undeclared)}"
     assert set(CONDITIONAL) <= names  # a stale entry here would hide nothing, but say so
+
+
+def _panels() -> list[dict]:
+    return json.loads(DASHBOARD.read_text())["panels"]
+
+
+def _queried(panel: dict) -> set[str]:
+    return {name for target in panel["targets"] for name in re.findall(r"\b((?:modelhost|nv)_[a-z_]+)", target["expr"])}
+
+
+def test_panels_that_may_say_no_data_explain_why():
+    """A panel whose every query names a metric that fills in only in worker mode or after a first
+    eviction, load wait or throttle says so in its description and in its "no value" text."""
+    conditional = set(CONDITIONAL) | WORKER_ONLY | IN_PROCESS_ONLY
+    quiet = [panel for panel in _panels() if _queried(panel) & conditional]
+    assert len(quiet) >= 5
+    for panel in quiet:
+        description = panel["description"]
+        assert any(word in description for word in ("worker mode only", "only after", "Fills in only")), panel["title"]
+        assert panel["fieldConfig"]["defaults"].get("noValue"), panel["title"]
+
+
+def test_the_dashboard_queries_both_metric_families():
+    """Our modelhost_* panels and Triton's nv_* panels; the model and version selectors read a metric both
+    Triton and this server export for every served version."""
+    panels = _panels()
+    assert any(_queried(p) and all(n.startswith("modelhost_") for n in _queried(p)) for p in panels)
+    triton = [p for p in panels if _queried(p) and all(n.startswith("nv_") for n in _queried(p))]
+    assert {"nv_inference_request_success", "nv_inference_request_failure", "nv_inference_queue_duration_us",
+            "nv_inference_compute_infer_duration_us", "nv_inference_count", "nv_inference_exec_count",
+            "nv_inference_pending_request_count"} <= set().union(*map(_queried, triton))  # fmt: skip
+    variables = json.loads(DASHBOARD.read_text())["templating"]["list"]
+    assert all("nv_inference_request_success" in v["definition"] for v in variables if "definition" in v)

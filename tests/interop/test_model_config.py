@@ -308,7 +308,9 @@ def test_load_errors_in_triton_words(http, grpc_client, ops, wire_url):
         with pytest.raises(InferenceServerException) as info:
             client.load_model("wrong_model_name", headers=ops)
         assert "failed to load" in info.value.message()
-        assert info.value.message().startswith("failed to load 'wrong_model_name', Request for unknown model")
+        assert info.value.message().startswith(
+            "failed to load 'wrong_model_name', failed to poll from model repository"
+        )
     status, body = _post(wire_url, "/v2/repository/models/reconfigured/load", {"parameters": {"config": {"a": 1}}}, ops)
     assert status == 400
     assert (

@@ -192,20 +192,27 @@ def test_trace_settings_control_sampling_at_runtime(server, tokens):
 
 
 def test_trace_and_log_settings_are_changed_by_operators_only(server, tokens):
-    """Reading the trace settings needs no credential (as Triton's); changing
-    them, and the log settings (which name a server path), an operator's."""
+    """Reading the trace settings needs no credential (as Triton's; an update
+    that changes nothing is a read); changing them, and the log settings
+    (which name a server path, even to read), an operator's."""
     team = {"authorization": f"Bearer {tokens['trace_dana']}"}
-    for path in ("/v2/trace/setting", "/v2/models/plain/trace/setting", "/v2/logging"):
-        for method in ("GET", "POST"):
-            if method == "GET" and "trace" in path:
-                for headers in ({}, team):
-                    status, body = request(server, method, path, b"", headers)
-                    assert status == 200 and body["trace_rate"] == "1000", (path, body)
-                continue
-            status, body = request(server, method, path, b"{}" if method == "POST" else b"")
-            assert status == 401 and "error" in body, (path, method)
-            status, body = request(server, method, path, b"{}" if method == "POST" else b"", team)
-            assert status == 403 and "operator" in body["error"], (path, method)
+    for path in ("/v2/trace/setting", "/v2/models/plain/trace/setting"):
+        # A read: GET, or an update that changes nothing (Triton's aio clients send one).
+        for method, body in (("GET", b""), ("POST", b"{}")):
+            for headers in ({}, team):
+                status, answer = request(server, method, path, body, headers)
+                assert status == 200 and answer["trace_rate"] == "1000", (path, method, answer)
+    changes = (
+        ("/v2/trace/setting", "POST", b'{"trace_rate": "5"}'),
+        ("/v2/models/plain/trace/setting", "POST", b'{"trace_rate": "5"}'),
+        ("/v2/logging", "GET", b""),
+        ("/v2/logging", "POST", b"{}"),
+    )
+    for path, method, body in changes:
+        status, answer = request(server, method, path, body)
+        assert status == 401 and "error" in answer, (path, method)
+        status, answer = request(server, method, path, body, team)
+        assert status == 403 and "operator" in answer["error"], (path, method)
 
 
 def test_log_settings_change_the_levels_of_every_process(server, tokens):

@@ -79,3 +79,63 @@ def test_a_small_upload_is_still_validated_before_the_answer(settings):
     api = Client(HTTP_AUTHORIZATION=f"Bearer {accounts.token_create(user=person('alice', 'ml'), name='ci')[1]}")
     answer = _upload(api, "small", m.affine(2.0, 1.0))
     assert answer.status_code == 201 and answer.json()["state"] == "READY"
+
+
+def test_an_upload_validated_off_the_request_reads_no_model_in_it(settings, after_the_answer, monkeypatch):
+    """The request streams, hashes and stores: ``onnx.load`` (or any other reader of the model) runs only in
+    the validation after the answer; what the model holds is validation's to refuse, on the version."""
+    import onnx
+
+    settings.VALIDATE_IN_REQUEST_MAX_BYTES = 0
+    loads: list[str] = []
+    original = onnx.load
+    monkeypatch.setattr(onnx, "load", lambda *a, **k: loads.append(str(a[0])) or original(*a, **k))
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {accounts.token_create(user=person('alice', 'ml'), name='ci')[1]}")
+    accepted = _upload(api, "big", m.affine(2.0, 1.0))
+    assert accepted.status_code == 202 and loads == [], loads
+    body = accepted.json()
+    assert body["state"] == "UPLOADED" and accepted["Location"] == "/api/models/big/versions/1/"
+    after_the_answer.set()
+    assert _settle(api, accepted["Location"])["state"] == "READY" and loads  # read by the validation
+
+
+@pytest.mark.parametrize(
+    "payload, reason",
+    [
+        # the outline of a model (ir_version, a graph field) around bytes that are no GraphProto
+        (b"\x08\x07\x3a\x03abc", "not a readable ONNX model"),
+        # a weight in external data at the model's own file: there is no other file beside it
+        (m.external_data_model("model.onnx"), "references its own file 'model.onnx' as external data"),
+        (m.external_data_model("w.bin"), "references missing external data file 'w.bin'"),
+        (m.external_data_model("../../etc/passwd"), "outside the model's directory"),
+    ],
+    ids=["not-a-graph", "itself", "missing-data", "etc-passwd"],
+)
+def test_a_bad_model_accepted_off_the_request_ends_failed_with_the_reason(settings, after_the_answer, payload, reason):
+    settings.VALIDATE_IN_REQUEST_MAX_BYTES = 0
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {accounts.token_create(user=person('alice', 'ml'), name='ci')[1]}")
+    accepted = _upload(api, "bad", payload)
+    after_the_answer.set()
+    assert accepted.status_code == 202, accepted.content
+    version = _settle(api, accepted["Location"])
+    assert version["state"] == "FAILED" and reason in version["reason"], version
+    assert "/" + "tmp" not in version["reason"] and str(settings.VAR_DIR) not in version["reason"]
+
+
+@pytest.mark.parametrize(
+    "payload, error",
+    [
+        (b"", "the file is empty"),
+        (b"GIF89a not a model", "not an ONNX model"),
+        (b"\x08\x07", "not an ONNX model: the file holds no ONNX graph"),
+        (m.affine(2.0, 1.0)[:-5], "not an ONNX model: the file ends inside a field"),
+    ],
+    ids=["empty", "gif", "no-graph", "truncated"],
+)
+def test_a_file_not_shaped_like_a_model_is_refused_at_once_off_the_request_too(settings, payload, error):
+    """The outline of the bytes as they streamed in (no parse): 400, no version, nothing stored."""
+    settings.VALIDATE_IN_REQUEST_MAX_BYTES = 0
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {accounts.token_create(user=person('alice', 'ml'), name='ci')[1]}")
+    answer = _upload(api, "junk", payload)
+    assert answer.status_code == 400 and error in answer.json()["error"], answer.content
+    assert not ModelVersion.objects.filter(model__name="junk").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from django.core.management import call_command
 
 from models_store.intake.repository import import_repository
-from models_store.models import ModelVersion, RegisteredModel
+from models_store.models import AuditEvent, ModelVersion, RegisteredModel
 from models_store.registry import selectors
 from models_store.storage import artifact_path
 from tests.support import onnx_models as m
@@ -47,7 +48,10 @@ def test_import_creates_ready_versions_with_signature(repo):
     stored = artifact_path(version.artifact)
     assert stored.read_bytes() == path.read_bytes()
     assert version.artifact == f"simple/{version.sha256}/model.onnx"
-    assert version.source == str(path.parent.resolve())
+    assert version.source == "import: simple/1"  # relative to the repository, never the server's path
+    (event,) = AuditEvent.objects.filter(model_name="simple", action="version.import")
+    assert event.detail["source"] == "import: simple/1"
+    assert str(repo) not in json.dumps(event.detail)
 
 
 def test_import_is_idempotent(repo):
@@ -218,3 +222,22 @@ def test_skips_and_command_output(repo, capsys):
 def test_missing_repository_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError):
         import_repository(tmp_path / "nowhere")
+
+
+def test_sources_recorded_as_server_paths_are_rewritten_relative(repo):
+    """Migration 0016: versions imported before kept their directory's server path as their source."""
+    import importlib
+
+    from django.apps import apps
+
+    m.write_model(repo, "simple", m.add_sub("INT32"))
+    import_repository(repo)
+    old = str((repo / "simple" / "1").resolve())
+    ModelVersion.objects.filter(model__name="simple").update(source=old)
+    event = AuditEvent.objects.get(model_name="simple", action="version.import")
+    AuditEvent.objects.filter(pk=event.pk).update(detail={**event.detail, "source": old})
+    importlib.import_module("models_store.migrations.0016_relative_import_sources").forwards(apps, None)
+    assert ModelVersion.objects.get(model__name="simple").source == "import: simple/1"
+    event.refresh_from_db()
+    assert event.detail["source"] == "import: simple/1" and event.detail["sha256"]
+    assert not AuditEvent.objects.filter(detail__icontains=str(repo)).exists()

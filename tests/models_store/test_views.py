@@ -525,3 +525,19 @@ def test_every_page_has_the_content_security_policy_and_no_inline_code(alice):
     templates = sorted((Path(__file__).parents[2] / "templates").rglob("*.html"))
     assert len(templates) > 10
     assert {t.name: inline.findall(t.read_text()) for t in templates if inline.search(t.read_text())} == {}
+
+
+def test_favicon_is_served_and_linked(alice):
+    """``/favicon.ico`` (asked for by browsers on every page) is a 32x32 icon, and pages link an SVG one."""
+    answer = Client().get("/favicon.ico")
+    assert answer.status_code == 200
+    body = b"".join(answer.streaming_content) if answer.streaming else answer.content
+    assert body[:6] == b"\x00\x00\x01\x00\x01\x00"  # an ICO file with one image
+    assert (body[6], body[7]) == (32, 32)
+    page = _text(alice.get("/models/"))
+    link = re.search(r'<link rel="icon" href="([^"]+\.svg)"', page)
+    assert link is not None and '<link rel="icon" href="/favicon.ico"' in page
+    svg = Client().get(link.group(1))
+    assert svg.status_code == 200
+    svg_body = b"".join(svg.streaming_content) if svg.streaming else svg.content
+    assert svg_body.startswith(b"<svg")

@@ -208,6 +208,13 @@ ENSEMBLES = {
         '{ name: "Y" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
         [("ens_stats_a", -1, {"x": "X"}, {"y": "t"}), ("ens_stats_b", -1, {"x": "t"}, {"y": "Y"})],
     ),
+    # used by the Triton metrics test only (tests/interop/test_triton_metrics.py), so that its counts are exact
+    "ens_metrics": _ensemble(
+        "ens_metrics",
+        '{ name: "X" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        '{ name: "Y" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
+        [("ens_metrics_a", -1, {"x": "X"}, {"y": "t"}), ("ens_metrics_b", -1, {"x": "t"}, {"y": "Y"})],
+    ),
     # a chain of three models of its own (exact statistics); the middle one takes batches of exactly 2
     "ens_chain": _ensemble(
         "ens_chain",
@@ -233,6 +240,8 @@ def write_ensembles(root: Path) -> None:
     m.write_model(root, "ens_fixed_batch", m.affine(1.0, 0.5, batch=2))
     m.write_model(root, "ens_stats_a", m.affine(1.0, 1.0))
     m.write_model(root, "ens_stats_b", m.affine(2.0, 0.0))
+    m.write_model(root, "ens_metrics_a", m.affine(1.0, 1.0))
+    m.write_model(root, "ens_metrics_b", m.affine(2.0, 0.0))
     m.write_model(root, "ens_chain_a", m.affine(1.0, 1.0))
     m.write_model(root, "ens_chain_b", m.affine(1.0, 0.5, batch=2))
     m.write_model(root, "ens_chain_c", m.affine(2.0, 0.0))
@@ -269,9 +278,12 @@ def build_test_repository(root: Path, with_sklearn: bool = True) -> Path:
     # Used only by the statistics / metrics tests, so their counts are exact.
     m.write_model(root, "stats_probe", m.affine(1.0, 0.0), config=BATCHED_CONFIG.replace('"affine"', '"stats_probe"'))
     m.write_model(root, "repo_probe", m.identity("FP32"))
+    metrics_config = BATCHED_CONFIG.replace('"affine"', '"metrics_probe"')
+    m.write_model(root, "metrics_probe", m.affine(3.0, 1.0), config=metrics_config)  # Triton's metrics test only
     # perf_analyzer --streaming only (tests/interop/test_grpc_stream.py), so that its server counts are exact.
     m.write_model(root, "stream_probe", m.affine(2.0, 1.0), config=BATCHED_CONFIG.replace('"affine"', '"stream_probe"'))
     m.write_model(root, "audited", m.identity("FP32"))  # repository load/unload audit
+    m.write_model(root, "file_loaded", m.identity("FP32"))  # versions added by loads with file: (test_triton_qa.py)
     # Dynamic batching: y = 3x - 1 batched within 20 ms; a gather table over [N, K] (any K); a 2 s window.
     m.write_model(root, "batched", m.affine(3.0, -1.0), config=DYNAMIC_BATCHING.format(delay=20000))
     m.write_model(root, "batched_gather", m.gather_table(), config=DYNAMIC_BATCHING.format(delay=20000))

@@ -58,18 +58,22 @@ class LiveServer:
         workers: int = 2,
         devices: tuple[str, ...] = (),
         worker_env: dict | None = None,
+        args: tuple[str, ...] = (),
     ):
-        """``devices``: inference workers (``runworker --device``) to start too;
+        """``args``: more ``serve`` options (e.g. ``--model-control-mode explicit``).
+        ``devices``: inference workers (``runworker --device``) to start too;
         give ``extra_env`` INFERENCE_EXECUTOR=workers and REDIS_URL with them
         (and ``worker_env``: what only the workers get, e.g. their TLS files).
         Every process gets one SECRET_KEY of this server's (worker mode refuses
         a generated one)."""
+        self.args = tuple(args)
         self.devices = devices
         self.worker_env = dict(worker_env or {})
         self.worker_processes: dict[str, subprocess.Popen] = {}
         self.worker_devices: dict[str, str] = {}
         self.http_port = free_port()
         self.grpc_port = free_port()
+        self.metrics_port = free_port()  # never Triton's 8002: servers of parallel tests would share it
         self.repository = repository
         self.var_dir = var_dir
         self.log_path = var_dir / "serve.log"
@@ -87,14 +91,19 @@ class LiveServer:
     def grpc_url(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
 
-    def start(self, timeout: float = 90, attempts: int = 3) -> LiveServer:
-        """Start serve and wait until both transports answer. A port that
+    def start(self, timeout: float | None = None, attempts: int = 3) -> LiveServer:
+        """Start serve and wait until both transports answer (``timeout`` s; default
+        ``$LIVE_SERVER_START_SECONDS`` or 180: a shared, loaded machine starts a
+        server slowly; a start is not what these tests time). A port that
         another process took between :func:`free_port` and the bind (another
         pytest worker's server, or a client connection's ephemeral port) is
         retried on new ports, ``attempts`` times in all."""
+        if timeout is None:
+            timeout = float(os.environ.get("LIVE_SERVER_START_SECONDS", "180"))
         self.var_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
-        command = serve_command(self.repository, self.http_port, self.grpc_port)
+        ports = ("--metrics-port", str(self.metrics_port))
+        command = serve_command(self.repository, self.http_port, self.grpc_port, *ports, *self.args)
         self.process = subprocess.Popen(
             command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -184,11 +193,26 @@ class LiveServer:
             return self.process.wait()
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of session ``sid`` (a process started with
+    ``start_new_session``: its pid), also those in process groups of their
+    own (``serve``'s children, hosting/supervisor.py) and those whose parent
+    is gone."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            session = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[4])
+        except (OSError, ValueError, IndexError):  # exited meanwhile
+            continue
+        if session == sid:
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+_kill_group = kill_session
 
 
 def serve_live(repository: Path, var_dir: Path, env: dict, workers_redis: str | None = None):

@@ -6,6 +6,13 @@ chosen by measurement, see bench/README.md); with ``--grpc-port`` the gRPC
 server runs as a second child (``manage.py rungrpc``). Both read the same
 registry. This process supervises them (hosting/supervisor.py): SIGTERM or
 SIGINT stops both cleanly; a child that crashes is restarted.
+
+Triton's options (hosting/triton_flags.py, docs/command-line.md): the model
+control modes (models_store/intake/model_control.py; ``poll`` reads the
+repository again on a timer of this process), ``--load-model``,
+``--strict-model-config``, ``--exit-on-error``, the log options (written to
+the machine's runtime log settings before the servers start), the bind
+addresses.
 """
 
 from __future__ import annotations
@@ -20,10 +27,14 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
+from hosting import granian_logging, metrics_port, triton_flags
 from hosting.composition import IN_PROCESS, WORKERS, executor_mode
 from hosting.deployment import DeploymentError, check_worker_mode
 from hosting.supervisor import Child, Supervisor
+from inference import runtime_settings
+from inference.protocol.errors import InvalidInput
 from models_store import maintenance
+from models_store.intake import model_control
 from models_store.intake.repository import import_repository
 
 
@@ -88,42 +99,92 @@ class Command(BaseCommand):
     help = "Migrate, import --model-repository, and serve V2 REST (and gRPC with --grpc-port)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--model-repository", type=Path, help="Triton-style repository to import first")
+        parser.add_argument(
+            "--model-repository", "--model-store", type=Path, help="Triton-style repository to import first"
+        )
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--http-port", type=int, default=8000)
         parser.add_argument("--grpc-port", type=int, default=None, help="also serve gRPC on this port")
         parser.add_argument("--workers", type=int, default=settings.HTTP_WORKERS, help="HTTP server processes")
         parser.add_argument("--threads", type=int, default=settings.HTTP_THREADS, help="threads per HTTP process")
+        triton_flags.add_arguments(parser)  # --model-control-mode, --load-model, ... (Triton's)
+        parser.add_argument("--metrics-port", type=int, default=8002, help="Triton's metrics port (/metrics)")
+        parser.add_argument(
+            "--allow-metrics", type=triton_flags.boolean, nargs="?", const=True, default=True, metavar="BOOL",
+            help="Triton's: false turns metrics off (the metrics port and /metrics)",
+        )  # fmt: skip
 
-    def handle(self, *args, **options):
-        _check_executor()
-        migrate()
-        repository = options["model_repository"]
+    def _start_models(self, options: dict, control: triton_flags.ModelControl):
+        """Import the repository and load the models the control mode starts
+        with; the repository poll (not started) in ``poll`` mode, else None.
+        Raises CommandError (--exit-on-error: a model that failed, an unknown
+        --load-model)."""
+        repository, poll, results = options["model_repository"], None, []
         if repository is not None:
             try:
-                results = import_repository(repository)
+                if control.mode == model_control.POLL:
+                    poll = model_control.RepositoryPoll(repository, strict=control.strict)
+                    results = poll.run()
+                else:
+                    results = import_repository(repository, strict=control.strict)
             except FileNotFoundError as exc:
                 raise CommandError(str(exc)) from None
             for result in results:
                 self.stdout.write(str(result))
+        wanted = control.load if control.mode == model_control.EXPLICIT else ()
+        unknown = model_control.unknown_models(wanted)
+        everything = not wanted or model_control.ALL in wanted
+        failed = [r for r in results if r.outcome == "failed" and (everything or r.model in wanted)]
+        problems = [f"{r.model}: {r.message}" for r in failed] + [f"--load-model {n}: no such model" for n in unknown]
+        if problems and control.exit_on_error:
+            raise CommandError("models failed to load (--exit-on-error):\n  " + "\n  ".join(problems))
+        for name in unknown:
+            self.stderr.write(f"warning: --load-model {name}: no such model")
+        if control.mode:
+            gone = poll.removed() if poll else ()
+            loaded = model_control.load_at_start(mode=control.mode, names=wanted, exclude=gone)
+            self.stdout.write(f"model control mode {control.mode}: loaded {', '.join(loaded) or 'no model'}")
+        return poll
+
+    def handle(self, *args, **options):
+        control = triton_flags.model_control(options, default_mode=settings.MODEL_CONTROL_MODE)
+        for warning in control.warnings:
+            self.stderr.write(f"warning: {warning}")
+        _check_executor()
+        migrate()
+        log = triton_flags.log_settings(options)
+        if log:
+            try:
+                runtime_settings.runtime_settings().update_log(log)  # every process of the machine
+            except InvalidInput as exc:
+                raise CommandError(str(exc)) from None
+        poll = self._start_models(options, control)
         connections.close_all()
         host = options["host"]
+        http_host, grpc_host = options["http_address"] or host, options["grpc_address"] or host
         base = str(settings.BASE_DIR)
         env = dict(
             os.environ,
             DJANGO_SETTINGS_MODULE=os.environ.get("DJANGO_SETTINGS_MODULE", "hosting.settings"),
             PROMETHEUS_MULTIPROC_DIR=str(_fresh_metrics_dir()),
             HTTP_THREADS=str(options["threads"]),  # the work slots of hosting/body_gate.py
+            MODEL_CONTROL_MODE=control.mode,  # the repository extension refuses load/unload in none and poll
+            METRICS_ENABLED=str(options["allow_metrics"]).lower(),
         )
         http = [
             sys.executable, "-m", "granian", "--interface", "wsgi", "--http", "1", "--no-ws",
-            "--host", host, "--port", str(options["http_port"]),
+            "--host", http_host, "--port", str(options["http_port"]),
             "--workers", str(options["workers"]),
             "--blocking-threads", str(options["threads"] + settings.HTTP_BODY_THREADS),
-            "--runtime-threads", "1", "--backlog", "2048", "--workers-kill-timeout", "20",
+            "--runtime-threads", "1", "--backlog", "2048",
             "--log-level", settings.LOG_LEVEL.lower(), "--respawn-failed-workers",
+            "--log-config", str(granian_logging.write(Path(settings.VAR_DIR) / "run" / "granian-logging.json")),
             "hosting.wsgi:application",
         ]  # fmt: skip
+        # No --workers-kill-timeout: granian 2.8 then checks a worker 1 ms after its exit is signalled (the
+        # worker's sentinel pipe closes), often before the worker can be reaped, and logs "Killing worker-N
+        # after it refused to gracefully stop" for a worker that exited 0. A worker that really hangs is killed
+        # with its process group by the supervisor's grace period (hosting/supervisor.py).
         ready_file = None
         grpc_processes = settings.GRPC_PROCESSES if options["grpc_port"] is not None else 0
         env["SERVING_PROCESSES"] = str(options["workers"] + grpc_processes)  # they share SESSION_MEMORY_BUDGET_MB
@@ -132,11 +193,16 @@ class Command(BaseCommand):
             ready_file.unlink(missing_ok=True)
             env["GRPC_READY_FILE"] = str(ready_file)
         children = [Child("http", http, env, base)]
-        self.stdout.write(f"serving V2 REST on http://{host}:{options['http_port']}")
+        self.stdout.write(f"serving V2 REST on http://{http_host}:{options['http_port']}")
+        self.stdout.write(
+            f"HTTP: {options['workers']} process(es), each running at most {options['threads']} requests at once "
+            f"(HTTP_THREADS) and holding up to {settings.HTTP_BODY_THREADS} more threads that only wait for "
+            "request bodies (HTTP_BODY_THREADS, hosting/body_gate.py)"
+        )
         if options["grpc_port"] is not None:
-            grpc = [sys.executable, "manage.py", "rungrpc", "--host", host, "--port", str(options["grpc_port"])]
+            grpc = [sys.executable, "manage.py", "rungrpc", "--host", grpc_host, "--port", str(options["grpc_port"])]
             children.append(Child("grpc", grpc, env, base))
-            self.stdout.write(f"serving V2 gRPC on {host}:{options['grpc_port']}")
+            self.stdout.write(f"serving V2 gRPC on {grpc_host}:{options['grpc_port']}")
         self.stdout.flush()
 
         def on_exit(pid: int) -> None:
@@ -146,10 +212,16 @@ class Command(BaseCommand):
 
         upkeep = maintenance.start()  # the reaper and the cleanup of interrupted uploads, on a timer
         rollouts = maintenance.start_rollouts()  # the steps of progressive rollouts judged when due
+        polling = maintenance.start_repository_poll(poll.run, control.poll_seconds) if poll else None
+        metrics = metrics_port.start(options, self.stdout)  # hosting/metrics_port.py
         try:
             failed = Supervisor(children, on_exit=on_exit).run() != 0
         finally:
+            if metrics is not None:
+                metrics.stop()
             upkeep.stop()
             rollouts.stop()
+            if polling is not None:
+                polling.stop()
         if failed:
             raise CommandError("a server process kept failing; see the log above")

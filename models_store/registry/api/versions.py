@@ -76,7 +76,12 @@ class VersionListView(base.RegistryView):
             201: LinkedResponse(VersionSerializer, description="Validated: READY.", links=UPLOADED_LINKS),
             202: LinkedResponse(
                 VersionSerializer,
-                description="Accepted; a worker validates it (poll the version; its log says where it waits or runs).",
+                description=(
+                    "Accepted: stored, validated off the request (a worker, or this server's background thread for "
+                    "a file above VALIDATE_IN_REQUEST_MAX_BYTES). The version is UPLOADED (VALIDATING while it "
+                    "runs): poll the URL in Location until READY, or FAILED with the reason; its log says where it "
+                    "waits or runs."
+                ),
                 links=UPLOADED_LINKS,
             ),
             **errors(
@@ -103,8 +108,11 @@ class VersionListView(base.RegistryView):
         Triton config.pbtxt) it replaces the model's configuration, and a
         field this server does not support is refused (400). Validation (ONNX
         checker, ONNX Runtime session, signature, warm-up inference) runs as
-        a task: in the embedded mode before this answers (201 READY or 422
-        FAILED), with a worker afterwards (202; poll the version)."""
+        a task: in the embedded mode before this answers for a file up to
+        VALIDATE_IN_REQUEST_MAX_BYTES (201 READY or 422 FAILED), else
+        afterwards (202 UPLOADED: poll the version at ``Location``); the
+        request then reads nothing of the model, so it answers as soon as
+        the file is stored."""
         intake.check_upload(user=request.user, token=self.token, model_name=name)
         try:
             data = request.data

@@ -37,7 +37,7 @@
 
   function label(seconds, range) {
     const d = new Date(seconds * 1000);
-    const hm = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    const hm = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
     return range === "week" ? `${d.toLocaleDateString([], { weekday: "short" })} ${hm}` : hm;
   }
 

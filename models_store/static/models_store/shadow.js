@@ -47,7 +47,7 @@
   }
 
   function drawChart(data) {
-    const labels = data.times.map((t) => new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }));
+    const labels = data.times.map((t) => new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hourCycle: "h23" }));
     const datasets = [];
     Object.entries(data.series.outputs).forEach(([name, s], i) => {
       const color = PALETTE[i % PALETTE.length];

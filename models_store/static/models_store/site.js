@@ -68,6 +68,7 @@ if (tryit) {
     const tokenField = document.getElementById("tryit-token");
     if (tokenField && tokenField.value.trim()) headers.Authorization = "Bearer " + tokenField.value.trim();
     const shown = Object.entries(headers).map(([k, v]) => `${k}: ${k === "Authorization" ? "Bearer …" : v}`).join("\n");
+    document.getElementById("tryit-result").hidden = false;  // shown once there is something to show
     document.getElementById("tryit-request").textContent = `POST ${tryit.dataset.url}\n${shown}\n\n${pretty(body)}`;
     const status = document.getElementById("tryit-status");
     const answer = document.getElementById("tryit-response");

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("models_store", "0015_shadow"),
+        ("models_store", "0016_relative_import_sources"),
     ]
 
     operations = [
