@@ -259,6 +259,7 @@ def _runner(loader, budget_mb: int, processes: int = 1, **gpu) -> ModelRunner:
         on_evict=_observe_eviction,
         on_charge=observability.CHARGED_BYTES.set,
         on_wait=_observe_wait,
+        load_wait_seconds=settings.MODEL_LOAD_WAIT_SECONDS,
         **gpu,
     )
 
@@ -390,7 +391,9 @@ def _build_parts() -> ServingParts:
             settings.SERVING_PROCESSES,
         )
         on_gpu = "CUDAExecutionProvider" in settings.ORT_EXECUTION_PROVIDERS
-        executor = InProcessExecutor(runner, gpus=(settings.ORT_DEVICE_ID,) if on_gpu else ())
+        executor = InProcessExecutor(
+            runner, gpus=(settings.ORT_DEVICE_ID,) if on_gpu else (), always=settings.SESSIONS_ALWAYS_LOADED
+        )
     executor.start()
     registry.add_listener(executor.on_snapshot)
     registry.add_listener(ports.container.authorizer.cache.on_registry_change)
@@ -469,7 +472,7 @@ def build_worker(device: str, providers: list, where: str = "", gpu_ordinal: int
         **(_gpu_budget(gpu_ordinal) if gpu_ordinal is not None else {}),
     )
     cpu = settings.WORKER_CPU_INSTANCES or cpu_instances(settings.ORT_INTRA_OP_THREADS)
-    runtime = WorkerRuntime(device, runner, registry, cpu_instances=cpu)
+    runtime = WorkerRuntime(device, runner, registry, cpu_instances=cpu, always=settings.SESSIONS_ALWAYS_LOADED)
     registry.add_listener(runtime.on_snapshot)
     registry.add_listener(CacheJanitor(settings.WORKER_CACHE_DIR, "sha256").on_snapshot)
     registry.add_listener(CacheJanitor(shared_weights_dir(), "sha256").on_snapshot)

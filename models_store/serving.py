@@ -31,9 +31,7 @@ class StoreRegistrySource:
         self._receivers: dict = {}
 
     def models(self) -> list[ModelRecord]:
-        models = selectors.registry_snapshot()
-        pins = selectors.ensemble_pins()
-        return [selectors.model_record(m, pins) for m in models]
+        return selectors.serving_records()
 
     def stamp(self) -> int:
         return stamp_get()

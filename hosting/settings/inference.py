@@ -53,6 +53,14 @@ SHARED_WEIGHTS_PREPACK = env.bool("SHARED_WEIGHTS_PREPACK", default=False)
 SESSION_MEMORY_BUDGET_MB = env.int("SESSION_MEMORY_BUDGET_MB", default=0)
 #: How many processes serve inference in process on this machine (`serve` sets it: HTTP + gRPC processes).
 SERVING_PROCESSES = env.int("SERVING_PROCESSES", default=1)
+#: Sessions load on a version's first request; this bounds that request's wait for the load, seconds
+#: (0: only the request's deadline): past it the request is refused (503 / UNAVAILABLE, "still loading;
+#: retry") while the load goes on for the next requests (inference/runtime/runner.py).
+MODEL_LOAD_WAIT_SECONDS = env.float("MODEL_LOAD_WAIT_SECONDS", default=120.0)
+#: Models whose serving versions every serving process (and worker) loads at its start, before it is
+#: ready, and never unloads for the memory budget: comma-separated names or shell-style patterns
+#: (``fraud-*``; ``*``: every model). A model's config can ask for it too (parameter ``always_loaded``).
+SESSIONS_ALWAYS_LOADED = tuple(env.list("SESSIONS_ALWAYS_LOADED", default=[]))
 
 # --- Inference access control ----------------------------------------------
 #: When true, inference needs ``Authorization: Bearer <token>`` (REST) or the

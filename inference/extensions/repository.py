@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import threading
 from dataclasses import dataclass
 
 from inference.admission import auth
@@ -17,7 +18,7 @@ from inference.protocol.errors import InvalidInput, ModelControlDisabled, ModelN
 from inference.serving.registry import ModelRegistry
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IndexEntry:
     """One row of the model repository index (Triton's ``ModelIndex``)."""
 
@@ -25,6 +26,21 @@ class IndexEntry:
     version: str
     state: str  # READY, UNAVAILABLE, LOADING
     reason: str
+
+
+def _entries(models: dict):
+    """The index entries of a snapshot (model name -> entry), in order."""
+    for name in sorted(models):
+        model = models[name]
+        for number in sorted(model.versions):
+            version = model.versions[number]
+            if version.serving:
+                state, reason = "READY", ""
+            elif version.state in ("UPLOADED", "VALIDATING", "LOADING"):
+                state, reason = "LOADING", version.state.lower()
+            else:
+                state, reason = "UNAVAILABLE", version.reason or version.state
+            yield IndexEntry(name, version.version, state, reason)
 
 
 #: The model control modes in which the repository's load and unload are refused (Triton's).
@@ -41,6 +57,8 @@ class RepositoryExtension:
     def __init__(self, registry: ModelRegistry, control_mode: str = ""):
         self.registry = registry
         self.control_mode = control_mode
+        self._built: tuple = (None, (), ())  # (the snapshot, its index, its READY entries)
+        self._lock = threading.Lock()
 
     def _refuse_in_control_mode(self) -> None:
         """Raise ModelControlDisabled (503 / UNAVAILABLE, Triton's text) in the
@@ -49,29 +67,29 @@ class RepositoryExtension:
         if self.control_mode in CONTROL_REFUSED:
             raise ModelControlDisabled(CONTROL_REFUSED_TEXT)
 
-    def index(self, ready_only: bool = False, token: str | None = None) -> list[IndexEntry]:
+    def index(self, ready_only: bool = False, token: str | None = None) -> tuple[IndexEntry, ...] | list[IndexEntry]:
         """Every model version with its state (READY, UNAVAILABLE, LOADING)
-        and the reason it does not serve; only READY ones with ``ready_only``.
-        While tokens are required, only the models the token may see."""
+        and the reason it does not serve, by model name and version number;
+        only READY ones with ``ready_only``. While tokens are required, only
+        the models the token may see. Built once per registry snapshot: the
+        same tuple answers every caller who may see every model until the
+        registry changes (adapters may cache its encoding by its identity)."""
         models = self.registry.models  # first: token scopes follow the registry
         visible = auth.visible_models(token)
-        entries = []
-        for name in sorted(models):
-            if visible is not None and not visible(name):
-                continue
-            model = models[name]
-            for number in sorted(model.versions):
-                version = model.versions[number]
-                if version.serving:
-                    state, reason = "READY", ""
-                elif version.state in ("UPLOADED", "VALIDATING", "LOADING"):
-                    state, reason = "LOADING", version.state.lower()
-                else:
-                    state, reason = "UNAVAILABLE", version.reason or version.state
-                if ready_only and state != "READY":
-                    continue
-                entries.append(IndexEntry(name, str(number), state, reason))
-        return entries
+        entries = self._index(models)[1 if ready_only else 0]
+        if visible is None:
+            return entries
+        return [entry for entry in entries if visible(entry.name)]
+
+    def _index(self, models: dict) -> tuple[tuple[IndexEntry, ...], tuple[IndexEntry, ...]]:
+        built = self._built
+        if built[0] is models:
+            return built[1], built[2]
+        with self._lock:
+            if self._built[0] is not models:
+                everything = tuple(_entries(models))
+                self._built = (models, everything, tuple(e for e in everything if e.state == "READY"))
+            return self._built[1], self._built[2]
 
     def load(self, name: str, parameters: dict | None = None, token: str | None = None) -> None:
         """Load ``name`` in every server process (its policy's READY versions

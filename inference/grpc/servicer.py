@@ -85,6 +85,7 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
         self.dataplane = dataplane
         self.extensions = extensions  # Triton's other extensions (inference/extensions)
         self.max_request_bytes = max_request_bytes
+        self._index: tuple = (None, None)  # (the repository index answered, its response message)
 
     @rpc
     async def ServerLive(self, request, context):
@@ -194,9 +195,14 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
     async def RepositoryIndex(self, request, context):
         _one_repository(request)
         entries = await asyncio.to_thread(self.extensions.repository.index, request.ready, _bearer(context))
+        cached = self._index
+        if cached[0] is entries:  # the same snapshot's index, every model visible: built once
+            return cached[1]
         response = pb.RepositoryIndexResponse()
         for entry in entries:
             response.models.add(name=entry.name, version=entry.version, state=entry.state, reason=entry.reason)
+        if isinstance(entries, tuple):  # the shared index (not one caller's part of it)
+            self._index = (entries, response)
         return response
 
     @rpc

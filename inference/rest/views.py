@@ -137,20 +137,32 @@ def _parameters(doc: dict) -> dict:
 
 class RepositoryIndexView(ProtocolView):
     """POST /v2/repository/index, optional ``{"ready": bool}``: every model
-    version as ``{"name", "version", "state", "reason"}``."""
+    version as ``{"name", "version", "state", "reason"}`` (Triton's answer:
+    one array, unpaginated, as tritonclient reads it). The encoded answer
+    is kept while the extension answers with the same index (one registry
+    snapshot, every model visible): 10,000 models are encoded once."""
+
+    _encoded: tuple = (None, b"")  # (the index answered, its JSON); the class's: one per process
 
     def post(self, request):
         doc = _json_object(request, deep=True)  # a deep value where the boolean belongs: Triton's text
         ready = doc.get("ready", False)
         if not isinstance(ready, bool):
             raise InvalidInput("Invalid value for 'ready': expected a boolean")
-        entries = []
-        for e in self.extensions.repository.index(ready, self.token(request)):
+        entries = self.extensions.repository.index(ready, self.token(request))
+        cached = RepositoryIndexView._encoded
+        if cached[0] is entries:
+            return HttpResponse(cached[1], content_type="application/json")
+        items = []
+        for e in entries:
             item = {"name": e.name, "version": e.version, "state": e.state}
             if e.reason:
                 item["reason"] = e.reason
-            entries.append(item)
-        return json_response(entries)
+            items.append(item)
+        response = json_response(items)
+        if isinstance(entries, tuple):  # the shared index, not one caller's part of it
+            RepositoryIndexView._encoded = (entries, response.content)
+        return response
 
 
 class RepositoryLoadView(ProtocolView):

@@ -45,7 +45,7 @@ class BatchingPolicy:
     levels: PriorityLevels = ONE_QUEUE
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RunTarget:
     """What the runner needs to know about a model version."""
 
@@ -59,6 +59,7 @@ class RunTarget:
     sequence: SequencePolicy | None = None  # sequence batching (then ``batching`` is unused)
     extensions: bool = False  # the sessions register ONNX Runtime Extensions' operators
     warmup: tuple = ()  # model_warmup's samples, run on each instance at load (inference/runtime/warmup.py)
+    always_loaded: bool = False  # the operator's choice: loaded at start, never unloaded for the budget
 
     @property
     def key(self) -> tuple[str, int, str]:

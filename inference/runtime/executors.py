@@ -8,6 +8,7 @@ requests to inference workers. Both implement the data plane's
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Callable
 from pathlib import Path
 
@@ -45,6 +46,19 @@ def session_loader(
     return load
 
 
+def always_loaded(targets, patterns: tuple[str, ...] = ()) -> list[RunTarget]:
+    """The targets whose model the operator keeps loaded: its config's
+    ``always_loaded`` parameter (:data:`inference.serving.snapshot.ALWAYS_LOADED_PARAMETER`),
+    or a name matching one of ``patterns`` (shell-style, ``fnmatch``: the
+    ``SESSIONS_ALWAYS_LOADED`` setting). The targets themselves, unchanged:
+    requests name the same ones."""
+    return [
+        target
+        for target in targets
+        if target.always_loaded or any(fnmatch.fnmatchcase(target.model, pattern) for pattern in patterns)
+    ]
+
+
 def runnable(snapshot: dict):
     """(model, version) entries of a registry snapshot (model name ->
     :class:`~inference.serving.snapshot.ModelEntry`) whose version serves and runs
@@ -62,17 +76,20 @@ class InProcessExecutor:
     #: Runs happen in this process (its trace spans recorded here, shared-memory regions read here).
     remote = False
 
-    def __init__(self, runner: ModelRunner, gpus: tuple[int, ...] = ()):
-        """``gpus``: the GPU numbers the runner's execution providers use (none: CPU only)."""
+    def __init__(self, runner: ModelRunner, gpus: tuple[int, ...] = (), always: tuple[str, ...] = ()):
+        """``gpus``: the GPU numbers the runner's execution providers use (none:
+        CPU only); ``always``: name patterns of the models whose sessions stay
+        loaded (:func:`always_loaded`)."""
         self.runner = runner
         self._gpus = tuple(gpus)
+        self._always = tuple(always)
 
     def gpus(self) -> tuple[int, ...]:
         """The GPU numbers models run on in this process (none: the CPU)."""
         return self._gpus
 
     def start(self) -> None:
-        """Nothing to start: sessions load on first use."""
+        """Nothing to start: sessions load on first use (always-loaded ones with the first snapshot)."""
 
     def run(
         self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
@@ -91,9 +108,13 @@ class InProcessExecutor:
 
     def blocks(self, target: RunTarget) -> bool:
         """A batching model waits for its batch (a sequence model for its
-        sequence's turn): not on an event loop's thread."""
-        return target.batching is not None or target.sequence is not None
+        sequence's turn), a version not loaded yet for its load: not on an
+        event loop's thread."""
+        return target.batching is not None or target.sequence is not None or not self.runner.has(target)
 
     def on_snapshot(self, snapshot: dict) -> None:
-        """Keep only sessions of versions that still serve."""
-        self.runner.retain({version.key for _model, version in runnable(snapshot)})
+        """Keep only sessions of versions that still serve; load the always-loaded
+        ones (the first snapshot's before this returns: before the process serves)."""
+        targets = [version.target for _model, version in runnable(snapshot)]
+        self.runner.retain({target.key for target in targets})
+        self.runner.keep_loaded(always_loaded(targets, self._always))

@@ -34,14 +34,19 @@ _OPT_LEVELS = {
 EXTENSIONS_PARAMETER = "onnxruntime_extensions"
 
 
-def asks_for_extensions(parameters: dict) -> bool:
+def config_flag(parameters: dict, name: str) -> bool:
     """Whether a model config's ``parameters`` (name -> string value, or
-    Triton's JSON form name -> ``{"string_value": ...}``) turn ONNX Runtime
-    Extensions on: ``true``, ``yes`` or ``1``, in any case."""
-    value = parameters.get(EXTENSIONS_PARAMETER, "")
+    Triton's JSON form name -> ``{"string_value": ...}``) set ``name`` to
+    ``true``, ``yes`` or ``1``, in any case."""
+    value = parameters.get(name, "")
     if isinstance(value, dict):
         value = value.get("string_value", "")
     return str(value).strip().lower() in {"true", "yes", "1"}
+
+
+def asks_for_extensions(parameters: dict) -> bool:
+    """Whether a model config's ``parameters`` turn ONNX Runtime Extensions on (:func:`config_flag`)."""
+    return config_flag(parameters, EXTENSIONS_PARAMETER)
 
 
 class ProviderError(RuntimeError):

@@ -29,11 +29,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
 import numpy as np
 
-from inference.protocol.errors import InferenceError, ModelNotReady
+from inference.protocol.errors import DeadlineExceeded, InferenceError, ModelNotReady
 from inference.runtime.execution import RunResult, RunTarget
 from inference.runtime.loaded_version import LoadedVersion
 from inference.runtime.onnx import OnnxModel
@@ -55,6 +57,17 @@ class Transient:
         self.users = 1
 
 
+class Pending:
+    """A version's load on the loader thread and the requests waiting for it (``waiters``)."""
+
+    __slots__ = ("future", "target", "waiters")
+
+    def __init__(self, target: RunTarget):
+        self.target = target
+        self.waiters = 0
+        self.future: Future | None = None
+
+
 class ModelRunner:
     """Loads model versions on demand and runs requests on them (module doc).
 
@@ -70,6 +83,8 @@ class ModelRunner:
     number of loaded versions, ``on_evict(target)`` per version unloaded for
     the budget, ``on_charge(bytes)`` with the bytes charged in all, and
     ``on_wait(target, seconds, transient)`` per request that waited for a load.
+    ``load_wait_seconds`` (0: none but the request's deadline) bounds a
+    request's wait for a load (module doc).
     """
 
     def __init__(
@@ -85,6 +100,7 @@ class ModelRunner:
         on_wait: Callable[[RunTarget, float, bool], None] | None = None,
         memory: Callable[[], int] = rss_bytes,
         costs: Costs | None = None,
+        load_wait_seconds: float = 0.0,
     ):
         """``drain_seconds``: how long a version that stopped serving keeps
         its sessions (:meth:`retain`), so that requests routed to it before
@@ -109,7 +125,11 @@ class ModelRunner:
         self._transient_slot = threading.Lock()  # one transient version at a time
         self._measure = threading.Lock()  # loads one at a time, so that RSS growth is theirs
         self._lock = threading.Lock()
-        self._loading: dict[tuple, threading.Lock] = {}
+        self.load_wait_seconds = load_wait_seconds
+        self._pending: dict[tuple, Pending] = {}  # loads queued or under way on the loader thread
+        self._loader = ThreadPoolExecutor(1, thread_name_prefix="session-load")
+        self._pinned: set = set()  # keys of the always-loaded versions (keep_loaded)
+        self._kept = False  # keep_loaded was called: later calls load in the background
         self._serving: set | None = None  # the keys of the last retain()
         self._draining: dict[tuple, float] = {}  # key -> when it is unloaded (time.monotonic())
         self._sweeper: threading.Timer | None = None
@@ -136,7 +156,7 @@ class ModelRunner:
             version.last_used = time.monotonic()
             return version.run(feeds, output_names, rows, deadline, sequence, schedule)
         started = time.perf_counter()
-        version, transient = self._get(target)
+        version, transient = self._get(target, deadline)
         if self.budget:
             self.counts["misses"] += 1
         if self._on_wait:
@@ -148,23 +168,76 @@ class ModelRunner:
             if transient:
                 self._leave_transient(target.key)
 
-    def _get(self, target: RunTarget) -> tuple[LoadedVersion, bool]:
-        """The target's loaded version, loading it if needed; true when it is transient."""
+    def _get(
+        self, target: RunTarget, deadline: float | None = None, bounded: bool = True
+    ) -> tuple[LoadedVersion, bool]:
+        """The target's loaded version, loading it if needed (on the loader
+        thread, waiting at most :meth:`_bound` when ``bounded``); true when it is transient."""
+        key = target.key
         with self._lock:
-            lock = self._loading.setdefault(target.key, threading.Lock())
-        with lock:
-            version = self._loaded.get(target.key)
+            version = self._loaded.get(key)
             if version is not None and version.target == target:
                 return version, False
+            shared = self._transient.get(key)
+            if shared is not None and shared.version.target == target:
+                shared.users += 1
+                return shared.version, True
+            pending = self._pending.get(key)
+            if pending is None or pending.target != target:
+                pending = None
+                if self._admit(target):
+                    pending = self._pending[key] = Pending(target)
+                    pending.future = self._loader.submit(self._load_resident, pending)
+            if pending is not None:
+                pending.waiters += 1
+        if pending is None:
+            return self._load_transient(target, deadline), True
+        return self._wait(pending, deadline, bounded), False
+
+    def _bound(self, deadline: float | None) -> float | None:
+        """Seconds a request may wait for a load (None: no bound)."""
+        bounds = [self.load_wait_seconds] if self.load_wait_seconds > 0 else []
+        if deadline is not None:
+            bounds.append(deadline - time.monotonic())
+        return max(0.0, min(bounds)) if bounds else None
+
+    def _gave_up(self, target: RunTarget, deadline: float | None, waited: float) -> InferenceError:
+        if deadline is not None and time.monotonic() >= deadline:
+            return DeadlineExceeded(
+                f"the request's deadline passed while {target.describe()} was loading; it was not run"
+            )
+        return ModelNotReady(
+            f"{target.describe()} is still loading after {waited:.3g} s (MODEL_LOAD_WAIT_SECONDS); retry"
+        )
+
+    def _wait(self, pending: Pending, deadline: float | None, bounded: bool = True) -> LoadedVersion:
+        """The version ``pending`` loads, once loaded (raises its load's
+        ModelNotReady, or :meth:`_gave_up`'s error when the bound passes:
+        then, if no request waits for it any more and it has not started,
+        the load is dropped)."""
+        bound = self._bound(deadline) if bounded else None
+        error = None
+        try:
+            return pending.future.result(bound)
+        except (FutureTimeout, CancelledError):
+            error = self._gave_up(pending.target, deadline, bound or 0.0)
+        finally:
             with self._lock:
-                shared = self._transient.get(target.key)
-                if shared is not None and shared.version.target == target:
-                    shared.users += 1
-                    return shared.version, True
-                admitted = self._admit(target)
-            if not admitted:
-                return self._load_transient(target), True
-            return self._install(target, self._load_version(target)), False
+                pending.waiters -= 1
+                if not pending.waiters and not pending.future.done() and pending.future.cancel():
+                    if self._pending.get(pending.target.key) is pending:
+                        del self._pending[pending.target.key]
+        raise error
+
+    def _load_resident(self, pending: Pending) -> LoadedVersion:
+        """On the loader thread: load ``pending.target`` and install it."""
+        target = pending.target
+        try:
+            return self._install(target, self._load_version(target))
+        finally:
+            with self._lock:
+                if self._pending.get(target.key) is pending:
+                    del self._pending[target.key]
 
     def _admit(self, target: RunTarget) -> bool:
         """Whether ``target`` may stay loaded; if so, make room for it (lock held)."""
@@ -172,18 +245,24 @@ class ModelRunner:
             return True
         cost = self.costs.estimate(target.key, target.size, max(1, target.instances))
         victims, fits = self._victims(target.key, cost)
-        if victims and fits and not target.sequence:
+        if victims and fits and not target.sequence and target.key not in self._pinned:
             if not self.admission.admits(target.key, [v.target.key for v in victims]):
                 return False
         self._unload(victims)
         return True
 
     def _victims(self, keep: tuple, cost: int) -> tuple[list[LoadedVersion], bool]:
-        """The loaded versions (but ``keep``) to unload, least recently used
-        first and those holding sequences last, so that ``cost`` more bytes fit
-        the budget; and whether they do then (lock held)."""
-        others = sorted((v for k, v in self._loaded.items() if k != keep), key=lambda v: (v.sequences > 0, v.last_used))
-        over = sum(v.cost for v in others) + cost - self.budget
+        """The loaded versions (but ``keep`` and the always-loaded ones) to
+        unload, least recently used first and those holding sequences last,
+        so that ``cost`` more bytes fit the budget; and whether they do then
+        (lock held)."""
+        over = sum(v.cost for v in self._loaded.values() if v.target.key != keep) + cost - self.budget
+        if over <= 0:
+            return [], True
+        others = sorted(
+            (v for k, v in self._loaded.items() if k != keep and k not in self._pinned),
+            key=lambda v: (v.sequences > 0, v.last_used),
+        )
         victims = []
         for version in others:
             if over <= 0:
@@ -250,9 +329,12 @@ class ModelRunner:
             self._on_charge(charged)
         return fresh
 
-    def _load_transient(self, target: RunTarget) -> LoadedVersion:
-        """Load ``target`` outside the budget (one at a time) for the requests at hand."""
-        self._transient_slot.acquire()
+    def _load_transient(self, target: RunTarget, deadline: float | None = None) -> LoadedVersion:
+        """Load ``target`` outside the budget (one at a time) for the requests
+        at hand; the wait for the slot is bounded as a load's (:meth:`_bound`)."""
+        bound = self._bound(deadline)
+        if not self._transient_slot.acquire(timeout=-1 if bound is None else bound):
+            raise self._gave_up(target, deadline, bound or 0.0)
         try:
             version = self._load_version(target)
         except BaseException:
@@ -277,6 +359,33 @@ class ModelRunner:
         logger.debug("unloaded %s version %s (ran transiently: the budget keeps others)", key[0], key[1])
 
     # -- housekeeping ----------------------------------------------------
+    def keep_loaded(self, targets: Iterable[RunTarget]) -> None:
+        """The versions of ``targets`` are always loaded: they load now (the
+        first call waits for them, so that a process is ready with them; later
+        calls load the new ones on a background thread) and are never unloaded
+        for the budget while they serve. A version that fails to load is
+        logged and loads on its first request, as any other."""
+        targets = list(targets)
+        with self._lock:
+            self._pinned = {t.key for t in targets}
+            missing = [t for t in targets if self._loaded.get(t.key) is None or self._loaded[t.key].target != t]
+            first, self._kept = not self._kept, True
+        if not missing:
+            return
+        if first:
+            self._preload(missing)
+        else:
+            threading.Thread(target=self._preload, args=(missing,), name="session-preload", daemon=True).start()
+
+    def _preload(self, targets: list[RunTarget]) -> None:
+        started = time.perf_counter()
+        for target in targets:
+            try:
+                self._get(target, bounded=False)
+            except InferenceError as exc:
+                logger.warning("always-loaded %s did not load: %s", target.describe(), exc)
+        logger.info("%d always-loaded version(s) loaded in %.1f s", len(targets), time.perf_counter() - started)
+
     def retain(self, keys: set) -> None:
         """The versions of ``keys`` serve; every other loaded version is
         unloaded once it has drained (``drain_seconds`` after it stopped
@@ -299,7 +408,6 @@ class ModelRunner:
             for key in due:
                 del self._draining[key]
                 version = self._loaded.pop(key, None)
-                self._loading.pop(key, None)
                 if version is not None:
                     version.close()
                     logger.info("unloaded %s version %s (no longer serving)", key[0], key[1])
@@ -317,6 +425,11 @@ class ModelRunner:
             self._sweeper = None
         self._sweep()
 
+    def has(self, target: RunTarget) -> bool:
+        """Whether ``target``'s sessions are loaded (a request for it waits for no load)."""
+        version = self._loaded.get(target.key)
+        return version is not None and version.target == target
+
     def loaded(self) -> list[RunTarget]:
         """Targets of the loaded versions, least recently used first."""
         with self._lock:
@@ -329,6 +442,7 @@ class ModelRunner:
             return sum(v.cost for v in self._loaded.values())
 
     def close(self) -> None:
+        self._loader.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             for version in self._loaded.values():
                 version.close()

@@ -18,7 +18,7 @@ from inference.ports import ModelRecord
 from inference.protocol.datatypes import BY_NAME, Datatype
 from inference.protocol.types import MetadataTensor
 from inference.runtime.execution import BatchingPolicy, RunTarget
-from inference.runtime.onnx import asks_for_extensions
+from inference.runtime.onnx import asks_for_extensions, config_flag
 from inference.runtime.queue_policy import PriorityLevels, QueuePolicyError
 from inference.runtime.sequences.policy import SequenceConfigError, SequencePolicy
 from inference.runtime.warmup import samples_for
@@ -26,14 +26,14 @@ from inference.serving.instance_groups import total_instances
 from inference.serving.state import ServingState, serving_states
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class InputSpec:
     name: str
     datatype: Datatype
     shape: tuple[int, ...]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class VersionEntry:
     """One model version as the serving side sees it: its signature and
     state (what the adapters read: :meth:`inference.dataplane.DataPlane.route`
@@ -45,7 +45,9 @@ class VersionEntry:
     ensemble's version has no ``target`` (no model file) but its
     ``ensemble`` plan (inference/ensembles/plan.py); it serves only while every
     version it pins serves. Entries do not change once their snapshot is
-    published.
+    published. ``input_specs``, ``output_types`` and ``output_names`` are
+    derived from ``inputs`` and ``outputs`` when not given (a snapshot gives
+    them, shared by the versions with one signature).
     """
 
     model_name: str
@@ -77,9 +79,11 @@ class VersionEntry:
     class_labels: tuple[str, ...] = field(default=(), init=False)  # for classification outputs (may be empty)
 
     def __post_init__(self) -> None:
-        self.input_specs = {t.name: InputSpec(t.name, BY_NAME[t.datatype], t.shape) for t in self.inputs}
-        self.output_types = {t.name: t.datatype for t in self.outputs}
-        self.output_names = [t.name for t in self.outputs]
+        if not self.input_specs and self.inputs:
+            self.input_specs = {t.name: InputSpec(t.name, BY_NAME[t.datatype], t.shape) for t in self.inputs}
+        if not self.output_names and self.outputs:
+            self.output_types = {t.name: t.datatype for t in self.outputs}
+            self.output_names = [t.name for t in self.outputs]
         self.version = str(self.number)
         self.class_labels = tuple(self.properties.get("labels") or ())
 
@@ -88,7 +92,7 @@ class VersionEntry:
         return (self.model_name, self.number, self.sha256)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class ModelEntry:
     name: str
     platform: str
@@ -137,6 +141,43 @@ def _tensors(items: list) -> tuple[MetadataTensor, ...]:
     return tuple(MetadataTensor(t["name"], t["datatype"], tuple(t["shape"])) for t in items)
 
 
+@dataclass(frozen=True, slots=True)
+class _Signature:
+    """A version's signature as its entry holds it: shared by the entries of
+    one snapshot whose records hold the same parsed signature (the registry
+    source parses each distinct text once), so that 10,000 versions of one
+    signature cost one."""
+
+    inputs: tuple[MetadataTensor, ...]
+    outputs: tuple[MetadataTensor, ...]
+    input_specs: dict
+    output_types: dict
+    output_names: list
+    all_inputs: tuple[MetadataTensor, ...]  # before the server's own inputs are hidden (warm-up samples)
+
+
+class _Signatures:
+    """The signatures of one snapshot's build, by the identity of the
+    records' parsed lists (alive for the whole build)."""
+
+    def __init__(self):
+        self._known: dict[tuple, _Signature] = {}
+
+    def of(self, inputs: list, outputs: list, hidden_in: frozenset, hidden_out: frozenset) -> _Signature:
+        key = (id(inputs), id(outputs), hidden_in, hidden_out)
+        found = self._known.get(key)
+        if found is None:
+            everything = _tensors(inputs)
+            shown_in = _visible(everything, hidden_in)
+            shown_out = _visible(_tensors(outputs), hidden_out)
+            found = self._known[key] = _Signature(
+                shown_in, shown_out,
+                {t.name: InputSpec(t.name, BY_NAME[t.datatype], t.shape) for t in shown_in},
+                {t.name: t.datatype for t in shown_out}, [t.name for t in shown_out], everything,
+            )  # fmt: skip
+        return found
+
+
 def batching_policy(record: ModelRecord) -> BatchingPolicy | None:
     """The model's dynamic batching, or None: no ``dynamic_batching``, or
     ``max_batch_size`` 0 without priority levels or a queue policy (with
@@ -175,26 +216,73 @@ def _visible(tensors: tuple[MetadataTensor, ...], hidden: frozenset[str]) -> tup
     return tuple(t for t in tensors if t.name not in hidden) if hidden else tensors
 
 
+@dataclass(frozen=True, slots=True)
+class _ModelRunning:
+    """How a model's versions run, from its configuration (shared by the
+    models without one)."""
+
+    batching: BatchingPolicy | None = None
+    sequence: SequencePolicy | None = None
+    hidden_in: frozenset = frozenset()
+    hidden_out: frozenset = frozenset()
+    optional: frozenset = frozenset()
+    cached: bool = False
+    extensions: bool = False
+    warmups: tuple = ()
+    always_loaded: bool = False
+
+
+#: The model config parameter (``parameters { key: "always_loaded" value: { string_value: "true" } }``)
+#: that keeps the model's serving versions loaded in every process from its start (inference/runtime/runner.py).
+ALWAYS_LOADED_PARAMETER = "always_loaded"
+
+_PLAIN = _ModelRunning()
+
+
+def _running(model: ModelRecord) -> _ModelRunning:
+    config = model.config
+    if not config and model.dynamic_batching is None and model.sequence_batching is None:
+        return _PLAIN
+    config = config or {}
+    batching = batching_policy(model)
+    sequence = sequence_policy(model)
+    # Control and state inputs are the server's, state outputs too unless the config lists them (Triton).
+    listed = {t.get("name") for t in config.get("output") or ()}
+    return _ModelRunning(
+        batching,
+        sequence,
+        sequence.supplied_inputs if sequence else frozenset(),
+        sequence.state_outputs - listed if sequence else frozenset(),
+        frozenset(t["name"] for t in config.get("input", ()) if t.get("optional")),
+        bool((config.get("response_cache") or {}).get("enable")),
+        asks_for_extensions(config.get("parameters") or {}),
+        tuple(config.get("model_warmup") or ()),
+        config_flag(config.get("parameters") or {}, ALWAYS_LOADED_PARAMETER),
+    )
+
+
 def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
-    """Snapshot entries from registry records."""
+    """Snapshot entries from registry records (entries of versions with one
+    parsed signature share it: :class:`_Signature`)."""
     snapshot: dict[str, ModelEntry] = {}
     states = serving_states(records)  # an ensemble's versions follow their steps'
+    signatures = _Signatures()
     for model in records:
         state = states[model.name]
-        batching = batching_policy(model)
-        sequence = sequence_policy(model)
-        # Control and state inputs are the server's, state outputs too unless the config lists them (Triton).
-        hidden_in = sequence.supplied_inputs if sequence else frozenset()
-        listed = {t.get("name") for t in (model.config or {}).get("output") or ()}
-        hidden_out = sequence.state_outputs - listed if sequence else frozenset()
-        instances = total_instances(model.instance_group)
-        optional = frozenset(t["name"] for t in (model.config or {}).get("input", ()) if t.get("optional"))
-        cached = bool(((model.config or {}).get("response_cache") or {}).get("enable"))
-        extensions = asks_for_extensions((model.config or {}).get("parameters") or {})
-        warmups = (model.config or {}).get("model_warmup") or ()
+        running = _running(model)
+        batching, sequence = running.batching, running.sequence
+        instances = total_instances(model.instance_group) if model.instance_group else 1
+        instance_group = tuple(model.instance_group)
+        payload_log = (model.payload_log_rate, model.payload_log_max_bytes)
         versions = {}
         ensemble = model.platform == ensembles.PLATFORM
         for row in model.versions:
+            signature = signatures.of(row.inputs, row.outputs, running.hidden_in, running.hidden_out)
+            warmup = (
+                samples_for(running.warmups, batching, signature.all_inputs, model.max_batch_size)
+                if running.warmups or batching is not None
+                else ()
+            )
             versions[row.number] = VersionEntry(
                 model_name=model.name,
                 number=row.number,
@@ -205,8 +293,8 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
                 artifact=row.artifact,
                 max_batch_size=model.max_batch_size,
                 size=row.size,
-                inputs=_visible(_tensors(row.inputs), hidden_in),
-                outputs=_visible(_tensors(row.outputs), hidden_out),
+                inputs=signature.inputs,
+                outputs=signature.outputs,
                 properties=row.properties,
                 target=None
                 if ensemble
@@ -219,15 +307,19 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
                     instances,
                     batching,
                     sequence,
-                    extensions,
-                    samples_for(warmups, batching, _tensors(row.inputs), model.max_batch_size),
+                    running.extensions,
+                    warmup,
+                    running.always_loaded,
                 ),
                 ensemble=ensembles.plan_of(row.properties) if ensemble else None,
-                instance_group=tuple(model.instance_group),
-                payload_log=(model.payload_log_rate, model.payload_log_max_bytes),
+                instance_group=instance_group,
+                input_specs=signature.input_specs,
+                output_types=signature.output_types,
+                output_names=signature.output_names,
+                payload_log=payload_log,
                 output_labels=model.output_labels,
-                optional_inputs=optional,
-                response_cache=cached,
+                optional_inputs=running.optional,
+                response_cache=running.cached,
             )
         shadow = _shadow(model, state, versions) if not ensemble else None
         total = sum(weight for _label, _number, weight in state.routes)
@@ -243,16 +335,16 @@ def build_snapshot(records: list[ModelRecord]) -> dict[str, ModelEntry]:
             versions,
             state.served,
             model.max_batch_size,
-            dict(model.labels),
+            model.labels,
             loaded=model.loaded,
             policy=(model.version_policy, model.latest_versions, tuple(model.specific_versions)),
-            instance_group=tuple(model.instance_group),
+            instance_group=instance_group,
             config=model.config,
             batching=batching,
             sequence=sequence,
             team=model.team,
             split=tuple(split),
-            traffic=dict(model.traffic),
+            traffic=model.traffic,
             state=state,
             shadow=shadow,
         )

@@ -96,7 +96,7 @@ def sequence_refusal(record) -> str:
     return ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ServingState:
     """What of a model serves now.
 

@@ -115,7 +115,7 @@ class ModelVersion(models.Model):
     artifact = models.CharField(max_length=512)
     sha256 = models.CharField(max_length=64, db_index=True)
     size = models.BigIntegerField()
-    platform = models.CharField(max_length=64, default=PLATFORM_ONNX)
+    platform = models.CharField(max_length=64, default=PLATFORM_ONNX, db_index=True)  # finds the ensembles
     inputs = models.JSONField(default=list, blank=True)
     outputs = models.JSONField(default=list, blank=True)
     properties = models.JSONField(default=dict, blank=True)

@@ -9,10 +9,13 @@ over :func:`model_record`, the same computation as the serving registry's).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from sys import intern
 
-from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
+from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet, TextField
 from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 from django.db.models.lookups import Exact
 
 from inference.ensembles.plan import PLATFORM as ENSEMBLE
@@ -20,6 +23,7 @@ from inference.ensembles.plan import plan_of
 from inference.ports import ModelRecord, VersionRecord
 from inference.serving.state import ServingState, serving_states
 from models_store.registry.models import ModelVersion, RegisteredModel, VersionLabel
+from models_store.web.pagination import Key, Keyset
 
 State = ModelVersion.State
 
@@ -85,10 +89,99 @@ def artifact_in_use(relpath: str) -> bool:
     return ModelVersion.objects.filter(artifact=relpath).exists()
 
 
-def registry_snapshot() -> list[RegisteredModel]:
-    """Every model with its versions and labels prefetched (three queries), for the serving registry."""
-    return list(
-        RegisteredModel.objects.select_related("team").prefetch_related("versions", "labels__version").order_by("name")
+_MODEL_COLUMNS = (
+    "id", "name", "platform", "max_batch_size", "version_policy", "latest_versions", "loaded", "team__name",
+    "payload_log_rate", "payload_log_max_bytes", "shadow_version_id", "shadow_percent",
+)  # fmt: skip
+_MODEL_JSON = ("specific_versions", "instance_group", "config", "traffic", "output_labels")
+_VERSION_COLUMNS = ("model_id", "id", "number", "state", "reason", "sha256", "artifact", "size", "held")
+_VERSION_JSON = ("inputs", "outputs", "properties")
+
+
+def _as_text(*fields: str) -> dict:
+    """JSON columns read as their text (parsed once per distinct text by :func:`serving_records`)."""
+    return {f"{name}_text": Cast(name, TextField()) for name in fields}
+
+
+def serving_records() -> list[ModelRecord]:
+    """Every model as the serving registry reads it (:func:`model_record` of
+    each, by name), in four queries that build no ORM objects: models,
+    versions, labels, the ensembles' pins. A JSON column's text is parsed
+    once per distinct text and the result shared by the records that hold
+    it (10,000 models with one signature hold one parsed signature): the
+    serving side treats records as immutable."""
+    parsed: dict[str, object] = {}
+
+    def load(text):
+        if text is None:
+            return None
+        value = parsed.get(text)
+        if value is None:
+            value = parsed[text] = json.loads(text)
+        return value
+
+    versions: dict[int, list] = {}
+    version_numbers: dict[int, int] = {}  # a version's row id -> its number
+    owners: dict[int, int] = {}  # a version's row id -> its model's
+    rows = ModelVersion.objects.order_by("model_id", "-number").annotate(**_as_text(*_VERSION_JSON))
+    for row in rows.values_list(*_VERSION_COLUMNS, *(f"{n}_text" for n in _VERSION_JSON)).iterator(2000):
+        model_id, pk, number, state, reason, sha256, artifact, size, held, inputs, outputs, properties = row
+        version_numbers[pk], owners[pk] = number, model_id
+        versions.setdefault(model_id, []).append(
+            VersionRecord(number, intern(state), intern(reason) if len(reason) < 64 else reason, sha256, artifact,
+                          size, load(inputs), load(outputs), load(properties), held)
+        )  # fmt: skip
+    labels: dict[int, dict[str, int]] = {}
+    for model_id, name, version_id in VersionLabel.objects.order_by("model_id", "name").values_list(
+        "model_id", "name", "version_id"
+    ):
+        labels.setdefault(model_id, {})[name] = version_numbers[version_id]
+    pins = ensemble_pins()
+    records = []
+    models = RegisteredModel.objects.order_by("name").annotate(**_as_text(*_MODEL_JSON))
+    for row in models.values_list(*_MODEL_COLUMNS, *(f"{n}_text" for n in _MODEL_JSON)).iterator(2000):
+        (pk, name, platform, max_batch_size, policy, latest, loaded, team, log_rate, log_bytes, shadow_id,
+         shadow_percent, specific, groups, config, traffic, output_labels) = row  # fmt: skip
+        config = load(config) or {}
+        records.append(
+            ModelRecord(
+                name=name,
+                platform=intern(platform),
+                max_batch_size=max_batch_size,
+                version_policy=intern(policy),
+                latest_versions=latest,
+                specific_versions=tuple(load(specific) or ()),
+                loaded=loaded,
+                instance_group=tuple(load(groups) or ()),
+                config=config,
+                dynamic_batching=config.get("dynamic_batching"),
+                sequence_batching=config.get("sequence_batching"),
+                team=intern(team or ""),
+                labels=labels.get(pk, {}),
+                traffic=load(traffic) or {},
+                payload_log_rate=log_rate,
+                payload_log_max_bytes=log_bytes,
+                output_labels=load(output_labels) or {},
+                pinned=tuple(sorted(pins.get(name, ()))),
+                shadow_version=version_numbers[shadow_id] if owners.get(shadow_id) == pk else None,
+                shadow_percent=shadow_percent,
+                versions=tuple(versions.get(pk, ())),
+            )
+        )
+    return records
+
+
+def _models_listed() -> QuerySet[RegisteredModel]:
+    """Models as lists show them: their team, their versions (highest first;
+    without signatures, validation logs or uploaders) and labels prefetched."""
+    versions = ModelVersion.objects.defer("inputs", "outputs", "log", "source").order_by("-number")
+    labels = (
+        VersionLabel.objects.select_related("version")
+        .only("model", "name", "version", "version__number")
+        .order_by("name")
+    )
+    return RegisteredModel.objects.select_related("team").prefetch_related(
+        Prefetch("versions", queryset=versions), Prefetch("labels", queryset=labels)
     )
 
 
@@ -100,14 +193,15 @@ def _models_with_versions() -> QuerySet[RegisteredModel]:
     )
 
 
-#: ``order`` values of a model listing -> the ORM ordering (name breaks ties).
+#: ``order`` values of a model listing -> its keyset order (the name breaks ties; models without a team
+#: sort first by team, last by -team, on every database): ``after=<model name>`` pages it.
 MODEL_ORDERINGS = {
-    "name": ("name",),
-    "-name": ("-name",),
-    "team": ("team__name", "name"),
-    "-team": ("-team__name", "name"),
-    "updated": ("updated_at", "name"),
-    "-updated": ("-updated_at", "name"),
+    "name": Keyset((Key("name"),), "name"),
+    "-name": Keyset((Key("name", descending=True),), "name"),
+    "team": Keyset((Key("team__name", nullable=True), Key("name")), "name"),
+    "-team": Keyset((Key("team__name", descending=True, nullable=True), Key("name")), "name"),
+    "updated": Keyset((Key("updated_at"), Key("name")), "name"),
+    "-updated": Keyset((Key("updated_at", descending=True), Key("name")), "name"),
 }
 
 
@@ -150,13 +244,18 @@ class ModelFilter:
         return where
 
 
-def model_listing(team_ids=None, where: ModelFilter = ModelFilter()) -> QuerySet[RegisteredModel]:
+def model_listing(
+    team_ids=None, where: ModelFilter = ModelFilter(), prefetched: bool = True
+) -> QuerySet[RegisteredModel]:
     """The models that ``where`` selects (of the teams ``team_ids`` when given:
     see :func:`models_store.accounts.selectors.visible_team_ids`), each with
-    its team, versions (highest first, with uploader) and labels prefetched,
-    in ``where.order``: a lazy query, so that a page of it costs three
-    queries whatever the registry's size (plus one ``COUNT``)."""
-    models = _models_with_versions()
+    its team, versions (highest first; what lists show of them: no
+    signatures, validation logs or uploaders) and labels prefetched, in
+    ``where.order``: a lazy query, so that a page of it costs three queries
+    whatever the registry's size (plus one ``COUNT``). ``prefetched`` false:
+    the models and their teams only (the management API's list reads the
+    rest of a page itself: :mod:`models_store.registry.listing`)."""
+    models = _models_listed() if prefetched else RegisteredModel.objects.select_related("team")
     if team_ids is not None:
         models = models.filter(team_id__in=team_ids)
     if where.name:
@@ -173,7 +272,7 @@ def model_listing(team_ids=None, where: ModelFilter = ModelFilter()) -> QuerySet
     for tag in where.tags:
         tagged_version = ModelVersion.objects.filter(_tagged(tag), model=OuterRef("pk"))
         models = models.filter(_tagged(tag) | Exists(tagged_version))
-    return models.order_by(*MODEL_ORDERINGS[where.order])
+    return models.order_by(*MODEL_ORDERINGS[where.order].ordering())
 
 
 def _tagged(tag: str) -> Q:
@@ -186,7 +285,7 @@ def _tagged(tag: str) -> Q:
 
 
 def model_detail(name: str) -> RegisteredModel | None:
-    """One model prefetched like :func:`model_listing`, or None."""
+    """One model with its versions in full (with uploader) and labels prefetched, or None."""
     return _models_with_versions().filter(name=name).first()
 
 
@@ -260,14 +359,44 @@ def optional_inputs(model: RegisteredModel) -> set[str]:
     return {t.get("name") for t in (model.config or {}).get("input", []) if t.get("optional")}
 
 
-def model_record(model: RegisteredModel, pins: dict[str, set[int]] | None = None) -> ModelRecord:
+def model_record(
+    model: RegisteredModel, pins: dict[str, set[int]] | None = None, signatures: bool = True
+) -> ModelRecord:
     """A model as the serving side reads it (:class:`inference.ports.ModelRecord`;
     uses prefetched versions and labels when there are). ``pins``:
-    :func:`ensemble_pins` of every model (None: read for this model)."""
+    :func:`ensemble_pins` of every model (None: read for this model);
+    ``signatures``: false leaves the versions' inputs and outputs empty
+    (what serves does not depend on them; lists do not read them)."""
+    versions = list(model.versions.all())
+    records = tuple(
+        VersionRecord(
+            number=v.number,
+            state=v.state,
+            reason=v.reason,
+            sha256=v.sha256,
+            artifact=v.artifact,
+            size=v.size,
+            inputs=v.inputs if signatures else [],
+            outputs=v.outputs if signatures else [],
+            properties=v.properties,
+            held=v.held,
+        )
+        for v in versions
+    )
+    shadow = next((v.number for v in versions if v.pk == model.shadow_version_id), None)
+    return record_of(model, records, label_numbers(model), shadow, pins)
+
+
+def record_of(
+    model: RegisteredModel, versions: tuple[VersionRecord, ...], labels: dict[str, int], shadow: int | None,
+    pins: dict[str, set[int]] | None = None,
+) -> ModelRecord:  # fmt: skip
+    """The :class:`inference.ports.ModelRecord` of ``model`` with these
+    versions (highest first), labels (label -> version number) and shadow
+    version number; ``pins`` as :func:`model_record`'s."""
     config = model.config or {}
     if pins is None:
         pins = ensemble_pins(model.name)
-    versions = list(model.versions.all())
     return ModelRecord(
         name=model.name,
         platform=model.platform,
@@ -281,29 +410,15 @@ def model_record(model: RegisteredModel, pins: dict[str, set[int]] | None = None
         dynamic_batching=config.get("dynamic_batching"),
         sequence_batching=config.get("sequence_batching"),
         team=model.team.name if model.team_id else "",
-        labels=label_numbers(model),
+        labels=labels,
         traffic=dict(model.traffic or {}),
         payload_log_rate=model.payload_log_rate,
         payload_log_max_bytes=model.payload_log_max_bytes,
         output_labels=dict(model.output_labels or {}),
         pinned=tuple(sorted(pins.get(model.name, ()))),
-        shadow_version=next((v.number for v in versions if v.pk == model.shadow_version_id), None),
+        shadow_version=shadow,
         shadow_percent=model.shadow_percent,
-        versions=tuple(
-            VersionRecord(
-                number=v.number,
-                state=v.state,
-                reason=v.reason,
-                sha256=v.sha256,
-                artifact=v.artifact,
-                size=v.size,
-                inputs=v.inputs,
-                outputs=v.outputs,
-                properties=v.properties,
-                held=v.held,
-            )
-            for v in versions
-        ),
+        versions=versions,
     )
 
 
@@ -315,16 +430,16 @@ def serving(model: RegisteredModel, pins: dict[str, set[int]] | None = None) -> 
     ensemble's version only while every version it pins serves). ``pins``:
     :func:`ensemble_pins` of every model, for a list (None: read)."""
     if model.platform != ENSEMBLE:
-        return serving_states([model_record(model, pins)])[model.name]
+        return serving_states([model_record(model, pins, signatures=False)])[model.name]
     if pins is None:
         pins = ensemble_pins()
-    record = model_record(model, pins)
+    record = model_record(model, pins, signatures=False)
     names = set()
     for version in record.versions:
         plan = plan_of(version.properties)
         if plan is not None:
             names.update(step.model for step in plan.steps)
-    steps = [model_record(step, pins) for step in _models_with_versions().filter(name__in=names)]
+    steps = [model_record(step, pins, signatures=False) for step in _models_listed().filter(name__in=names)]
     return serving_states([record, *steps])[model.name]
 
 

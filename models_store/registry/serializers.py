@@ -20,7 +20,7 @@ from models_store.audit import AuditEvent
 from models_store.config.triton import MAX_CONFIG_CHARS
 from models_store.errors import RegistryError
 from models_store.identifiers import MAX_VERSION_NUMBER, team_name_validator
-from models_store.registry import selectors
+from models_store.registry import listing, selectors
 from models_store.registry import tags as tag_rules
 from models_store.registry.models import ModelVersion, RegisteredModel, VersionPolicy
 from models_store.registry.services.models import MAX_PAYLOAD_LOG_BYTES
@@ -191,9 +191,65 @@ class ModelSerializer(serializers.ModelSerializer):
         weight (percent); empty: they go to the default version."""
         return dict(model.traffic or {})
 
+    def to_representation(self, model) -> dict:
+        """The fields above, written directly from the page's details read at
+        once (:func:`models_store.registry.listing.page_details`; DRF's
+        field-by-field walk over prefetched objects cost about 1 ms a model);
+        ``tests/models_store/test_list_representation.py`` holds it to DRF's
+        own representation of these fields."""
+        listed = _listed(self, model)
+        return {
+            "name": model.name,
+            "team": model.team.name if model.team_id is not None else None,
+            "description": model.description,
+            "tags": dict(model.tags or {}),
+            "platform": model.platform,
+            "max_batch_size": model.max_batch_size,
+            "version_policy": model.version_policy,
+            "latest_versions": model.latest_versions,
+            "specific_versions": [int(n) for n in model.specific_versions],
+            "instance_group": [_group(group) for group in model.instance_group],
+            "loaded": bool(model.loaded),
+            "served_versions": list(listed.state.served),
+            "default_version": listed.state.default,
+            "labels": dict(listed.labels),
+            "traffic": dict(model.traffic or {}),
+            "payload_log_rate": float(model.payload_log_rate),
+            "payload_log_max_bytes": model.payload_log_max_bytes,
+            "versions": [
+                {"number": number, "state": state, "size": size, "sha256": sha256, "created_at": _when(created)}
+                for number, state, size, sha256, created in listed.versions
+            ],
+            "created_at": _when(model.created_at),
+            "updated_at": _when(model.updated_at),
+        }
+
+
+def _listed(serializer, model) -> listing.Listed:
+    """``model``'s page details, read once for the whole list being written (the root serializer's instances)."""
+    context = serializer.context
+    details = context.get("_listed")
+    if details is None or model.pk not in details:
+        root = serializer.root
+        models = list(root.instance) if root is not serializer and root.instance is not None else [model]
+        details = context["_listed"] = listing.page_details(models)
+    return details[model.pk]
+
+
+_DATETIME = serializers.DateTimeField()
+_when = _DATETIME.to_representation  # ISO 8601 in TIME_ZONE, "Z" for UTC: DRF's own
+#: An instance group's fields and how DRF writes them (InstanceGroupSerializer).
+_GROUP_FIELDS = (("name", str), ("kind", str), ("count", int), ("gpus", lambda gpus: [int(g) for g in gpus]))
+
+
+def _group(group: dict) -> dict:
+    return {key: write(group[key]) for key, write in _GROUP_FIELDS if key in group}
+
 
 class ModelDetailSerializer(ModelSerializer):
     versions = VersionSerializer(many=True, read_only=True)
+
+    to_representation = serializers.ModelSerializer.to_representation  # field by field: versions in full
 
 
 def _gpu_numbers(**kwargs) -> serializers.ListField:

@@ -110,6 +110,15 @@ PAGE_PARAMETERS = [
     ),
     OpenApiParameter("offset", {"type": "integer", "minimum": 0}, description="Items to skip (default 0)."),
 ]  # fmt: skip
+#: A keyset list's parameters: ``after`` besides ``limit`` and ``offset``.
+KEYSET_PAGE_PARAMETERS = [
+    *PAGE_PARAMETERS,
+    OpenApiParameter(
+        "after", str,
+        description="The page of the items that follow this one (a model's name), in the list's order: found through "
+        "the order's index, so a deep page costs what the first does (not with offset).",
+    ),
+]  # fmt: skip
 
 
 class ManagementView(APIView):
@@ -131,8 +140,9 @@ class ManagementView(APIView):
         """The caller's ApiToken (BearerTokenAuthentication's ``request.auth``); None for the web UI's session."""
         return self.request.auth
 
-    def page(self, items, serializer_class) -> Response:
-        """One page of ``items`` (a query or a list) as :class:`ListPage` answers it."""
+    def page(self, items, serializer_class, keyset=None) -> Response:
+        """One page of ``items`` (a query or a list) as :class:`ListPage` answers it
+        (``keyset``: the query's :class:`~models_store.web.pagination.Keyset`, for ``after=`` pages)."""
         paginator = ListPage()
-        page = paginator.paginate_queryset(items, self.request, view=self)
+        page = paginator.paginate_queryset(items, self.request, view=self, keyset=keyset)
         return paginator.get_paginated_response(serializer_class(page, many=True).data)

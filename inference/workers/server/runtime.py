@@ -28,11 +28,11 @@ from inference.observability import tracing
 from inference.protocol.errors import InferenceError, InvalidInput, ModelNotReady
 from inference.runtime import cuda
 from inference.runtime.execution import RunTarget
-from inference.runtime.executors import runnable
+from inference.runtime.executors import always_loaded, runnable
 from inference.runtime.queue_policy import Schedule
 from inference.runtime.runner import ModelRunner
 from inference.runtime.sequences.policy import SequenceRequest
-from inference.serving.instance_groups import instances_on
+from inference.serving.instance_groups import allowed_devices, instances_on
 from inference.serving.registry import ModelRegistry
 from inference.shared_memory import region_tensors
 from inference.workers import frames, messages
@@ -107,9 +107,15 @@ class BusyMeter:
 class WorkerRuntime:
     """Answers the front ends' requests for one device (``handle``)."""
 
-    def __init__(self, device: str, runner: ModelRunner, registry: ModelRegistry, cpu_instances: int = 1):
+    def __init__(
+        self, device: str, runner: ModelRunner, registry: ModelRegistry, cpu_instances: int = 1,
+        always: tuple[str, ...] = (),
+    ):  # fmt: skip
         """``cpu_instances``: model instances of a model without an instance
-        group on a CPU worker (:func:`inference.serving.instance_groups.cpu_instances`)."""
+        group on a CPU worker (:func:`inference.serving.instance_groups.cpu_instances`);
+        ``always``: name patterns of the models whose sessions stay loaded
+        (:func:`inference.runtime.executors.always_loaded`)."""
+        self.always = tuple(always)
         self.device = device
         self.cpu_instances = cpu_instances
         self.queue = queue_for(device)
@@ -138,17 +144,22 @@ class WorkerRuntime:
         device's instance count. A version that stops serving keeps running
         for the runner's ``drain_seconds`` (front ends that have not seen
         the change yet still route to it: a rollout fails no request);
-        its sessions are dropped after."""
-        targets = {}
+        its sessions are dropped after. Always-loaded versions that may run
+        on this device load (the first snapshot's before this returns)."""
+        targets, here = {}, []
+        device = device_name(self.device)
         for model, version in runnable(snapshot):
-            instances = instances_on(device_name(self.device), model.instance_group, self.cpu_instances)
+            instances = instances_on(device, model.instance_group, self.cpu_instances)
             targets[version.key] = dataclasses.replace(version.target, instances=instances)
+            if device in allowed_devices(model.instance_group, {device}):
+                here.append(targets[version.key])
         now = time.monotonic()
         until = now + self.runner.drain_seconds
         draining = {k: v for k, v in self._draining.items() if v[1] > now and k not in targets}
         draining.update({k: (t, until) for k, t in self._targets.items() if k not in targets})
         self._targets, self._draining = targets, draining
         self.runner.retain(set(targets))
+        self.runner.keep_loaded(always_loaded(here, self.always))
 
     def target(self, model: str, version: int, sha256: str) -> RunTarget:
         """The run target of a version this worker serves; raises ModelNotReady."""

@@ -19,7 +19,7 @@ from models_store.registry.serializers import (
     ModelSerializer,
     ModelUpdateSerializer,
 )
-from models_store.web.api import PAGE_PARAMETERS
+from models_store.web.api import KEYSET_PAGE_PARAMETERS, PAGE_PARAMETERS
 from models_store.web.openapi import LinkedResponse, errors, paginated
 
 
@@ -29,7 +29,7 @@ class ModelListView(base.RegistryView):
     @extend_schema(
         operation_id=base.LIST_MODELS,
         parameters=[
-            *PAGE_PARAMETERS,
+            *KEYSET_PAGE_PARAMETERS,
             OpenApiParameter("name", str, description="Only models whose name contains this (any case)."),
             OpenApiParameter("team", str, description="Only this team's models ('-': the operators' models)."),
             OpenApiParameter(
@@ -50,10 +50,11 @@ class ModelListView(base.RegistryView):
         },
     )
     def get(self, request):
-        """A page of the models (``limit``/``offset``; ``count`` is the total)
-        with their team, version policy, served versions, labels and versions,
-        filtered by ``name``, ``team``, ``state``, ``q`` (name or descriptions)
-        and ``tag`` (``key`` or ``key=value``, repeatable) and sorted by ``order``
+        """A page of the models (``limit``/``offset``, or ``after`` a model's
+        name: a keyset page; ``count`` is the total) with their team, version
+        policy, served versions, labels and versions, filtered by ``name``,
+        ``team``, ``state``, ``q`` (name or descriptions) and ``tag`` (``key``
+        or ``key=value``, repeatable) and sorted by ``order``
         (with INFERENCE_REQUIRE_TOKEN, only the models of the caller's teams;
         every model for operators)."""
         # One of the schema's values (a state in any case), not empty (the web UI's form sends "" for any).
@@ -65,7 +66,11 @@ class ModelListView(base.RegistryView):
         except ValueError as exc:
             raise ParseError(str(exc)) from None
         teams = accounts.visible_team_ids(request.user, self.token)
-        return self.page(selectors.model_listing(teams, where), ModelSerializer)
+        return self.page(
+            selectors.model_listing(teams, where, prefetched=False),
+            ModelSerializer,
+            keyset=selectors.MODEL_ORDERINGS[where.order],
+        )
 
 
 class ModelDetailView(base.RegistryView):
