@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from models_store.errors import Refused
-from models_store.intake.repository import ImportResult, import_repository
+from models_store.intake.repository import IMPORT_SOURCE, ImportResult, import_repository, import_source
 from models_store.registry import selectors
 from models_store.registry.services import models as model_services
 from models_store.registry.services import versions as version_services
@@ -130,8 +130,10 @@ class RepositoryPoll:
         self._unloaded: set[str] = set()
 
     def removed(self) -> set[str]:
-        """The models imported from this repository whose directory is gone."""
-        return {name for name in selectors.models_sourced_under(str(self.root)) if not (self.root / name).is_dir()}
+        """The models imported from a repository (a version's source names its
+        directory relative to the repository, never this server's path) whose
+        directory is gone from this one."""
+        return {name for name in selectors.models_sourced_with(IMPORT_SOURCE) if not (self.root / name).is_dir()}
 
     def run(self) -> list[ImportResult]:
         """One poll: import the changed model directories, retire and
@@ -173,8 +175,8 @@ class RepositoryPoll:
             return
         model_dir = self.root / name
         present = {r.version for r in results if r.outcome in ("created", "unchanged")}
-        failed = {str((model_dir / r.directory).resolve()) for r in results if r.outcome == "failed" and r.directory}
-        for version in selectors.versions_sourced_under(model, str(model_dir)):
+        failed = {import_source(model_dir / r.directory) for r in results if r.outcome == "failed" and r.directory}
+        for version in selectors.versions_sourced_with(model, f"{IMPORT_SOURCE}{name}/"):
             if version.number in present:
                 if version.pk in self._retired and version.state == State.UNAVAILABLE:
                     self._change(version, restore=True)

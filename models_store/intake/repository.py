@@ -62,12 +62,16 @@ class ImportResult:
 MAX_LABEL_FILE_BYTES = 16 << 20
 
 
+#: How an imported version's ``source`` starts (:func:`import_source`).
+IMPORT_SOURCE = "import: "
+
+
 def import_source(version_dir: Path) -> str:
     """What a version imported from ``version_dir`` records as its source
     (on the version, in the audit log, in the UI and the API): the
     directory relative to the repository, e.g. ``import: iris/1``; never
     the server's file-system path."""
-    return f"import: {version_dir.parent.name}/{version_dir.name}"
+    return f"{IMPORT_SOURCE}{version_dir.parent.name}/{version_dir.name}"
 
 
 def _read_labels(model_dir: Path, output: str, filename: str) -> list[str]:

@@ -449,15 +449,13 @@ def model_load_states() -> dict[str, tuple[bool, bool]]:
     return {name: (loaded, platform == ENSEMBLE) for name, loaded, platform in rows}
 
 
-def models_sourced_under(directory: str) -> set[str]:
-    """The names of the models with a version imported from under
-    ``directory`` (an absolute path; a version's ``source`` is its version
-    directory), of any state."""
-    prefix = directory.rstrip("/") + "/"
+def models_sourced_with(prefix: str) -> set[str]:
+    """The names of the models with a version whose ``source`` starts with
+    ``prefix`` (e.g. ``import: ``, a repository import's), of any state."""
     rows = ModelVersion.objects.filter(source__startswith=prefix).values_list("model__name", flat=True)
     return set(rows.distinct())
 
 
-def versions_sourced_under(model: RegisteredModel, directory: str) -> QuerySet[ModelVersion]:
-    """The versions of ``model`` imported from under ``directory`` (an absolute path)."""
-    return model.versions.filter(source__startswith=directory.rstrip("/") + "/").order_by("number")
+def versions_sourced_with(model: RegisteredModel, prefix: str) -> QuerySet[ModelVersion]:
+    """The versions of ``model`` whose ``source`` starts with ``prefix``, by number."""
+    return model.versions.filter(source__startswith=prefix).order_by("number")
