@@ -7,9 +7,11 @@ the servers follow. Versions are read-only (they are validated artifacts);
 deleting one removes its artifact. A version or label that a traffic split
 sends requests to cannot be deleted (the admin lists the split as what
 protects it), nor a version a READY ensemble runs, nor a model with such a
-version, a split sending requests, a running rollout or shadow traffic (the admin lists them; a refusal that only shows up when
-the delete runs is an error message, never a 500), nor a label of the split renamed, and the split itself is set
-on the model page or the management API (audited ``traffic.set``), not here.
+version, a split sending requests, a running rollout or shadow traffic (the
+admin lists them; a refusal that only shows up when the delete runs is an
+error message, never a 500), nor a label of the split renamed, and the split
+itself is set on the model page or the management API (audited
+``traffic.set``), not here.
 Tokens can only be revoked here (they are created on the web UI, which shows
 them once). Webhooks are read-only here (their secrets never shown; they
 are made and deleted on the web UI or the management API, audited), and

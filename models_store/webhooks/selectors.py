@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from models_store.accounts import selectors as accounts
-from models_store.registry.models import RegisteredModel
+from models_store.registry import selectors as registry
 from models_store.webhooks.models import WebhookDelivery, WebhookSubscription
 
 
@@ -40,7 +40,7 @@ def with_model_pages(deliveries) -> list[WebhookDelivery]:
     delivery of a deleted model names it without a link to a missing page)."""
     found = list(deliveries)
     names = {delivery.model_name for delivery in found if delivery.model_name}
-    existing = set(RegisteredModel.objects.filter(name__in=names).values_list("name", flat=True))
+    existing = registry.existing_names(names)
     for delivery in found:
         delivery.model_exists = delivery.model_name in existing
     return found

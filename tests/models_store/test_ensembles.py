@@ -94,7 +94,7 @@ def test_upload_through_the_api_pins_minus_one_to_the_version_serving_then(alice
     assert event.actor_name == "alice"
     # the same plan again is a duplicate; an ONNX file for an ensemble model is refused
     assert "already has these bytes" in _error(_upload_config(alice_api, "pipe", config), 409)
-    assert "is an ensemble" in _error(alice_api.upload("pipe", m.standardize()), 400)
+    assert "is an ensemble" in _error(alice_api.upload("pipe", m.standardize()), 409)
     # a pinned version serves whatever the policy says (latest 1 serves only version 2 of clf otherwise)
     assert alice_api.upload("pre", m.standardize(batch=("B",)), team="ml").status_code == 201
     assert selectors.serving(RegisteredModel.objects.get(name="pre")).served == (2, 1)

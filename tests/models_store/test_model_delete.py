@@ -78,7 +78,7 @@ def test_delete_removes_every_version_file_audits_and_sends_model_deleted(alice)
 
 
 def test_delete_is_refused_while_the_split_a_rollout_or_shadow_traffic_uses_the_model(alice):
-    user, api = alice
+    _user, api = alice
     _upload(api, "busy", 2.0, 3.0, 4.0)
     for label, number in (("stable", 1), ("canary", 2)):
         assert api.json("put", f"/api/models/busy/labels/{label}/", {"version": number}).status_code == 200
@@ -196,7 +196,7 @@ def test_a_delivery_of_a_deleted_model_names_it_without_a_link(alice):
     browser = Client()
     browser.force_login(user)
     page = browser.get(f"/webhooks/{hook.pk}/").content.decode()
-    assert page.count('<a href="/models/gone/">') == 0 and page.count("gone <span class=\"muted\">(deleted)</span>") == 2
+    assert page.count('<a href="/models/gone/">') == 0 and page.count('gone <span class="muted">(deleted)</span>') == 2
     assert page.count('<a href="/models/here/">here</a>') == 1
     # Redeliver answers in place for site.js (JSON), and with a redirect and a message without it.
     delivery = WebhookDelivery.objects.filter(subscription=hook, model_name="gone").first()

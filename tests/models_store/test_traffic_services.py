@@ -142,10 +142,10 @@ def test_a_label_the_split_gives_no_weight_leaves_the_split_with_its_version(mod
 def test_a_model_whose_split_sends_requests_cannot_be_deleted_until_it_is_cleared(model):
     found, alice = model
     routes.traffic_set(model=found, weights={"stable": 70, "canary": 30}, actor=alice)
-    with pytest.raises(errors.Conflict, match="sends 30% of its requests to label 'canary'.* 70% .* label 'stable'"):
+    with pytest.raises(errors.Conflict, match=r"sends 30% of its requests to label 'canary'.* 70% .* label 'stable'"):
         model_services.model_delete(model=found, actor=alice)
     routes.traffic_set(model=found, weights={"stable": 100, "canary": 0}, actor=alice)
-    with pytest.raises(errors.Conflict, match="sends 100% of its requests to label 'stable'; change the split first$"):
+    with pytest.raises(errors.Conflict, match=r"sends 100% of its requests to label 'stable'; change the split first$"):
         model_services.model_delete(model=found, actor=alice)
     routes.traffic_set(model=found, weights={}, actor=alice)
     model_services.model_delete(model=found, actor=alice)  # its labels go along

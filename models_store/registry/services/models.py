@@ -24,7 +24,7 @@ from models_store.registry import selectors, signature_guard
 from models_store.registry.models import RegisteredModel, VersionPolicy
 from models_store.registry.services import routes, states
 from models_store.registry.services.versions import ensemble_blockers, refuse_if_ensembles_use
-from models_store.rollouts.models import ACTIVE as ACTIVE_ROLLOUT
+from models_store.rollouts import selectors as rollouts
 from models_store.stamp import bump_stamp
 from models_store.webhooks import services as webhooks
 
@@ -340,7 +340,7 @@ def model_delete_blockers(*, model: RegisteredModel) -> list[str]:
     blockers = ensemble_blockers(model=model, doing="delete the model")
     labels = model.labels.values_list("name", flat=True)
     blockers += routes.split_blockers(model=model, labels=labels)
-    rollout = model.rollouts.filter(status__in=ACTIVE_ROLLOUT).first()
+    rollout = rollouts.active_rollout(model)
     if rollout is not None:
         blockers.append(
             f"a rollout of version {rollout.canary_version} of '{model.name}' is {rollout.status}; "
