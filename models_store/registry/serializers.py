@@ -302,28 +302,27 @@ ENSEMBLE_CONFIG_PATTERN = "(^|\n)[ \t]*platform[ \t]*:[ \t]*[\"']ensemble[\"']"
 class UploadSchema(OpenApiSerializerExtension):
     """The schema of :class:`UploadSerializer`: what drf-spectacular makes of
     it, and ``oneOf`` the two uploads the server takes: a model file (with no
-    ensemble's config), or an ensemble's config alone (no file, no data)."""
+    ensemble's config), or an ensemble's config alone (no file, no data).
+    The body is then required (:class:`~models_store.web.openapi.ManagementAutoSchema`)."""
 
     target_class = UploadSerializer
 
     def map_serializer(self, auto_schema, direction):
         schema = super().map_serializer(auto_schema, direction)
+        # Exactly one of the two: a file with an ensemble's config matches both, so it is neither (no
+        # ``not``: schemathesis' coverage phase cannot judge a binary part against one).
         schema["oneOf"] = [
             {
                 "title": "a model file",
-                "description": "An ONNX file (with its data files); config, if given, is not an ensemble's.",
+                "description": "An ONNX file (with its data files) and, optionally, a config that is not an "
+                "ensemble's.",
                 "required": ["file"],
-                "properties": {"config": {"not": {"pattern": ENSEMBLE_CONFIG_PATTERN}}},
             },
             {
                 "title": "an ensemble",
                 "description": 'An ensemble\'s config.pbtxt (a line platform: "ensemble") alone: no file, no data.',
                 "required": ["config"],
-                "properties": {
-                    "config": {"pattern": ENSEMBLE_CONFIG_PATTERN},
-                    "file": {"not": {}},
-                    "data": {"not": {}},
-                },
+                "properties": {"config": {"pattern": ENSEMBLE_CONFIG_PATTERN}, "data": {"maxItems": 0}},
             },
         ]
         return schema

@@ -106,14 +106,18 @@ def test_delete_a_model_from_its_page(page, ui_server, shots):
         expect(page.locator(f"#model-list a:text-is('{MODEL}')")).to_have_count(0)
         assert _api(ui_server, "GET", f"/api/models/{MODEL}/")[0] == 404
 
-        (received,) = hooks.wait_for(1)
-        payload = json.loads(received.body)
-        assert payload["type"] == "model.deleted"
-        assert payload["data"] == {"model": MODEL, "team": "ml", "actor": "alice"}
+        hooks.wait_for(1)
+        deleted = [json.loads(r.body) for r in hooks.received if json.loads(r.body)["type"] == "model.deleted"]
+        assert [payload["data"] for payload in deleted] == [{"model": MODEL, "team": "ml", "actor": "alice"}]
 
         page.goto(webhook_url)
         row = page.locator("tr.delivery").first
         expect(row.locator(".state")).to_contain_text("SUCCEEDED")
         expect(row.locator("td.model")).to_have_text(f"{MODEL} (deleted)")
         expect(row.locator("td.model a")).to_have_count(0)  # no link to a page that is gone
+        asked = confirming(page, lambda: page.click("#webhook-delete button"))
+        assert asked == [
+            f"Delete the webhook to {hooks.url}? Its deliveries go with it and no event is sent there again."
+        ]
+        expect(page.locator(".messages")).to_contain_text("Deleted the webhook")
     assert csp_violations(page) == []

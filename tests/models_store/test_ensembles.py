@@ -301,3 +301,14 @@ def test_an_ensemble_of_more_steps_than_the_limit_is_refused_everywhere(alice_ap
     response = _upload_config(alice_api, "five", _chain("five", 5), team="ml")
     assert response.status_code == 201, response.content
     assert len(ModelVersion.objects.get(model__name="five").properties["ensemble"]["steps"]) == 5
+
+
+def test_data_files_without_a_model_file_are_refused_not_dropped(alice_api):
+    import io
+
+    data = io.BytesIO(b"\0" * 16)
+    data.name = "weights.bin"
+    config = 'platform: "ensemble"\ninput [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]'
+    response = _upload_config(alice_api, "with-data", config, team="ml", data=data)
+    assert _error(response, 400).startswith("data files (field 'data') without a model file")
+    assert not RegisteredModel.objects.filter(name="with-data").exists()
