@@ -16,6 +16,10 @@
   model does not reference by name, or of two under one name. An upload
   without a file and without an ensemble's config is schema-violating (the
   schema's ``oneOf``): its 400 is nobody's exemption.
+- A "schema-valid request rejected" of a multipart upload is judged as sent
+  too: a body that the schema refuses (the coverage phase sends a file with
+  an ensemble's config, which matches both of the upload's ``oneOf``
+  branches, as positive) was no schema-valid request, and its 400 stays out.
 - Schemathesis 4.32 judges a form body "as sent" (a multipart text part is
   text: the integer 12 it meant to send as ``team`` arrives as the valid team
   name "12"), but not when the body also holds a file: its JSON Schema
@@ -155,14 +159,17 @@ def keep_failure(context, failure, case, response) -> bool:
     """Keep every failure but "schema-violating request accepted" for a
     multipart upload whose only schema-violating part is its body, when that
     body, as sent, is valid, and "schema-valid request rejected" for an
-    upload refused for its config or a webhook refused for its URL (see the
+    upload whose body, as sent, the schema refuses or that is refused for its
+    config, or a webhook refused for what its host resolves to (see the
     module docstring)."""
     if failure.code == SCHEMA_VALID_REQUEST_REJECTED and _refused_webhook_url(case, response):
         return False
     if not (case.media_type or "").startswith("multipart/"):
         return True
     if failure.code == SCHEMA_VALID_REQUEST_REJECTED:
-        return not _refused_config(response)
+        # Judged as sent: a body the schema refuses (say a file with an ensemble's config, which matches
+        # both of the upload's oneOf branches: the coverage phase sends it as positive) was no valid request.
+        return multipart_body_valid_as_sent(case, response) and not _refused_config(response)
     if failure.code != SCHEMA_VIOLATING_REQUEST_ACCEPTED:
         return True
     components = case.meta.components if case.meta is not None else {}
