@@ -7,9 +7,11 @@ the servers follow. Versions are read-only (they are validated artifacts);
 deleting one removes its artifact. A version or label that a traffic split
 sends requests to cannot be deleted (the admin lists the split as what
 protects it), nor a version a READY ensemble runs, nor a model with such a
-version (the admin lists the ensembles; a refusal that only shows up when
-the delete runs is an error message, never a 500), nor a label of the split renamed, and the split itself is set
-on the model page or the management API (audited ``traffic.set``), not here.
+version, a split sending requests, a running rollout or shadow traffic (the
+admin lists them; a refusal that only shows up when the delete runs is an
+error message, never a 500), nor a label of the split renamed, and the split
+itself is set on the model page or the management API (audited
+``traffic.set``), not here.
 Tokens can only be revoked here (they are created on the web UI, which shows
 them once). Webhooks are read-only here (their secrets never shown; they
 are made and deleted on the web UI or the management API, audited), and
@@ -157,10 +159,11 @@ class RegisteredModelAdmin(GuardedDeletes, AuditedAdmin):
     readonly_fields = ["last_version_number", "config", "traffic", "created_by", "created_at", "updated_at"]
 
     def get_deleted_objects(self, objs, request):
-        """Django's list of what a delete takes along, with the ensembles that forbid it as "protected"."""
+        """Django's list of what a delete takes along, with what forbids it (ensembles, the traffic
+        split, a rollout, shadow traffic: the management API's 409) as "protected"."""
         deleted, counts, perms, protected = super().get_deleted_objects(objs, request)
         for model in objs:
-            protected = [*protected, *versions.ensemble_blockers(model=model, doing="delete the model")]
+            protected = [*protected, *model_services.model_delete_blockers(model=model)]
         return deleted, counts, perms, protected
 
     def delete_model(self, request, obj):

@@ -8,7 +8,7 @@ from django.views.generic import RedirectView
 from models_store.accounts import team_views
 from models_store.accounts import views as account_views
 from models_store.accounts.oidc import views as oidc_views
-from models_store.registry import compare_pages, shadow_pages, upload_views, views
+from models_store.registry import compare_pages, delete_pages, shadow_pages, upload_views, views
 from models_store.rollouts import views as rollout_views
 from models_store.webhooks import views as webhook_views
 
@@ -29,6 +29,7 @@ urlpatterns = [
     path(f"{_MODEL}/compare/", compare_pages.compare_page, name="version-compare"),
     path(f"{_MODEL}/compare.json", compare_pages.compare_json, name="version-compare-json"),
     path(f"{_MODEL}/settings", views.model_settings, name="model-settings"),
+    path(f"{_MODEL}/delete", delete_pages.model_delete, name="model-delete"),
     path(f"{_MODEL}/labels", views.label_set, name="label-set"),
     path(f"{_MODEL}/labels/<str:label>/delete", views.label_delete, name="label-delete"),
     path(f"{_MODEL}/traffic", views.traffic_set, name="traffic-set"),

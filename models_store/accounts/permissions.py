@@ -3,7 +3,7 @@
 Each person has a role in each of their teams (:class:`Role`, on the
 membership): **viewer** (sees the team's models and calls them),
 **maintainer** (also uploads, moves labels and traffic, runs rollouts,
-retires, restores and deletes versions, changes a model's settings),
+retires, restores and deletes versions, deletes models, changes a model's settings),
 **owner** (also the team's members, service accounts and their tokens,
 webhooks and limits). The platform **operator** (an active superuser) may
 do everything, and alone changes the models that have no team and the
@@ -62,6 +62,7 @@ PERMISSIONS: dict[str, Level] = {
     "model.create": Level.MAINTAINER,  # the first upload of a new model for the team
     "model.update": Level.MAINTAINER,  # description, tags, version policy, instance group, payload logging
     "model.load": Level.MAINTAINER,  # Triton's repository extension: load, unload
+    "model.delete": Level.MAINTAINER,  # the model with every version (refused while something uses it: 409)
     "version.upload": Level.MAINTAINER,
     "version.retire": Level.MAINTAINER,
     "version.restore": Level.MAINTAINER,

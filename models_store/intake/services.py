@@ -69,7 +69,7 @@ def version_upload(
     model's configuration in that transaction (``model_set_config``), so
     the new version is validated with it.
 
-    Raises UploadRefused, DuplicateVersion or RegistryError (also for a
+    Raises UploadRefused, DuplicateVersion, Conflict (a file for an ensemble model) or RegistryError (also for a
     config the model cannot take).
     """
     here = validating.validates_here()
@@ -82,8 +82,8 @@ def version_upload(
     if model is not None and team is not None:
         # Created a moment ago by another team's upload (the caller found no model): not theirs.
         model_services.refuse_other_team(model=model, team=team)
-    if model is not None and model.platform == ENSEMBLE:
-        raise RegistryError(
+    if model is not None and model.platform == ENSEMBLE:  # the registry's state, not the request's shape: 409
+        raise Conflict(
             f"model '{model_name}' is an ensemble: upload its config.pbtxt alone (no model file) as a new version"
         )
     if model is not None:

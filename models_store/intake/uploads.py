@@ -199,11 +199,17 @@ class StagingUploadHandler(FileUploadHandler):
 
     def result(self, required: bool = True) -> StagedFile | None:
         """The staged upload; raises UploadRefused when there is none (None
-        instead when not ``required``: an ensemble's upload has no file)."""
+        instead when not ``required``: an ensemble's upload has no file), and
+        for data files sent without a model file."""
         if self.too_large:
             raise UploadRefused(too_large_message(), status=413)
         if self.refused:
             raise UploadRefused(self.refused)
+        if self.staged is None and self.data_files:
+            raise UploadRefused(
+                f"data files (field 'data') without a model file: send the ONNX file as multipart field '{FIELD_NAME}' "
+                "with them (an ensemble's upload is its config.pbtxt alone)"
+            )
         if self.staged is None and not required:
             return None
         if self.staged is None:

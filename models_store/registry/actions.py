@@ -107,6 +107,14 @@ def annotate_version(
     )
 
 
+def delete_model(user, token, name: str) -> None:
+    """Delete the model ``name`` with its versions and their artifacts
+    (:func:`~models_store.registry.services.models.model_delete`): NotFound,
+    AccessDenied (``model.delete``), Conflict (409) while something uses it."""
+    model = _changeable_model(user, token, name, "model.delete")
+    model_services.model_delete(model=model, actor=user)
+
+
 def set_label(user, token, name: str, label: str, number: int, force: bool = False):
     model = _changeable_model(user, token, name, "label.set")
     return routes.label_set(model=model, name=label, number=number, actor=user, force=force)

@@ -33,6 +33,11 @@ def model_get(name: str) -> RegisteredModel | None:
     return RegisteredModel.objects.filter(name=name).first()
 
 
+def existing_names(names) -> set[str]:
+    """Those of ``names`` (model names) that a model in the registry has now."""
+    return set(RegisteredModel.objects.filter(name__in=set(names)).values_list("name", flat=True))
+
+
 def model_teams() -> dict[str, int | None]:
     """Model name -> the id of its team (None: operator-owned), of every model (one query)."""
     return dict(RegisteredModel.objects.values_list("name", "team_id"))

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.plumbing import force_instance, is_serializer
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 from uritemplate import variables
@@ -136,6 +137,16 @@ class ManagementAutoSchema(AutoSchema):
     def get_override_parameters(self):
         path_parameters = [PATH_PARAMETERS[name] for name in variables(self.path) if name in PATH_PARAMETERS]
         return [*path_parameters, WWW_AUTHENTICATE, *super().get_override_parameters()]
+
+    def _get_request_for_media_type(self, serializer, direction="request"):
+        """drf-spectacular's request body, also required when its schema is ``oneOf`` branches that each
+        require a field (an upload: a file or an ensemble's config), though no field is required alone."""
+        schema, required = super()._get_request_for_media_type(serializer, direction)
+        if not required and is_serializer(serializer):
+            component = self.resolve_serializer(force_instance(serializer), direction)
+            branches = component.schema.get("oneOf", []) if component else []
+            required = bool(branches) and all(branch.get("required") for branch in branches)
+        return schema, required
 
     # drf-spectacular (0.30) has no links of its own: the response object it
     # builds for a status code gets the LinkedResponse's links added.

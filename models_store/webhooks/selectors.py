@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from models_store.accounts import selectors as accounts
+from models_store.registry import selectors as registry
 from models_store.webhooks.models import WebhookDelivery, WebhookSubscription
 
 
@@ -31,6 +32,18 @@ def subscription_of_team(team, subscription_id: int) -> WebhookSubscription | No
 def deliveries(subscription: WebhookSubscription) -> QuerySet[WebhookDelivery]:
     """A subscription's deliveries, newest first, each with its attempts."""
     return subscription.deliveries.prefetch_related("attempts")
+
+
+def with_model_pages(deliveries) -> list[WebhookDelivery]:
+    """``deliveries`` (a list or query set), each with ``model_exists``:
+    whether a model called its ``model_name`` is in the registry now (a
+    delivery of a deleted model names it without a link to a missing page)."""
+    found = list(deliveries)
+    names = {delivery.model_name for delivery in found if delivery.model_name}
+    existing = registry.existing_names(names)
+    for delivery in found:
+        delivery.model_exists = delivery.model_name in existing
+    return found
 
 
 def delivery_of(subscription: WebhookSubscription, delivery_id: int) -> WebhookDelivery | None:

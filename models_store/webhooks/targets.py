@@ -1,6 +1,7 @@
 """Where a webhook may be sent, and the one HTTP request of an attempt.
 
-A target URL is ``http`` or ``https`` with a host name or address. Its host
+A target URL is ``http`` or ``https`` with a host name or address
+(:data:`URL_PATTERN`, which the management API's schema states). Its host
 is resolved and every address it resolves to must be global: a private
 (10/8, 172.16/12, 192.168/16, fc00::/7), loopback, link-local (169.254/16,
 with the clouds' metadata services; fe80::/10), shared (100.64/10),
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import http.client
 import ipaddress
+import re
 import socket
 import ssl
 import time
@@ -23,6 +25,36 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from django.conf import settings
+
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_H16 = r"[0-9A-Fa-f]{1,4}"
+_IPV6 = "|".join(
+    (
+        rf"(?:{_H16}:){{7}}{_H16}",
+        rf"(?:{_H16}:){{1,7}}:",
+        *(rf"(?:{_H16}:){{1,{6 - n}}}(?::{_H16}){{1,{n + 1}}}" for n in range(6)),
+        rf":(?:(?::{_H16}){{1,7}}|:)",
+    )
+)
+_PORT = r"(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4})"
+#: A character of a path, query or fragment: none of the spaces or control characters (spelled out, not
+#: ``\s``, whose meaning differs between ECMA's and Python's regular expressions).
+_PATH_CHAR = r"[^\x00-\x20\x7f-\x9f\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
+#: What a webhook URL looks like (the management API's schema says it as its ``pattern``, the same
+#: text in ECMA and Python regular expressions): http or https; a host name of labels of at most 63
+#: letters, digits and hyphens (RFC 1123), an IPv4 address, or an IPv6 address in brackets; an
+#: optional port up to 65535; an optional path, query and fragment without spaces or control characters.
+URL_PATTERN = rf"^https?://(?:{_LABEL}(?:\.{_LABEL})*\.?|\[(?:{_IPV6})\])(?::{_PORT})?(?:[/?#]{_PATH_CHAR}*)?$"
+_URL = re.compile(URL_PATTERN)
+URL_SHAPE = (
+    "a webhook URL is http:// or https:// with a host name (labels of at most 63 letters, digits or hyphens), "
+    "an IP address (IPv6 in brackets), an optional port and a path without spaces"
+)
+
+
+def well_formed(url: str) -> bool:
+    """Whether ``url`` has the shape of :data:`URL_PATTERN` (all of it)."""
+    return _URL.fullmatch(url) is not None
 
 
 class TargetRefused(ValueError):
@@ -71,15 +103,17 @@ def _refused_kind(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | No
 def check(url: str) -> Target:
     """Resolve ``url``'s host and check every address it has (see the module
     doc). Returns the target with the first address; raises TargetRefused
-    for a URL that is not http(s) with a host, a host that does not resolve,
+    for a URL not of :data:`URL_PATTERN`'s shape, a host that does not resolve,
     or one with an address that is not public (and not allowed)."""
+    if not well_formed(url):
+        raise TargetRefused(URL_SHAPE)
     try:
         parts = urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as exc:
         raise TargetRefused(f"not a URL: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise TargetRefused("a webhook URL is http:// or https:// with a host")
+        raise TargetRefused(URL_SHAPE)
     host = parts.hostname
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)

@@ -1,7 +1,8 @@
 """The web UI's webhooks (``/webhooks/``): the subscriptions of the user's
 teams, a form to add one (its secret shown once, after the redirect), and a
 page per subscription with its deliveries, every attempt and its answer,
-a Redeliver button per delivery, Pause/Resume and Delete buttons. Changes go through
+a Redeliver button per delivery (with JavaScript it answers in the row, without
+a reload), Pause/Resume and Delete buttons (Delete asks first). Changes go through
 :mod:`models_store.webhooks.actions` (the checks of the management API)."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404
+from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
@@ -81,7 +82,7 @@ def webhook_detail(request, webhook_id: int):
     subscription = _subscription(request, webhook_id)
     new = request.session.pop(NEW_SECRET_KEY, None)
     secret = new["secret"] if new and new.get("id") == subscription.pk else None
-    deliveries = selectors.deliveries(subscription)[:DELIVERIES_ON_PAGE]
+    deliveries = selectors.with_model_pages(selectors.deliveries(subscription)[:DELIVERIES_ON_PAGE])
     context = {"subscription": subscription, "deliveries": deliveries, "secret": secret}
     response = render(request, "models_store/webhook_detail.html", context)
     response["Cache-Control"] = "no-store"
@@ -99,7 +100,10 @@ def webhook_redeliver(request, webhook_id: int, delivery_id: int):
         raise Http404(str(exc)) from None
     except AccessDenied as exc:
         raise PermissionDenied(str(exc)) from None
-    messages.success(request, f"Sending {delivery.event} ({delivery.message_id}) again.")
+    said = f"Sending {delivery.event} ({delivery.message_id}) again."
+    if "application/json" in request.headers.get("Accept", ""):  # site.js: the row says it, no reload
+        return JsonResponse({"message": said, "state": delivery.state}, status=202)
+    messages.success(request, said)
     return redirect("webhook-detail", webhook_id=webhook_id)
 
 

@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.support import onnx_models as m
-from tests.support.browser import csp_violations
+from tests.support.browser import confirming, csp_violations
 from tests.support.live import bearer, infer_json, multipart, request, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.interop]
@@ -112,6 +112,7 @@ def test_the_shadow_comparison_is_shown_on_the_version_page(page, ui_server, sho
     assert csp_violations(page) == []
 
     page.goto(f"/models/{MODEL}/")
-    page.click("#shadow-stop")
+    asked = confirming(page, lambda: page.click("#shadow-stop"))
+    assert asked == ["Stop shadow traffic to version 2? Its comparison stops growing."]
     expect(page.locator("#shadow-form")).to_be_visible()
     assert page.locator("#shadow-now").count() == 0

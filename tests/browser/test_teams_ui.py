@@ -5,7 +5,7 @@ a member added with a role, changed and removed."""
 
 from __future__ import annotations
 
-from tests.support.browser import csp_violations
+from tests.support.browser import confirming, csp_violations
 from tests.support.live import bearer, manage, request
 
 
@@ -32,16 +32,21 @@ def test_an_owner_manages_service_accounts_and_members(page, ui_server, shots):
     assert page.locator("#token-value").count() == 0  # shown once
     row = page.locator(".service-account[data-account=recommender] tr[data-token=prod]")
     assert "viewer" in row.inner_text()
-    row.locator("button:text('Revoke')").click()
+    asked = confirming(page, row.locator("button:text('Revoke')").click, accept=False)
+    assert asked == ["Revoke token prod of recommender? Callers using it get 401 at once."]
+    assert request(ui_server, "GET", "/api/models/", b"", bearer(token))[0] == 200  # dismissed: still works
+    confirming(page, row.locator("button:text('Revoke')").click)
     assert "revoked" in page.locator(".service-account[data-account=recommender] tr[data-token=prod]").inner_text()
     assert request(ui_server, "GET", "/api/models/", b"", bearer(token))[0] == 401
-    page.locator(".service-account[data-account=recommender] button:text('Deactivate')").click()
+    asked = confirming(page, page.locator(".service-account[data-account=recommender] button:text('Deactivate')").click)
+    assert asked == ["Deactivate service account recommender? Its tokens stop working at once."]
     assert "deactivated" in page.locator(".service-account[data-account=recommender]").inner_text()
 
     page.fill("#member-form input[name=username]", "carl")
     page.select_option("#member-form select[name=role]", "maintainer")
     page.click("#member-form button[type=submit]")
     assert page.locator("#members tr[data-member=carl] td.role").inner_text() == "maintainer"
-    page.locator("#members tr[data-member=carl] button:text('Remove')").click()
+    asked = confirming(page, page.locator("#members tr[data-member=carl] button:text('Remove')").click)
+    assert asked == ["Remove carl from team ml?"]
     assert page.locator("#members tr[data-member=carl]").count() == 0
     assert csp_violations(page) == []

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from playwright.sync_api import expect
 
 from tests.support import onnx_models as m
-from tests.support.browser import csp_violations, new_page
+from tests.support.browser import confirming, csp_violations, new_page
 from tests.support.live import bearer, multipart, request
 
 pytestmark = [pytest.mark.browser, pytest.mark.interop]
@@ -315,7 +315,8 @@ def test_api_tokens_are_shown_once(page, ui_server, shots):
     page.reload()  # a GET after post/redirect/get: no second token, and the token is not shown again
     expect(page.locator("#token-value")).to_have_count(0)
     expect(page.locator('tr[data-token="nightly-eval"]')).to_have_count(1)
-    page.locator('tr[data-token="nightly-eval"] button').click()
+    asked = confirming(page, page.locator('tr[data-token="nightly-eval"] button').click)
+    assert asked == ["Revoke token nightly-eval? Callers using it get 401 at once."]
     expect(page.locator(".messages")).to_contain_text("Revoked the API token nightly-eval")
     assert request(ui_server, "GET", "/api/models/", headers=bearer(token))[0] == 401
 

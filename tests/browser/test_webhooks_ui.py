@@ -15,6 +15,7 @@ from playwright.sync_api import expect
 from standardwebhooks import Webhook
 
 from tests.support import onnx_models as m
+from tests.support.browser import confirming
 from tests.support.live import bearer, multipart, request
 from tests.support.webhook_receiver import Receiver
 
@@ -23,6 +24,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.interop]
 
 def test_add_a_webhook_see_its_deliveries_and_redeliver(page, ui_server, shots):
     with Receiver([500]) as hooks:
+        target = hooks.url
         page.goto("/webhooks/")
         page.select_option("#webhook-form #id_team", "ml")
         page.fill("#webhook-form #id_url", hooks.url)
@@ -54,8 +56,11 @@ def test_add_a_webhook_see_its_deliveries_and_redeliver(page, ui_server, shots):
         expect(row).to_contain_text(received[0].headers["webhook-id"])
         expect(row).to_contain_text("answer 500 to request 1")
         shots.take(page, "webhook", doc=True)
-        row.locator("button.redeliver").click()
-        expect(page.locator(".messages")).to_contain_text("Sending version.ready")
+        row.locator("button.redeliver").click()  # answered in the row, without a reload
+        expect(row.locator("[role=status]")).to_have_text(
+            f"Sending version.ready ({received[0].headers['webhook-id']}) again."
+        )
+        expect(page.locator(".messages")).to_have_count(0)
         third = hooks.wait_for(3)[2]
         assert third.headers["webhook-id"] == received[0].headers["webhook-id"]
         page.reload()
@@ -74,11 +79,17 @@ def test_add_a_webhook_see_its_deliveries_and_redeliver(page, ui_server, shots):
     expect(page.locator("#webhooks tbody tr[data-webhook]")).to_have_count(1)
 
     page.goto(webhook_url)
+    # Pause is not the primary button next to Delete, which is the danger one.
+    assert page.locator("#webhook-pause button").get_attribute("class") == "secondary"
+    assert page.locator("#webhook-delete button").get_attribute("class") == "danger"
     page.click("#webhook-pause button")
     expect(page.locator("#paused")).to_contain_text("Paused")
     page.click("#webhook-pause button")
     expect(page.locator(".messages")).to_contain_text("Resumed the webhook")
     expect(page.locator("#paused")).to_have_count(0)
-    page.click("#webhook-delete button")
+    asked = confirming(page, lambda: page.click("#webhook-delete button"), accept=False)
+    assert asked == [f"Delete the webhook to {target}? Its deliveries go with it and no event is sent there again."]
+    expect(page.locator("#deliveries")).to_be_visible()  # dismissed: still there
+    confirming(page, lambda: page.click("#webhook-delete button"))
     expect(page.locator(".messages")).to_contain_text("Deleted the webhook")
     expect(page.locator("#webhooks tbody tr[data-webhook]")).to_have_count(0)

@@ -60,7 +60,10 @@ def _schema_url(server) -> str:
 
 
 #: The management API's operations (and paths): the registry's, the webhooks', the teams' members and service accounts.
-OPERATIONS, PATHS = 44, 31
+OPERATIONS, PATHS = 45, 31
+#: The model delete: the main runs leave it out (it would take the test's models along, the operator's
+#: "legacy" too); a run of its own deletes a model prepared for it.
+DELETE_MODEL = ("--exclude-operation-id", "models_destroy")
 
 
 def schemathesis(
@@ -230,6 +233,22 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
         assert status == 201, token
         return {"account": [account["id"]], "token_id": [token["id"]]}
 
+    def scratch(name: str) -> str:
+        """A model of team ml with two versions and nothing that forbids its delete, for the delete's run."""
+        for scale in (0.25, 0.5):
+            body, kind = multipart({"team": "ml"}, m.affine(scale, 9.0))
+            status, answer = request(
+                server, "POST", f"/api/models/{name}/versions/", body, {**bearer(tokens["alice"]), "Content-Type": kind}
+            )
+            assert status == 201, answer
+        return name
+
+    # The ensembles' one step (tests/support/schemathesis_hooks.py: the uploads without a file name it).
+    body, kind = multipart({"team": "ml"}, m.affine(1.5, 0.5))
+    status, answer = request(
+        server, "POST", "/api/models/steps/versions/", body, {**bearer(tokens["alice"]), "Content-Type": kind}
+    )
+    assert status == 201, answer
     status, schema = request(server, "GET", "/api/schema/?format=json")
     schema = schema if isinstance(schema, dict) else json.loads(schema)  # application/vnd.oai.openapi+json
     assert status == 200 and len(schema["paths"]) == PATHS
@@ -240,7 +259,9 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
     for who, scale in (("alice", 2.0), ("root", 3.0)):
         ids = prepare(scale)
         ids.pop("held")  # for the promote's own run, below
-        summary = schemathesis(server, tmp_path / f"{who}.json", tokens[who], *phases, ids=ids)
+        summary = schemathesis(
+            server, tmp_path / f"{who}.json", tokens[who], *phases, *DELETE_MODEL, ids=ids, operations=OPERATIONS - 1
+        )
         assert {phase: summary["phases"][phase]["status"] for phase in PHASES} == dict.fromkeys(PHASES, "success")
         assert summary["seed"] == 18 and summary["test_cases"]["generated"] > 500
         # The run deletes the webhook it was given before it redelivers (the operations go in path order):
@@ -267,9 +288,15 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
             alone = ("--phases", "fuzzing", "--include-path-regex", paths)
             report = tmp_path / f"{who}-{run}.json"
             schemathesis(server, report, tokens[who], *alone, ids=run_ids, operations=count, probability=1.0)
+        # The model delete, on a model of its own: the first request deletes it (204), the others find none (404).
+        doomed = scratch(f"scratch-{who}")
+        alone = ("--phases", "fuzzing", "--include-operation-id", "models_destroy")
+        report = tmp_path / f"{who}-delete.json"
+        schemathesis(server, report, tokens[who], *alone, ids={"name": [doomed]}, operations=1, probability=1.0)
+        assert request(server, "GET", f"/api/models/{doomed}/", headers=bearer(tokens["root"]))[0] == 404
         # The links and the test's names let it reach every operation, not only its refusals.
         answered = operations_answered(tmp_path / f"{who}.har", schema, range(200, 300))
-        for run in ("redeliver", "tokens", "rollout", "promote", "start", "held"):
+        for run in ("redeliver", "tokens", "rollout", "promote", "start", "held", "delete"):
             answered |= operations_answered(tmp_path / f"{who}-{run}.har", schema, range(200, 300))
         assert answered == every_operation
     # No token: every operation answers its declared 401 (error body, WWW-Authenticate) and nothing else.
@@ -279,10 +306,10 @@ def test_schemathesis_finds_no_contract_violation(server, tokens, tmp_path):
     assert len(summary["warnings"]["missing_auth"]) == OPERATIONS
     assert operations_answered(tmp_path / "anonymous.har", schema, range(401, 402)) == every_operation
 
-    # The registry after the runs: both models still listed, the operator-owned one without a team.
-    status, page = request(server, "GET", "/api/models/", headers=bearer(tokens["root"]))
+    # The registry after the runs: the test's models still listed, the operator-owned one without a team.
+    status, page = request(server, "GET", "/api/models/?limit=1000", headers=bearer(tokens["root"]))
     models = page["results"]
-    assert status == 200 and {"affine", "legacy"} <= {model["name"] for model in models}
+    assert status == 200 and {"affine", "legacy", "steps"} <= {model["name"] for model in models}
     assert next(model for model in models if model["name"] == "legacy")["team"] is None
 
 
@@ -371,3 +398,26 @@ def test_the_hooks_drop_only_false_reports_of_multipart_bodies():
     assert _judged("12", code="ST202", answer=(400, {"error": "config.pbtxt: 1:1: ModelConfig has no field"})) is False
     assert _judged("12", code="ST202", answer=(400, {"error": "the file is empty"})) is True
     assert _judged("12", negative=("BODY", "PATH")) is True
+    # An upload without a file is no exemption: the schema's oneOf says a file or an ensemble's config (a
+    # schema-valid body refused for it is kept; _judged's body has a file, as the first branch wants).
+    assert _judged("12", code="ST202", answer=(400, {"error": "no model file in the upload: send ..."})) is True
+    # A body that the schema itself refuses as sent (no valid team) was no schema-valid request.
+    assert _judged("no spaces in team names", code="ST202", answer=(400, {"error": "team: ..."})) is False
+
+
+def test_the_hooks_drop_only_refusals_of_what_a_webhook_host_resolves_to():
+    from tests.support import schemathesis_hooks
+
+    def kept(answer: dict, path: str = "/api/teams/{team}/webhooks/") -> bool:
+        case = SimpleNamespace(media_type="application/json", operation=SimpleNamespace(path=path))
+        response = SimpleNamespace(status_code=400, content=json.dumps(answer).encode())
+        return schemathesis_hooks.keep_failure(None, SimpleNamespace(code="ST202"), case, response)
+
+    assert (
+        kept({"error": "the host 'nowhere.invalid' does not resolve ([Errno -2] Name or service not known)"}) is False
+    )
+    assert kept({"error": "the host '10.0.0.1' resolves to 10.0.0.1, a private address: ..."}) is False
+    # The URL's shape (a host label over 63 characters, not http(s), ...) is the schema's: kept.
+    assert kept({"error": "url: a webhook URL is http:// or https:// ...", "fields": {"url": ["..."]}}) is True
+    assert kept({"error": "a webhook URL is http:// or https:// with a host name ..."}) is True
+    assert kept({"error": "the host 'x' does not resolve"}, path="/api/models/{name}/versions/") is True

@@ -190,6 +190,8 @@ REQUESTS: dict[tuple, Request] = {
     ("api-model-list", "GET", None): Request("/api/models/", 200),
     ("api-model-detail", "GET", None): Request(f"{M}/", 200, hidden=404),
     ("api-model-detail", "PATCH", None): Request(f"{M}/", 200, {"description": "x"}, hidden=404),
+    # 409: a rollout runs and shadow traffic is on (the permission passed; a refusal would be 403/404)
+    ("api-model-detail", "DELETE", None): Request(f"{M}/", 409, hidden=404),
     ("api-version-list", "GET", None): Request(f"{M}/versions/", 200, hidden=404),
     # 202: validated after the answer (on commit, which the test's rolled-back transaction never reaches)
     ("api-version-list", "POST", None): Request(
@@ -250,6 +252,8 @@ REQUESTS: dict[tuple, Request] = {
     ("model-detail", "GET", None): Request("/models/m/", 200),
     ("model-charts", "GET", None): Request("/models/m/charts.json", 200),
     ("model-settings", "POST", None): Request("/models/m/settings", 302, SETTINGS_FORM),
+    ("model-delete", "GET", None): Request("/models/m/delete", 200),  # the confirmation page
+    ("model-delete", "POST", None): Request("/models/m/delete", 409, {}),  # a rollout runs, shadow traffic is on
     ("label-set", "POST", None): Request("/models/m/labels", 302, {"label": "beta", "version": "3"}),
     ("label-delete", "POST", None): Request("/models/m/labels/canary/delete", 302, {}),
     ("traffic-set", "POST", None): Request("/models/m/traffic", 302, {"weight-stable": "90", "weight-canary": "10"}),

@@ -139,10 +139,16 @@ def test_a_label_the_split_gives_no_weight_leaves_the_split_with_its_version(mod
     assert served == [4, 1]  # 4 by the latest policy, 1 by the split; the canary label routes nothing
 
 
-def test_deleting_a_model_takes_its_split_along(model):
+def test_a_model_whose_split_sends_requests_cannot_be_deleted_until_it_is_cleared(model):
     found, alice = model
     routes.traffic_set(model=found, weights={"stable": 70, "canary": 30}, actor=alice)
-    model_services.model_delete(model=found, actor=alice)
+    with pytest.raises(errors.Conflict, match=r"sends 30% of its requests to label 'canary'.* 70% .* label 'stable'"):
+        model_services.model_delete(model=found, actor=alice)
+    routes.traffic_set(model=found, weights={"stable": 100, "canary": 0}, actor=alice)
+    with pytest.raises(errors.Conflict, match=r"sends 100% of its requests to label 'stable'; change the split first$"):
+        model_services.model_delete(model=found, actor=alice)
+    routes.traffic_set(model=found, weights={}, actor=alice)
+    model_services.model_delete(model=found, actor=alice)  # its labels go along
     assert selectors.model_get("m") is None
 
 

@@ -82,6 +82,27 @@ def test_refusals_answer_400_with_an_error(alice, settings, body, words):
     assert not AuditEvent.objects.filter(action__startswith="webhook.").exists()
 
 
+def test_the_url_shape_is_the_schemas_pattern_labels_of_at_most_63_characters(alice, settings):
+    """What the schema's pattern refuses is a 400 on the field ``url``; what it allows is taken to the
+    address check (a name that does not resolve: 400 saying so; an allowed address: 201)."""
+    from models_store.webhooks import serializers as webhook_serializers
+    from models_store.webhooks import targets
+
+    settings.WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1", "::1"]
+    api = alice[1]
+    label_63, label_64 = "a" * 63, "a" * 64
+    for url in (f"http://{label_64}.example/", "http://127.0.0.1:65536/", "ftp://127.0.0.1/", "http://[:::]/",
+                "http://127.0.0.1/a b", " http://127.0.0.1/", "http://user@127.0.0.1/"):  # fmt: skip
+        answer = api.json("post", HOOKS, {"url": url, "events": ["label.moved"]})
+        assert answer.status_code == 400 and answer.json()["fields"] == {"url": [targets.URL_SHAPE]}, (url, answer)
+    answer = api.json("post", HOOKS, {"url": f"http://{label_63}.invalid/", "events": ["label.moved"]})
+    assert answer.status_code == 400 and "fields" not in answer.json()
+    assert answer.json()["error"].startswith(f"the host '{label_63}.invalid' does not resolve")
+    for url in ("http://127.0.0.1:65535/x?y=1#z", "http://[::1]:8080/"):
+        assert api.json("post", HOOKS, {"url": url, "events": ["label.moved"]}).status_code == 201, url
+    assert webhook_serializers.MAX_URL_CHARS == webhook_models.WebhookSubscription._meta.get_field("url").max_length
+
+
 def test_deliveries_show_every_attempt_and_redeliver_sends_again(alice):
     _user, api = alice
     with Receiver([500]) as hooks:

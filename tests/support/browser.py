@@ -45,3 +45,21 @@ def sign_in(page, server) -> None:
     page.fill("#id_password", password)
     page.click("button[type=submit]")
     page.wait_for_url("**/models/")
+
+
+def confirming(page, click, *, accept: bool = True) -> list[str]:
+    """Do ``click()`` (which submits a form that asks first: ``data-confirm``), answering the
+    browser's native confirmation (accept it, or dismiss it); the questions asked, in order."""
+    asked: list[str] = []
+
+    def answer(dialog):
+        asked.append(dialog.message)
+        dialog.accept() if accept else dialog.dismiss()
+
+    page.on("dialog", answer)
+    try:
+        click()
+        page.wait_for_load_state()
+    finally:
+        page.remove_listener("dialog", answer)
+    return asked

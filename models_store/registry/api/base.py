@@ -15,6 +15,7 @@ from models_store.web.openapi import OpenApiLink
 LIST_MODELS = "models_list"
 GET_MODEL = "models_retrieve"
 UPDATE_MODEL = "models_partial_update"
+DELETE_MODEL = "models_destroy"
 LIST_VERSIONS = "models_versions_list"
 UPLOAD_VERSION = "models_versions_create"
 GET_VERSION = "models_versions_retrieve"

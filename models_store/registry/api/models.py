@@ -1,10 +1,11 @@
 """The management API's models: the list (filtered, sorted, paged), one
 model in full, its changes (description, version policy, instance groups,
-payload logging) and its audit log."""
+payload logging), its deletion and its audit log."""
 
 from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status
 from rest_framework.exceptions import ParseError
 from rest_framework.response import Response
 
@@ -74,7 +75,11 @@ class ModelListView(base.RegistryView):
 
 
 class ModelDetailView(base.RegistryView):
-    permission_actions = {"GET": "model.view", "PATCH": "model.update"}  # models_store.accounts.permissions
+    permission_actions = {
+        "GET": "model.view",
+        "PATCH": "model.update",
+        "DELETE": "model.delete",
+    }  # models_store.accounts.permissions
 
     @extend_schema(
         operation_id=base.GET_MODEL,
@@ -124,6 +129,29 @@ class ModelDetailView(base.RegistryView):
             payload_logging=logging_, force=force, tags=tags,
         )  # fmt: skip
         return Response(self.model_body(name))
+
+    @extend_schema(
+        operation_id=base.DELETE_MODEL,
+        responses={
+            204: OpenApiResponse(description="Deleted, with every version and its artifact."),
+            **errors(
+                401, 403, 404, 409,
+                e409="a READY ensemble runs one of its versions, its traffic split sends requests to one of its "
+                "labels, a rollout of it is running or paused, or it sends shadow traffic (error names each)",
+            ),
+        },
+    )  # fmt: skip
+    def delete(self, request, name: str):
+        """Delete the model with every version (each removed as ``DELETE
+        .../versions/<n>/`` removes one: its artifact goes), its labels,
+        traffic split and rollouts' history; audited ``model.delete``, a
+        ``model.deleted`` webhook event. Refused (409, naming each reason)
+        while a READY ensemble runs one of its versions, its traffic split
+        sends requests to one of its labels (``PUT .../traffic/`` with ``{}``
+        first), a rollout of it is running or paused, or it sends shadow
+        traffic. The name may then be uploaded again as a new model."""
+        actions.delete_model(request.user, self.token, name)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class AuditView(base.RegistryView):

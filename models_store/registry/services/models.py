@@ -22,8 +22,9 @@ from models_store.errors import Conflict, RegistryError, SignatureConflict
 from models_store.identifiers import check_whole, model_name_validator
 from models_store.registry import selectors, signature_guard
 from models_store.registry.models import RegisteredModel, VersionPolicy
-from models_store.registry.services import states
+from models_store.registry.services import routes, states
 from models_store.registry.services.versions import ensemble_blockers, refuse_if_ensembles_use
+from models_store.rollouts import selectors as rollouts
 from models_store.stamp import bump_stamp
 from models_store.webhooks import services as webhooks
 
@@ -335,12 +336,39 @@ def model_set_loaded(
     return locked
 
 
+def model_delete_blockers(*, model: RegisteredModel) -> list[str]:
+    """Why ``model`` may not be deleted now, one sentence each ([] when it
+    may): a READY ensemble runs one of its versions (naming it), its traffic
+    split sends requests to one of its labels (the version delete's rules,
+    for every version), a rollout of it is running or paused, or it sends
+    shadow traffic. The signature guard of the default route does not apply:
+    once the model is gone no route of it serves."""
+    blockers = ensemble_blockers(model=model, doing="delete the model")
+    labels = model.labels.values_list("name", flat=True)
+    blockers += routes.split_blockers(model=model, labels=labels)
+    rollout = rollouts.active_rollout(model)
+    if rollout is not None:
+        blockers.append(
+            f"a rollout of version {rollout.canary_version} of '{model.name}' is {rollout.status}; "
+            "abort it (or let it end) first"
+        )
+    if model.shadow_version_id is not None:
+        number = model.shadow_version.number
+        blockers.append(f"'{model.name}' sends shadow traffic to version {number}; stop it first")
+    return blockers
+
+
 @transaction.atomic
 def model_delete(*, model: RegisteredModel, actor=None) -> None:
-    """Delete a model with its versions (their artifacts are removed after
-    commit), labels and traffic split. Raises Conflict (naming the
-    ensembles) while a READY ensemble runs one of its versions."""
-    refuse_if_ensembles_use(model=model, doing="delete the model")
+    """Delete a model with its versions (each removed as a version delete
+    removes it: :func:`states.transition` ``DELETE``, its artifact directory
+    after commit), labels, traffic split and rollouts' history. Audited
+    ``model.delete`` with ``actor``; a ``model.deleted`` webhook event.
+    Raises Conflict (409) with every reason of :func:`model_delete_blockers`."""
+    model = model_lock(model=model)
+    blockers = model_delete_blockers(model=model)
+    if blockers:
+        raise Conflict(" ".join(blockers))
     for version in list(model.versions.all()):
         states.transition(version=version, change=states.DELETE, actor=actor)
     audit.record(actor, "model.delete", model, team=model.team.name if model.team else "")

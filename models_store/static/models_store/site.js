@@ -39,6 +39,29 @@ document.querySelectorAll("form[data-confirm]").forEach((form) => {
   });
 });
 
+// Forms that answer in place (Redeliver): POST with Accept: application/json, show the answer's
+// message next to the button; without JavaScript they post and redirect with the message.
+document.querySelectorAll("form[data-async]").forEach((form) => {
+  const status = form.querySelector("[role=status]");
+  const button = form.querySelector("button[type=submit]");
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    button.disabled = true;
+    status.textContent = "sending…";
+    try {
+      const response = await fetch(form.action, {
+        method: "POST", body: new FormData(form), credentials: "same-origin", headers: { Accept: "application/json" },
+      });
+      const answer = await response.json().catch(() => ({}));
+      status.textContent = response.ok ? answer.message : `refused (${response.status}): ${answer.error || response.statusText}`;
+    } catch (error) {
+      status.textContent = `not sent: ${error}`;
+    } finally {
+      button.disabled = false;
+    }
+  });
+});
+
 // A version being validated: poll its state, reload when it changes.
 const stateBox = document.querySelector("#version-state[data-poll]");
 if (stateBox) {
