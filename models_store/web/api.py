@@ -116,7 +116,8 @@ KEYSET_PAGE_PARAMETERS = [
     OpenApiParameter(
         "after", str,
         description="The page of the items that follow this one (a model's name), in the list's order: found through "
-        "the order's index, so a deep page costs what the first does (not with offset).",
+        "the order's index, so a deep page costs what the first does; with it, offset skips that many more. "
+        "Empty: the first page.",
     ),
 ]  # fmt: skip
 

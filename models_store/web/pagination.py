@@ -123,23 +123,27 @@ class ListPage(LimitOffsetPagination):
         return _whole_number(request, self.offset_query_param, 0) or 0
 
     def paginate_queryset(self, queryset, request, view=None, keyset: Keyset | None = None):
-        """A page by ``offset`` (DRF's), or by ``after`` when the list has a ``keyset``."""
+        """A page by ``offset`` (DRF's), or by ``after`` when the list has a
+        ``keyset``: the ``limit`` items after the one ``after`` names,
+        ``offset`` more of them skipped first (0 by default). An empty
+        ``after`` is no ``after`` (the first page; a form's empty field).
+        Raises ParseError (400) for an ``after`` on a list without a keyset,
+        given twice, or naming no item."""
         self.keyset = None
-        values = request.query_params.getlist(self.after_query_param)
+        values = [value for value in request.query_params.getlist(self.after_query_param) if value]
         if not values:
             return super().paginate_queryset(queryset, request, view)
         if keyset is None:
             raise ParseError("this list has no 'after': page it with 'offset'")
         if len(values) > 1:
             raise ParseError(f"'after' is given {len(values)} times: give it once")
-        if self.offset_query_param in request.query_params:
-            raise ParseError("give 'after' or 'offset', not both")
         self.keyset, self.request = keyset, request
         self.limit = self.get_limit(request)
+        self.offset = self.get_offset(request)
         self.count = self.get_count(queryset)
         ordered = queryset.order_by(*keyset.ordering())
         here = keyset.position(queryset, values[0])
-        rows = list(ordered.filter(keyset.past(here))[: self.limit + 1])
+        rows = list(ordered.filter(keyset.past(here))[self.offset : self.offset + self.limit + 1])
         self._more, rows = len(rows) > self.limit, rows[: self.limit]
         self._last = getattr(rows[-1], keyset.cursor) if rows else None
         # What comes before this page (the cursor's item and those before it), nearest first: the previous link.
@@ -152,14 +156,17 @@ class ListPage(LimitOffsetPagination):
             return super().get_next_link()
         if not self._more:
             return None
-        return replace_query_param(self._url(), self.after_query_param, self._last)
+        url = remove_query_param(self._url(), self.offset_query_param)
+        return replace_query_param(url, self.after_query_param, self._last)
 
     def get_previous_link(self):
         if self.keyset is None:
             return super().get_previous_link()
+        url = self._url()
+        if self.offset:  # one page back from the same cursor (from it when fewer than a page precede)
+            return replace_query_param(url, self.offset_query_param, max(0, self.offset - self.limit))
         if not self._before:
             return None
-        url = self._url()
         if len(self._before) <= self.limit:  # the first page
             return remove_query_param(url, self.after_query_param)
         return replace_query_param(url, self.after_query_param, self._before[self.limit])

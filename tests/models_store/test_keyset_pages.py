@@ -147,10 +147,21 @@ def test_limit_is_capped_at_its_documented_maximum(api):
     assert [m["name"] for m in page["results"]] == [f"k{i:03d}" for i in range(MAX_LIMIT, MAX_LIMIT + 30)]
 
 
+def test_offset_skips_past_the_cursor_and_an_empty_after_is_the_first_page(api):
+    _registry(12)
+    page = _page(api, "/api/models/?after=k001&offset=5&limit=3")
+    assert [m["name"] for m in page["results"]] == ["k007", "k008", "k009"]
+    query = parse_qs(urlsplit(page["next"]).query)
+    assert query["after"] == ["k009"] and "offset" not in query
+    back = _page(api, page["previous"])
+    assert [m["name"] for m in back["results"]] == ["k004", "k005", "k006"]
+    first = _page(api, "/api/models/?after=&offset=0&limit=2")
+    assert [m["name"] for m in first["results"]] == ["k000", "k001"]
+
+
 @pytest.mark.parametrize(
     ("url", "words"),
     [
-        ("/api/models/?after=k001&offset=5", "give 'after' or 'offset', not both"),
         ("/api/models/?after=nobody", "'after' names no item of this list: 'nobody'"),
         ("/api/models/?after=k001&after=k002", "'after' is given 2 times"),
         ("/api/models/k001/versions/?after=1", "this list has no 'after'"),
