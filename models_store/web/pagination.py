@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db.models import F, Q
-from rest_framework.exceptions import ParseError
+from rest_framework.exceptions import NotFound, ParseError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
@@ -99,12 +99,12 @@ class Keyset:
 
     def position(self, queryset, cursor: str) -> tuple:
         """The key values of the item named ``cursor`` (in the unfiltered
-        table: an item filtered out still marks a place). Raises ParseError
-        when there is none."""
+        table: an item filtered out still marks a place). Raises NotFound
+        (404) when there is none."""
         fields = [key.field for key in self.keys]
         found = queryset.model.objects.filter(**{self.cursor: cursor}).values_list(*fields).first()
         if found is None:
-            raise ParseError(f"'after' names no item of this list: '{cursor[:80]}'")
+            raise NotFound(f"'after' names no item of this list: '{cursor[:80]}'")
         return found
 
 
@@ -127,8 +127,8 @@ class ListPage(LimitOffsetPagination):
         ``keyset``: the ``limit`` items after the one ``after`` names,
         ``offset`` more of them skipped first (0 by default). An empty
         ``after`` is no ``after`` (the first page; a form's empty field).
-        Raises ParseError (400) for an ``after`` on a list without a keyset,
-        given twice, or naming no item."""
+        Raises ParseError (400) for an ``after`` on a list without a keyset
+        or given twice, NotFound (404) for one naming no item."""
         self.keyset = None
         values = [value for value in request.query_params.getlist(self.after_query_param) if value]
         if not values:

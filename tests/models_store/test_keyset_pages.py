@@ -147,6 +147,13 @@ def test_limit_is_capped_at_its_documented_maximum(api):
     assert [m["name"] for m in page["results"]] == [f"k{i:03d}" for i in range(MAX_LIMIT, MAX_LIMIT + 30)]
 
 
+def test_an_after_naming_no_model_is_a_404(api):
+    _registry(3)
+    response = api.get("/api/models/?after=nobody")
+    assert response.status_code == 404, response.content
+    assert response.json() == {"error": "'after' names no item of this list: 'nobody'"}
+
+
 def test_offset_skips_past_the_cursor_and_an_empty_after_is_the_first_page(api):
     _registry(12)
     page = _page(api, "/api/models/?after=k001&offset=5&limit=3")
@@ -162,7 +169,6 @@ def test_offset_skips_past_the_cursor_and_an_empty_after_is_the_first_page(api):
 @pytest.mark.parametrize(
     ("url", "words"),
     [
-        ("/api/models/?after=nobody", "'after' names no item of this list: 'nobody'"),
         ("/api/models/?after=k001&after=k002", "'after' is given 2 times"),
         ("/api/models/k001/versions/?after=1", "this list has no 'after'"),
         ("/api/models/?limit=0", "'limit' must be at least 1"),
