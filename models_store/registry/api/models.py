@@ -47,7 +47,7 @@ class ModelListView(base.RegistryView):
                 description="A page of models, by name.",
                 links=base.model_links("$response.body#/results/0/name"),
             ),
-            **errors(400, 401),
+            **errors(400, 401, 404, e404="`after` names no model."),
         },
     )
     def get(self, request):
