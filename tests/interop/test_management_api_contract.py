@@ -398,9 +398,8 @@ def test_the_hooks_drop_only_false_reports_of_multipart_bodies():
     assert _judged("12", code="ST202", answer=(400, {"error": "config.pbtxt: 1:1: ModelConfig has no field"})) is False
     assert _judged("12", code="ST202", answer=(400, {"error": "the file is empty"})) is True
     assert _judged("12", negative=("BODY", "PATH")) is True
-    # An upload without a file is no exemption: the schema's oneOf says a file or an ensemble's config (a
-    # schema-valid body refused for it is kept; _judged's body has a file, as the first branch wants).
-    assert _judged("12", code="ST202", answer=(400, {"error": "no model file in the upload: send ..."})) is True
+    # An upload without a file: only an ensemble's config may leave it out, which the schema does not say.
+    assert _judged("12", code="ST202", answer=(400, {"error": "no model file in the upload: send ..."})) is False
     # A body that the schema itself refuses as sent (no valid team) was no schema-valid request.
     assert _judged("no spaces in team names", code="ST202", answer=(400, {"error": "team: ..."})) is False
 
