@@ -26,9 +26,10 @@ from inference.serving import instance_groups
 from models_store import audit
 from models_store.accounts import selectors as accounts
 from models_store.errors import NotFound, Refused, SignatureConflict, http_status
-from models_store.registry import actions, charts, comparisons, ensemble_pages, selectors, snippets, version_compare
+from models_store.registry import actions, charts, comparisons, selectors, snippets, version_compare
 from models_store.registry.forms import LabelForm, ModelSettingsForm, ShadowForm, VersionNotesForm
 from models_store.registry.models import ModelVersion, RegisteredModel
+from models_store.registry.pages import ensemble as ensemble_pages
 from models_store.webhooks import selectors as webhooks
 
 GRPC_PORT = 8001  # the default of `serve --grpc-port`, shown in the gRPC snippet
@@ -415,5 +416,5 @@ def version_action(request, name: str, number: int, action: str):
     return redirect("version-detail", name=name, number=number)
 
 
-#: What the registry's other page modules share (shadow_pages.py, compare_pages.py).
+#: What the registry's other page modules share (shadow_pages.py, pages/compare.py).
 get_model, model_page, version_page = page_model, _model_page, _version_page

@@ -201,7 +201,11 @@ def test_every_span_is_checked_against_its_region(model_server):
             _refused(lambda: infer(offset1=128), 400, "Invalid offset for shared memory region")
             _refused(lambda: infer(offset1=100), 400, "Invalid offset + byte size")
             _refused(lambda: infer(offset1=2**62, size1=2**62), 400, "Invalid offset")
-            _refused(lambda: infer(size0=60), 400, "input byte size mismatch for input 'INPUT0'. Expected 64, got 60")
+            _refused(
+                lambda: infer(size0=60),
+                400,
+                "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 60",
+            )
             _refused(lambda: infer(out_size=32), 400, "should be at least 64 bytes to hold the results")
             _refused(lambda: infer(out_offset=96), 400, "Invalid offset + byte size")
             _refused(lambda: infer(region="nowhere"), 400, "Unable to find system shared memory region: 'nowhere'")
