@@ -9,6 +9,7 @@ import shutil
 import time
 from pathlib import Path
 
+from django.conf import settings
 from django.db import close_old_connections
 
 from inference.ports import ModelRecord
@@ -84,8 +85,25 @@ class StoreRegistrySource:
                 raise ModelNotFound(str(exc)) from None
             except (RegistryError, UploadRefused) as exc:
                 raise InvalidInput(str(exc)) from None
-            version.refresh_from_db()
-            return version.number, version.state, version.reason
+            return _validated(version)
+
+
+#: Validation states a load with a file waits out (a worker, or this process in the background, validates).
+_VALIDATING = (selectors.State.UPLOADED, selectors.State.VALIDATING)
+
+
+def _validated(version, poll_seconds: float = 0.05) -> tuple[int, str, str]:
+    """(number, state, reason) of ``version`` once its validation ended, as
+    Triton's load returns once the model is loaded: a worker (worker mode)
+    or a background validation (a file above VALIDATE_IN_REQUEST_MAX_BYTES)
+    may still hold it; waited for at most MODEL_LOAD_WAIT_SECONDS, then
+    the state it is in (the load answers; the version serves when READY)."""
+    deadline = time.monotonic() + settings.MODEL_LOAD_WAIT_SECONDS
+    version.refresh_from_db()
+    while version.state in _VALIDATING and time.monotonic() < deadline:
+        time.sleep(poll_seconds)
+        version.refresh_from_db()
+    return version.number, version.state, version.reason
 
 
 class StoreArtifacts:
