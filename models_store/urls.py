@@ -8,9 +8,10 @@ from django.views.generic import RedirectView
 from models_store.accounts import team_views
 from models_store.accounts import views as account_views
 from models_store.accounts.oidc import views as oidc_views
-from models_store.registry import shadow_pages, upload_views, views
+from models_store.registry import upload_views, views
 from models_store.registry.pages import compare as compare_pages
 from models_store.registry.pages import delete as delete_pages
+from models_store.registry.pages import shadow as shadow_pages
 from models_store.rollouts import views as rollout_views
 from models_store.webhooks import views as webhook_views
 

@@ -416,5 +416,5 @@ def version_action(request, name: str, number: int, action: str):
     return redirect("version-detail", name=name, number=number)
 
 
-#: What the registry's other page modules share (shadow_pages.py, pages/compare.py).
+#: What the registry's other page modules share (pages/shadow.py, pages/compare.py).
 get_model, model_page, version_page = page_model, _model_page, _version_page
