@@ -116,7 +116,15 @@ class ModelRegistry:
         else:
             self.database.ok()
         finally:
+            self._release_source()
+
+    def _release_source(self) -> None:
+        """Let the source drop this thread's connections; a failure there is
+        logged, never raised, so the poller and the caller's read live on."""
+        try:
             self.source.done()
+        except Exception:
+            logger.warning("registry source: releasing connections failed", exc_info=True)
 
     def _outage_note(self) -> str:
         every = f"; retrying every {self._poll_seconds:g} s" if self._poll_seconds > 0 else ""

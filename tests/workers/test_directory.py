@@ -34,6 +34,7 @@ def _beat(client, queue, worker_id, busy, fraction, pool):
     client.set(heartbeat_key(queue, worker_id), messages.encode_json(announced), px=5000)
 
 
+@pytest.mark.django_db  # /metrics reads the served models too (Triton's nv_* series)
 def test_depths_for_prometheus_and_keda(client):
     _beat(client, "infer.cuda0", "a100-x-1", 3, 0.75, "gpu-a100")
     _beat(client, "infer.cuda0", "a100-y-1", 2, 0.5, "gpu-a100")
