@@ -175,7 +175,7 @@ def test_a_custom_chart_range(page, ui_server):
 
 
 def test_an_ensembles_page(page, ui_server, shots):
-    for name, payload in (("ui_pre", m.standardize()), ("ui_double", m.affine(2.0, 1.0)),
+    for name, payload in (("ui_pre", m.standardize()), ("ui_twice", m.affine(2.0, 1.0)),
                           ("ui_negate", m.affine(-1.0, 3.0)), ("ui_join", m.add_pair())):  # fmt: skip
         _upload(ui_server, name, payload)
     config = _ensemble(
@@ -184,7 +184,7 @@ def test_an_ensembles_page(page, ui_server, shots):
         '{ name: "SUM" data_type: TYPE_FP32 dims: [ -1, 4 ] }, { name: "LEFT" data_type: TYPE_FP32 dims: [ -1, 4 ] }',
         [
             ("ui_pre", -1, {"raw": "RAW"}, {"features": "f"}),
-            ("ui_double", -1, {"x": "f"}, {"y": "LEFT"}),
+            ("ui_twice", -1, {"x": "f"}, {"y": "LEFT"}),
             ("ui_negate", -1, {"x": "f"}, {"y": "right"}),
             ("ui_join", -1, {"a": "LEFT", "b": "right"}, {"sum": "SUM"}),
         ],
@@ -202,7 +202,7 @@ def test_an_ensembles_page(page, ui_server, shots):
     assert columns["in:RAW"] < columns["step:0"] < columns["step:1"] == columns["step:2"] < columns["step:3"]
     assert columns["step:3"] < columns["out:SUM"] == columns["out:LEFT"]
     rows = page.locator("#ensemble-steps tbody tr").all_inner_texts()
-    assert [r.split("\t")[1] for r in rows] == ["ui_pre", "ui_double", "ui_negate", "ui_join"]
+    assert [r.split("\t")[1] for r in rows] == ["ui_pre", "ui_twice", "ui_negate", "ui_join"]
     assert all("v1 READY" in r for r in rows)
     expect(page.locator("#instance-group")).to_contain_text("an ensemble has none of its own")
     assert page.locator("#settings-form [name=instance_kind]").count() == 0

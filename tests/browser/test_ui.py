@@ -334,7 +334,7 @@ def test_the_models_list_filters_and_sorts(page, ui_server):
     for name in ("filter-a", "filter-b"):
         _api_upload(ui_server, name, m.affine(1.0, 0.0))
     page.goto("/models/")
-    page.fill("#model-filter input[name=name]", "filter-")
+    page.fill("#model-filter input[name=q]", "filter-")
     page.click("#model-filter button[type=submit]")
     rows = page.locator("#model-list tbody tr[data-model]")
     expect(rows).to_have_count(2)
@@ -342,9 +342,9 @@ def test_the_models_list_filters_and_sorts(page, ui_server):
     expect(page.locator("#model-count")).to_have_text("2 models")
     page.click('a.sort[data-sort="name"]')  # ascending now: the header sorts descending, keeping the filter
     expect(rows.first).to_have_attribute("data-model", "filter-b")
-    assert "name=filter-" in page.url and "order=-name" in page.url
+    assert "q=filter-" in page.url and "order=-name" in page.url
     page.select_option("#model-filter select[name=team]", "-")  # operator-owned: digits only, not ours
-    page.fill("#model-filter input[name=name]", "")
+    page.fill("#model-filter input[name=q]", "")
     page.click("#model-filter button[type=submit]")
     expect(rows).to_have_count(1)
     expect(rows.first).to_have_attribute("data-model", "digits")
