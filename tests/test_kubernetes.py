@@ -128,11 +128,15 @@ def test_ports_agree(objects):
     frontend = _container(deployments["modelhost-frontend"])
     subcommand, args = _parse(frontend["command"])
     assert subcommand == "serve" and args.host == "0.0.0.0" and args.grpc_port is None
-    assert frontend["ports"] == [{"name": "http", "containerPort": args.http_port}]
+    assert frontend["ports"] == [
+        {"name": "http", "containerPort": args.http_port},
+        {"name": "metrics", "containerPort": args.metrics_port},
+    ]
     assert frontend["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
     assert frontend["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": "http"}
-    (http_port,) = services["modelhost"]["spec"]["ports"]
+    http_port, metrics_port = services["modelhost"]["spec"]["ports"]
     assert (http_port["port"], http_port["targetPort"]) == (args.http_port, "http") == (8000, "http")
+    assert (metrics_port["port"], metrics_port["targetPort"]) == (args.metrics_port, "metrics") == (8002, "metrics")
     grpc = _container(deployments["modelhost-grpc"])
     subcommand, args = _parse(grpc["command"])
     assert subcommand == "rungrpc" and args.port == 8001 and args.host == "0.0.0.0"
