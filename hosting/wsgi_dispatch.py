@@ -91,7 +91,7 @@ class Dispatcher:
         path = environ.get("PATH_INFO", "")
         if path.startswith(PROTOCOL_PREFIXES):
             if path == READY_PATH and self.grpc_ready_file and not os.path.exists(self.grpc_ready_file):
-                start_response("503 Service Unavailable", [("Content-Type", "application/json")])
+                start_response("503 Service Unavailable", [("Content-Type", "application/json"), ("Retry-After", "1")])
                 return [GRPC_NOT_READY]
             return self.protocol(environ, start_response)
         return self.site(environ, start_response)

@@ -41,6 +41,10 @@ class ServerMetadataView(ProtocolView):
         return json_response({"name": meta.name, "version": meta.version, "extensions": meta.extensions})
 
 
+#: ``Retry-After`` (s) of a 503 from the readiness probe: the registry is retried about this often.
+NOT_READY_RETRY_SECONDS = 1
+
+
 class ServerLiveView(ProtocolView):
     """GET /v2/health/live -> 200 ``{"live": true}``."""
 
@@ -49,12 +53,15 @@ class ServerLiveView(ProtocolView):
 
 
 class ServerReadyView(ProtocolView):
-    """GET /v2/health/ready -> 200 ``{"ready": true}``, or 503 while not ready."""
+    """GET /v2/health/ready -> 200 ``{"ready": true}``, or 503 while not ready
+    (``Retry-After``: :data:`NOT_READY_RETRY_SECONDS`)."""
 
     def get(self, request):
         if self.dataplane.ready():
             return json_response({"ready": True})
-        return error_response(503, "the server is not ready: the model registry is not loaded", ready=False)
+        response = error_response(503, "the server is not ready: the model registry is not loaded", ready=False)
+        response["Retry-After"] = str(NOT_READY_RETRY_SECONDS)
+        return response
 
 
 class ModelReadyView(ProtocolView):

@@ -20,13 +20,13 @@ from tests.support.server import ROOT, LiveServer
 pytestmark = pytest.mark.interop
 
 
-def _ready(server: LiveServer) -> tuple[int, dict] | None:
-    """(status, JSON) of the HTTP ready route, None while nothing listens."""
+def _ready(server: LiveServer) -> tuple[int, dict, str | None] | None:
+    """(status, JSON, Retry-After) of the HTTP ready route, None while nothing listens."""
     try:
         with urllib.request.urlopen(f"http://{server.http_url}/v2/health/ready", timeout=2) as response:
-            return response.status, json.loads(response.read())
+            return response.status, json.loads(response.read()), response.headers.get("Retry-After")
     except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+        return exc.code, json.loads(exc.read()), exc.headers.get("Retry-After")
     except OSError:
         return None
 
@@ -60,7 +60,8 @@ def test_ready_means_grpc_answers_too(tmp_path):
             assert client.is_server_ready(client_timeout=2)
         finally:
             client.close()
-        for status, payload in not_ready:
+        for status, payload, retry_after in not_ready:
             assert status == 503 and payload["ready"] is False and payload["error"], payload
+            assert retry_after == "1", payload  # a load balancer's probe may come back in a second
     finally:
         assert server.stop() == 0, server.log()
