@@ -49,6 +49,28 @@ CONTROL_REFUSED = ("none", "poll")
 CONTROL_REFUSED_TEXT = "explicit model load / unload is not allowed if polling is enabled"
 
 
+class EncodedIndex:
+    """An adapter's encoding of the repository index (a JSON body, a
+    protobuf message), made once per shared index: :meth:`encoded` answers
+    ``encode(entries)``, kept while :meth:`RepositoryExtension.index` answers
+    the same tuple (every caller who may see every model, until the registry
+    changes); one caller's part of it (a list) is encoded each time."""
+
+    __slots__ = ("_cached",)
+
+    def __init__(self):
+        self._cached: tuple = (None, None)  # (the shared index, its encoding): one attribute, read whole
+
+    def encoded(self, entries, encode):
+        cached = self._cached
+        if cached[0] is entries:
+            return cached[1]
+        value = encode(entries)
+        if isinstance(entries, tuple):
+            self._cached = (entries, value)
+        return value
+
+
 class RepositoryExtension:
     """The model repository: its index, load and unload, over the
     ``registry``; ``control_mode``: the model control mode ("none", "poll",

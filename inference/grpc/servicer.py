@@ -24,6 +24,7 @@ import time
 import grpc
 
 from inference.admission.auth import bearer_token
+from inference.extensions.repository import EncodedIndex
 from inference.grpc import converters, streaming
 from inference.grpc.proto import oip_pb2 as pb
 from inference.grpc.proto import oip_pb2_grpc
@@ -73,6 +74,13 @@ def _bearer(context) -> str | None:
     return None
 
 
+def _index_response(entries) -> pb.RepositoryIndexResponse:
+    response = pb.RepositoryIndexResponse()
+    for entry in entries:
+        response.models.add(name=entry.name, version=entry.version, state=entry.state, reason=entry.reason)
+    return response
+
+
 def _one_repository(request) -> None:
     if request.repository_name:
         raise Unsupported("repository_name is not supported: this server has one model repository")
@@ -85,7 +93,7 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
         self.dataplane = dataplane
         self.extensions = extensions  # Triton's other extensions (inference/extensions)
         self.max_request_bytes = max_request_bytes
-        self._index: tuple = (None, None)  # (the repository index answered, its response message)
+        self._index = EncodedIndex()  # the shared repository index's response message
 
     @rpc
     async def ServerLive(self, request, context):
@@ -195,15 +203,7 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
     async def RepositoryIndex(self, request, context):
         _one_repository(request)
         entries = await asyncio.to_thread(self.extensions.repository.index, request.ready, _bearer(context))
-        cached = self._index
-        if cached[0] is entries:  # the same snapshot's index, every model visible: built once
-            return cached[1]
-        response = pb.RepositoryIndexResponse()
-        for entry in entries:
-            response.models.add(name=entry.name, version=entry.version, state=entry.state, reason=entry.reason)
-        if isinstance(entries, tuple):  # the shared index (not one caller's part of it)
-            self._index = (entries, response)
-        return response
+        return self._index.encoded(entries, _index_response)
 
     @rpc
     async def RepositoryModelLoad(self, request, context):

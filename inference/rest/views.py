@@ -18,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from inference.codecs import message
 from inference.dataplane import get_dataplane
+from inference.extensions.repository import EncodedIndex
 from inference.http import compression
 from inference.http.bodies import read_body
 from inference.http.responses import error_response, inference_response, json_response
@@ -142,6 +143,17 @@ def _parameters(doc: dict) -> dict:
     return params
 
 
+def _index_json(entries) -> bytes:
+    """The repository index's JSON body (``reason`` only where there is one)."""
+    items = []
+    for e in entries:
+        item = {"name": e.name, "version": e.version, "state": e.state}
+        if e.reason:
+            item["reason"] = e.reason
+        items.append(item)
+    return message.dumps(items)
+
+
 class RepositoryIndexView(ProtocolView):
     """POST /v2/repository/index, optional ``{"ready": bool}``: every model
     version as ``{"name", "version", "state", "reason"}`` (Triton's answer:
@@ -149,7 +161,7 @@ class RepositoryIndexView(ProtocolView):
     is kept while the extension answers with the same index (one registry
     snapshot, every model visible): 10,000 models are encoded once."""
 
-    _encoded: tuple = (None, b"")  # (the index answered, its JSON); the class's: one per process
+    _encoded = EncodedIndex()  # the shared index's JSON; the class's: one per process
 
     def post(self, request):
         doc = _json_object(request, deep=True)  # a deep value where the boolean belongs: Triton's text
@@ -157,19 +169,7 @@ class RepositoryIndexView(ProtocolView):
         if not isinstance(ready, bool):
             raise InvalidInput("Invalid value for 'ready': expected a boolean")
         entries = self.extensions.repository.index(ready, self.token(request))
-        cached = RepositoryIndexView._encoded
-        if cached[0] is entries:
-            return HttpResponse(cached[1], content_type="application/json")
-        items = []
-        for e in entries:
-            item = {"name": e.name, "version": e.version, "state": e.state}
-            if e.reason:
-                item["reason"] = e.reason
-            items.append(item)
-        response = json_response(items)
-        if isinstance(entries, tuple):  # the shared index, not one caller's part of it
-            RepositoryIndexView._encoded = (entries, response.content)
-        return response
+        return HttpResponse(RepositoryIndexView._encoded.encoded(entries, _index_json), content_type="application/json")
 
 
 class RepositoryLoadView(ProtocolView):
