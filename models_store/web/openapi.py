@@ -139,12 +139,14 @@ class ManagementAutoSchema(AutoSchema):
         return [*path_parameters, WWW_AUTHENTICATE, *super().get_override_parameters()]
 
     def _get_request_for_media_type(self, serializer, direction="request"):
-        """drf-spectacular's request body, also required when its schema is ``oneOf`` branches that each
-        require a field (an upload: a file or an ensemble's config), though no field is required alone."""
+        """drf-spectacular's request body, also required when its schema is ``oneOf`` branches (or an
+        ``allOf`` of them) that each require a field (an upload: a file or an ensemble's config), though no
+        field is required alone."""
         schema, required = super()._get_request_for_media_type(serializer, direction)
         if not required and is_serializer(serializer):
             component = self.resolve_serializer(force_instance(serializer), direction)
-            branches = component.schema.get("oneOf", []) if component else []
+            schema_ = component.schema if component else {}
+            branches = [b for part in [schema_, *schema_.get("allOf", [])] for b in part.get("oneOf", [])]
             required = bool(branches) and all(branch.get("required") for branch in branches)
         return schema, required
 

@@ -8,13 +8,14 @@
   reached.
 - Likewise an upload's ``config`` is a string the server parses as a
   config.pbtxt (its schema's format ``triton-config``): schema-valid uploads
-  carry configurations an affine model takes; a refusal of any other string as a config (400
+  carry configurations an affine model takes, or (the schema's other
+  ``oneOf`` branch: no file) an ensemble's whose one step is the test's model
+  ``steps`` (team ml); a refusal of any other string as a config (400
   "config.pbtxt: ...", what no schema can say) is not reported as a
   schema-valid request rejected; nor is the refusal of ``data`` files the
-  model does not reference by name, or of two under one name, or of an
-  upload without a file (only an ensemble's config may leave it out: a
-  ``oneOf`` would say so, but openapi-python-client then generates no
-  multipart body for the upload, and the documented client must upload).
+  model does not reference by name, or of two under one name. An upload
+  without a file and without an ensemble's config is schema-violating (the
+  schema's ``oneOf``): its 400 is nobody's exemption.
 - A "schema-valid request rejected" of a multipart upload is judged as sent
   too: a body that the schema refuses (the coverage phase sends a file with
   an ensemble's config, which matches both of the upload's ``oneOf``
@@ -52,13 +53,25 @@ onnx_files = st.builds(onnx_models.affine, st.integers(-1000, 1000), st.integers
 
 schemathesis.openapi.format("binary", onnx_files)
 
-#: config.pbtxt texts that the affine models above take.
+#: The model the test uploads (team ml) for the ensembles' one step: y = a*x + b, x and y FP32 [N, 4].
+STEP_MODEL = "steps"
+#: Ensembles' config.pbtxt texts (uploaded alone: the schema's second ``oneOf`` branch) over it.
+ENSEMBLES = [
+    f'platform: "ensemble"\nmax_batch_size: {batch}\n'
+    f'input [ {{ name: "{name}" data_type: TYPE_FP32 dims: [ -1 ] }} ]\n'
+    f'output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] }} ]\n'
+    f'ensemble_scheduling {{ step [ {{ model_name: "{STEP_MODEL}" model_version: -1 '
+    f'input_map {{ key: "x" value: "{name}" }} output_map {{ key: "y" value: "OUT" }} }} ] }}'
+    for batch, name in ((8, "X"), (4, "IN"))
+]
+#: config.pbtxt texts that the affine models above take, and the ensembles'.
 configs = st.sampled_from(
     [
         "",
         "max_batch_size: 8",
         "max_batch_size: 4\ndynamic_batching { max_queue_delay_microseconds: 100 }",
         'input [ { name: "x" data_type: TYPE_FP32 } ]\nparameters { key: "k" value: { string_value: "v" } }',
+        *ENSEMBLES,
     ]
 )
 schemathesis.openapi.format("triton-config", configs)
@@ -121,10 +134,9 @@ def _refused_config(response) -> bool:
     except (ValueError, KeyError, TypeError):
         return False
     # The schema says an upload's ``data`` parts are files; not that their names are distinct and each one
-    # a name the model references. Nor that ``file`` may be left out only by an ensemble's config (a
-    # ``oneOf`` would say it, but openapi-python-client then generates no multipart body for the upload).
+    # a name the model references.
     return isinstance(error, str) and error.startswith(
-        ("config.pbtxt", "the model does not reference the data file", "external data file", "no model file")
+        ("config.pbtxt", "the model does not reference the data file", "external data file")
     )
 
 
