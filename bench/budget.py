@@ -16,7 +16,8 @@ half the working set against half the budget. Reports, from the server's
 - the bytes charged at the end (``modelhost_session_memory_charged_bytes``);
 - hit rate: requests that found their version loaded (1 - the requests that
   waited for a load / requests), after the first round (whose requests all load);
-- request latency p50 over all requests and over the hits (client side).
+- request latency p50 (client side) over all requests, over the hits and
+  over the misses after the first round (a miss waits for a load).
 
 With ``--baseline DIR`` (a checkout of an earlier commit with its own
 ``manage.py``; e.g. ``git worktree add /tmp/before <commit>``), the same
@@ -134,7 +135,7 @@ def run(label: str, repository: Path, work: Path, args, side: int, models: int, 
         rest = httpclient.InferenceServerClient(target.base_url.removeprefix("http://"))
         grpc = grpcclient.InferenceServerClient(target.grpc_address)
         x = np.ones((1, side), dtype=np.float32)
-        latencies, hits = [], []
+        latencies, hits, misses = [], [], []
         first_round_waits = None
         for round_ in range(args.rounds):
             if round_ == 1:
@@ -152,8 +153,8 @@ def run(label: str, repository: Path, work: Path, args, side: int, models: int, 
                     inp.set_data_from_numpy(x)
                     grpc.infer(f"wide{i}", [inp], outputs=[grpcclient.InferRequestedOutput("y")])
                 latencies.append((time.perf_counter() - started) * 1000)
-                if round_ and _waits(target) == waits:
-                    hits.append(latencies[-1])
+                if round_:
+                    (hits if _waits(target) == waits else misses).append(latencies[-1])
         time.sleep(2)
         stop.set()
         sampler.join()
@@ -182,6 +183,7 @@ def run(label: str, repository: Path, work: Path, args, side: int, models: int, 
             "end / budget": f"{(end - idle) / args.budget_mb:.2f}",
             "p50 ms": f"{statistics.median(latencies):.1f}",
             "p50 hit ms": f"{statistics.median(hits):.2f}" if hits else "-",
+            "p50 miss ms": f"{statistics.median(misses):.1f}" if misses else "-",
         }
     finally:
         target.stop()
@@ -239,7 +241,9 @@ def latency(work: Path, repeats: int) -> list[dict]:
         row = {"model": model.name}
         for setting in SETTINGS:
             value = statistics.median(medians[setting])
-            row[f"{setting} p50 ms"] = f"{value:.3f}" + ("" if setting == SETTINGS[0] else f" ({value / base:.2f}x)")
+            spread = f" [{min(medians[setting]):.3f}-{max(medians[setting]):.3f}]"
+            ratio = "" if setting == SETTINGS[0] else f" ({value / base:.2f}x)"
+            row[f"{setting} p50 ms [range]"] = f"{value:.3f}{ratio}{spread}"
         rows.append(row)
     return rows
 

@@ -75,8 +75,10 @@ def bound_heaps(threshold: int = MMAP_THRESHOLD) -> bool:
     is fixed at twice that, as glibc's dynamic rule would set it: a heap's
     free top is given back only past it, so that the buffers a request frees
     are not handed back and faulted in again by the next one (CNN: 1.45x the
-    run time with glibc's 128 KiB). True when set (False on another C library)."""
-    if _LIBC is None:
+    run time with glibc's 128 KiB). An operator's own ``MALLOC_MMAP_THRESHOLD_``
+    (glibc's environment variable) is left alone. True when set (False on
+    another C library, or with that variable)."""
+    if _LIBC is None or "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return False
     return bool(_LIBC.mallopt(_M_MMAP_THRESHOLD, threshold) and _LIBC.mallopt(_M_TRIM_THRESHOLD, 2 * threshold))
 
