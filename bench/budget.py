@@ -28,8 +28,13 @@ With ``--latency``, also what the allocator settings cost a request: the
 p50 of ``session.run`` (a fresh input array each time, as a decoded request)
 on bench/models.py's tiny and CNN models in a fresh process per setting,
 interleaved ``--repeats`` times: glibc's defaults, the heaps bounded as under
-a budget (:func:`inference.runtime.residency.bound_heaps`), and ONNX
-Runtime's CPU arena off (``enable_cpu_mem_arena=False``, for comparison).
+a budget (:func:`inference.runtime.residency.bound_heaps`), those with
+glibc's huge pages tunable (as ``serve`` runs them:
+:func:`~inference.runtime.residency.allocator_environment`), and ONNX
+Runtime's CPU arena off (``enable_cpu_mem_arena=False``, for comparison);
+and a load (session creation) of the budget runs' models, cyclic with three
+kept loaded, with glibc's defaults and with the heaps bounded and trimmed
+(with and without huge pages).
 
 Usage: ``.venv/bin/python bench/budget.py [--mib 20] [--budget-mb 240]
 [--sets 1.5,2,4] [--rounds 6] [--baseline DIR] [--latency]``; prints
@@ -39,6 +44,7 @@ Markdown tables.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import sys
@@ -49,13 +55,12 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.targets import ServeTarget  # noqa: E402
+from tests.support import onnx_models  # noqa: E402
 from tests.support.rss import process_tree, status_kib  # noqa: E402
 
 
@@ -63,19 +68,9 @@ def write_models(root: Path, count: int, mib: float) -> int:
     """``count`` models ``wide<i>`` of about ``mib`` MiB; returns the square weight's side."""
     side = int((mib * 2**20 / 4) ** 0.5)
     for i in range(count):
-        weight = np.random.default_rng(i).standard_normal((side, side), dtype=np.float32)
-        graph = helper.make_graph(
-            [helper.make_node("MatMul", ["x", "w"], ["y"])],
-            f"wide{i}",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, side])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, side])],
-            [numpy_helper.from_array(weight, "w")],
-        )
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        model.ir_version = 8
         folder = root / f"wide{i}" / "1"
         folder.mkdir(parents=True, exist_ok=True)
-        onnx.save(model, folder / "model.onnx")
+        (folder / "model.onnx").write_bytes(onnx_models.matmul(side, seed=i))
         (root / f"wide{i}" / "config.pbtxt").write_text("instance_group [ { kind: KIND_CPU count: 1 } ]\n")
     return side
 
@@ -194,7 +189,7 @@ import sys, time, numpy as np, onnxruntime as ort
 sys.path.insert(0, {root!r})
 from inference.runtime import residency
 setting, path, name, shape, runs = sys.argv[1], sys.argv[2], sys.argv[3], eval(sys.argv[4]), int(sys.argv[5])
-if setting == "bounded heaps":
+if setting.startswith("bounded heaps"):
     assert residency.bound_heaps()
 options = ort.SessionOptions()
 options.intra_op_num_threads = options.inter_op_num_threads = 1
@@ -212,7 +207,39 @@ times.sort()
 print(times[len(times) // 2] * 1e3)
 """
 
-SETTINGS = ("glibc defaults", "bounded heaps", "no CPU arena")
+_LOAD_CHILD = """
+import sys, time, numpy as np, onnxruntime as ort
+sys.path.insert(0, {root!r})
+from inference.runtime import residency
+setting, paths = sys.argv[1], sys.argv[2:]
+bounded = setting.startswith("bounded heaps")
+if bounded:
+    assert residency.bound_heaps()
+options = ort.SessionOptions()
+options.intra_op_num_threads = options.inter_op_num_threads = 1
+resident, times = [], []
+for _ in range(3):
+    for path in paths:  # cyclic, three kept loaded: each load follows an unload, as under a budget
+        started = time.perf_counter()
+        if bounded:
+            residency.release_freed_memory()
+        resident.append(ort.InferenceSession(path, options, providers=["CPUExecutionProvider"]))
+        if bounded:
+            residency.release_freed_memory()
+        times.append(time.perf_counter() - started)
+        del resident[:-3]
+times.sort()
+print(times[len(times) // 2] * 1e3)
+"""
+
+SETTINGS = ("glibc defaults", "bounded heaps", "bounded heaps + huge pages", "no CPU arena")
+
+
+def _child_env(setting: str) -> dict:
+    from inference.runtime import residency
+
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    return env | ({"GLIBC_TUNABLES": residency.HUGE_PAGES_TUNABLE} if "huge pages" in setting else {})
 
 
 def latency(work: Path, repeats: int) -> list[dict]:
@@ -234,7 +261,7 @@ def latency(work: Path, repeats: int) -> list[dict]:
                 out = subprocess.run(
                     [sys.executable, "-c", code, setting, str(model_path(root, model)), tensor.name,
                      repr(tuple(tensor.shape)), str(runs)],
-                    capture_output=True, text=True, check=True, timeout=600,
+                    capture_output=True, text=True, check=True, timeout=600, env=_child_env(setting),
                 )  # fmt: skip
                 medians[setting].append(float(out.stdout.strip().splitlines()[-1]))
         base = statistics.median(medians[SETTINGS[0]])
@@ -245,6 +272,25 @@ def latency(work: Path, repeats: int) -> list[dict]:
             ratio = "" if setting == SETTINGS[0] else f" ({value / base:.2f}x)"
             row[f"{setting} p50 ms [range]"] = f"{value:.3f}{ratio}{spread}"
         rows.append(row)
+    paths = [str(path) for path in sorted((work / "repository").glob("wide*/1/model.onnx"))[:8]]
+    loads: dict[str, list[float]] = {setting: [] for setting in SETTINGS[:3]}
+    for _ in range(repeats):
+        for setting in loads:
+            out = subprocess.run(
+                [sys.executable, "-c", _LOAD_CHILD.format(root=str(ROOT)), setting, *paths],
+                capture_output=True, text=True, check=True, timeout=600, env=_child_env(setting),
+            )  # fmt: skip
+            loads[setting].append(float(out.stdout.strip().splitlines()[-1]))
+    base = statistics.median(loads[SETTINGS[0]])
+    row = {"model": f"a load of one of {len(paths)} models of the budget runs, cyclic"}
+    for setting in SETTINGS:
+        if setting not in loads:
+            row[f"{setting} p50 ms [range]"] = "-"
+            continue
+        value = statistics.median(loads[setting])
+        ratio = "" if setting == SETTINGS[0] else f" ({value / base:.2f}x)"
+        row[f"{setting} p50 ms [range]"] = f"{value:.1f}{ratio} [{min(loads[setting]):.1f}-{max(loads[setting]):.1f}]"
+    rows.append(row)
     return rows
 
 

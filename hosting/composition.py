@@ -250,8 +250,9 @@ def cuda_options(tensorrt: bool = False) -> cuda.CudaOptions:
 def _runner(loader, budget_mb: int, processes: int = 1, **gpu) -> ModelRunner:
     """A model runner with the metrics callbacks; ``processes`` share the
     budget equally; ``gpu``: a GPU worker's ``budget_bytes``, ``memory`` and ``costs``. Under a budget in
-    RSS (not a GPU's), glibc's heaps are bounded and trimmed around loads (inference/runtime/residency.py)."""
-    in_rss = budget_mb > 0 and "memory" not in gpu
+    RSS (not a GPU's), glibc's heaps are bounded and trimmed around loads (SESSION_MEMORY_RELEASE,
+    inference/runtime/residency.py)."""
+    in_rss = settings.SESSION_MEMORY_RELEASE and budget_mb > 0 and "memory" not in gpu
     if in_rss:
         residency.bound_heaps()
     return ModelRunner(

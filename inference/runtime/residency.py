@@ -83,6 +83,23 @@ def bound_heaps(threshold: int = MMAP_THRESHOLD) -> bool:
     return bool(_LIBC.mallopt(_M_MMAP_THRESHOLD, threshold) and _LIBC.mallopt(_M_TRIM_THRESHOLD, 2 * threshold))
 
 
+#: glibc's tunable (2.35 and later; older ones ignore it) that asks for transparent huge pages on the blocks
+#: malloc maps: a load under bounded heaps maps its buffers afresh, and faulting them in 4 KiB pages made it
+#: 2.3x slower on a busy machine (bench/budget.py --latency); with 2 MiB pages it costs about what glibc's
+#: defaults do. Set by ``serve`` for its processes (:func:`allocator_environment`).
+HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb=1"
+
+
+def allocator_environment(environ: dict) -> dict:
+    """The environment variables a serving process started with ``environ``
+    should get for its heaps under a budget in RSS: ``GLIBC_TUNABLES`` with
+    :data:`HUGE_PAGES_TUNABLE`, unless the operator set ``GLIBC_TUNABLES``
+    (left alone) or the C library is not glibc."""
+    if _LIBC is None or "GLIBC_TUNABLES" in environ:
+        return {}
+    return {"GLIBC_TUNABLES": HUGE_PAGES_TUNABLE}
+
+
 def release_freed_memory() -> bool:
     """Return the free pages of every malloc heap of this process to the
     system (glibc's ``malloc_trim(0)``; about a millisecond per hundred MiB

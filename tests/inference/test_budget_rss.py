@@ -2,8 +2,8 @@
 of MatMul models with 16 MiB weights, loaded and evicted by a model runner in
 a fresh Python process (so that its heaps hold nothing else and the
 allocator settings touch no other test), whose RSS is read from
-``/proc/self/statm``. Expected values are the artifacts' sizes and the
-budget; outputs are checked against numpy's ``x @ W``."""
+``/proc/self/statm``. Expected values are the artifacts' sizes, the
+budget, and numpy's ``x @ W`` for the answers."""
 
 from __future__ import annotations
 
@@ -14,11 +14,10 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from inference.runtime import residency
+from tests.support import onnx_models as m
 
 MIB = 2**20
 SIDE = 2048  # W: 2048 x 2048 FP32 = 16 MiB
@@ -27,21 +26,9 @@ pytestmark = pytest.mark.skipif(residency._LIBC is None, reason="glibc's malloc 
 
 
 def _write_models(root: Path, count: int) -> list[Path]:
-    paths = []
-    for i in range(count):
-        weight = np.random.default_rng(i).standard_normal((SIDE, SIDE), dtype=np.float32)
-        graph = helper.make_graph(
-            [helper.make_node("MatMul", ["x", "w"], ["y"])],
-            f"wide{i}",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, SIDE])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, SIDE])],
-            [numpy_helper.from_array(weight, "w")],
-        )
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        model.ir_version = 8
-        path = root / f"wide{i}.onnx"
-        onnx.save(model, path)
-        paths.append(path)
+    paths = [root / f"wide{i}.onnx" for i in range(count)]
+    for i, path in enumerate(paths):
+        path.write_bytes(m.matmul(SIDE, seed=i))
     return paths
 
 
@@ -72,10 +59,11 @@ _DRIVER = textwrap.dedent(
     del warm
     gc.collect(); residency.release_freed_memory() if bounded else None
     idle = residency.rss_bytes()
-    charged, rss, wrong = [], [], 0
+    charged, rss, heads = [], [], {}
     for _ in range(rounds):
         for t in targets:
             y = runner.run(t, {"x": x}, ["y"]).outputs[0]
+            heads.setdefault(t.artifact, y[0, :4].tolist())
             charged.append(runner.used)
             rss.append(residency.rss_bytes() - idle)
     costs = {t.artifact: runner.costs.estimate(t.key, t.size, 1) for t in targets}
@@ -88,7 +76,7 @@ _DRIVER = textwrap.dedent(
     before_release = residency.rss_bytes() - idle
     residency.release_freed_memory() if bounded else None
     print(json.dumps({
-        "charged": charged, "rss": rss, "costs": costs, "sizes": sizes, "counts": counts,
+        "charged": charged, "rss": rss, "costs": costs, "sizes": sizes, "counts": counts, "heads": heads,
         "after_unload": residency.rss_bytes() - idle, "before_release": before_release,
     }))
     """
@@ -119,6 +107,10 @@ def test_cyclic_access_at_twice_the_budget_holds_it_in_rss(models):
     the first round find their version loaded."""
     budget = 4 * 16 * MIB + 4 * MIB  # four versions and their sessions' small allocations
     result = _drive("bounded", budget, 5, models)
+    x = np.random.default_rng(99).standard_normal((1, SIDE), dtype=np.float32)
+    for i, path in enumerate(models):  # the answers are right: x @ W, W as the builder draws it
+        weight = np.random.default_rng(i).standard_normal((SIDE, SIDE), dtype=np.float32)
+        np.testing.assert_allclose(result["heads"][str(path)], (x @ weight[:, :4])[0], rtol=1e-4, atol=1e-3)
     assert max(result["charged"]) <= budget
     for path, cost in result["costs"].items():
         size = result["sizes"][path]
