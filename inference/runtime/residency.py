@@ -5,9 +5,11 @@ not loaded:
 
 1. **What does a version cost?** What it took when it loaded: the growth of
    the process's resident memory (RSS) across the load, measured one load at
-   a time (:func:`rss_bytes`). A load can grow RSS by less than it takes
-   (the allocator reuses memory freed by an unloaded version), so the charge
-   is never below ``size x ratio``, where ``ratio`` is the median of the
+   a time (:func:`rss_bytes`), after the freed memory went back to the
+   system (below). A load can grow RSS by less than it takes (the allocator
+   reuses memory freed by an unloaded version), so a growth below
+   ``credible x size`` is not taken as a measurement and the charge is never
+   below ``size x ratio``, where ``ratio`` is the median of the
    RSS-to-file-size ratios of the loads measured so far in this process
    (starting at ``cost_factor``); and a version once measured keeps its
    largest measurement.
@@ -75,7 +77,7 @@ def bound_heaps(threshold: int = MMAP_THRESHOLD) -> bool:
     is fixed at twice that, as glibc's dynamic rule would set it: a heap's
     free top is given back only past it, so that the buffers a request frees
     are not handed back and faulted in again by the next one (CNN: 1.45x the
-    run time with glibc's 128 KiB). An operator's own ``MALLOC_MMAP_THRESHOLD_``
+    run time with glibc's 128 KiB, once, on a busy machine). An operator's own ``MALLOC_MMAP_THRESHOLD_``
     (glibc's environment variable) is left alone. True when set (False on
     another C library, or with that variable)."""
     if _LIBC is None or "MALLOC_MMAP_THRESHOLD_" in os.environ:

@@ -144,3 +144,12 @@ def test_charges_are_measured_once_freed_memory_is_released():
     assert measured.charge("b", 1000, 1, 300) == int(1000 * 0.8)  # below half: the median ratio, 0.8
     guessed = residency.Costs(2.0)
     assert guessed.charge("a", 1000, 1, 800) == 2000  # no measurement yet: cost_factor x size
+
+
+def test_the_operators_own_allocator_settings_are_left_alone(monkeypatch):
+    """serve gives its processes the huge pages tunable unless GLIBC_TUNABLES
+    is set; a process started with MALLOC_MMAP_THRESHOLD_ keeps that threshold."""
+    assert residency.allocator_environment({}) == {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+    assert residency.allocator_environment({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}) == {}
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "131072")
+    assert residency.bound_heaps() is False
