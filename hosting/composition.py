@@ -36,7 +36,7 @@ from inference.observability.statistics_db import DatabaseStatistics
 from inference.observability.triton_metrics import HostMetrics, TritonMetrics
 from inference.ports import Quota
 from inference.response_cache import ResponseCache
-from inference.runtime import cuda
+from inference.runtime import cuda, residency
 from inference.runtime import onnx as onnx_runtime
 from inference.runtime.executors import InProcessExecutor, session_loader
 from inference.runtime.gpu_memory import GpuCosts, budget_bytes, open_nvml
@@ -249,7 +249,12 @@ def cuda_options(tensorrt: bool = False) -> cuda.CudaOptions:
 
 def _runner(loader, budget_mb: int, processes: int = 1, **gpu) -> ModelRunner:
     """A model runner with the metrics callbacks; ``processes`` share the
-    budget equally; ``gpu``: a GPU worker's ``budget_bytes``, ``memory`` and ``costs``."""
+    budget equally; ``gpu``: a GPU worker's ``budget_bytes``, ``memory`` and ``costs``. Under a budget in
+    RSS (not a GPU's), glibc's heaps are bounded and trimmed around loads (SESSION_MEMORY_RELEASE,
+    inference/runtime/residency.py)."""
+    in_rss = settings.SESSION_MEMORY_RELEASE and budget_mb > 0 and "memory" not in gpu
+    if in_rss:
+        residency.bound_heaps()
     return ModelRunner(
         loader,
         gpu.pop("budget_bytes", budget_mb * 1024 * 1024 // max(1, processes)),
@@ -260,6 +265,7 @@ def _runner(loader, budget_mb: int, processes: int = 1, **gpu) -> ModelRunner:
         on_charge=observability.CHARGED_BYTES.set,
         on_wait=_observe_wait,
         load_wait_seconds=settings.MODEL_LOAD_WAIT_SECONDS,
+        release=residency.release_freed_memory if in_rss else None,
         **gpu,
     )
 

@@ -101,17 +101,25 @@ class ModelRunner:
         memory: Callable[[], int] = rss_bytes,
         costs: Costs | None = None,
         load_wait_seconds: float = 0.0,
+        release: Callable[[], object] | None = None,
     ):
         """``drain_seconds``: how long a version that stopped serving keeps
         its sessions (:meth:`retain`), so that requests routed to it before
         the change, by any process, still run on it. ``memory()``: the
         memory the budget counts, in bytes, read before and after each load
         (the process's RSS; on a GPU worker the GPU's used memory, with
-        ``costs`` a :class:`~inference.runtime.gpu_memory.GpuCosts`)."""
+        ``costs`` a :class:`~inference.runtime.gpu_memory.GpuCosts`).
+        ``release()``: hands memory freed by unloaded versions back to the
+        system (:func:`~inference.runtime.residency.release_freed_memory`),
+        called before and after each load so that what a load is charged is
+        what its sessions hold; a growth of half the artifact's size is then
+        a measurement (without it, anything less than the size is taken for
+        reused memory)."""
         self._load = load
         self.budget = budget_bytes
         self.cost_factor = cost_factor
-        self.costs = costs or Costs(cost_factor)
+        self._release = release
+        self.costs = costs or Costs(cost_factor, credible=0.5 if release else 1.0)
         self.admission = Admission()
         self._on_load = on_load
         self._on_change = on_change
@@ -283,6 +291,8 @@ class ModelRunner:
     def _load_version(self, target: RunTarget) -> LoadedVersion:
         """``target.instances`` new sessions, charged what they took. Raises ModelNotReady."""
         with self._measure:
+            if self._release:  # what unloaded versions held, before measuring
+                self._release()
             before = self._memory()
             started = time.perf_counter()
             try:
@@ -295,6 +305,8 @@ class ModelRunner:
                 logger.exception("loading %s failed", target.describe())
                 raise ModelNotReady(f"{target.describe()} failed to load: {exc}") from None
             seconds = time.perf_counter() - started
+            if self._release:  # the parser's buffers, freed: what the sessions hold stays
+                self._release()
             grown = max(0, self._memory() - before) if before else 0
         cost = self.costs.charge(target.key, target.size, len(instances), grown)
         logger.info(

@@ -579,3 +579,16 @@ def passthrough(inputs, outputs) -> bytes:
     first, _, shape = inputs[0]
     nodes = [helper.make_node("Identity", [first], [name]) for name, _ in outputs]
     return _model(nodes, [_vi(n, d, s) for n, d, s in inputs], [_vi(n, d, shape) for n, d in outputs])
+
+
+def matmul(side: int, seed: int = 0) -> bytes:
+    """x FP32 [N, side] -> y = x @ W, W FP32 [side, side] drawn from
+    ``np.random.default_rng(seed).standard_normal`` (``4 side^2`` bytes of
+    weights: a model of a given size, distinct per seed)."""
+    weight = np.random.default_rng(seed).standard_normal((side, side), dtype=np.float32)
+    return _model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        [_vi("x", "FP32", ("N", side))],
+        [_vi("y", "FP32", ("N", side))],
+        initializers=[numpy_helper.from_array(weight, "w")],
+    )

@@ -33,6 +33,7 @@ from hosting.deployment import DeploymentError, check_worker_mode
 from hosting.supervisor import Child, Supervisor
 from inference import runtime_settings
 from inference.protocol.errors import InvalidInput
+from inference.runtime import residency
 from models_store import maintenance
 from models_store.intake import model_control
 from models_store.intake.repository import import_repository
@@ -171,6 +172,8 @@ class Command(BaseCommand):
             MODEL_CONTROL_MODE=control.mode,  # the repository extension refuses load/unload in none and poll
             METRICS_ENABLED=str(options["allow_metrics"]).lower(),
         )
+        if settings.SESSION_MEMORY_BUDGET_MB > 0 and settings.SESSION_MEMORY_RELEASE:  # the budget holds in RSS
+            env.update(residency.allocator_environment(env))  # huge pages for the blocks glibc maps
         http = [
             sys.executable, "-m", "granian", "--interface", "wsgi", "--http", "1", "--no-ws",
             "--host", http_host, "--port", str(options["http_port"]),
