@@ -37,7 +37,7 @@ from models_store.config.triton import ConfigError, TritonConfig, parse_config
 from models_store.errors import RegistryError
 from models_store.identifiers import model_name_validator
 from models_store.intake import ensembles, validation
-from models_store.intake.validating import tensor_json
+from models_store.intake.validating import current_validator, tensor_json
 from models_store.registry import selectors
 from models_store.registry.services import models as model_services
 from models_store.registry.services import states
@@ -142,9 +142,11 @@ def _import_version(model, version_dir: Path, filename: str, config, config_erro
         return ImportResult(model.name, version_dir.name, "unchanged", existing.number)
     stored = storage.store_files(model.name, model_file, extra)
     signature = None
+    sharing = current_validator().sharing  # a big model's copy with shared weights written now, as for uploads
     if not reason:
         try:
-            signature = validation.validate_artifact(storage.artifact_path(stored.relpath), config)
+            path = storage.artifact_path(stored.relpath)
+            signature = validation.validate_artifact(path, config, sharing=sharing, sha256=stored.sha256)
         except validation.ValidationError as exc:
             reason = str(exc)
     version = states.version_create(
