@@ -31,13 +31,14 @@ from pathlib import Path
 import onnx
 from django.conf import settings
 
+from inference.runtime.shared_weights import Sharing
 from models_store import storage
 from models_store.accounts import services as accounts
 from models_store.config.triton import ConfigError, TritonConfig, parse_config
 from models_store.errors import RegistryError
 from models_store.identifiers import model_name_validator
 from models_store.intake import ensembles, validation
-from models_store.intake.validating import current_validator, tensor_json
+from models_store.intake.validating import tensor_json
 from models_store.registry import selectors
 from models_store.registry.services import models as model_services
 from models_store.registry.services import states
@@ -124,7 +125,9 @@ def _version_dirs(model_dir: Path) -> list[Path]:
     return sorted(dirs, key=lambda p: int(p.name))
 
 
-def _import_version(model, version_dir: Path, filename: str, config, config_error: str) -> ImportResult:
+def _import_version(
+    model, version_dir: Path, filename: str, config, config_error: str, sharing: Sharing | None = None
+) -> ImportResult:
     model_file = version_dir / filename
     if not model_file.is_file():
         return ImportResult(model.name, version_dir.name, "skipped", message=f"no {filename} in the directory")
@@ -142,7 +145,6 @@ def _import_version(model, version_dir: Path, filename: str, config, config_erro
         return ImportResult(model.name, version_dir.name, "unchanged", existing.number)
     stored = storage.store_files(model.name, model_file, extra)
     signature = None
-    sharing = current_validator().sharing  # a big model's copy with shared weights written now, as for uploads
     if not reason:
         try:
             path = storage.artifact_path(stored.relpath)
@@ -178,11 +180,18 @@ def _import_team(name: str | None):
 
 
 def import_repository(
-    root: Path, team: str | None = None, *, strict: bool = False, only: set[str] | None = None
+    root: Path,
+    team: str | None = None,
+    *,
+    strict: bool = False,
+    only: set[str] | None = None,
+    sharing: Sharing | None = None,
 ) -> list[ImportResult]:
     """Import every model directory under ``root`` (``only``: those of these
     names); see the module docstring (``strict``: no automatic completion of
-    the configuration). Models that have no team get ``team`` (default: the
+    the configuration; ``sharing``: the serving machine's way of sharing big
+    models' weights, whose copies validation then writes, as for uploads,
+    :mod:`inference.runtime.shared_weights`). Models that have no team get ``team`` (default: the
     REPOSITORY_TEAM setting; empty: they stay operator-owned, changed by
     superusers only).
 
@@ -214,7 +223,7 @@ def import_repository(
         if not versions:
             results.append(ImportResult(model.name, "", "skipped", message="no numbered version directories"))
         for version_dir in versions:
-            results.append(_import_version(model, version_dir, filename, config, config_error))
+            results.append(_import_version(model, version_dir, filename, config, config_error, sharing))
     for model_dir, config in deferred:
         results.extend(_import_ensemble(model_dir, config, owner))
     return results
