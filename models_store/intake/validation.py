@@ -475,8 +475,8 @@ def _validate(
             raise ValidationError(f"ONNX checker: {exc}") from None
         try:
             onnx.checker.check_model(str(path))  # the reason, about the model's own file
-        except Exception as exc:
-            raise ValidationError(f"ONNX checker: {exc}") from None
+        except Exception as reason:
+            raise ValidationError(f"ONNX checker: {reason}") from None
         logger.warning("%s: the ONNX checker refused this machine's copy, not the model: %s", path, exc)
     log.append("ONNX checker passed")
     extensions = config is not None and onnx_runtime.asks_for_extensions(config.parameters)

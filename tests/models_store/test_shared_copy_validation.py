@@ -19,10 +19,11 @@ from inference.runtime.execution import RunTarget
 from inference.runtime.executors import session_loader
 from inference.runtime.shared_weights import ALIGNMENT, Sharing
 from models_store.accounts import services as accounts
-from models_store.intake import validating
+from models_store.intake import validating, validation
 from models_store.models import ModelVersion
 from models_store.serving import StoreArtifacts
 from tests.models_store.test_api import Api
+from tests.support import onnx_models as m
 from tests.support.store import person
 
 pytestmark = [pytest.mark.db, pytest.mark.django_db(transaction=True)]
@@ -132,3 +133,16 @@ def test_a_version_below_the_threshold_gets_no_copy(sharing):
     response = api.client.post("/api/models/small/versions/", files, **api.auth)
     assert response.status_code == 201 and response.json()["state"] == "READY", response.content
     assert not sharing.root.exists() or not any(sharing.root.iterdir())
+
+
+@pytest.mark.parametrize("payload", [m.failing_model(), m.unknown_domain_operator()], ids=["checker", "session"])
+def test_a_model_that_fails_fails_with_the_same_reason_with_a_copy(tmp_path, payload):
+    path = tmp_path / "store" / "model.onnx"
+    path.parent.mkdir()
+    path.write_bytes(payload)
+    with pytest.raises(validation.ValidationError) as plain:
+        validation.validate_artifact(path)
+    with pytest.raises(validation.ValidationError) as shared:
+        validation.validate_artifact(path, sharing=Sharing(tmp_path / "weights", 1), sha256="bad")
+    assert str(shared.value) == str(plain.value)
+    assert str(tmp_path) not in str(shared.value)  # the model shown as <model dir>, never the copy
