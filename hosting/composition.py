@@ -42,6 +42,7 @@ from inference.runtime.executors import InProcessExecutor, session_loader
 from inference.runtime.gpu_memory import GpuCosts, budget_bytes, open_nvml
 from inference.runtime.runner import ModelRunner
 from inference.runtime.sequences.batcher import SequenceBatcher
+from inference.runtime.shared_weights import Sharing
 from inference.serving.changes import beacon_at
 from inference.serving.instance_groups import cpu_instances
 from inference.serving.registry import ModelRegistry
@@ -101,7 +102,8 @@ def install() -> None:
         # The embedded server validates uploads itself (also with REDIS_URL, e.g. for shared
         # rate limits: no worker takes its tasks), with the providers it serves with.
         providers = onnx_runtime.provider_list(settings.ORT_EXECUTION_PROVIDERS, settings.ORT_DEVICE_ID, cuda_options())
-        validating.configure(validating.Validator(providers=tuple(providers)), validates_here=no_celery_worker)
+        validator = validating.Validator(providers=tuple(providers), sharing=_sharing(providers))
+        validating.configure(validator, validates_here=no_celery_worker)
     else:
         validating.configure(validates_here=no_validating_worker)
     if settings.REDIS_URL:
@@ -220,6 +222,12 @@ def _shared_weights(providers: list) -> tuple[Path, int] | None:
     if not on_cpu or settings.SHARED_WEIGHTS_MIN_MB <= 0:
         return None
     return shared_weights_dir(), settings.SHARED_WEIGHTS_MIN_MB * 1024 * 1024
+
+
+def _sharing(providers: list) -> Sharing | None:
+    """How validations on ``providers`` write this machine's copies with shared weights (None: they do not)."""
+    shared = _shared_weights(providers)
+    return None if shared is None else Sharing(*shared, prepack=settings.SHARED_WEIGHTS_PREPACK)
 
 
 def _observe_load(target, seconds: float) -> None:
@@ -469,7 +477,9 @@ def build_worker(device: str, providers: list, where: str = "", gpu_ordinal: int
     on its GPU (its probe passed): the budget counts GPU memory."""
     SequenceBatcher.backlog_per_owner = settings.FAIR_SEQUENCE_BACKLOG
     validating.configure(
-        validating.Validator(where or f"the {device} worker", tuple(providers), settings.WORKER_CACHE_DIR)
+        validating.Validator(
+            where or f"the {device} worker", tuple(providers), settings.WORKER_CACHE_DIR, _sharing(providers)
+        )
     )
     registry = _registry()
     runner = _runner(

@@ -28,6 +28,7 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from inference.runtime.shared_weights import Sharing
 from models_store.errors import Refused
 from models_store.intake.repository import IMPORT_SOURCE, ImportResult, import_repository, import_source
 from models_store.registry import selectors
@@ -122,9 +123,11 @@ class RepositoryPoll:
     retired and the models it unloaded, so that only those come back when
     their files do (a version a person retired stays retired)."""
 
-    def __init__(self, root: Path, strict: bool = False):
+    def __init__(self, root: Path, strict: bool = False, sharing: Sharing | None = None):
+        """``sharing``: this machine's copies of big models' weights, written when they are imported."""
         self.root = Path(root).resolve()
         self.strict = strict
+        self.sharing = sharing
         self._seen: dict[str, tuple] = {}
         self._retired: set[int] = set()
         self._unloaded: set[str] = set()
@@ -145,7 +148,9 @@ class RepositoryPoll:
             raise FileNotFoundError(f"model repository {self.root} is not a directory")
         current = {p.name: _fingerprint(p) for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")}
         changed = {name for name, print_ in current.items() if self._seen.get(name) != print_}
-        results = import_repository(self.root, strict=self.strict, only=changed) if changed else []
+        results = (
+            import_repository(self.root, strict=self.strict, only=changed, sharing=self.sharing) if changed else []
+        )
         for result in results:
             if result.outcome != "unchanged":
                 logger.info("model control: %s", result)

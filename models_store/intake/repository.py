@@ -31,6 +31,7 @@ from pathlib import Path
 import onnx
 from django.conf import settings
 
+from inference.runtime.shared_weights import Sharing
 from models_store import storage
 from models_store.accounts import services as accounts
 from models_store.config.triton import ConfigError, TritonConfig, parse_config
@@ -124,7 +125,9 @@ def _version_dirs(model_dir: Path) -> list[Path]:
     return sorted(dirs, key=lambda p: int(p.name))
 
 
-def _import_version(model, version_dir: Path, filename: str, config, config_error: str) -> ImportResult:
+def _import_version(
+    model, version_dir: Path, filename: str, config, config_error: str, sharing: Sharing | None = None
+) -> ImportResult:
     model_file = version_dir / filename
     if not model_file.is_file():
         return ImportResult(model.name, version_dir.name, "skipped", message=f"no {filename} in the directory")
@@ -144,7 +147,8 @@ def _import_version(model, version_dir: Path, filename: str, config, config_erro
     signature = None
     if not reason:
         try:
-            signature = validation.validate_artifact(storage.artifact_path(stored.relpath), config)
+            path = storage.artifact_path(stored.relpath)
+            signature = validation.validate_artifact(path, config, sharing=sharing, sha256=stored.sha256)
         except validation.ValidationError as exc:
             reason = str(exc)
     version = states.version_create(
@@ -176,11 +180,18 @@ def _import_team(name: str | None):
 
 
 def import_repository(
-    root: Path, team: str | None = None, *, strict: bool = False, only: set[str] | None = None
+    root: Path,
+    team: str | None = None,
+    *,
+    strict: bool = False,
+    only: set[str] | None = None,
+    sharing: Sharing | None = None,
 ) -> list[ImportResult]:
     """Import every model directory under ``root`` (``only``: those of these
     names); see the module docstring (``strict``: no automatic completion of
-    the configuration). Models that have no team get ``team`` (default: the
+    the configuration; ``sharing``: the serving machine's way of sharing big
+    models' weights, whose copies validation then writes, as for uploads,
+    :mod:`inference.runtime.shared_weights`). Models that have no team get ``team`` (default: the
     REPOSITORY_TEAM setting; empty: they stay operator-owned, changed by
     superusers only).
 
@@ -212,7 +223,7 @@ def import_repository(
         if not versions:
             results.append(ImportResult(model.name, "", "skipped", message="no numbered version directories"))
         for version_dir in versions:
-            results.append(_import_version(model, version_dir, filename, config, config_error))
+            results.append(_import_version(model, version_dir, filename, config, config_error, sharing))
     for model_dir, config in deferred:
         results.extend(_import_ensemble(model_dir, config, owner))
     return results

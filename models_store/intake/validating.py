@@ -11,6 +11,10 @@ backend into ``WORKER_CACHE_DIR/<sha256>/``, where inference will find it);
 elsewhere the server process, with the model store's local copy. The
 version's log says where: ``queued ...`` while it waits (UPLOADED),
 ``validating on ...`` (VALIDATING), ``validated on ...`` then each step.
+On a machine that shares big models' weights among its processes
+(:attr:`Validator.sharing`) a big version is READY with the machine's copy
+written (:mod:`inference.runtime.shared_weights`): its first request only
+maps it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from django.db import close_old_connections
 
 from inference.observability.outage import DependencyWatch
 from inference.runtime import cuda
+from inference.runtime.shared_weights import Sharing
 from models_store import outages, storage
 from models_store.config.triton import config_from_raw
 from models_store.intake import validation
@@ -44,11 +49,14 @@ class Validator:
     """Where this process validates versions: ``where`` (for the version's
     log), ONNX Runtime ``providers`` (names or ``(name, options)`` pairs) and
     ``cache_dir``: fetch artifacts into ``cache_dir/<sha256>/`` (a worker's
-    cache), or None for the model store's local copy (MODEL_STORE_DIR)."""
+    cache), or None for the model store's local copy (MODEL_STORE_DIR);
+    ``sharing``: where and from which size the machine's processes share
+    big models' weights (the copy is written during validation), or None."""
 
     where: str = ""
     providers: tuple = ("CPUExecutionProvider",)
     cache_dir: Path | None = None
+    sharing: Sharing | None = None
 
     def describe(self) -> str:
         """``where``, or this host and process (e.g. ``web-1, process 4242``)."""
@@ -178,7 +186,9 @@ def version_validate(version_id: int, resume: bool = False):
     try:
         config = config_from_raw(version.model.config)
         path = validator.artifact(version.artifact, version.sha256)
-        signature = validation.validate_artifact(path, config, log, providers=list(validator.providers))
+        signature = validation.validate_artifact(
+            path, config, log, list(validator.providers), validator.sharing, version.sha256
+        )
     except validation.ValidationError as exc:
         _note_through()  # the dependencies answered: the model itself fails
         return states.transition(version=version, change="fail", reason=str(exc), log=[*log, f"failed: {exc}"])

@@ -15,15 +15,23 @@ FP32 input (6.4 GB). Its memory is estimated from the graph first (inputs,
 outputs and the largest intermediate tensor whose shape is known, variable
 dimensions at 1); above ``VALIDATION_WARMUP_MAX_BYTES`` it is skipped, and
 the validation log says why.
+
+A model at least as big as the machine shares (``sharing``,
+:mod:`inference.runtime.shared_weights`) gets this machine's copy with
+memory-mapped weights written right after the external-data check, from
+the model already parsed, and the session is made from that copy (what the
+server's processes will load): a READY version's first request only maps it.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +45,7 @@ from inference.protocol.types import MetadataTensor
 from inference.runtime import cuda
 from inference.runtime import onnx as onnx_runtime
 from inference.runtime.sequences.policy import SequencePolicy
+from inference.runtime.shared_weights import Sharing
 from models_store.config.triton import TritonConfig
 
 logger = logging.getLogger(__name__)
@@ -382,21 +391,30 @@ def _extensions_hint(model: onnx.ModelProto, extensions: bool) -> str:
 
 
 def validate_artifact(
-    path: Path, config: TritonConfig | None = None, log: list[str] | None = None, providers: list | None = None
+    path: Path,
+    config: TritonConfig | None = None,
+    log: list[str] | None = None,
+    providers: list | None = None,
+    sharing: Sharing | None = None,
+    sha256: str = "",
 ) -> Signature:
     """Validate the ONNX file at ``path`` (see module docstring).
 
     ``providers``: ONNX Runtime execution providers of the session (names or
     ``(name, options)`` pairs, as :func:`inference.runtime.onnx.provider_list`
     gives them; default CPU), so that a GPU worker's warm-up runs on its GPU.
+    ``sharing`` and ``sha256`` (the artifact's content hash): write this
+    machine's copy with shared weights of a big model now and validate the
+    session the servers will make from it (None: the artifact itself).
 
     Returns the Signature; raises ValidationError with a user-facing reason
-    (:func:`without_model_dir`). Each step that passed is appended to ``log``
-    when given (so that a caller sees how far a failed validation got) and
-    to ``Signature.log``.
+    (:func:`without_model_dir`), OSError (no space left) when the copy
+    cannot be written for a full disk. Each step that passed is appended to
+    ``log`` when given (so that a caller sees how far a failed validation
+    got) and to ``Signature.log``.
     """
     try:
-        return _validate(path, config, [] if log is None else log, providers)
+        return _validate(path, config, [] if log is None else log, providers, sharing if sha256 else None, sha256)
     except ValidationError as exc:
         raise ValidationError(without_model_dir(str(exc), path.parent)) from None
 
@@ -410,22 +428,68 @@ def without_model_dir(text: str, model_dir: Path) -> str:
     return text
 
 
-def _validate(path: Path, config: TritonConfig | None, log: list[str], providers: list | None) -> Signature:
+def _shared_copy(path: Path, model: onnx.ModelProto, sharing: Sharing, sha256: str, log: list[str]) -> Path:
+    """This machine's copy of a big model with memory-mapped weights
+    (written now, from ``model``, unless a process of the machine did), or
+    ``path`` for a model below the threshold or one whose copy cannot be
+    written (the checker or ONNX Runtime then says what is wrong with it).
+    Raises OSError for a full disk (the validation is retried)."""
+    started = time.monotonic()
+    existed = (sharing.root / sha256).is_dir()
+    try:
+        copy = sharing.model_file(path, sha256, model)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise
+        logger.warning("%s: this machine's copy with shared weights could not be written: %s", path, exc)
+        return path
+    except Exception as exc:  # a malformed model: the steps below report it
+        logger.info("%s: no copy with shared weights (%s: %s)", path, type(exc).__name__, exc)
+        return path
+    if copy != path:
+        how = "was there" if existed else f"written in {time.monotonic() - started:.1f} s"
+        log.append(f"this machine's copy with shared weights {how} (SHARED_WEIGHTS_MIN_MB; the servers map it)")
+    return copy
+
+
+def _validate(
+    path: Path,
+    config: TritonConfig | None,
+    log: list[str],
+    providers: list | None,
+    sharing: Sharing | None,
+    sha256: str,
+) -> Signature:
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # onnx raises DecodeError, ValueError, OSError...
         raise ValidationError(f"not a readable ONNX model: {exc}") from None
     if path.resolve() in external_data_files(model, path.parent):  # ONNX Runtime would read the model as a weight
         raise ValidationError(f"the model references its own file {path.name!r} as external data")
+    session_path = path if sharing is None else _shared_copy(path, model, sharing, sha256, log)
     model = without_weights(model)  # memory: the checker and the session read the file themselves
-    try:
-        onnx.checker.check_model(str(path))
+    try:  # the copy's model file holds the same graph with its weights referenced: checked without reading them
+        onnx.checker.check_model(str(session_path))
     except Exception as exc:
-        raise ValidationError(f"ONNX checker: {exc}") from None
+        if session_path == path:
+            raise ValidationError(f"ONNX checker: {exc}") from None
+        try:
+            onnx.checker.check_model(str(path))  # the reason, about the model's own file
+        except Exception as reason:
+            raise ValidationError(f"ONNX checker: {reason}") from None
+        logger.warning("%s: the ONNX checker refused this machine's copy, not the model: %s", path, exc)
     log.append("ONNX checker passed")
     extensions = config is not None and onnx_runtime.asks_for_extensions(config.parameters)
+    providers = providers or ["CPUExecutionProvider"]
     try:
-        session = onnx_runtime.create_session(path, None, providers or ["CPUExecutionProvider"], extensions)
+        try:
+            shared = session_path != path and not sharing.prepack
+            session = onnx_runtime.create_session(session_path, None, providers, extensions, shared)
+        except Exception:
+            if session_path == path:
+                raise
+            session = onnx_runtime.create_session(path, None, providers, extensions)  # its error names the model
+            logger.warning("%s: a session of this machine's copy failed where the model's own did not", path)
     except cuda.GPU_BUSY:
         raise  # the GPU's state, not the model's: validation is retried (models_store/intake/validating.py)
     except Exception as exc:

@@ -130,3 +130,33 @@ def test_two_processes_sessions_share_one_copy_of_the_weights(tmp_path):
     inline = _two_sessions_pss(tmp_path / "src" / "model.onnx", shared=False)
     shared = _two_sessions_pss(copy, shared=True)
     assert inline - shared > 48, (inline, shared)  # about 64 MiB less: one copy instead of two
+
+
+def test_raw_data_spans_point_at_each_initializers_bytes_in_the_file(tmp_path):
+    """The framing walk finds each main-graph initializer's raw_data in the
+    file (copied from there, never through memory); one held as float_data
+    has none (its values are converted) and the copy still computes x @ W + V."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((64, 512), dtype=np.float32)
+    v = rng.standard_normal((64, 512), dtype=np.float32)
+    typed = helper.make_tensor("v", TensorProto.FLOAT, v.shape, v.ravel().tolist())  # float_data, no raw_data
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["w", "v"], ["s"]), helper.make_node("MatMul", ["x", "s"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 512])],
+        initializer=[numpy_helper.from_array(w, "w"), typed],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    source = tmp_path / "src" / "model.onnx"
+    source.parent.mkdir()
+    source.write_bytes(model.SerializeToString())
+    spans = sw._raw_data_spans(source, 2)
+    assert spans[1] is None
+    start, length = spans[0]
+    assert source.read_bytes()[start : start + length] == w.tobytes()
+    copy = sw.machine_copy(source, "spans", tmp_path / "w", min_bytes=1)
+    x = rng.standard_normal((2, 64), dtype=np.float32)
+    (y,) = create_session(copy, shared_weights=True).run(None, {"x": x})
+    np.testing.assert_allclose(y, x @ (w + v), rtol=1e-4, atol=1e-3)

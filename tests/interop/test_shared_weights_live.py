@@ -1,7 +1,9 @@
 """A live ``serve`` (two HTTP processes and a gRPC process, in process)
-with SHARED_WEIGHTS_MIN_MB=1: a 4 MiB model's sessions in every process
-that serves it map the one per-machine copy of its weights, answers are
-exact, and the copy goes when its version is deleted."""
+with SHARED_WEIGHTS_MIN_MB=1: the repository's import at start writes the
+machine's copy of a 4 MiB model's weights (ready means the first request
+only maps it), the model's sessions in every process that serves it map
+that one copy, answers are exact, and the copy goes when its version is
+deleted."""
 
 from __future__ import annotations
 
@@ -47,8 +49,16 @@ def server(tmp_path_factory):
     live = serve_live(repository, tmp_path_factory.mktemp("shared-weights"), {"SHARED_WEIGHTS_MIN_MB": "1"})
     started = next(live)
     started.weight, started.sha256 = weight, hashlib.sha256(payload).hexdigest()
+    started.copy_at_start = _files(started.var_dir / "run" / "weights" / started.sha256)  # before any request
     yield started
     next(live, None)
+
+
+def _files(directory: Path) -> dict[str, tuple[int, int, int]]:
+    """The files of ``directory``: name -> (inode, size, mtime in ns); empty when it is missing."""
+    if not directory.is_dir():
+        return {}
+    return {p.name: (p.stat().st_ino, p.stat().st_size, p.stat().st_mtime_ns) for p in directory.iterdir()}
 
 
 def _mapping(pid: int, path: Path) -> bool:
@@ -74,6 +84,8 @@ def test_every_serving_process_maps_the_machines_one_copy(server):
     copy = server.var_dir / "run" / "weights" / server.sha256
     weights = copy / "weights.bin"
     assert weights.stat().st_size >= server.weight.nbytes
+    assert sorted(server.copy_at_start) == ["model.onnx", "weights.bin"]  # written at start, by the import
+    assert _files(copy) == server.copy_at_start  # the requests' loads mapped it, none rewrote it
     mapping = [pid for pid in process_tree(server.process.pid) if _mapping(pid, weights)]
     assert len(mapping) >= 2, mapping  # the gRPC process and at least one HTTP process, one file
     # The small model loads as it is: no copy of it.

@@ -35,7 +35,7 @@ from inference import runtime_settings
 from inference.protocol.errors import InvalidInput
 from inference.runtime import residency
 from models_store import maintenance
-from models_store.intake import model_control
+from models_store.intake import model_control, validating
 from models_store.intake.repository import import_repository
 
 
@@ -121,13 +121,14 @@ class Command(BaseCommand):
         Raises CommandError (--exit-on-error: a model that failed, an unknown
         --load-model)."""
         repository, poll, results = options["model_repository"], None, []
+        sharing = validating.current_validator().sharing  # big models' shared copies written as they import
         if repository is not None:
             try:
                 if control.mode == model_control.POLL:
-                    poll = model_control.RepositoryPoll(repository, strict=control.strict)
+                    poll = model_control.RepositoryPoll(repository, strict=control.strict, sharing=sharing)
                     results = poll.run()
                 else:
-                    results = import_repository(repository, strict=control.strict)
+                    results = import_repository(repository, strict=control.strict, sharing=sharing)
             except FileNotFoundError as exc:
                 raise CommandError(str(exc)) from None
             for result in results:
