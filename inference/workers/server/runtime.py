@@ -41,6 +41,10 @@ from inference.workers.server import segments as worker_segments
 
 logger = logging.getLogger(__name__)
 
+#: How long a shadow copy waits on a worker for the worker to run no other request (s); beyond, it is not run:
+#: answered QUEUE_FULL, which the front end counts ``busy`` (inference/shadow/traffic.py).
+SHADOW_WAIT_SECONDS = 0.05
+
 
 class BusyMeter:
     """How busy a worker is: the share of the model instances of the
@@ -127,6 +131,9 @@ class WorkerRuntime:
         #: Called once with the reason when a CUDA error persists (runworker: leave the directory, exit non-zero).
         self.on_device_failed = None
         self._failed = threading.Event()
+        self._live = 0  # requests being handled, shadow copies aside (under _quiet)
+        self._quiet = threading.Condition(threading.Lock())  # notified when _live falls to 0
+        self._shadow_lane = threading.Lock()  # one shadow copy at a time
 
     def device_failed(self, reason: str) -> None:
         """A CUDA error that persists (:class:`~inference.runtime.cuda.DeviceFailed`):
@@ -183,7 +190,38 @@ class WorkerRuntime:
         connection's ``shared`` memory); the answer frame's buffers
         (:class:`~messages.RunAnswer` with the outputs, or
         :class:`~messages.ErrorAnswer`; a :class:`~messages.SegmentRequest`:
-        :mod:`inference.workers.server.segments`)."""
+        :mod:`inference.workers.server.segments`). A shadow copy
+        (``request.shadow``) runs only while no other request is being
+        handled here, one copy at a time: it waits for that at most
+        :data:`SHADOW_WAIT_SECONDS`, else is answered QUEUE_FULL unrun (a
+        request that arrives while a copy runs is not held back by it beyond
+        sharing the CPU)."""
+        if getattr(request, "shadow", False):
+            return self._shadow(request, body, shared)
+        with self._quiet:
+            self._live += 1
+        try:
+            return self._answer(request, body, shared)
+        finally:
+            with self._quiet:
+                self._live -= 1
+                if not self._live:
+                    self._quiet.notify_all()
+
+    def _shadow(self, request: messages.RunRequest, body, shared) -> list:
+        """A shadow copy: run once the worker handles no other request (see :meth:`handle`)."""
+        deadline = time.monotonic() + SHADOW_WAIT_SECONDS
+        if not self._shadow_lane.acquire(timeout=SHADOW_WAIT_SECONDS):
+            return _busy()
+        try:
+            with self._quiet:
+                if not self._quiet.wait_for(lambda: not self._live, deadline - time.monotonic()):
+                    return _busy()
+            return self._answer(request, body, shared)
+        finally:
+            self._shadow_lane.release()
+
+    def _answer(self, request: messages.RunRequest, body, shared) -> list:
         try:
             runtime_settings.follow()  # the machine's trace and log settings (one memory read)
             if tracing.ENABLED and request.traceparent:
@@ -230,6 +268,11 @@ class WorkerRuntime:
             done = {entry.name for entry in answer.written}
             outputs = [(name, array) for name, array in outputs if name not in done]
         return frames.encode(answer, outputs)
+
+
+def _busy() -> list:
+    """The answer to a shadow copy not run: the worker kept running other requests."""
+    return frames.encode(messages.ErrorAnswer("QUEUE_FULL", "a shadow copy: the worker is running other requests"))
 
 
 def _write_regions(regions: list[messages.RegionTensor], outputs: dict) -> list[messages.TensorInfo]:
