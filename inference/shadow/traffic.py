@@ -75,7 +75,7 @@ _now = time.perf_counter_ns
 #: The transport shadow runs count under in the charts' rollups.
 SHADOW_TRANSPORT = "shadow"
 #: The niceness of the shadow threads (Linux: per thread): the live requests' threads come first for the CPU.
-NICENESS = 10
+NICENESS = 19
 #: How often an idle shadow thread looks at the queue (s): the request path never wakes a thread (that
 #: wake-up, measured, cost the live answer more than the copy's own work); copies wait about half of it.
 POLL_SECONDS = 0.002
@@ -86,6 +86,8 @@ IDLE_POLL_SECONDS = 0.05
 YIELD_SECONDS = 0.00005
 #: ... for at most this long in all (s); a copy that would wait longer is not run on (counted ``busy``).
 YIELD_MAX_SECONDS = 0.05
+#: A copy waiting for a quiet spell sleeps at most this many quiet spells at a time.
+_QUIET_SPELLS = 8
 #: The owner of shadow runs (sequences are never copied; this names no caller).
 _OWNER = "shadow"
 
@@ -236,11 +238,13 @@ class ShadowTraffic:
 
     def _yield(self, budget: list, first: float = YIELD_SECONDS) -> bool:
         """Sleep ``first`` seconds (the GIL released: a live request waiting for it takes it); True when no
-        live request ran or began in this process meanwhile, else sleep on, a quiet spell
-        (``quiet_seconds``) at a time, until one was quiet; False once the copy waited ``budget[0]`` seconds
-        in all (it is then not run on: counted ``busy``)."""
+        live request ran or began in this process meanwhile, else sleep on until a sleep was quiet: a quiet
+        spell (``quiet_seconds``), then twice as long each time up to :data:`_QUIET_SPELLS` of them (a busy
+        process is looked at less and less often); False once the copy waited ``budget[0]`` seconds in all
+        (it is then not run on: counted ``busy``)."""
         live, began = self.live, self.began
         started = time.monotonic()
+        quiet = self.settings.quiet_seconds
         pause = first
         try:
             while True:
@@ -248,9 +252,10 @@ class ShadowTraffic:
                 time.sleep(pause)
                 if (live is None or not live()) and (began is None or began() == mark):
                     return True
-                if time.monotonic() - started >= budget[0]:
+                left = budget[0] - (time.monotonic() - started)
+                if left <= 0:
                     return False
-                pause = self.settings.quiet_seconds
+                pause = min(left, quiet if pause < quiet else min(2 * pause, _QUIET_SPELLS * quiet))
         finally:
             budget[0] -= time.monotonic() - started
 

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 
 from inference import runtime_settings
 from inference.observability import tracing
@@ -44,6 +46,9 @@ logger = logging.getLogger(__name__)
 #: How long a shadow copy waits on a worker for the worker to run no other request (s); beyond, it is not run:
 #: answered QUEUE_FULL, which the front end counts ``busy`` (inference/shadow/traffic.py).
 SHADOW_WAIT_SECONDS = 0.05
+#: The niceness of the thread that runs the shadow copies' models (Linux: per thread): a live request's run
+#: that arrives meanwhile comes first for the CPU.
+SHADOW_NICENESS = 19
 
 
 class BusyMeter:
@@ -134,6 +139,7 @@ class WorkerRuntime:
         self._live = 0  # requests being handled, shadow copies aside (under _quiet)
         self._quiet = threading.Condition(threading.Lock())  # notified when _live falls to 0
         self._shadow_lane = threading.Lock()  # one shadow copy at a time
+        self._shadow_runs = None  # the niced thread that runs the copies' models (started on the first)
 
     def device_failed(self, reason: str) -> None:
         """A CUDA error that persists (:class:`~inference.runtime.cuda.DeviceFailed`):
@@ -217,17 +223,24 @@ class WorkerRuntime:
             with self._quiet:
                 if not self._quiet.wait_for(lambda: not self._live, deadline - time.monotonic()):
                     return _busy()
-            return self._answer(request, body, shared)
+            return self._answer(request, body, shared, self._run_niced)
         finally:
             self._shadow_lane.release()
 
-    def _answer(self, request: messages.RunRequest, body, shared) -> list:
+    def _run_niced(self, *args):
+        """``runner.run(*args)`` in the niced shadow thread (a copy's model run yields the CPU to live runs)."""
+        if self._shadow_runs is None:
+            self._shadow_runs = ThreadPoolExecutor(1, "worker-shadow", initializer=_nice)
+        return self._shadow_runs.submit(self.runner.run, *args).result()
+
+    def _answer(self, request: messages.RunRequest, body, shared, run=None) -> list:
+        """:meth:`handle`'s answer, the model run by ``run`` (None: the runner, in this thread)."""
         try:
             runtime_settings.follow()  # the machine's trace and log settings (one memory read)
             if tracing.ENABLED and request.traceparent:
                 with tracing.remote_span(f"worker {self.device}", request.traceparent, device=self.device):
-                    return self._handle(request, body, shared)
-            return self._handle(request, body, shared)
+                    return self._handle(request, body, shared, run)
+            return self._handle(request, body, shared, run)
         except cuda.DeviceFailed as exc:  # the GPU context is lost: every later run would fail too
             self.device_failed(exc.message)
             return frames.encode(messages.ErrorAnswer(exc.code, exc.message))
@@ -237,7 +250,7 @@ class WorkerRuntime:
             logger.exception("inference failed on %s", self.device)
             return frames.encode(messages.ErrorAnswer("INTERNAL", f"the worker failed: {type(exc).__name__}"))
 
-    def _handle(self, request: messages.RunRequest, body, shared) -> list:
+    def _handle(self, request: messages.RunRequest, body, shared, run=None) -> list:
         if isinstance(request, messages.SegmentRequest):  # consecutive steps of an ensemble
             return worker_segments.run(self, request, body, shared)
         target = self.target(request.model, request.version, request.sha256)
@@ -254,7 +267,7 @@ class WorkerRuntime:
         schedule = Schedule(request.priority, request.timeout_us) if request.priority or request.timeout_us else None
         self.meter.begin(target.key, target.instances)
         try:
-            result = self.runner.run(target, feeds, names, request.rows, deadline, sequence, schedule)
+            result = (run or self.runner.run)(target, feeds, names, request.rows, deadline, sequence, schedule)
         finally:
             self.meter.end(target.key)
         if asked:
@@ -268,6 +281,13 @@ class WorkerRuntime:
             done = {entry.name for entry in answer.written}
             outputs = [(name, array) for name, array in outputs if name not in done]
         return frames.encode(answer, outputs)
+
+
+def _nice() -> None:
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SHADOW_NICENESS)
+    except (OSError, AttributeError):
+        pass
 
 
 def _busy() -> list:
