@@ -10,13 +10,17 @@ copy's run competes for the CPU with the live requests.
 
 Each round measures blocks of ``--requests`` live requests at concurrency 1
 (V2 JSON over one keep-alive HTTP connection, and gRPC ``ModelInfer`` over
-one channel) with shadow traffic off and at 100% (``PUT`` / ``DELETE
+one channel; ``--think-ms``: a pause between a block's requests, an
+idle-ish server; 0: each request sent as soon as the last is answered)
+with shadow traffic off and at 100% (``PUT`` / ``DELETE
 /api/models/<m>/shadow/``), the order alternating between rounds; it prints
 each block's p50 and p99, then per transport the medians over rounds and
-the ratios on/off, and what the shadow side counted (copies compared,
-dropped, busy) from the management API.
+the ratios on/off, and what the shadow side counted over the run (warm-up
+included) from the management API: the copies offered, and the shares
+compared, dropped (queue full) and busy (no quiet spell: not run).
 
     .venv/bin/python bench/shadow.py [--model tiny|cnn] [--requests 2000] [--rounds 5] [--workers-mode]
+                                     [--think-ms 0]
 """
 
 from __future__ import annotations
@@ -56,8 +60,8 @@ def _api(server, token, method: str, path: str, body=None) -> tuple[int, dict]:
     return request(server, method, path, data, {**bearer(token), "Content-Type": "application/json"})
 
 
-def rest_block(server, body: bytes, count: int) -> list[float]:
-    """Latencies (s) of ``count`` V2 JSON requests over one keep-alive connection."""
+def rest_block(server, body: bytes, count: int, think: float = 0.0) -> list[float]:
+    """Latencies (s) of ``count`` V2 JSON requests over one keep-alive connection, ``think`` s apart."""
     host, port = server.http_url.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=60)
     out = []
@@ -69,13 +73,15 @@ def rest_block(server, body: bytes, count: int) -> list[float]:
             response.read()
             out.append(time.perf_counter() - started)
             assert response.status == 200, response.status
+            if think:
+                time.sleep(think)
     finally:
         conn.close()
     return out
 
 
-def grpc_block(channel, message: bytes, count: int) -> list[float]:
-    """Latencies (s) of ``count`` gRPC ModelInfer calls over one channel."""
+def grpc_block(channel, message: bytes, count: int, think: float = 0.0) -> list[float]:
+    """Latencies (s) of ``count`` gRPC ModelInfer calls over one channel, ``think`` s apart."""
     call = channel.unary_unary(
         "/inference.GRPCInferenceService/ModelInfer",
         request_serializer=lambda b: b,
@@ -87,6 +93,8 @@ def grpc_block(channel, message: bytes, count: int) -> list[float]:
         answer = call(message, timeout=60)
         out.append(time.perf_counter() - started)
         assert answer.model_version == "1", answer.model_version
+        if think:
+            time.sleep(think)
     return out
 
 
@@ -100,8 +108,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000, help="requests per block")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--workers-mode", action="store_true", help="inference in one CPU worker (needs Redis)")
+    parser.add_argument("--think-ms", type=float, default=0.0, help="pause between a block's requests (ms)")
     args = parser.parse_args()
     first, second, input_name, shape = MODELS[args.model]
+    think = args.think_ms / 1000
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     body = json.dumps(
         {"inputs": [{"name": input_name, "shape": list(shape), "datatype": "FP32", "data": x.ravel().tolist()}]}
@@ -151,15 +161,15 @@ def main() -> None:
                 for setting in order:
                     _shadow(server, token, setting)
                     for transport, block in (("rest", rest_block), ("grpc", grpc_block)):
-                        latencies = block(server, body, args.requests) if block is rest_block else block(
-                            channel, message, args.requests
-                        )  # fmt: skip
+                        target, payload = (server, body) if block is rest_block else (channel, message)
+                        latencies = block(target, payload, args.requests, think)
                         results[(transport, setting)].append((_p(latencies, 50), _p(latencies, 99)))
                         line.append(f"{transport} {setting} p50 {_p(latencies, 50):.0f} p99 {_p(latencies, 99):.0f} us")
                 print(f"round {round_ + 1}: " + "; ".join(line), flush=True)
             channel.close()
             print(f"\n{args.model}, {'worker mode' if args.workers_mode else 'in process'}, concurrency 1, "
-                  f"{args.rounds} rounds x {args.requests} requests per block; medians over rounds (us):")  # fmt: skip
+                  f"{args.think_ms:g} ms between requests, {args.rounds} rounds x {args.requests} requests per "
+                  "block; medians over rounds (us):")  # fmt: skip
             for transport in ("rest", "grpc"):
                 off = [statistics.median(v[i] for v in results[(transport, "off")]) for i in (0, 1)]
                 on = [statistics.median(v[i] for v in results[(transport, "on")]) for i in (0, 1)]
@@ -171,9 +181,12 @@ def main() -> None:
             time.sleep(12)  # every process writes its comparisons every CHART_FLUSH_SECONDS (10 s)
             report = _api(server, token, "GET", f"/api/models/{MODEL}/shadow/")[1]
             compared = max((o["compared"] for o in report["outputs"].values()), default=0)
+            offered = report["requests"] + report["dropped"] + report["busy"]
             print(
-                f"  shadow side (last hour): {report['requests']} copies run, {compared} compared, "
-                f"{report['errors']} errors, {report['dropped']} dropped (queue full), {report['busy']} busy"
+                f"  shadow side (last hour): {offered} copies offered: {report['requests']} run, {compared} compared "
+                f"({compared / max(1, offered):.0%}), {report['errors']} errors, {report['dropped']} dropped "
+                f"(queue full, {report['dropped'] / max(1, offered):.0%}), {report['busy']} busy "
+                f"({report['busy'] / max(1, offered):.0%})"
             )
         finally:
             if live is not None:

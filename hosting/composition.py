@@ -379,6 +379,7 @@ def build_dataplane() -> DataPlane:
             threads=settings.SHADOW_THREADS,
             store=DatabaseShadowRollups(),  # the comparisons, per minute (inference/shadow/rollups_db.py)
             flush_seconds=settings.CHART_FLUSH_SECONDS,
+            quiet_seconds=settings.SHADOW_QUIET_MS / 1000,
         ),
     )
 

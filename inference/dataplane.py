@@ -90,11 +90,14 @@ class DataPlane:
         self.fair = fair or fair_share.FairShare(queue_per_flow=16, seats=executor.seats)
         self._lag: fair_share.LoopLag | None = None  # the gRPC event loop's (infer_async)
         self._begins, self._ends = itertools.count(1), itertools.count(1)
+        #: Callers admitted and done (their requests decoded, run, answered): shadow copies wait for none.
+        self._admits, self._dones = itertools.count(1), itertools.count(1)
+        self._admitted = self._done = 0
         self._began = self._ended = 0
         #: Copies of requests run on a model's shadow version after the live answer (inference/shadow/traffic.py).
         self.shadows = ShadowTraffic(
             shadow or ShadowSettings(), executor, self.fair, self.statistics, self.shared_memory, timeout_seconds,
-            live=self._live,
+            live=self._live, began=self._last_began,
         )  # fmt: skip
         segments = None
         if self._remote is not None:  # consecutive steps of an ensemble on one worker
@@ -178,7 +181,13 @@ class DataPlane:
         while the request is decoded and run (``with``; leaving it frees the
         in-flight slots). Adapters admit before they decode any tensor. Raises
         Unauthenticated, PermissionDenied, RateLimited."""
-        return admissions.admit(self.registry, self.limiter, token, name)
+        admission = admissions.admit(self.registry, self.limiter, token, name)
+        self._admitted = next(self._admits)  # a request under way: shadow copies wait until it is done
+        admission.done = self._admission_done
+        return admission
+
+    def _admission_done(self) -> None:
+        self._done = next(self._dones)
 
     async def admit_async(self, token: str | None, name: str) -> Admission:
         """:meth:`admit` from an event loop: inline when it cannot block, in a
@@ -334,9 +343,15 @@ class DataPlane:
             self._ended = next(self._ends)
 
     def _live(self) -> bool:
-        """Whether a live request is inside :meth:`infer` now (two counters, one store each per request; a
-        race may misjudge a moment, never for long, and the shadow threads bound how long they yield)."""
-        return self._began != self._ended
+        """Whether a live request is under way in this data plane: admitted and not done (decoded, run,
+        answered), or inside :meth:`infer` (counters, one store each per request; a race may misjudge a
+        moment, never for long, and the shadow threads bound how long they wait)."""
+        return self._began != self._ended or self._admitted != self._done
+
+    def _last_began(self) -> int:
+        """A number that changes whenever a live request begins (is admitted, or runs): a shadow copy
+        waits for it to stay the same for a quiet spell."""
+        return self._began + self._admitted
 
     def _steps(self, admission: Admission, request: InferenceRequest, entry: VersionEntry, started: int, gate):
         """The one body of an inference, driven by :meth:`infer` (in a thread)

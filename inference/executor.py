@@ -72,10 +72,12 @@ class WorkerExecutor(Executor, Protocol):
     def run(
         self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
         deadline: float | None = None, placement: tuple = (), sequence=None, regions=None, schedule=None,
+        shadow: bool = False,
     ) -> RunResult:  # fmt: skip
         """:meth:`Executor.run`; ``regions``: a RegionPlan of the request's
         tensors in shared-memory regions, which a worker on this machine
-        reads and writes itself."""
+        reads and writes itself; ``shadow``: a shadow copy, which the worker
+        runs only while it runs no other request (else QueueFull)."""
 
     async def run_async(
         self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,

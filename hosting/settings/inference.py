@@ -104,6 +104,8 @@ FAIR_SHARE_WEIGHTS = {k: int(v) for k, v in env.dict("FAIR_SHARE_WEIGHTS", defau
 #: server process (beyond: dropped and counted), and the shadow threads per process.
 SHADOW_QUEUE = env.int("SHADOW_QUEUE", default=64)
 SHADOW_THREADS = env.int("SHADOW_THREADS", default=1)
+#: How long (ms) no live request must have begun in a server process before a shadow copy runs there.
+SHADOW_QUIET_MS = env.float("SHADOW_QUIET_MS", default=1.0)
 #: Where every process shares the limits (default: REDIS_URL); empty: each
 #: process keeps its own (the embedded mode, one machine).
 RATE_LIMIT_REDIS_URL = env.str("RATE_LIMIT_REDIS_URL", default=REDIS_URL)

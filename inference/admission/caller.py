@@ -26,9 +26,11 @@ class Admission:
     (:func:`inference.runtime.sequences.policy.owner_of`); ``regions``: whose
     shared-memory regions they may use (:func:`inference.admission.auth.region_owner`);
     ``flow``: the queue its requests wait in for model instances
-    (:func:`inference.admission.fair_share.flow_of`)."""
+    (:func:`inference.admission.fair_share.flow_of`); ``done``: called
+    (no arguments) when its block is left (the data plane counts the
+    requests under way in its process: shadow copies wait for none)."""
 
-    __slots__ = ("_blocking", "_slots", "flow", "model_name", "owner", "regions")
+    __slots__ = ("_blocking", "_slots", "done", "flow", "model_name", "owner", "regions")
 
     def __init__(
         self, model_name: str, slots: ratelimit.Admission, blocking: bool, owner: str = "", regions: str = "",
@@ -40,6 +42,7 @@ class Admission:
         self.owner = owner
         self.regions = regions
         self.flow = flow
+        self.done = None
 
     @property
     def limits(self) -> ratelimit.Admission:
@@ -52,6 +55,8 @@ class Admission:
 
     def __exit__(self, *exc) -> None:
         self._slots.release()
+        if self.done is not None:
+            self.done()
 
     async def __aenter__(self) -> Admission:
         return self
@@ -61,6 +66,8 @@ class Admission:
             await asyncio.to_thread(self._slots.release)
         else:
             self._slots.release()
+        if self.done is not None:
+            self.done()
 
     def check(self, request: InferenceRequest) -> None:
         """Raise PermissionDenied unless ``request`` is for the admitted model."""

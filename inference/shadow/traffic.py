@@ -15,6 +15,19 @@ process or on a worker):
 
 - checked against the shadow version's signature as any request
   (:func:`inference.requests.jobs.prepare`; a refusal is a shadow error);
+- only in the process's idle time: a copy starts once no live request has
+  begun in the process for ``quiet_seconds`` (a quiet spell; the thread
+  sleeps, the GIL released, and reads two counters the data plane keeps);
+  between its steps (its check and run; its statistics; its comparison)
+  it sleeps :data:`YIELD_SECONDS`, so that a live request waiting for the
+  GIL takes it, and a live request that began meanwhile sends it back to
+  waiting for a quiet spell. A copy that waited :data:`YIELD_MAX_SECONDS`
+  in all is not run on but counted ``busy``: under steady load most copies
+  are ``busy`` or ``dropped`` (the queue stays full), not run beside the
+  live requests. In worker mode the copy is sent marked ``shadow``: the
+  worker runs it only while it handles no other request, one copy at a
+  time, else answers QUEUE_FULL after a bounded wait, counted ``busy``
+  (:meth:`inference.workers.server.runtime.WorkerRuntime.handle`);
 - only while the server has room: a copy whose live version has requests
   waiting for its seats, or whose shadow version has no free seat or has
   requests waiting (:mod:`inference.admission.fair_share`), is not run but
@@ -49,7 +62,7 @@ from inference.observability.metrics import SHADOW_REQUESTS
 from inference.observability.outage import DependencyWatch
 from inference.observability.rollups import TRANSPORT
 from inference.observability.statistics import StatisticsRecorder, failure_reason
-from inference.protocol.errors import InferenceError
+from inference.protocol.errors import InferenceError, QueueFull
 from inference.requests import jobs
 from inference.serving.snapshot import VersionEntry
 from inference.shadow.comparison import OutputComparison, compare
@@ -62,16 +75,19 @@ _now = time.perf_counter_ns
 #: The transport shadow runs count under in the charts' rollups.
 SHADOW_TRANSPORT = "shadow"
 #: The niceness of the shadow threads (Linux: per thread): the live requests' threads come first for the CPU.
-NICENESS = 10
+NICENESS = 19
 #: How often an idle shadow thread looks at the queue (s): the request path never wakes a thread (that
 #: wake-up, measured, cost the live answer more than the copy's own work); copies wait about half of it.
 POLL_SECONDS = 0.002
 #: ... and after a second without copies, this often (a model whose shadow traffic ended costs no wake-ups).
 IDLE_POLL_SECONDS = 0.05
-#: Between its steps a copy sleeps this long at a time (the GIL released) while a live request runs in the
-#: process, for at most YIELD_MAX_SECONDS in all (a process never idle still runs its copies, slowly).
+#: Between its steps a copy sleeps this long (the GIL released: a live request waiting for it takes it); a live
+#: request that began meanwhile sends it back to waiting for a quiet spell (ShadowSettings.quiet_seconds) ...
 YIELD_SECONDS = 0.00005
+#: ... for at most this long in all (s); a copy that would wait longer is not run on (counted ``busy``).
 YIELD_MAX_SECONDS = 0.05
+#: A copy waiting for a quiet spell sleeps at most this many quiet spells at a time.
+_QUIET_SPELLS = 8
 #: The owner of shadow runs (sequences are never copied; this names no caller).
 _OWNER = "shadow"
 
@@ -81,12 +97,15 @@ class ShadowSettings:
     """``capacity``: copies waiting per process (beyond: dropped and
     counted); ``threads``: shadow threads per process; ``store``: where the
     rollups go (``write(writer, cells)``; None: kept in memory only);
-    ``flush_seconds``: how often they are written."""
+    ``flush_seconds``: how often they are written; ``quiet_seconds``: how
+    long no live request must have begun in the process before a copy
+    starts (or goes on after a live request interrupted it)."""
 
     capacity: int = 64
     threads: int = 1
     store: object = None
     flush_seconds: float = 10.0
+    quiet_seconds: float = 0.001
 
 
 class ShadowTraffic:
@@ -94,10 +113,11 @@ class ShadowTraffic:
 
     def __init__(
         self, settings: ShadowSettings, executor: Executor, fair: FairShare, statistics: StatisticsRecorder,
-        regions: RegionRegistry, timeout_seconds: float = 0.0, live=None,
+        regions: RegionRegistry, timeout_seconds: float = 0.0, live=None, began=None,
     ):  # fmt: skip
-        """``live``: says whether a live request runs in this process now (a copy yields to it between its
-        steps: its check, its run, its statistics, its comparison)."""
+        """``live``: says whether a live request runs in this process now; ``began``: a number that changes
+        whenever one begins (a copy runs its steps, its check and run, its statistics, its comparison, only in
+        a quiet spell of both; None: always quiet)."""
         self.settings = settings
         self.executor = executor
         self.fair = fair
@@ -105,6 +125,7 @@ class ShadowTraffic:
         self.regions = regions
         self.timeout_seconds = timeout_seconds
         self.live = live
+        self.began = began
         self.rollups = ShadowRollups()
         self.capacity = max(1, settings.capacity)
         #: Copies waiting (appended by the request path, taken by the shadow threads: deque's own atomicity).
@@ -175,7 +196,8 @@ class ShadowTraffic:
 
     def run(self, entry: VersionEntry, shadow: VersionEntry, request, names: list, outputs) -> None:
         """Run one copy on ``shadow`` and count its comparison with the live ``outputs`` (in this thread)."""
-        if self._busy(entry) or shadow.target is None:
+        budget = [YIELD_MAX_SECONDS]
+        if self._busy(entry) or shadow.target is None or not self._yield(budget, self.settings.quiet_seconds):
             self._skipped(shadow, BUSY)
             return
         gate = self.fair.gate(shadow.target, shadow.instance_group)
@@ -183,41 +205,59 @@ class ShadowTraffic:
             self._skipped(shadow, BUSY)
             return
         model, number, started = shadow.model_name, shadow.number, _now()
-        budget = [YIELD_MAX_SECONDS]
+        options = {"shadow": True} if self.executor.remote else {}  # a worker runs it only while idle
         try:
             try:
-                self._yield(budget)
                 job = jobs.prepare(shadow, request, started, _OWNER, "", self.timeout_seconds, self.regions,
                                    self.executor.remote)  # fmt: skip
                 run = self.executor.run(
-                    shadow.target, job.feeds, job.names, job.rows, job.deadline, shadow.instance_group, **job.options
-                )
+                    shadow.target, job.feeds, job.names, job.rows, job.deadline, shadow.instance_group,
+                    **job.options, **options,
+                )  # fmt: skip
             finally:
                 if gate is not None:
                     gate.leave()
-            self._yield(budget)
+            if not self._yield(budget):  # its answer is dropped: live requests kept this process busy
+                self._skipped(shadow, BUSY)
+                return
             jobs.respond(shadow, request, job, run, self.statistics, None)  # the shadow version's statistics
+        except QueueFull:  # the worker kept running other requests: not run
+            self._skipped(shadow, BUSY)
+            return
         except InferenceError as exc:
             self.statistics.record_failure(model, number, _now() - started, failure_reason(exc, False))
             self.rollups.failed(time.time(), model, number)
             SHADOW_REQUESTS.labels(model, shadow.version, "error").inc()
             logger.debug("shadow copy on %s version %s failed: %s", model, number, exc)
             return
-        self._yield(budget)
+        self._yield(budget)  # counted in the statistics already: compared whatever the wait
         counts: dict[str, OutputComparison] = {}
         compare(dict(zip(names, outputs)), dict(zip(job.names, run.outputs)), counts)
         self.rollups.compared(time.time(), model, number, counts)
         SHADOW_REQUESTS.labels(model, shadow.version, "compared").inc()
 
-    def _yield(self, budget: list) -> None:
-        """Sleep (the GIL released) while a live request runs in this process, within ``budget[0]`` seconds."""
-        live = self.live
-        if live is None:
-            return
-        while budget[0] > 0 and live():
-            slept = time.monotonic()
-            time.sleep(YIELD_SECONDS)
-            budget[0] -= time.monotonic() - slept
+    def _yield(self, budget: list, first: float = YIELD_SECONDS) -> bool:
+        """Sleep ``first`` seconds (the GIL released: a live request waiting for it takes it); True when no
+        live request ran or began in this process meanwhile, else sleep on until a sleep was quiet: a quiet
+        spell (``quiet_seconds``), then twice as long each time up to :data:`_QUIET_SPELLS` of them (a busy
+        process is looked at less and less often); False once the copy waited ``budget[0]`` seconds in all
+        (it is then not run on: counted ``busy``)."""
+        live, began = self.live, self.began
+        started = time.monotonic()
+        quiet = self.settings.quiet_seconds
+        pause = first
+        try:
+            while True:
+                mark = began() if began is not None else None
+                time.sleep(pause)
+                if (live is None or not live()) and (began is None or began() == mark):
+                    return True
+                left = budget[0] - (time.monotonic() - started)
+                if left <= 0:
+                    return False
+                pause = min(left, quiet if pause < quiet else min(2 * pause, _QUIET_SPELLS * quiet))
+        finally:
+            budget[0] -= time.monotonic() - started
 
     def _busy(self, entry: VersionEntry) -> bool:
         """Whether the live version has requests waiting for its seats in this process."""

@@ -104,7 +104,10 @@ class RunRequest(msgspec.Struct, tag="run", omit_defaults=True):
     ``regions``: inputs in clients' shared-memory regions, ``output_regions``:
     outputs to write into them, on a worker of the same machine only;
     ``priority`` and ``timeout_us``: the request's priority and timeout
-    parameters, for a model with dynamic batching, 0 when not given)."""
+    parameters, for a model with dynamic batching, 0 when not given;
+    ``shadow``: a shadow copy of a live request, run only while the worker
+    runs no other request, else answered QUEUE_FULL:
+    :meth:`~inference.workers.server.runtime.WorkerRuntime.handle`)."""
 
     model: str
     version: Positive
@@ -120,6 +123,7 @@ class RunRequest(msgspec.Struct, tag="run", omit_defaults=True):
     output_regions: list[RegionTensor] = []
     priority: NonNegative = 0
     timeout_us: NonNegative = 0
+    shadow: bool = False
 
 
 class RunAnswer(msgspec.Struct, tag="answer"):

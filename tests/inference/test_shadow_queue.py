@@ -7,6 +7,7 @@ ONNX Runtime paths are the data plane's tests and the live ones)."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -19,7 +20,7 @@ from inference.protocol.types import InferenceRequest, RequestInput
 from inference.runtime.execution import RunResult
 from inference.serving.snapshot import build_snapshot
 from inference.shadow.rollups import ShadowRollups
-from inference.shadow.traffic import ShadowSettings, ShadowTraffic
+from inference.shadow.traffic import YIELD_MAX_SECONDS, ShadowSettings, ShadowTraffic
 from inference.shared_memory.regions import RegionRegistry
 
 SIGNATURE = [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]
@@ -137,3 +138,33 @@ def test_a_refused_copy_is_a_shadow_error():
     assert (cell.requests, cell.errors, cell.outputs) == (1, 1, {})
     (stats,) = statistics.read([("m", 2)])
     assert stats.stages["fail"].count == 1
+
+
+def test_a_copy_runs_in_a_quiet_spell_and_is_busy_without_one():
+    """A copy starts once no live request began for ``quiet_seconds``; while live requests keep beginning
+    it waits, and after YIELD_MAX_SECONDS it is not run but counted busy."""
+    live, shadow = _entries()
+    executor = HeldExecutor()
+    executor.release.set()
+    ticks, busy = itertools.count(), [True]
+    fair = FairShare(queue_per_flow=8, seats=lambda target, placement=(): 1)
+    traffic = ShadowTraffic(
+        ShadowSettings(capacity=8, threads=1, quiet_seconds=0.002),
+        executor,
+        fair,
+        StatisticsRecorder(flush_seconds=0),
+        RegionRegistry(),
+        live=lambda: False,
+        began=lambda: next(ticks) if busy[0] else 0,
+    )  # fmt: skip  (busy: a live request began between any two looks)
+    x = np.ones((1, 4), np.float32)
+    started = time.monotonic()
+    traffic.offer(live, shadow, _request(x), ["y"], [x * 2])
+    assert traffic.drain(5)
+    assert time.monotonic() - started >= YIELD_MAX_SECONDS
+    cell = _cell(traffic.rollups)
+    assert (executor.runs, cell.busy, cell.requests) == (0, 1, 0)
+    busy[0] = False
+    traffic.offer(live, shadow, _request(x), ["y"], [x * 2])  # quiet now: it runs
+    assert traffic.drain(5) and executor.runs == 1
+    assert (cell.busy, cell.requests, cell.outputs["y"].exact) == (1, 1, 1)

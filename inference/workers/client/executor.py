@@ -194,6 +194,7 @@ class RemoteExecutor(SegmentRuns):
     def run(
         self, target: RunTarget, feeds: dict[str, np.ndarray], output_names: list[str], rows: int = 1,
         deadline: float | None = None, placement=(), sequence=None, regions=None, schedule=None,
+        shadow: bool = False,
     ) -> RunResult:  # fmt: skip
         """Run one request on a worker of a device ``placement`` (the model's
         instance group) allows, in this thread (``sequence``: its place in a
@@ -201,10 +202,14 @@ class RemoteExecutor(SegmentRuns):
         :class:`~inference.shared_memory.regions.RegionPlan` of its tensors in
         shared-memory regions, which a worker on this machine reads and
         writes itself; ``schedule``: its priority and timeout, for the
-        worker's dynamic batcher). Raises ModelNotReady, DeadlineExceeded
+        worker's dynamic batcher; ``shadow``: a shadow copy, which the worker
+        runs only while it runs no other request, else answers QueueFull:
+        :mod:`inference.shadow.traffic`). Raises ModelNotReady, DeadlineExceeded
         and the errors the worker reports (see module doc)."""
         return self._drive(
-            self._steps(target, feeds, output_names, rows, deadline, placement, True, sequence, regions, schedule)
+            self._steps(
+                target, feeds, output_names, rows, deadline, placement, True, sequence, regions, schedule, shadow
+            )
         )
 
     def _drive(self, generator):
@@ -267,7 +272,7 @@ class RemoteExecutor(SegmentRuns):
     # -- running: the steps ----------------------------------------------------
     def _steps(
         self, target, feeds, output_names, rows, deadline, placement, blocking: bool, sequence=None, regions=None,
-        schedule=None,
+        schedule=None, shadow: bool = False,
     ):  # fmt: skip
         """One request, as a generator of what it needs done (see :meth:`_do`;
         ``blocking``: for a thread, else an event loop); returns its RunResult."""
@@ -278,6 +283,7 @@ class RemoteExecutor(SegmentRuns):
         request, deadline = self._request(target, output_names, rows, deadline, sequence)
         if schedule is not None:
             request.priority, request.timeout_us = schedule.priority, schedule.timeout_us
+        request.shadow = shadow
         if sequence is None:
             order = self._order(target.key, workers)
             answer = yield from self._exchange(order, request, feeds, deadline, blocking, regions)

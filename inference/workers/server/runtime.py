@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 
 from inference import runtime_settings
 from inference.observability import tracing
@@ -40,6 +42,13 @@ from inference.workers.placement import device_name, queue_for
 from inference.workers.server import segments as worker_segments
 
 logger = logging.getLogger(__name__)
+
+#: How long a shadow copy waits on a worker for the worker to run no other request (s); beyond, it is not run:
+#: answered QUEUE_FULL, which the front end counts ``busy`` (inference/shadow/traffic.py).
+SHADOW_WAIT_SECONDS = 0.05
+#: The niceness of the thread that runs the shadow copies' models (Linux: per thread): a live request's run
+#: that arrives meanwhile comes first for the CPU.
+SHADOW_NICENESS = 19
 
 
 class BusyMeter:
@@ -127,6 +136,10 @@ class WorkerRuntime:
         #: Called once with the reason when a CUDA error persists (runworker: leave the directory, exit non-zero).
         self.on_device_failed = None
         self._failed = threading.Event()
+        self._live = 0  # requests being handled, shadow copies aside (under _quiet)
+        self._quiet = threading.Condition(threading.Lock())  # notified when _live falls to 0
+        self._shadow_lane = threading.Lock()  # one shadow copy at a time
+        self._shadow_runs = None  # the niced thread that runs the copies' models (started on the first)
 
     def device_failed(self, reason: str) -> None:
         """A CUDA error that persists (:class:`~inference.runtime.cuda.DeviceFailed`):
@@ -183,13 +196,51 @@ class WorkerRuntime:
         connection's ``shared`` memory); the answer frame's buffers
         (:class:`~messages.RunAnswer` with the outputs, or
         :class:`~messages.ErrorAnswer`; a :class:`~messages.SegmentRequest`:
-        :mod:`inference.workers.server.segments`)."""
+        :mod:`inference.workers.server.segments`). A shadow copy
+        (``request.shadow``) runs only while no other request is being
+        handled here, one copy at a time: it waits for that at most
+        :data:`SHADOW_WAIT_SECONDS`, else is answered QUEUE_FULL unrun (a
+        request that arrives while a copy runs is not held back by it beyond
+        sharing the CPU)."""
+        if getattr(request, "shadow", False):
+            return self._shadow(request, body, shared)
+        with self._quiet:
+            self._live += 1
+        try:
+            return self._answer(request, body, shared)
+        finally:
+            with self._quiet:
+                self._live -= 1
+                if not self._live:
+                    self._quiet.notify_all()
+
+    def _shadow(self, request: messages.RunRequest, body, shared) -> list:
+        """A shadow copy: run once the worker handles no other request (see :meth:`handle`)."""
+        deadline = time.monotonic() + SHADOW_WAIT_SECONDS
+        if not self._shadow_lane.acquire(timeout=SHADOW_WAIT_SECONDS):
+            return _busy()
+        try:
+            with self._quiet:
+                if not self._quiet.wait_for(lambda: not self._live, deadline - time.monotonic()):
+                    return _busy()
+            return self._answer(request, body, shared, self._run_niced)
+        finally:
+            self._shadow_lane.release()
+
+    def _run_niced(self, *args):
+        """``runner.run(*args)`` in the niced shadow thread (a copy's model run yields the CPU to live runs)."""
+        if self._shadow_runs is None:
+            self._shadow_runs = ThreadPoolExecutor(1, "worker-shadow", initializer=_nice)
+        return self._shadow_runs.submit(self.runner.run, *args).result()
+
+    def _answer(self, request: messages.RunRequest, body, shared, run=None) -> list:
+        """:meth:`handle`'s answer, the model run by ``run`` (None: the runner, in this thread)."""
         try:
             runtime_settings.follow()  # the machine's trace and log settings (one memory read)
             if tracing.ENABLED and request.traceparent:
                 with tracing.remote_span(f"worker {self.device}", request.traceparent, device=self.device):
-                    return self._handle(request, body, shared)
-            return self._handle(request, body, shared)
+                    return self._handle(request, body, shared, run)
+            return self._handle(request, body, shared, run)
         except cuda.DeviceFailed as exc:  # the GPU context is lost: every later run would fail too
             self.device_failed(exc.message)
             return frames.encode(messages.ErrorAnswer(exc.code, exc.message))
@@ -199,7 +250,7 @@ class WorkerRuntime:
             logger.exception("inference failed on %s", self.device)
             return frames.encode(messages.ErrorAnswer("INTERNAL", f"the worker failed: {type(exc).__name__}"))
 
-    def _handle(self, request: messages.RunRequest, body, shared) -> list:
+    def _handle(self, request: messages.RunRequest, body, shared, run=None) -> list:
         if isinstance(request, messages.SegmentRequest):  # consecutive steps of an ensemble
             return worker_segments.run(self, request, body, shared)
         target = self.target(request.model, request.version, request.sha256)
@@ -216,7 +267,7 @@ class WorkerRuntime:
         schedule = Schedule(request.priority, request.timeout_us) if request.priority or request.timeout_us else None
         self.meter.begin(target.key, target.instances)
         try:
-            result = self.runner.run(target, feeds, names, request.rows, deadline, sequence, schedule)
+            result = (run or self.runner.run)(target, feeds, names, request.rows, deadline, sequence, schedule)
         finally:
             self.meter.end(target.key)
         if asked:
@@ -230,6 +281,18 @@ class WorkerRuntime:
             done = {entry.name for entry in answer.written}
             outputs = [(name, array) for name, array in outputs if name not in done]
         return frames.encode(answer, outputs)
+
+
+def _nice() -> None:
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SHADOW_NICENESS)
+    except (OSError, AttributeError):
+        pass
+
+
+def _busy() -> list:
+    """The answer to a shadow copy not run: the worker kept running other requests."""
+    return frames.encode(messages.ErrorAnswer("QUEUE_FULL", "a shadow copy: the worker is running other requests"))
 
 
 def _write_regions(regions: list[messages.RegionTensor], outputs: dict) -> list[messages.TensorInfo]:
