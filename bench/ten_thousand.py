@@ -20,6 +20,10 @@ empty registry and once with the N models, and reports:
   (a page, ``limit`` at its cap, a deep page by ``offset`` and by the keyset
   ``after`` cursor, a filter), one model's versions, and the web UI's list.
 
+On PostgreSQL the bulk-inserted tables are ANALYZEd before ``serve`` starts
+(a live database's autovacuum keeps the planner's statistics; without them
+a filtered list's plan scans every version: 50 ms instead of 18 at 10,000).
+
 Usage: ``.venv/bin/python bench/ten_thousand.py [--models 10000]
 [--repeat 20] [--database-url postgres://postgres@127.0.0.1:5432/bench10k]``;
 prints a Markdown table. About a minute on SQLite at 10,000 models.
@@ -115,7 +119,7 @@ def seed(count: int) -> float:
     """``count`` models ``m00000``... (model i: ``y = 2x + i``) with one READY
     version each; returns the seconds it took."""
     from django.conf import settings
-    from django.db import transaction
+    from django.db import connection, transaction
 
     from models_store.registry.models import ModelVersion, RegisteredModel
     from models_store.stamp import bump_stamp
@@ -153,6 +157,9 @@ def seed(count: int) -> float:
             batch_size=2000,
         )  # fmt: skip
         bump_stamp()
+    if connection.vendor == "postgresql":  # the planner's statistics, as autovacuum keeps them on a live database
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
     return time.perf_counter() - started
 
 

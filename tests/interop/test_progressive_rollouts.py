@@ -141,9 +141,13 @@ def _received(hooks: Receiver, secret: str) -> list[dict]:
 
 def _audit(server, token) -> list[tuple[str, str]]:
     """The model's audit events (action, actor), oldest first."""
-    status, page = _json(server, token, "GET", f"/api/models/{MODEL}/audit/?limit=200")
-    assert status == 200, page
-    return [(e["action"], e["actor_name"]) for e in reversed(page["results"])]
+    events, path = [], f"/api/models/{MODEL}/audit/?limit=100"
+    while path:  # every page (newest first)
+        status, page = _json(server, token, "GET", path)
+        assert status == 200, page
+        events += page["results"]
+        path = page["next"] and "/" + page["next"].split("/", 3)[3]
+    return [(e["action"], e["actor_name"]) for e in reversed(events)]
 
 
 def test_a_canary_failing_a_fifth_of_its_requests_is_rolled_back_at_its_first_step(server, token):
