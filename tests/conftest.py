@@ -32,6 +32,10 @@ def _model_store(settings, tmp_path):
     storages._storages.clear()
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.AXES_ENABLED = False
+    # The pytest process's own registry (built by the first test that needs the data plane) follows the
+    # registry's change signals and beacon, without a polling thread: a thread reading the test database
+    # while a test writes it locks SQLite's shared in-memory tables ("database table is locked").
+    settings.REGISTRY_POLL_SECONDS = 0
 
 
 @pytest.fixture(scope="session")

@@ -35,31 +35,31 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import onnx
 from django.conf import settings
 from onnx import external_data_helper
 
-from inference.protocol.datatypes import BY_NAME, BY_ONNX
 from inference.protocol.types import MetadataTensor
 from inference.runtime import cuda
 from inference.runtime import onnx as onnx_runtime
 from inference.runtime.sequences.policy import SequencePolicy
 from inference.runtime.shared_weights import Sharing
 from models_store.config.triton import TritonConfig
+from models_store.intake.tensor_checks import (  # ValidationError re-exported: callers raise and catch it from here
+    ValidationError,
+    check_input_sizes,
+    check_output_shapes,
+    element_bytes,
+    warm_up_estimate,
+    warm_up_feeds,
+)
 
 logger = logging.getLogger(__name__)
 
-#: Bytes counted per element of a string tensor (its object pointer).
-STRING_ELEMENT_BYTES = 8
 #: Control characters (C0, DEL, C1; NUL among them): never in a name that becomes a path.
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 #: How a reason shows the model's directory.
 MODEL_DIR = "<model dir>"
-
-
-class ValidationError(ValueError):
-    """The artifact cannot serve; the message says why."""
 
 
 @dataclass
@@ -100,7 +100,7 @@ def without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     for tensor in _all_tensors(model.graph):
         # From dims and type: ByteSize() or reading raw_data would copy the contents.
         if tensor.data_location != onnx.TensorProto.EXTERNAL and (
-            math.prod(tensor.dims) * _element_bytes(tensor.data_type) > _WEIGHT_BYTES
+            math.prod(tensor.dims) * element_bytes(tensor.data_type) > _WEIGHT_BYTES
         ):
             name, data_type, dims = tensor.name, tensor.data_type, list(tensor.dims)
             tensor.Clear()
@@ -273,110 +273,6 @@ def class_labels(model: onnx.ModelProto) -> list[str]:
     return []
 
 
-def _declared_dims(type_proto: onnx.TypeProto) -> list[int] | None:
-    """A tensor type's dims as the graph declares them (-1: symbolic or
-    unknown); None when it declares no shape (or is not a tensor)."""
-    if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
-        return None
-    return [d.dim_value if d.HasField("dim_value") else -1 for d in type_proto.tensor_type.shape.dim]
-
-
-def _element_bytes(elem_type: int) -> int:
-    datatype = BY_ONNX.get(elem_type)
-    if datatype is not None:
-        return datatype.itemsize or STRING_ELEMENT_BYTES
-    try:
-        return onnx.helper.tensor_dtype_to_np_dtype(elem_type).itemsize or STRING_ELEMENT_BYTES
-    except (KeyError, TypeError, ValueError):
-        return STRING_ELEMENT_BYTES
-
-
-def _size(dims, element_bytes: int) -> int:
-    """Bytes of a tensor with ``dims`` (-1, variable, counted as 1)."""
-    return math.prod(d if d >= 0 else 1 for d in dims) * element_bytes
-
-
-def _metadata_bytes(tensor: MetadataTensor) -> int:
-    return _size(tensor.shape, BY_NAME[tensor.datatype].itemsize or STRING_ELEMENT_BYTES)
-
-
-def check_input_sizes(inputs: tuple[MetadataTensor, ...], limit: int) -> None:
-    """Raise ValidationError for an input that takes more than ``limit``
-    bytes (MAX_REQUEST_BYTES) with every variable dimension at 1: no request
-    could carry it."""
-    for tensor in inputs:
-        size = _metadata_bytes(tensor)
-        if size > limit:
-            raise ValidationError(
-                f"input '{tensor.name}' {list(tensor.shape)} {tensor.datatype} takes {size} bytes even with every "
-                f"variable dimension at 1: more than MAX_REQUEST_BYTES ({limit}), so no request could carry it"
-            )
-
-
-def warm_up_estimate(model: onnx.ModelProto, inputs: tuple[MetadataTensor, ...]) -> tuple[int, str]:
-    """(bytes, description of the largest tensor) a warm-up on zero inputs
-    would allocate at least: the inputs as fed (variable dims at 1), the
-    outputs and the largest intermediate tensor whose shapes the graph
-    declares or ONNX shape inference derives. Tensors of unknown shape count 0."""
-    tensors = [(f"input '{t.name}'", list(t.shape), _metadata_bytes(t)) for t in inputs]
-    graph = model.graph
-    try:
-        graph = onnx.shape_inference.infer_shapes(model).graph
-    except Exception:  # shape inference is best effort; the declared shapes remain
-        logger.debug("shape inference failed during validation", exc_info=True)
-    outputs, intermediates = [], []
-    for kind, infos, into in (("output", graph.output, outputs), ("intermediate", graph.value_info, intermediates)):
-        for info in infos:
-            dims = _declared_dims(info.type)
-            if dims is not None:
-                into.append(
-                    (f"{kind} '{info.name}'", dims, _size(dims, _element_bytes(info.type.tensor_type.elem_type)))
-                )
-    largest_intermediate = max(intermediates, key=lambda t: t[2], default=None)
-    counted = tensors + outputs + ([largest_intermediate] if largest_intermediate else [])
-    if not counted:
-        return 0, "nothing"
-    name, dims, size = max(counted, key=lambda t: t[2])
-    return sum(t[2] for t in counted), f"{name} {dims} alone takes {size} bytes"
-
-
-def check_output_shapes(model: onnx.ModelProto, names: list[str], results: list) -> None:
-    """Raise ValidationError when a computed output contradicts the shape
-    the graph declares for it: another rank, or another size of a fixed
-    dimension (symbolic dimensions match anything)."""
-    declared = {info.name: _declared_dims(info.type) for info in model.graph.output}
-    for name, result in zip(names, results, strict=True):
-        dims = declared.get(name)
-        computed = list(np.shape(result))
-        if dims is None:
-            continue
-        if len(dims) != len(computed) or any(d >= 0 and d != c for d, c in zip(dims, computed, strict=False)):
-            raise ValidationError(
-                f"output '{name}': the graph declares shape {dims} but computes {computed} "
-                "(warm-up on zero inputs, variable dimensions at 1)"
-            )
-
-
-def _zero_feed(tensor: MetadataTensor) -> np.ndarray:
-    shape = tuple(d if d >= 0 else 1 for d in tensor.shape)
-    if tensor.datatype == "BYTES":
-        return np.full(shape, "", dtype=object)
-    return np.zeros(shape, dtype=BY_NAME[tensor.datatype].numpy)
-
-
-def _warm_up_feeds(inputs, config: TritonConfig | None) -> dict[str, np.ndarray]:
-    """Zeros for every input; a sequence model's control and state inputs as
-    the server supplies them to a one-request sequence (START, END and READY
-    true, correlation ID 1 or "1", the initial state)."""
-    feeds = {t.name: _zero_feed(t) for t in inputs}
-    if config is not None and config.sequence_batching is not None:
-        policy = SequencePolicy.from_config(config.sequence_batching, config.max_batch_size, config.name)
-        corrid = "1" if any(c.datatype == "BYTES" for _, cs in policy.control_inputs for c in cs) else 1
-        feeds.update(policy.controls_for(True, True, True, corrid))
-        feeds.update(policy.initial_states())
-    return feeds
-
-
 def _extensions_hint(model: onnx.ModelProto, extensions: bool) -> str:
     """What to do when a session fails over operators of ONNX Runtime
     Extensions' domain that the model's config did not ask for."""
@@ -534,7 +430,7 @@ def _validate(
         names = [t.name for t in outputs]
         try:
             model_runner = onnx_runtime.OnnxModel(session)
-            results = model_runner.run(_warm_up_feeds(inputs, config), names)
+            results = model_runner.run(warm_up_feeds(inputs, config), names)
         except cuda.GPU_BUSY:
             raise
         except Exception as exc:

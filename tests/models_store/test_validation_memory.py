@@ -9,7 +9,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from models_store.intake import validation
+from models_store.intake import tensor_checks, validation
 
 
 def _model(path) -> onnx.ModelProto:
@@ -40,7 +40,7 @@ def test_the_copy_keeps_names_types_and_dims_and_drops_only_large_contents(tmp_p
     np.testing.assert_array_equal(numpy_helper.to_array(weights["s"]), [-1, 2, 256])  # small: kept
     assert copy.ByteSize() < 4096 < full.ByteSize()
     inputs = (validation.MetadataTensor("x", "FP32", (-1, 256)),)
-    assert validation.warm_up_estimate(copy, inputs) == validation.warm_up_estimate(full, inputs)
+    assert tensor_checks.warm_up_estimate(copy, inputs) == tensor_checks.warm_up_estimate(full, inputs)
     assert validation.class_labels(copy) == ["a", "b"]
 
 
