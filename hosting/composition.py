@@ -380,6 +380,7 @@ def build_dataplane() -> DataPlane:
             store=DatabaseShadowRollups(),  # the comparisons, per minute (inference/shadow/rollups_db.py)
             flush_seconds=settings.CHART_FLUSH_SECONDS,
             quiet_seconds=settings.SHADOW_QUIET_MS / 1000,
+            wait_seconds=settings.SHADOW_WAIT_MS / 1000,
         ),
     )
 
@@ -489,7 +490,10 @@ def build_worker(device: str, providers: list, where: str = "", gpu_ordinal: int
         **(_gpu_budget(gpu_ordinal) if gpu_ordinal is not None else {}),
     )
     cpu = settings.WORKER_CPU_INSTANCES or cpu_instances(settings.ORT_INTRA_OP_THREADS)
-    runtime = WorkerRuntime(device, runner, registry, cpu_instances=cpu, always=settings.SESSIONS_ALWAYS_LOADED)
+    runtime = WorkerRuntime(
+        device, runner, registry, cpu_instances=cpu, always=settings.SESSIONS_ALWAYS_LOADED,
+        shadow_wait_seconds=settings.SHADOW_WAIT_MS / 1000,
+    )  # fmt: skip
     registry.add_listener(runtime.on_snapshot)
     registry.add_listener(CacheJanitor(settings.WORKER_CACHE_DIR, "sha256").on_snapshot)
     registry.add_listener(CacheJanitor(shared_weights_dir(), "sha256").on_snapshot)

@@ -59,7 +59,10 @@ def model_server(test_repository, tmp_path_factory):
     reached over the worker link's mutual TLS, as from another machine, not
     its Unix socket)."""
     workers = TEST_REDIS_URL if EXECUTOR == "workers" else None
-    yield from serve_live(test_repository, tmp_path_factory.mktemp("live"), {"REQUEST_LOG_LEVEL": "INFO"}, workers)
+    # Shadow copies wait for idle time up to 60 s (default 50 ms): tests/interop/test_shadow_traffic.py counts every
+    # copy compared, which a loaded test machine would otherwise turn into "busy" ones.
+    env = {"REQUEST_LOG_LEVEL": "INFO", "SHADOW_WAIT_MS": "60000"}
+    yield from serve_live(test_repository, tmp_path_factory.mktemp("live"), env, workers)
 
 
 def pytest_collection_modifyitems(config, items):

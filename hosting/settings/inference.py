@@ -106,6 +106,9 @@ SHADOW_QUEUE = env.int("SHADOW_QUEUE", default=64)
 SHADOW_THREADS = env.int("SHADOW_THREADS", default=1)
 #: How long (ms) no live request must have begun in a server process before a shadow copy runs there.
 SHADOW_QUIET_MS = env.float("SHADOW_QUIET_MS", default=1.0)
+#: How long (ms) in all a shadow copy may wait for quiet spells (and, on a worker, for the worker to run no
+#: other request) before it is not run, counted ``busy``.
+SHADOW_WAIT_MS = env.float("SHADOW_WAIT_MS", default=50.0)
 #: Where every process shares the limits (default: REDIS_URL); empty: each
 #: process keeps its own (the embedded mode, one machine).
 RATE_LIMIT_REDIS_URL = env.str("RATE_LIMIT_REDIS_URL", default=REDIS_URL)

@@ -99,13 +99,16 @@ class ShadowSettings:
     rollups go (``write(writer, cells)``; None: kept in memory only);
     ``flush_seconds``: how often they are written; ``quiet_seconds``: how
     long no live request must have begun in the process before a copy
-    starts (or goes on after a live request interrupted it)."""
+    starts (or goes on after a live request interrupted it);
+    ``wait_seconds``: how long in all a copy may wait for quiet spells
+    before it is not run (counted ``busy``)."""
 
     capacity: int = 64
     threads: int = 1
     store: object = None
     flush_seconds: float = 10.0
     quiet_seconds: float = 0.001
+    wait_seconds: float = YIELD_MAX_SECONDS
 
 
 class ShadowTraffic:
@@ -196,7 +199,7 @@ class ShadowTraffic:
 
     def run(self, entry: VersionEntry, shadow: VersionEntry, request, names: list, outputs) -> None:
         """Run one copy on ``shadow`` and count its comparison with the live ``outputs`` (in this thread)."""
-        budget = [YIELD_MAX_SECONDS]
+        budget = [self.settings.wait_seconds]
         if self._busy(entry) or shadow.target is None or not self._yield(budget, self.settings.quiet_seconds):
             self._skipped(shadow, BUSY)
             return

@@ -43,7 +43,8 @@ from inference.workers.server import segments as worker_segments
 
 logger = logging.getLogger(__name__)
 
-#: How long a shadow copy waits on a worker for the worker to run no other request (s); beyond, it is not run:
+#: How long a shadow copy waits on a worker for the worker to run no other request (s; default of SHADOW_WAIT_MS);
+#: beyond, it is not run:
 #: answered QUEUE_FULL, which the front end counts ``busy`` (inference/shadow/traffic.py).
 SHADOW_WAIT_SECONDS = 0.05
 #: The niceness of the thread that runs the shadow copies' models (Linux: per thread): a live request's run
@@ -118,13 +119,15 @@ class WorkerRuntime:
 
     def __init__(
         self, device: str, runner: ModelRunner, registry: ModelRegistry, cpu_instances: int = 1,
-        always: tuple[str, ...] = (),
+        always: tuple[str, ...] = (), shadow_wait_seconds: float = SHADOW_WAIT_SECONDS,
     ):  # fmt: skip
         """``cpu_instances``: model instances of a model without an instance
         group on a CPU worker (:func:`inference.serving.instance_groups.cpu_instances`);
         ``always``: name patterns of the models whose sessions stay loaded
-        (:func:`inference.runtime.executors.always_loaded`)."""
+        (:func:`inference.runtime.executors.always_loaded`); ``shadow_wait_seconds``: how long a shadow copy
+        waits for the worker to run no other request (SHADOW_WAIT_MS)."""
         self.always = tuple(always)
+        self.shadow_wait_seconds = shadow_wait_seconds
         self.device = device
         self.cpu_instances = cpu_instances
         self.queue = queue_for(device)
@@ -216,8 +219,8 @@ class WorkerRuntime:
 
     def _shadow(self, request: messages.RunRequest, body, shared) -> list:
         """A shadow copy: run once the worker handles no other request (see :meth:`handle`)."""
-        deadline = time.monotonic() + SHADOW_WAIT_SECONDS
-        if not self._shadow_lane.acquire(timeout=SHADOW_WAIT_SECONDS):
+        deadline = time.monotonic() + self.shadow_wait_seconds
+        if not self._shadow_lane.acquire(timeout=self.shadow_wait_seconds):
             return _busy()
         try:
             with self._quiet:
