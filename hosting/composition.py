@@ -490,10 +490,8 @@ def build_worker(device: str, providers: list, where: str = "", gpu_ordinal: int
         **(_gpu_budget(gpu_ordinal) if gpu_ordinal is not None else {}),
     )
     cpu = settings.WORKER_CPU_INSTANCES or cpu_instances(settings.ORT_INTRA_OP_THREADS)
-    runtime = WorkerRuntime(
-        device, runner, registry, cpu_instances=cpu, always=settings.SESSIONS_ALWAYS_LOADED,
-        shadow_wait_seconds=settings.SHADOW_WAIT_MS / 1000,
-    )  # fmt: skip
+    always, shadow_wait = settings.SESSIONS_ALWAYS_LOADED, settings.SHADOW_WAIT_MS / 1000
+    runtime = WorkerRuntime(device, runner, registry, cpu_instances=cpu, always=always, shadow_wait_seconds=shadow_wait)
     registry.add_listener(runtime.on_snapshot)
     registry.add_listener(CacheJanitor(settings.WORKER_CACHE_DIR, "sha256").on_snapshot)
     registry.add_listener(CacheJanitor(shared_weights_dir(), "sha256").on_snapshot)

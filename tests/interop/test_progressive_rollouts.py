@@ -64,6 +64,9 @@ def server(tmp_path_factory):
             "ROLLOUT_TICK_SECONDS": "0.2",
             "CHART_FLUSH_SECONDS": "0.5",
             "STATISTICS_FLUSH_SECONDS": "0.25",
+            # A delivery cut by the test's restart is retried soon (default 5 s, then doubling).
+            "WEBHOOK_RETRY_SECONDS": "0.5",
+            "WEBHOOK_RETRY_MAX_SECONDS": "2",
         },
     )
     live.start()
@@ -242,7 +245,7 @@ def test_a_healthy_version_goes_through_every_step_across_a_restart_and_is_promo
         server.start()
         with Client(server) as client:
             assert wait_for(lambda: _rollout(server, token, rollout["id"])["state"] != "running", timeout=90)
-        hooks.wait_for(4)
+        hooks.wait_for(4, timeout=60)  # a loaded machine: deliveries queued across the restart
         time.sleep(0.5)
     rollout = _rollout(server, token, rollout["id"])
     assert rollout["state"] == "promoted" and rollout["step"] == 2, rollout
