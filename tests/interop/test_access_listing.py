@@ -15,7 +15,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.support import onnx_models as m
-from tests.support.live import bearer, manage, people_with_tokens, request, token_server, upload
+from tests.support.live import bearer, manage, people_with_tokens, request, token_server, upload, wait_for
 
 pytestmark = pytest.mark.interop
 
@@ -48,8 +48,13 @@ def test_the_index_lists_only_the_callers_models(server, tokens):
     status, entries = _index(server, tokens["root"])
     assert status == 200 and {e["name"] for e in entries} == {"ml-model", "vision-model", "legacy"}
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
-        index = client.get_model_repository_index(headers={"authorization": f"Bearer {tokens['alice']}"})
-        assert {m.name for m in index.models} == {"ml-model"}
+
+        def alices() -> set[str]:
+            index = client.get_model_repository_index(headers={"authorization": f"Bearer {tokens['alice']}"})
+            return {m.name for m in index.models}
+
+        # The gRPC processes follow the registry within its poll (1 s here; a loaded machine: longer).
+        assert wait_for(lambda: alices() == {"ml-model"}, timeout=15, interval=0.2), alices()
         with pytest.raises(InferenceServerException) as info:
             client.get_model_repository_index()
         assert info.value.status() == "StatusCode.UNAUTHENTICATED"
