@@ -52,7 +52,7 @@ from inference.shared_memory.regions import RegionRegistry
 from inference.workers.client.executor import RemoteExecutor
 from inference.workers.placement import WorkerDirectory, read_workers
 from inference.workers.server.runtime import WorkerRuntime
-from models_store import storage
+from models_store import outages, storage
 from models_store.accounts.authorizer import StoreAuthorizer, TokenCache
 from models_store.intake import validating
 from models_store.serving import CacheJanitor, StoreArtifacts, StoreAuditLog, StoreRegistrySource
@@ -97,6 +97,7 @@ def install() -> None:
         dataplane_factory=build_dataplane,
         extensions_factory=build_extensions,
         audit_log=StoreAuditLog(),
+        outage_error=outages.protocol_error,
     )
     if executor_mode() == IN_PROCESS:
         # The embedded server validates uploads itself (also with REDIS_URL, e.g. for shared

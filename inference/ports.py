@@ -14,6 +14,10 @@ implementations with :func:`install`. Tests install fakes the same way.
 - :class:`StatisticsStore`: where statistics of every process add up.
 - :class:`AuditLog`: where changes made through the serving side (trace and
   log settings) are recorded with their actor.
+- ``outage_error``: which unexpected exceptions are a dependency's outage
+  (the database, storage, the broker), answered as
+  :class:`~inference.protocol.errors.DependencyUnavailable` by every
+  transport (:func:`outage_error`).
 """
 
 from __future__ import annotations
@@ -244,9 +248,20 @@ class Container:
     dataplane_factory: Any = None  # () -> DataPlane
     extensions_factory: Any = None  # () -> Extensions (inference/extensions), over the data plane's collaborators
     audit_log: AuditLog | None = None
+    outage_error: Any = None  # (exception) -> InferenceError | None: a dependency's outage, as the caller's error
 
 
 container = Container()
+
+
+def outage_error(exc: BaseException):
+    """The protocol error to answer for an unexpected ``exc`` raised from a
+    dependency's outage (the installed classifier's
+    :class:`~inference.protocol.errors.DependencyUnavailable`: REST 503 with
+    ``Retry-After``, gRPC UNAVAILABLE), None for anything else (a bug:
+    500 / INTERNAL, logged)."""
+    classify = container.outage_error
+    return None if classify is None else classify(exc)
 
 
 def install(**implementations) -> None:

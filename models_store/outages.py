@@ -96,17 +96,27 @@ def http_answer(exc: BaseException) -> tuple[int, str, dict] | None:
     return 503, message, {"Retry-After": str(RETRY_AFTER_SECONDS)}
 
 
+def protocol_error(exc: BaseException):
+    """``exc`` (or what it was raised from), when a dependency's outage or a
+    full disk, as the inference protocol's
+    :class:`~inference.protocol.errors.DependencyUnavailable` with this
+    module's message and ``Retry-After``; None for anything else. Installed
+    as the serving side's ``outage_error`` port (:mod:`inference.ports`)."""
+    from inference.protocol.errors import DependencyUnavailable
+
+    answer = http_answer(exc)
+    return None if answer is None else DependencyUnavailable(answer[1], RETRY_AFTER_SECONDS)
+
+
 @contextmanager
 def as_unavailable():
     """Raise a dependency's outage met in the block as the inference
     protocol's :class:`~inference.protocol.errors.DependencyUnavailable`
     (REST 503 with ``Retry-After``, gRPC UNAVAILABLE), not as INTERNAL."""
-    from inference.protocol.errors import DependencyUnavailable
-
     try:
         yield
     except Exception as exc:
-        answer = http_answer(exc)
-        if answer is None:
+        error = protocol_error(exc)
+        if error is None:
             raise
-        raise DependencyUnavailable(answer[1], RETRY_AFTER_SECONDS) from exc
+        raise error from exc

@@ -23,6 +23,7 @@ import time
 
 import grpc
 
+from inference import ports
 from inference.admission.auth import bearer_token
 from inference.extensions.repository import EncodedIndex
 from inference.grpc import converters, streaming
@@ -48,6 +49,18 @@ async def abort(context, exc: InferenceError):
     await context.abort(status_of(exc), exc.message, trailing_metadata=trailing)
 
 
+def _unexpected(exc: Exception, where: str) -> InferenceError:
+    """The error to answer for an exception no handler expected: a
+    dependency's outage is UNAVAILABLE with ``retry-after``
+    (:func:`inference.ports.outage_error`), anything else INTERNAL, logged."""
+    error = ports.outage_error(exc)
+    if error is not None:
+        logger.warning("%s answered UNAVAILABLE: %s: %s", where, type(exc).__name__, exc)
+        return error
+    logger.exception("unexpected error in %s", where)
+    return InferenceError("internal error; see the server log")
+
+
 def rpc(method):
     """Await the handler; protocol errors become statuses, anything else INTERNAL."""
 
@@ -59,9 +72,8 @@ def rpc(method):
             await abort(context, exc)
         except grpc.aio.AbortError:
             raise
-        except Exception:
-            logger.exception("unexpected error in %s", method.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server log")
+        except Exception as exc:
+            await abort(context, _unexpected(exc, method.__name__))
 
     return wrapper
 
@@ -167,9 +179,9 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
             outcome, version = "success", response.model_version
         except InferenceError as exc:
             outcome, error, version = exc.code.lower(), exc, exc.served_version
-        except Exception:
-            logger.exception("unexpected error in ModelInfer")
-            error = InferenceError("internal error; see the server log")
+        except Exception as exc:
+            error = _unexpected(exc, "ModelInfer")
+            outcome = error.code.lower()
         finally:
             observability.observe(
                 "grpc",

@@ -14,6 +14,7 @@ import logging
 from django.http import Http404, HttpResponse
 from rest_framework.exceptions import APIException
 
+from inference import ports
 from inference.codecs.message import dumps
 from inference.http.compression import UnsupportedEncoding
 from inference.protocol.errors import InferenceError
@@ -59,6 +60,10 @@ def exception_handler(exc: Exception, context) -> HttpResponse:
         return response
     if isinstance(exc, Http404):
         return error_response(404, "not found")
+    outage = ports.outage_error(exc)
+    if outage is not None:  # a dependency's outage: 503 with Retry-After
+        logger.warning("%s answered 503: %s: %s", type(context.get("view")).__name__, type(exc).__name__, exc)
+        return exception_handler(outage, context)
     logger.exception("unexpected error in %s", type(context.get("view")).__name__)
     return error_response(500, f"internal error ({type(exc).__name__}); see the server log")
 

@@ -140,3 +140,73 @@ def _write(payload: bytes):
     path = Path(tempfile.mkdtemp()) / "model.onnx"
     path.write_bytes(payload)
     return path
+
+
+class _AbortedCall(Exception):
+    pass
+
+
+class _GrpcContext:
+    """What a grpc.aio servicer context gives a unary handler: metadata in, abort out."""
+
+    def __init__(self, token: str):
+        self.metadata = (("authorization", f"Bearer {token}"),)
+        self.aborted = None
+
+    def invocation_metadata(self):
+        return self.metadata
+
+    async def abort(self, code, details, trailing_metadata=()):
+        self.aborted = (code, details, tuple(trailing_metadata))
+        raise _AbortedCall(details)
+
+
+@pytest.fixture
+def scopes_unreadable(monkeypatch):
+    """The installed authorizer's token scopes dropped (a registry change
+    noticed while the database went away) and every reload failing as with
+    PostgreSQL stopped."""
+    from inference import ports
+
+    cache = ports.container.authorizer.cache
+
+    def database_down():
+        raise OperationalError('connection to server at "127.0.0.1", port 5432 failed: Connection refused')
+
+    monkeypatch.setattr(cache, "_loader", database_down)
+    monkeypatch.setattr(cache, "_scopes", None)
+    return cache
+
+
+def test_an_outage_met_checking_a_token_is_503_and_unavailable_on_every_transport(scopes_unreadable):
+    """A model control call whose token cannot be checked because the
+    database is down is a dependency's outage: REST 503 with Retry-After,
+    gRPC UNAVAILABLE with retry-after, never 500 / INTERNAL (CI met it)."""
+    import asyncio
+
+    import grpc
+
+    from inference.extensions import get_extensions
+    from inference.grpc.proto import oip_pb2 as pb
+    from inference.grpc.servicer import InferenceServicer
+
+    token = "not-checked-while-the-database-is-down"
+    expected = (
+        f"the database is unavailable (OperationalError); nothing was changed, try again in "
+        f"{outages.RETRY_AFTER_SECONDS} s"
+    )
+    response = Client().post("/v2/repository/models/pgv/unload", b"{}", "application/json",
+                             HTTP_AUTHORIZATION=f"Bearer {token}")  # fmt: skip
+    assert response.status_code == 503, response.content
+    assert response.json() == {"error": expected}
+    assert response["Retry-After"] == str(outages.RETRY_AFTER_SECONDS)
+
+    servicer = InferenceServicer(None, get_extensions(), 1 << 20)
+    context = _GrpcContext(token)
+    with pytest.raises(_AbortedCall):
+        asyncio.run(servicer.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name="pgv"), context))
+    assert context.aborted == (
+        grpc.StatusCode.UNAVAILABLE,
+        expected,
+        (("retry-after", str(outages.RETRY_AFTER_SECONDS)),),
+    )

@@ -195,7 +195,7 @@ def test_postgres_stopped_as_the_worker_takes_the_validation(machines, postgres,
     assert_unavailable(outage["upload"])
     assert outage["upload"][2]["error"].startswith("the database is unavailable (OperationalError)")
     assert_unavailable(outage["label"])
-    assert outage["grpc"].status() == "StatusCode.UNAVAILABLE", outage["grpc"]
+    assert outage["grpc"].status() == "StatusCode.UNAVAILABLE", outage["grpc"].message()
     done = version(server, "pgv")
     assert done["reason"] == "" and done["log"][0].startswith("validated on worker-machine"), done
     assert not any(k.startswith("other/") for k in keys(s3))  # the refused upload stored nothing
