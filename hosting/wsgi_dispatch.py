@@ -16,6 +16,7 @@ import os
 from django.core.handlers.exception import convert_exception_to_response, response_for_exception
 from django.core.handlers.wsgi import WSGIHandler
 
+from inference.rest.views import NOT_READY_RETRY_SECONDS
 from inference.urls import INFER_PATH, infer_view
 
 PROTOCOL_PREFIXES = ("/v2", "/v1/", "/metrics")
@@ -91,7 +92,10 @@ class Dispatcher:
         path = environ.get("PATH_INFO", "")
         if path.startswith(PROTOCOL_PREFIXES):
             if path == READY_PATH and self.grpc_ready_file and not os.path.exists(self.grpc_ready_file):
-                start_response("503 Service Unavailable", [("Content-Type", "application/json"), ("Retry-After", "1")])
+                start_response(
+                    "503 Service Unavailable",
+                    [("Content-Type", "application/json"), ("Retry-After", str(NOT_READY_RETRY_SECONDS))],
+                )
                 return [GRPC_NOT_READY]
             return self.protocol(environ, start_response)
         return self.site(environ, start_response)
