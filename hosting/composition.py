@@ -69,23 +69,6 @@ def executor_mode() -> str:
     return settings.INFERENCE_EXECUTOR
 
 
-def raise_open_files_limit() -> tuple[int, int]:
-    """Raise this process's soft limit of open files to its hard limit (worker
-    mode: a front-end process keeps up to one connection per thread to each
-    worker, e.g. 16 gRPC threads x 100 workers = 1,600 sockets, above the
-    usual soft limit of 1,024). Returns the (soft, hard) limits now."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (ValueError, OSError):
-            logger.warning("could not raise the open files limit from %s to %s", soft, hard)
-    return soft, hard
-
-
 def install() -> None:
     """Install the model store's implementations of the serving side's ports."""
     token_cache = TokenCache(ttl=settings.INFERENCE_TOKEN_CACHE_SECONDS)
@@ -105,15 +88,17 @@ def install() -> None:
         providers = onnx_runtime.provider_list(settings.ORT_EXECUTION_PROVIDERS, settings.ORT_DEVICE_ID, cuda_options())
         validator = validating.Validator(providers=tuple(providers), sharing=_sharing(providers))
         validating.configure(validator, validates_here=no_celery_worker)
-    else:
-        validating.configure(validates_here=no_validating_worker)
+    else:  # a front end validates imports (and uploads no worker takes) on the CPU, writing big models'
+        # shared weight copies for this machine's CPU workers (same VAR_DIR), as a worker's validation does
+        cpu_sharing = _sharing(["CPUExecutionProvider"])
+        validating.configure(validating.Validator(sharing=cpu_sharing), validates_here=no_validating_worker)
     if settings.REDIS_URL:
         validating.configure(queue_note=validation_queue_note)
     # Webhook attempts run where validations run: on this process's threads, or as Celery tasks.
     webhooks.configure(delivers_here=validating.validates_here, queue=queue_webhook)
     outage.REFUSALS.interval = settings.REFUSAL_LOG_SECONDS
     if executor_mode() == WORKERS:
-        raise_open_files_limit()
+        deployment.raise_open_files_limit()
     runtime_settings.install_settings(Path(settings.VAR_DIR) / "run")
     install_tracing()
 

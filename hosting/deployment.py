@@ -13,6 +13,8 @@ otherwise, saying why.
 
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
 
 from inference.workers.link import LinkConfigError, TLSFiles
@@ -81,3 +83,20 @@ def check_worker_mode() -> TLSFiles | None:
     if problem:
         raise DeploymentError(problem)
     return worker_tls()
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise this process's soft limit of open files to its hard limit (worker
+    mode: a front-end process keeps up to one connection per thread to each
+    worker, e.g. 16 gRPC threads x 100 workers = 1,600 sockets, above the
+    usual soft limit of 1,024). Returns the (soft, hard) limits now."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            logging.getLogger(__name__).warning("could not raise the open files limit from %s to %s", soft, hard)
+    return soft, hard

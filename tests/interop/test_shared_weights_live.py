@@ -1,9 +1,10 @@
-"""A live ``serve`` (two HTTP processes and a gRPC process, in process)
-with SHARED_WEIGHTS_MIN_MB=1: the repository's import at start writes the
+"""A live ``serve`` (two HTTP processes and a gRPC process; in process, and
+in worker mode with one CPU worker on the same machine) with
+SHARED_WEIGHTS_MIN_MB=1: the repository's import at start writes the
 machine's copy of a 4 MiB model's weights (ready means the first request
-only maps it), the model's sessions in every process that serves it map
-that one copy, answers are exact, and the copy goes when its version is
-deleted."""
+only maps it; in worker mode the front end writes it for the machine's
+workers), the model's sessions in every process that serves it map that one
+copy, answers are exact, and the copy goes when its version is deleted."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import tritonclient.http as httpclient
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.support import onnx_models as m
+from tests.support import redis_db
 from tests.support.live import manage, wait_for
 from tests.support.rss import process_tree
 from tests.support.server import serve_live
@@ -40,13 +42,15 @@ def _model() -> tuple[bytes, np.ndarray]:
     return model.SerializeToString(), weight
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+@pytest.fixture(scope="module", params=["inprocess", "workers"])
+def server(request, tmp_path_factory):
     payload, weight = _model()
     repository = tmp_path_factory.mktemp("shared-weights-repository")
     m.write_model(repository, "wide", payload)
     m.write_model(repository, "small", m.affine(2.0, 1.0))
-    live = serve_live(repository, tmp_path_factory.mktemp("shared-weights"), {"SHARED_WEIGHTS_MIN_MB": "1"})
+    redis_url = redis_db.url("TEST_SHARED_WEIGHTS_REDIS_DB", 4) if request.param == "workers" else None
+    var_dir = tmp_path_factory.mktemp(f"shared-weights-{request.param}")
+    live = serve_live(repository, var_dir, {"SHARED_WEIGHTS_MIN_MB": "1"}, redis_url)
     started = next(live)
     started.weight, started.sha256 = weight, hashlib.sha256(payload).hexdigest()
     started.copy_at_start = _files(started.var_dir / "run" / "weights" / started.sha256)  # before any request
@@ -86,8 +90,11 @@ def test_every_serving_process_maps_the_machines_one_copy(server):
     assert weights.stat().st_size >= server.weight.nbytes
     assert sorted(server.copy_at_start) == ["model.onnx", "weights.bin"]  # written at start, by the import
     assert _files(copy) == server.copy_at_start  # the requests' loads mapped it, none rewrote it
-    mapping = [pid for pid in process_tree(server.process.pid) if _mapping(pid, weights)]
-    assert len(mapping) >= 2, mapping  # the gRPC process and at least one HTTP process, one file
+    if server.devices:  # worker mode: the worker's session maps the copy the front end wrote
+        assert _mapping(server.worker_processes["cpu"].pid, weights)
+    else:
+        mapping = [pid for pid in process_tree(server.process.pid) if _mapping(pid, weights)]
+        assert len(mapping) >= 2, mapping  # the gRPC process and at least one HTTP process, one file
     # The small model loads as it is: no copy of it.
     small = httpclient.InferenceServerClient(server.http_url)
     inp = httpclient.InferInput("x", [1, 4], "FP32")
