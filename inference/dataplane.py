@@ -198,24 +198,29 @@ class DataPlane:
 
     def infer(
         self, admission: Admission, request: InferenceRequest, version: VersionEntry | None = None,
-        seated: bool = False,
+        seated: bool = False, started: int | None = None,
     ) -> InferenceResponse:  # fmt: skip
         """Run ``request`` on the resolved model version (``version``, when the adapter resolved it already
         for this request) for a caller ``admission`` (:meth:`admit`) admitted to its model, once checked
         (:mod:`inference.requests.checks`, :mod:`inference.requests.jobs`), when its flow's turn at the version's
-        seats comes (:mod:`inference.admission.fair_share`; ``seated``: the caller took the seat already). Outputs
+        seats comes (:mod:`inference.admission.fair_share`; ``seated``: the caller took the seat already;
+        ``started``: when the request arrived, ``time.perf_counter_ns()``, if it waited for that seat already:
+        its deadline counts from then). Outputs
         requested with ``classification: N`` come back as their top N (Triton's classification extension).
         An ensemble's version runs its graph (:mod:`inference.ensembles.runs`), each step taking its turn.
         Raises PermissionDenied (an admission to another model), InvalidInput, ModelNotFound, ModelNotReady,
         DeadlineExceeded, RateLimited (its flow has too many requests waiting)."""
         self._began = next(self._begins)  # live requests in this data plane: shadow copies yield to them
         try:
-            return self._infer(admission, request, version, seated)
+            return self._infer(admission, request, version, seated, started)
         finally:
             self._ended = next(self._ends)
 
-    def _infer(self, admission: Admission, request: InferenceRequest, version: VersionEntry | None, seated: bool):
-        started = _now()
+    def _infer(
+        self, admission: Admission, request: InferenceRequest, version: VersionEntry | None, seated: bool,
+        started: int | None,
+    ):  # fmt: skip
+        started = _now() if started is None else started
         admission.check(request)
         runtime_settings.follow()  # the machine's trace and log settings (one memory read)
         entry = self._route(admission, request, version)
@@ -283,10 +288,12 @@ class DataPlane:
             return await self._infer_on_loop(admission, request, entry, gate)
         if gate is None:
             return await asyncio.to_thread(self.infer, admission, request, entry)
-        deadline = request_checks.deadline(request.parameters, _now(), self.timeout_seconds)
-        await gate.enter_async(admission.flow, deadline)
+        started = _now()  # the run's deadline counts from here, not from after the wait
+        await gate.enter_async(
+            admission.flow, request_checks.deadline(request.parameters, started, self.timeout_seconds)
+        )
         try:
-            return await asyncio.to_thread(self.infer, admission, request, entry, True)
+            return await asyncio.to_thread(self.infer, admission, request, entry, True, started)
         finally:
             gate.leave()
 
@@ -307,11 +314,12 @@ class DataPlane:
                 return self.infer(admission, request, entry, seated=True)
             finally:
                 gate.leave()
+        started = _now()  # the graph's deadline counts from here, not from after the wait
         await gate.enter_async(
-            admission.flow, request_checks.deadline(request.parameters, _now(), self.timeout_seconds)
+            admission.flow, request_checks.deadline(request.parameters, started, self.timeout_seconds)
         )
         try:
-            return await asyncio.to_thread(self.infer, admission, request, entry, True)
+            return await asyncio.to_thread(self.infer, admission, request, entry, True, started)
         finally:
             gate.leave()
 

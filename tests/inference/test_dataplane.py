@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -93,6 +94,48 @@ def test_an_admission_runs_only_its_own_model(dataplane):
     thread.start()
     thread.join(30)
     np.testing.assert_array_equal(answers[0].outputs[0].data, a + a)
+
+
+def test_a_request_that_waited_for_a_seat_keeps_the_deadline_of_its_arrival(dataplane, monkeypatch):
+    """On the event loop (gRPC), a request that waits for a seat of its
+    version runs with the deadline its ``timeout`` parameter gives from its
+    arrival (as Triton counts it), not one counted again after the wait."""
+    a = np.ones((1, 16), dtype=np.int32)
+    entry = dataplane.route("simple")
+    gate = dataplane.fair.gate(entry.target, entry.instance_group)
+    deadlines = []
+    run = dataplane.executor.run
+
+    def recording(target, feeds, names, rows, deadline, *args, **kwargs):
+        deadlines.append(deadline)
+        return run(target, feeds, names, rows, deadline, *args, **kwargs)
+
+    monkeypatch.setattr(dataplane.executor, "run", recording)
+    seats = 0
+    while gate.try_enter():  # every seat taken: the request waits for one
+        seats += 1
+    assert seats >= 1
+
+    async def waits_half_a_second():
+        async with await dataplane.admit_async(None, "simple") as admission:
+            arrived = time.monotonic()
+            task = asyncio.ensure_future(
+                dataplane.infer_async(admission, _simple(a, a, parameters={"timeout": 2_000_000}))
+            )
+            await asyncio.sleep(0.5)
+            assert not task.done()
+            for _ in range(seats):
+                gate.leave()
+            return arrived, await task
+
+    answers = []  # a thread of its own: other tests (Playwright) may leave a loop running in this one
+    thread = threading.Thread(target=lambda: answers.append(asyncio.run(waits_half_a_second())))
+    thread.start()
+    thread.join(30)
+    arrived, response = answers[0]
+    np.testing.assert_array_equal(response.outputs[0].data, a + a)
+    assert len(deadlines) == 1
+    assert arrived + 1.9 < deadlines[0] <= arrived + 2.0 + 0.05, deadlines[0] - arrived  # not arrived + 2.5
 
 
 def test_requested_output_subset_and_order(dataplane):
