@@ -4,8 +4,9 @@ encode.
 Each method is a few lines; one decorator (:func:`rpc`) maps protocol errors
 to gRPC statuses with the messages REST gives (each error's
 ``grpc_status``: INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, DEADLINE_EXCEEDED,
-UNIMPLEMENTED, UNAUTHENTICATED, PERMISSION_DENIED); unexpected errors are
-logged and INTERNAL. Calls that may touch the database (statistics, load and
+UNIMPLEMENTED, UNAUTHENTICATED, PERMISSION_DENIED); a dependency's outage
+met anywhere is UNAVAILABLE (the ``outage_error`` port); other unexpected
+errors are logged and INTERNAL. Calls that may touch the database (statistics, load and
 unload, listing with tokens, trace and log settings) run in a thread: Django forbids queries on the
 event loop. An inference is admitted (token, rate limits) before any of its
 tensors is decoded; a large request is decoded in a thread
@@ -62,7 +63,8 @@ def _unexpected(exc: Exception, where: str) -> InferenceError:
 
 
 def rpc(method):
-    """Await the handler; protocol errors become statuses, anything else INTERNAL."""
+    """Await the handler; protocol errors become statuses, a dependency's
+    outage UNAVAILABLE, anything else INTERNAL (:func:`_unexpected`)."""
 
     @functools.wraps(method)
     async def wrapper(self, request, context):

@@ -3,8 +3,10 @@
 Errors are ``{"error": "<message>"}`` with each protocol error's
 ``http_status`` (:mod:`inference.protocol.errors`; a 503 or a rate limit's
 429 with ``Retry-After``: the error's ``retry_after``); an unknown
-Content-Encoding is 415 with ``Accept-Encoding: gzip, deflate``; anything
-unexpected is logged and answered 500 without internals.
+Content-Encoding is 415 with ``Accept-Encoding: gzip, deflate``; a
+dependency's outage met anywhere is 503 with ``Retry-After`` (the
+``outage_error`` port); anything else unexpected is logged and answered 500
+without internals.
 """
 
 from __future__ import annotations
