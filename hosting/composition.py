@@ -86,12 +86,12 @@ def install() -> None:
         # The embedded server validates uploads itself (also with REDIS_URL, e.g. for shared
         # rate limits: no worker takes its tasks), with the providers it serves with.
         providers = onnx_runtime.provider_list(settings.ORT_EXECUTION_PROVIDERS, settings.ORT_DEVICE_ID, cuda_options())
-        validator = validating.Validator(providers=tuple(providers), sharing=_sharing(providers))
-        validating.configure(validator, validates_here=no_celery_worker)
+        validates_here = no_celery_worker
     else:  # a front end validates imports (and uploads no worker takes) on the CPU, writing big models'
         # shared weight copies for this machine's CPU workers (same VAR_DIR), as a worker's validation does
-        cpu_sharing = _sharing(["CPUExecutionProvider"])
-        validating.configure(validating.Validator(sharing=cpu_sharing), validates_here=no_validating_worker)
+        providers, validates_here = ["CPUExecutionProvider"], no_validating_worker
+    validator = validating.Validator(providers=tuple(providers), sharing=_sharing(providers))
+    validating.configure(validator, validates_here=validates_here)
     if settings.REDIS_URL:
         validating.configure(queue_note=validation_queue_note)
     # Webhook attempts run where validations run: on this process's threads, or as Celery tasks.

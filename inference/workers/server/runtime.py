@@ -43,10 +43,10 @@ from inference.workers.server import segments as worker_segments
 
 logger = logging.getLogger(__name__)
 
-#: How long a shadow copy waits on a worker for the worker to run no other request (s; default of SHADOW_WAIT_MS);
-#: beyond, it is not run:
-#: answered QUEUE_FULL, which the front end counts ``busy`` (inference/shadow/traffic.py).
-SHADOW_WAIT_SECONDS = 0.05
+#: How long a shadow copy waits on a worker for the worker to run no other request (s): by default as long as
+#: a copy waits for idle time in a front end (SHADOW_WAIT_MS); beyond, it is not run but answered QUEUE_FULL,
+#: which the front end counts ``busy`` (inference/shadow/traffic.py).
+SHADOW_WAIT_SECONDS = 0.05  # = shadow/traffic.py's YIELD_MAX_SECONDS; not imported: it reaches the link's client end
 #: The niceness of the thread that runs the shadow copies' models (Linux: per thread): a live request's run
 #: that arrives meanwhile comes first for the CPU.
 SHADOW_NICENESS = 19
