@@ -171,6 +171,10 @@ class WatchedInput:
         while line := self.readline():
             yield line
 
+    def close(self) -> None:
+        """Nothing to close: the server's stream is the server's (Django closes
+        a request's stream once it has read the body)."""
+
     def _watched(self, read, count: int | None) -> bytes:
         gate = self.gate
         key = id(self)

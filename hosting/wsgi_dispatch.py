@@ -13,14 +13,50 @@ from __future__ import annotations
 
 import os
 
+from django.conf import settings
 from django.core.handlers.exception import convert_exception_to_response, response_for_exception
-from django.core.handlers.wsgi import WSGIHandler
+from django.core.handlers.wsgi import LimitedStream, WSGIHandler, WSGIRequest
 
+from hosting.body_gate import WatchedInput
+from inference.http.responses import RawResponse
 from inference.rest.views import NOT_READY_RETRY_SECONDS
 from inference.urls import INFER_PATH, infer_view
 
 PROTOCOL_PREFIXES = ("/v2", "/v1/", "/metrics")
 PROTOCOL_URLCONF = "inference.urls"
+
+
+class DirectRequest(WSGIRequest):
+    """The WSGIRequest of an inference request on the direct route, built
+    with what the inference view reads (``META``, ``path``, ``method`` and
+    the body) and nothing more: its path is ASCII and there is no script
+    prefix (the handler checks), so ``PATH_INFO`` needs no decoding; a body
+    behind the body gate is already bounded by its Content-Length, so it is
+    read without Django's LimitedStream; ``content_type`` is parsed only if
+    asked for. Its view may answer with a RawResponse (``takes_raw_response``)."""
+
+    takes_raw_response = True
+
+    def __init__(self, environ: dict, path_info: str):
+        self.environ = self.META = environ
+        self.path_info = self.path = path_info
+        self.method = "POST"
+        stream = environ["wsgi.input"]
+        if type(stream) is not WatchedInput:
+            try:
+                length = max(0, int(environ.get("CONTENT_LENGTH") or 0))
+            except ValueError:
+                length = 0
+            stream = LimitedStream(stream, length)
+        self._stream = stream
+        self._read_started = False
+        self.resolver_match = None
+
+    def __getattr__(self, name: str):
+        if name in ("content_type", "content_params"):
+            self._set_content_type_params(self.environ)
+            return self.__dict__[name]
+        raise AttributeError(name)
 
 
 class ProtocolHandler(WSGIHandler):
@@ -32,19 +68,26 @@ class ProtocolHandler(WSGIHandler):
     database connections (inference never touches the database; the registry
     and statistics threads manage their own), and URL resolution: one regular
     expression (``inference.urls.INFER_PATH``) routes them to the inference
-    view, with Django's own exception-to-response conversion. Every other
-    protocol route keeps the full cycle.
+    view, with Django's own exception-to-response conversion; an ASCII path
+    without a script prefix gets a :class:`DirectRequest`, and a
+    RawResponse answer goes out as it is. Every other protocol route keeps
+    the full cycle.
     """
 
     def __init__(self):
         super().__init__()
         self._infer_path = INFER_PATH
         self._infer_view = infer_view
+        self._prefixed = settings.FORCE_SCRIPT_NAME is not None
 
     def __call__(self, environ, start_response):
-        if environ.get("REQUEST_METHOD") != "POST" or not environ.get("PATH_INFO", "").endswith("/infer"):
+        path = environ.get("PATH_INFO", "")
+        if environ.get("REQUEST_METHOD") != "POST" or not path.endswith("/infer"):
             return super().__call__(environ, start_response)
-        request = self.request_class(environ)
+        if path.isascii() and not self._prefixed and not environ.get("SCRIPT_NAME"):
+            request = DirectRequest(environ, path)
+        else:
+            request = self.request_class(environ)
         match = self._infer_path.fullmatch(request.path_info)
         if match is None:
             response = self.get_response(request)  # Django's 404 (or another route's answer)
@@ -57,6 +100,9 @@ class ProtocolHandler(WSGIHandler):
                     response = self._infer_view(request, **match.groupdict())
             except Exception as exc:  # as Django's handler does: its 500 page / error log
                 response = response_for_exception(request, exc)
+        if type(response) is RawResponse:
+            start_response(response.status_line, response.headers)
+            return [response.content]
         start_response(f"{response.status_code} {response.reason_phrase}", list(response.items()))
         return [response.content]
 

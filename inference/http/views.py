@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 from inference.admission.auth import bearer_token
 from inference.dataplane import get_dataplane
 from inference.extensions import get_extensions
-from inference.http.responses import exception_handler
+from inference.http.responses import RawResponse, exception_handler
 from inference.observability import metrics as observability
 from inference.observability import rollups
 
@@ -121,7 +121,18 @@ class DirectPostView(ObservedView):
     for a view that uses none of them, and costs about as much as reading the
     request (measured: bench/PROFILE.md). Errors still go through the DRF
     exception handler (:meth:`handle_exception`), so they answer exactly as
-    the other protocol views do."""
+    the other protocol views do.
+
+    A ``post`` may return a :class:`~inference.http.responses.RawResponse`:
+    it goes out as it is on the protocol handler's direct route (a request
+    whose class has ``takes_raw_response``), else as Django's HttpResponse.
+    """
+
+    def dispatch(self, request, *args, **kwargs):
+        response = super().dispatch(request, *args, **kwargs)
+        if type(response) is RawResponse and not getattr(request, "takes_raw_response", False):
+            return response.as_django()
+        return response
 
     def dispatch_post(self, request, *args, **kwargs):
         self.args, self.kwargs, self.request, self.headers = args, kwargs, request, {}
