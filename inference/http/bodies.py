@@ -31,7 +31,7 @@ def read_body(request, allow_empty: bool = False) -> bytes:
     """
     limit = settings.MAX_REQUEST_BYTES
     declared = declared_length(request, limit)  # refuses an oversized body before reading it
-    raw = request.body
+    raw = request.read(declared)  # the body, read once (Django's ``body`` would keep a second stream over it)
     if len(raw) < declared:  # the client stopped sending (half-closed): never decode what came
         raise InvalidInput(f"the request body is shorter than its Content-Length ({len(raw)} of {declared} bytes)")
     body = compression.decompress(raw, request.META.get("HTTP_CONTENT_ENCODING"), limit)
