@@ -74,8 +74,8 @@ def test_a_shadow_copy_waits_for_the_live_request_then_runs():
     live = threading.Thread(target=_ask, args=(runtime, -1.0, False))
     live.start()
     assert runner.holding.wait(5)
+    started = time.monotonic()  # before the timer starts: the release comes at least its interval later
     threading.Timer(worker_runtime.SHADOW_WAIT_SECONDS / 5, runner.release.set).start()
-    started = time.monotonic()
     answer, tensors = _ask(runtime, 3.0, shadow=True)
     waited = time.monotonic() - started
     live.join(5)
