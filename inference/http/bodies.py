@@ -41,7 +41,7 @@ def read_body(request, allow_empty: bool = False) -> bytes:
 
 
 #: Bodies up to this size are read in one read and split by copying: a read from the server costs more
-#: than copying a small body (measured live through granian: ~9 us per read, bench/PROFILE.md).
+#: than copying a small body (measured live through granian: ~9 us per read; bench/README.md, make profile).
 ONE_READ_BYTES = 64 * 1024
 
 

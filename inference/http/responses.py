@@ -35,7 +35,7 @@ class RawResponse:
     ``content`` (bytes). The protocol handler's direct route
     (hosting/wsgi_dispatch.py) sends it as it is; anywhere else the view hands
     Django :meth:`as_django` (Django's HttpResponse costs ~7 us to build and
-    read back, ~6% of a small request: bench/PROFILE.md)."""
+    read back, ~6% of a small request: bench/README.md, make profile)."""
 
     __slots__ = ("content", "headers", "status_code")
 
