@@ -104,7 +104,9 @@ def test_another_teams_call_is_served_at_the_next_turn_not_after_a_burst(server,
         np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
     overtaken = order.index("b") - sent  # a's calls answered between b's call and its answer
     assert 24 - sent >= 8, order  # b came while most of a's burst still waited
-    assert overtaken <= 3, order  # without fair turns: every one of them
+    # Fair turns: the call running when b's arrives, and those b's call was still travelling behind (a
+    # loaded machine delays it by a few 30 ms runs); without fair turns: every one of them (22 of 24).
+    assert overtaken <= 6, order
 
 
 def test_a_flood_of_one_team_leaves_the_others_calls_all_answered(server, tokens):
