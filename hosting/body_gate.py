@@ -102,7 +102,7 @@ def _chunked(environ) -> bool:
     return not environ.get("CONTENT_LENGTH") and "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
 
 
-def _content_length(environ) -> int:
+def content_length(environ) -> int:
     """The declared body length; 0 when absent or malformed (the application
     refuses a malformed one itself)."""
     try:
@@ -296,7 +296,7 @@ class BodyGate:
                 status, headers, payload = error_answer(exc)
                 start_response(f"{status} {REASONS[status]}", headers)
                 return [payload]
-        length = _content_length(environ)
+        length = content_length(environ)
         if not length:
             try:
                 self.acquire(environ)

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.core.handlers.exception import convert_exception_to_response, response_for_exception
 from django.core.handlers.wsgi import LimitedStream, WSGIHandler, WSGIRequest
 
-from hosting.body_gate import WatchedInput
+from hosting.body_gate import WatchedInput, content_length
 from inference.http.responses import RawResponse
 from inference.rest.views import NOT_READY_RETRY_SECONDS
 from inference.urls import INFER_PATH, infer_view
@@ -43,11 +43,7 @@ class DirectRequest(WSGIRequest):
         self.method = "POST"
         stream = environ["wsgi.input"]
         if type(stream) is not WatchedInput:
-            try:
-                length = max(0, int(environ.get("CONTENT_LENGTH") or 0))
-            except ValueError:
-                length = 0
-            stream = LimitedStream(stream, length)
+            stream = LimitedStream(stream, content_length(environ))
         self._stream = stream
         self._read_started = False
         self.resolver_match = None
