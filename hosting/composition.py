@@ -244,11 +244,9 @@ def cuda_options(tensorrt: bool = False) -> cuda.CudaOptions:
 def _runner(loader, budget_mb: int, processes: int = 1, **gpu) -> ModelRunner:
     """A model runner with the metrics callbacks; ``processes`` share the
     budget equally; ``gpu``: a GPU worker's ``budget_bytes``, ``memory`` and ``costs``. Under a budget in
-    RSS (not a GPU's), glibc's heaps are bounded and trimmed around loads (SESSION_MEMORY_RELEASE,
-    inference/runtime/residency.py)."""
+    RSS (not a GPU's), glibc's heaps are trimmed around loads (SESSION_MEMORY_RELEASE,
+    inference/runtime/residency.py; every serving process bounds them: :func:`bound_heaps`)."""
     in_rss = settings.SESSION_MEMORY_RELEASE and budget_mb > 0 and "memory" not in gpu
-    if in_rss:
-        residency.bound_heaps()
     return ModelRunner(
         loader,
         gpu.pop("budget_bytes", budget_mb * 1024 * 1024 // max(1, processes)),
@@ -371,9 +369,22 @@ def build_dataplane() -> DataPlane:
     )
 
 
+def bound_heaps() -> bool:
+    """Bound glibc's heaps in a serving process (SESSION_MEMORY_RELEASE, on by
+    default; :func:`inference.runtime.residency.bound_heaps`): blocks under
+    4 MiB, a request's bodies, messages and tensors, reuse freed memory instead
+    of pages faulted in afresh for each request (glibc's own rule handed a
+    gRPC process's freed 600 KB buffers back after every CNN request: ~450
+    page faults and +0.9 ms of CPU per request, bench/worker_cost.py); larger
+    blocks, a version's weights, go back to the system when freed. Whether
+    they are bounded now."""
+    return settings.SESSION_MEMORY_RELEASE and residency.bound_heaps()
+
+
 def _build_parts() -> ServingParts:
     """The registry (loaded, following changes), the executor (started), the statistics recorder (flushing) and
     the machine's shared-memory regions of a server process, from settings."""
+    bound_heaps()
     SequenceBatcher.backlog_per_owner = settings.FAIR_SEQUENCE_BACKLOG
     registry = _registry()
     if executor_mode() == WORKERS:
@@ -463,6 +474,7 @@ def build_worker(device: str, providers: list, where: str = "", gpu_ordinal: int
     tasks this process runs use the same providers and cache (``where``
     describes the worker in the versions' logs). ``gpu_ordinal``: a worker
     on its GPU (its probe passed): the budget counts GPU memory."""
+    bound_heaps()
     SequenceBatcher.backlog_per_owner = settings.FAIR_SEQUENCE_BACKLOG
     validating.configure(
         validating.Validator(

@@ -153,3 +153,19 @@ def test_the_operators_own_allocator_settings_are_left_alone(monkeypatch):
     assert residency.allocator_environment({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}) == {}
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "131072")
     assert residency.bound_heaps() is False
+
+
+def test_serving_processes_bound_their_heaps_with_or_without_a_budget(monkeypatch, settings):
+    """Every serving process bounds glibc's heaps (request buffers under
+    4 MiB reuse memory; tests/interop/test_grpc.py measures the page
+    faults); SESSION_MEMORY_RELEASE=false leaves glibc's defaults."""
+    from hosting import composition
+
+    calls = []
+    monkeypatch.setattr(residency, "bound_heaps", lambda: calls.append(1) or True)
+    settings.SESSION_MEMORY_BUDGET_MB = 0
+    assert composition.bound_heaps() is True
+    assert calls == [1]
+    settings.SESSION_MEMORY_RELEASE = False
+    assert composition.bound_heaps() is False
+    assert calls == [1]

@@ -25,7 +25,7 @@ from tritonclient.utils import InferenceServerException
 from tests.support import onnx_models as m
 from tests.support.live import wait_for
 from tests.support.onnx_models import ALL_DATATYPES, expected_identity_input
-from tests.support.server import ROOT
+from tests.support.server import ROOT, LiveServer
 
 pytestmark = pytest.mark.interop
 
@@ -400,3 +400,74 @@ def _ready(c) -> bool:
         return c.is_server_ready()
     except InferenceServerException:
         return False
+
+
+def _grpc_processes(server) -> list[int]:
+    """The pids of the server's gRPC processes (``rungrpc``, in serve's session)."""
+    pids = []
+    for name in filter(str.isdigit, __import__("os").listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/stat") as stat, open(f"/proc/{name}/cmdline", "rb") as cmdline:
+                session = int(stat.read().rsplit(")", 1)[1].split()[3])
+                if session == server.process.pid and b"rungrpc" in cmdline.read():
+                    pids.append(int(name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return pids
+
+
+def _minor_faults(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as stat:
+            total += int(stat.read().rsplit(")", 1)[1].split()[7])  # minflt
+    return total
+
+
+@pytest.fixture(scope="module")
+def image_server(tmp_path_factory):
+    """``serve`` on a repository of the image model alone: glibc raises its
+    thresholds after each large block freed, so a process's history decides
+    when it trims; this one has handled nothing bigger than its requests."""
+    root = tmp_path_factory.mktemp("image-repository")
+    m.write_model(root, "image", m.fixed_image())
+    server = LiveServer(root, tmp_path_factory.mktemp("image-live")).start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_large_requests_reuse_the_grpc_processes_memory(image_server):
+    """A CNN-sized request (FP32 [1, 3, 224, 224], 602,112 bytes of
+    raw_input_contents, as grpcio's stubs and h2load send it) does not fault
+    its buffers in afresh: with glibc's own trim rule a gRPC process handed
+    the message's buffers back to the system after every request and
+    faulted ~450 pages in again for the next; with the heaps bounded
+    (hosting/composition.py: bound_heaps) it reuses them. The answers are
+    numpy's channel means."""
+    pids = _grpc_processes(image_server)
+    assert pids, "no rungrpc process found in serve's session"
+    image = np.random.default_rng(11).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    request = pb.ModelInferRequest(model_name="image")
+    request.inputs.add(name="image", datatype="FP32", shape=list(image.shape))
+    request.raw_input_contents.append(image.tobytes())
+    channel = grpc.insecure_channel(image_server.grpc_url, options=[("grpc.max_send_message_length", 8 << 20)])
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+    def infer():
+        response = stub.ModelInfer(request)
+        mean = np.frombuffer(response.raw_output_contents[0], dtype="<f4").reshape(1, 3)
+        np.testing.assert_allclose(mean, image.mean(axis=(2, 3)), rtol=1e-5, atol=1e-6)
+
+    try:
+        for _ in range(5):  # the session loaded, the buffers grown
+            infer()
+        before = _minor_faults(pids)
+        requests = 40
+        for _ in range(requests):
+            infer()
+        per_request = (_minor_faults(pids) - before) / requests
+    finally:
+        channel.close()
+    pages = image.nbytes / 4096  # 147: the faults of one fresh copy of the tensor
+    assert per_request < pages / 2, f"{per_request:.0f} page faults per request in the gRPC processes"

@@ -173,7 +173,7 @@ class Command(BaseCommand):
             MODEL_CONTROL_MODE=control.mode,  # the repository extension refuses load/unload in none and poll
             METRICS_ENABLED=str(options["allow_metrics"]).lower(),
         )
-        if settings.SESSION_MEMORY_BUDGET_MB > 0 and settings.SESSION_MEMORY_RELEASE:  # the budget holds in RSS
+        if settings.SESSION_MEMORY_RELEASE:  # heaps bounded (hosting/composition.py: bound_heaps)
             env.update(residency.allocator_environment(env))  # huge pages for the blocks glibc maps
         http = [
             sys.executable, "-m", "granian", "--interface", "wsgi", "--http", "1", "--no-ws",
