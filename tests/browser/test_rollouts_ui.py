@@ -41,6 +41,9 @@ def test_start_a_rollout_see_its_analysis_pause_and_abort_it(page, ui_server, sh
     page.fill("#rollout-start-form #id_steps", "50, 100")
     page.fill("#rollout-start-form #id_pause_seconds", "1")
     page.fill("#rollout-start-form #id_min_requests", "5")
+    # Not a latency test: a tiny model's p99 over 5-35 requests is its slowest one (a cold session's first run in
+    # one of the two HTTP processes: 2.7 ms against 1.6 ms, rolled back at the default 1.5x); errors decide here.
+    page.fill("#rollout-start-form #id_max_p99_ratio", "100")
     page.click("#rollout-start-button")
     expect(page.locator(".messages")).to_contain_text("Rolling out version 2: 50%")
     expect(panel.locator("#rollout-state")).to_have_text("running")
