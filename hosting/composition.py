@@ -244,9 +244,11 @@ def cuda_options(tensorrt: bool = False) -> cuda.CudaOptions:
 def _runner(loader, budget_mb: int, processes: int = 1, **gpu) -> ModelRunner:
     """A model runner with the metrics callbacks; ``processes`` share the
     budget equally; ``gpu``: a GPU worker's ``budget_bytes``, ``memory`` and ``costs``. Under a budget in
-    RSS (not a GPU's), glibc's heaps are trimmed around loads (SESSION_MEMORY_RELEASE,
-    inference/runtime/residency.py; every serving process bounds them: :func:`bound_heaps`)."""
+    RSS (not a GPU's), glibc's heaps are bounded and trimmed around loads (SESSION_MEMORY_RELEASE,
+    inference/runtime/residency.py; a front end's process bounds them in any case: :func:`bound_heaps`)."""
     in_rss = settings.SESSION_MEMORY_RELEASE and budget_mb > 0 and "memory" not in gpu
+    if in_rss:
+        residency.bound_heaps()
     return ModelRunner(
         loader,
         gpu.pop("budget_bytes", budget_mb * 1024 * 1024 // max(1, processes)),
@@ -370,14 +372,18 @@ def build_dataplane() -> DataPlane:
 
 
 def bound_heaps() -> bool:
-    """Bound glibc's heaps in a serving process (SESSION_MEMORY_RELEASE, on by
-    default; :func:`inference.runtime.residency.bound_heaps`): blocks under
-    4 MiB, a request's bodies, messages and tensors, reuse freed memory instead
-    of pages faulted in afresh for each request (glibc's own rule handed a
-    gRPC process's freed 600 KB buffers back after every CNN request: ~450
-    page faults and +0.9 ms of CPU per request, bench/worker_cost.py); larger
-    blocks, a version's weights, go back to the system when freed. Whether
-    they are bounded now."""
+    """Bound glibc's heaps in a front end's serving process (HTTP or gRPC;
+    SESSION_MEMORY_RELEASE, on by default;
+    :func:`inference.runtime.residency.bound_heaps`): blocks under 4 MiB, a
+    request's bodies, messages and tensors, reuse freed memory instead of
+    pages faulted in afresh for each request (glibc's own rule handed a gRPC
+    process's freed 600 KB buffers back after every CNN request: ~450 page
+    faults and +0.9 ms of CPU per request, bench/worker_cost.py); larger
+    blocks, a version's weights, go back to the system when freed (``serve``
+    gives these processes huge pages for them, so loads stay fast). A worker
+    bounds its heaps under a budget only (:func:`_runner`): its requests'
+    tensors arrive in shared memory, and ``runworker`` is started without the
+    huge pages tunable. Whether they are bounded now."""
     return settings.SESSION_MEMORY_RELEASE and residency.bound_heaps()
 
 
@@ -474,7 +480,6 @@ def build_worker(device: str, providers: list, where: str = "", gpu_ordinal: int
     tasks this process runs use the same providers and cache (``where``
     describes the worker in the versions' logs). ``gpu_ordinal``: a worker
     on its GPU (its probe passed): the budget counts GPU memory."""
-    bound_heaps()
     SequenceBatcher.backlog_per_owner = settings.FAIR_SEQUENCE_BACKLOG
     validating.configure(
         validating.Validator(

@@ -51,10 +51,11 @@ SHARED_WEIGHTS_PREPACK = env.bool("SHARED_WEIGHTS_PREPACK", default=False)
 #: The memory budget (as WORKER_MEMORY_BUDGET_MB is a worker's) of the sessions of the machine's server
 #: processes in process mode (0: none), MiB: each of the SERVING_PROCESSES gets an equal share.
 SESSION_MEMORY_BUDGET_MB = env.int("SESSION_MEMORY_BUDGET_MB", default=0)
-#: Every serving process (HTTP, gRPC, worker) bounds glibc's heaps: blocks under 4 MiB reuse freed memory (a
-#: request's buffers are not faulted in afresh each time), larger ones (weights) go back to the system when freed;
-#: under a memory budget in RSS (SESSION_MEMORY_BUDGET_MB; a CPU worker's WORKER_MEMORY_BUDGET_MB) each process also
-#: trims its heaps around loads, so that the budget holds in RSS (inference/runtime/residency.py; docs/memory.md).
+#: Every HTTP and gRPC process bounds glibc's heaps: blocks under 4 MiB reuse freed memory (a request's buffers are
+#: not faulted in afresh each time), larger ones (weights) go back to the system when freed; under a memory budget
+#: in RSS (SESSION_MEMORY_BUDGET_MB; a CPU worker's WORKER_MEMORY_BUDGET_MB) each serving process, workers
+#: included, bounds them and trims them around loads, so that the budget holds in RSS
+#: (inference/runtime/residency.py; docs/memory.md).
 #: false: glibc's defaults (loads reuse freed memory and are faster, but RSS grows to about twice the budget, and
 #: large request buffers are faulted in afresh per request).
 SESSION_MEMORY_RELEASE = env.bool("SESSION_MEMORY_RELEASE", default=True)

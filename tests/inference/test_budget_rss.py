@@ -155,9 +155,9 @@ def test_the_operators_own_allocator_settings_are_left_alone(monkeypatch):
     assert residency.bound_heaps() is False
 
 
-def test_serving_processes_bound_their_heaps_with_or_without_a_budget(monkeypatch, settings):
-    """Every serving process bounds glibc's heaps (request buffers under
-    4 MiB reuse memory; tests/interop/test_grpc.py measures the page
+def test_front_end_processes_bound_their_heaps_with_or_without_a_budget(monkeypatch, settings):
+    """Every HTTP and gRPC process bounds glibc's heaps (request buffers
+    under 4 MiB reuse memory; tests/interop/test_grpc.py measures the page
     faults); SESSION_MEMORY_RELEASE=false leaves glibc's defaults."""
     from hosting import composition
 
