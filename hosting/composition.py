@@ -372,18 +372,14 @@ def build_dataplane() -> DataPlane:
 
 
 def bound_heaps() -> bool:
-    """Bound glibc's heaps in a front end's serving process (HTTP or gRPC;
-    SESSION_MEMORY_RELEASE, on by default;
-    :func:`inference.runtime.residency.bound_heaps`): blocks under 4 MiB, a
-    request's bodies, messages and tensors, reuse freed memory instead of
-    pages faulted in afresh for each request (glibc's own rule handed a gRPC
-    process's freed 600 KB buffers back after every CNN request: ~450 page
-    faults and +0.9 ms of CPU per request, bench/worker_cost.py); larger
-    blocks, a version's weights, go back to the system when freed (``serve``
-    gives these processes huge pages for them, so loads stay fast). A worker
-    bounds its heaps under a budget only (:func:`_runner`): its requests'
-    tensors arrive in shared memory, and ``runworker`` is started without the
-    huge pages tunable. Whether they are bounded now."""
+    """Bound glibc's heaps in an HTTP or gRPC process (SESSION_MEMORY_RELEASE;
+    :func:`inference.runtime.residency.bound_heaps`): blocks under 4 MiB (a
+    request's buffers) reuse freed memory instead of pages faulted in afresh
+    per request (glibc's own rule: ~450 faults and +0.9 ms of CPU per gRPC
+    CNN request, bench/worker_cost.py); larger ones (weights) go back when
+    freed, on huge pages ``serve`` asks for. A worker bounds its heaps under
+    a budget only (:func:`_runner`): its requests' tensors arrive in shared
+    memory. Whether they are bounded now."""
     return settings.SESSION_MEMORY_RELEASE and residency.bound_heaps()
 
 
