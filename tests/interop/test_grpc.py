@@ -22,6 +22,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from bench import worker_cost
 from tests.support import onnx_models as m
 from tests.support.live import wait_for
 from tests.support.onnx_models import ALL_DATATYPES, expected_identity_input
@@ -404,24 +405,11 @@ def _ready(c) -> bool:
 
 def _grpc_processes(server) -> list[int]:
     """The pids of the server's gRPC processes (``rungrpc``, in serve's session)."""
-    pids = []
-    for name in filter(str.isdigit, __import__("os").listdir("/proc")):
-        try:
-            with open(f"/proc/{name}/stat") as stat, open(f"/proc/{name}/cmdline", "rb") as cmdline:
-                session = int(stat.read().rsplit(")", 1)[1].split()[3])
-                if session == server.process.pid and b"rungrpc" in cmdline.read():
-                    pids.append(int(name))
-        except (OSError, ValueError, IndexError):
-            continue
-    return pids
+    return [pid for pid in worker_cost.session_pids({server.process.pid}) if worker_cost.role(pid) == "gRPC"]
 
 
 def _minor_faults(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as stat:
-            total += int(stat.read().rsplit(")", 1)[1].split()[7])  # minflt
-    return total
+    return sum(faults for _, _, faults in worker_cost.sample(pids).values())
 
 
 @pytest.fixture(scope="module")
