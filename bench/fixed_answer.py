@@ -8,6 +8,7 @@ application costs nothing. ``FIXED_ANSWER_FILE`` holds the answer (a real
 answer of ``serve``, captured by bench/profile_hot_path.py).
 
     granian --interface wsgi ... bench.fixed_answer:application   # REST
+    granian --interface rsgi ... bench.fixed_answer:rsgi_application   # REST, granian's async interface
     python -m bench.fixed_answer --grpc-port P                    # one gRPC process
 """
 
@@ -30,6 +31,14 @@ def application(environ, start_response):
     environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
     start_response("200 OK", _HEADERS)
     return [_ANSWER]
+
+
+async def rsgi_application(scope, protocol) -> None:
+    """RSGI (granian's own async interface): reads the body, answers
+    ``FIXED_ANSWER_FILE`` (the floor of serving REST through RSGI; see
+    bench/README.md, "Fewer Python threads")."""
+    await protocol()
+    protocol.response_bytes(200, _HEADERS, _ANSWER)
 
 
 async def _serve_grpc(port: int) -> None:

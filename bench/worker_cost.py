@@ -107,6 +107,47 @@ def by_role(before: dict, after: dict, requests: int) -> dict[str, tuple[float, 
     return {r: (cpu / n, cs / n, pf / n) for r, (cpu, cs, pf) in totals.items()}
 
 
+def prepare(model, transport_names: str, repository_name: str):
+    """A repository of ``model`` under bench/work, the transports named
+    (comma-separated), their requests (by transport name) and the loaders:
+    (repository, transports, requests, loaders); None, said why, when a
+    loader's program is missing."""
+    repository = bench_models.write_repository(WORK / repository_name, [model])
+    inputs = model.sample_inputs(repository)
+    loaders = make_loaders(WORK)
+    transports = [TRANSPORTS[name] for name in transport_names.split(",")]
+    for transport in transports:
+        missing = loaders[transport.loader].available()
+        if missing:
+            print(f"{transport.loader} is missing: {missing}")
+            return None
+    return repository, transports, {t.name: t.build_request(model, inputs) for t in transports}, loaders
+
+
+def cells(rounds: int, transports, concurrencies, targets):
+    """(round, transport, concurrency, target), interleaved: in each round,
+    cell after cell, every target in turn on each."""
+    for round_no in range(1, rounds + 1):
+        for transport in transports:
+            for concurrency in concurrencies:
+                for target in targets:
+                    yield round_no, transport, concurrency, target
+
+
+def measure(loader, target, transport: str, request, concurrency: int, seconds: float, sessions: set[int]):
+    """One cell: 1 s of warm-up (not counted), then ``seconds`` measured;
+    (the LoadResult, :func:`by_role` of the processes of ``sessions``)."""
+    url = target.url_for(transport)
+    loader.run(url, request, concurrency, 1)
+    pids = session_pids(sessions)
+    before = sample(pids)
+    load = loader.run(url, request, concurrency, seconds)
+    costs = by_role(before, sample(pids), load.requests)
+    if load.errors:
+        print(f"{target.name} {transport} c{concurrency}: {load.errors} errors")
+    return load, costs
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="cnn", choices=["tiny", "cnn"])
@@ -115,16 +156,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--transports", default="rest-binary,grpc")
     args = parser.parse_args(argv)
     model = bench_models.MODELS[args.model]
-    repository = bench_models.write_repository(WORK / "worker-cost-repository", [model])
+    prepared = prepare(model, args.transports, "worker-cost-repository")
+    if prepared is None:
+        return 2
+    repository, transports, requests, loaders = prepared
     inputs = model.sample_inputs(repository)
-    loaders = make_loaders(WORK)
-    transports = [TRANSPORTS[name] for name in args.transports.split(",")]
-    requests = {t.name: t.build_request(model, inputs) for t in transports}
-    for transport in transports:
-        missing = loaders[transport.loader].available()
-        if missing:
-            print(f"{transport.loader} is missing: {missing}")
-            return 2
     serve = ServeTarget(repository, WORK)
     workers = WorkerServeTarget(repository, WORK)
     rest = requests.get("rest-binary") or transports[0].build_request(model, inputs)
@@ -134,28 +170,16 @@ def main(argv: list[str]) -> int:
     try:
         for target in targets:
             target.start()
-        for round_no in range(1, args.rounds + 1):
-            for transport in transports:
-                for concurrency in (1, 8):
-                    for target in targets:
-                        sessions = {target.process.pid}
-                        if getattr(target, "worker", None) is not None:
-                            sessions.add(target.worker.pid)
-                        pids = session_pids(sessions)
-                        loader = loaders[transport.loader]
-                        loader.run(target.url_for(transport.name), requests[transport.name], concurrency, 1)
-                        before = sample(pids)
-                        load = loader.run(target.url_for(transport.name), requests[transport.name], concurrency,
-                                          args.seconds)  # fmt: skip
-                        after = sample(pids)
-                        if load.errors:
-                            print(f"{target.name} {transport.name} c{concurrency}: {load.errors} errors")
-                        costs = by_role(before, after, load.requests)
-                        key = (transport.name, concurrency, target.name)
-                        results.setdefault(key, []).append((load.rps, costs))
-                        cpu = sum(c[0] for c in costs.values())
-                        print(f"round {round_no} {target.name:14} {transport.name:12} c{concurrency}  "
-                              f"{load.rps:8,.0f} req/s  {cpu:6.0f} us CPU/request", flush=True)  # fmt: skip
+        for round_no, transport, concurrency, target in cells(args.rounds, transports, (1, 8), targets):
+            sessions = {target.process.pid}
+            if getattr(target, "worker", None) is not None:
+                sessions.add(target.worker.pid)
+            load, costs = measure(loaders[transport.loader], target, transport.name, requests[transport.name],
+                                  concurrency, args.seconds, sessions)  # fmt: skip
+            results.setdefault((transport.name, concurrency, target.name), []).append((load.rps, costs))
+            cpu = sum(c[0] for c in costs.values())
+            print(f"round {round_no} {target.name:14} {transport.name:12} c{concurrency}  "
+                  f"{load.rps:8,.0f} req/s  {cpu:6.0f} us CPU/request", flush=True)  # fmt: skip
     finally:
         for target in targets:
             target.stop()
