@@ -33,7 +33,7 @@ if str(ROOT) not in sys.path:
 
 from bench import models as bench_models  # noqa: E402
 from bench.targets import ServeTarget  # noqa: E402
-from bench.worker_cost import cells, measure, prepare, role, session_pids  # noqa: E402
+from bench.worker_cost import cells, measure, prepare, role_pids  # noqa: E402
 
 WORK = ROOT / "bench" / "work"
 
@@ -53,12 +53,11 @@ def parse_variant(text: str) -> tuple[str, dict[str, str]]:
 def http_threads(target: ServeTarget) -> list[int]:
     """Threads of each HTTP (granian) process of the target."""
     counts = []
-    for pid in session_pids({target.process.pid}):
-        if role(pid) == "HTTP":
-            try:
-                counts.append(len(os.listdir(f"/proc/{pid}/task")))
-            except OSError:
-                continue
+    for pid in role_pids({target.process.pid}, "HTTP"):
+        try:
+            counts.append(len(os.listdir(f"/proc/{pid}/task")))
+        except OSError:
+            continue
     return sorted(counts)
 
 

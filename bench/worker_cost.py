@@ -76,6 +76,11 @@ def role(pid: int) -> str:
     return "other"
 
 
+def role_pids(sessions: set[int], name: str) -> list[int]:
+    """The processes of ``sessions`` whose :func:`role` is ``name``."""
+    return [pid for pid in session_pids(sessions) if role(pid) == name]
+
+
 def sample(pids: list[int]) -> dict[int, tuple[int, int, int]]:
     """(CPU ticks, context switches, minor page faults) of each process still there."""
     out = {}
@@ -160,10 +165,9 @@ def main(argv: list[str]) -> int:
     if prepared is None:
         return 2
     repository, transports, requests, loaders = prepared
-    inputs = model.sample_inputs(repository)
     serve = ServeTarget(repository, WORK)
     workers = WorkerServeTarget(repository, WORK)
-    rest = requests.get("rest-binary") or transports[0].build_request(model, inputs)
+    rest = requests.get("rest-binary") or requests[transports[0].name]
     workers.probe = (rest.path, rest.body, rest.headers)
     targets = [serve, workers]
     results: dict[tuple, list] = {}

@@ -405,7 +405,7 @@ def _ready(c) -> bool:
 
 def _grpc_processes(server) -> list[int]:
     """The pids of the server's gRPC processes (``rungrpc``, in serve's session)."""
-    return [pid for pid in worker_cost.session_pids({server.process.pid}) if worker_cost.role(pid) == "gRPC"]
+    return worker_cost.role_pids({server.process.pid}, "gRPC")
 
 
 def _minor_faults(pids: list[int]) -> int:
