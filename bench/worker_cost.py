@@ -167,7 +167,9 @@ def main(argv: list[str]) -> int:
     repository, transports, requests, loaders = prepared
     serve = ServeTarget(repository, WORK)
     workers = WorkerServeTarget(repository, WORK)
-    rest = requests.get("rest-binary") or requests[transports[0].name]
+    rest = requests.get("rest-binary") or TRANSPORTS["rest-binary"].build_request(
+        model, model.sample_inputs(repository)
+    )  # worker mode's readiness probe is a REST inference, whatever the transports measured
     workers.probe = (rest.path, rest.body, rest.headers)
     targets = [serve, workers]
     results: dict[tuple, list] = {}
