@@ -18,7 +18,10 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]  # never pickle
 CELERY_TASK_DEFAULT_QUEUE = "modelhost.control"  # hosting/celery.py CONTROL_QUEUE: every worker consumes it
-CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = False
+# Retried like a connection lost later: runworker checks Redis itself before it announces the worker (a clear
+# error at start-up), so Redis going away in the second before Celery's consumer connects must not shut down a
+# worker that front ends already send requests to (tests/workers/test_workers.py).
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_DISABLE_RATE_LIMITS = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # LOGGING below applies; Celery's per-task lines are quieted there

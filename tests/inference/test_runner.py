@@ -51,28 +51,44 @@ def test_runs_and_loads_each_version_once_with_its_instances():
     assert loader.loads == ["affine"] * 3  # three instances, loaded once
 
 
+class Timed(OnnxModel):
+    """An OnnxModel that records each run's (start, end) on perf_counter and
+    sets ``running`` when a run begins."""
+
+    def __init__(self, session):
+        super().__init__(session)
+        self.spans: list[tuple[float, float]] = []
+        self.running = threading.Event()
+
+    def run(self, feeds, output_names, run_options=None):
+        started = time.perf_counter()
+        self.running.set()
+        try:
+            return super().run(feeds, output_names, run_options)
+        finally:
+            self.spans.append((started, time.perf_counter()))
+
+
 def test_instances_bound_concurrent_runs():
-    """With one instance, two slow requests run one after the other."""
-    runner = ModelRunner(Loader(slow=SLOW))
+    """With one instance, a request that arrives while another runs waits for
+    it: the runs do not overlap, and the second's queue time is counted."""
+    model = Timed(ort.InferenceSession(SLOW, providers=["CPUExecutionProvider"]))
+    runner = ModelRunner(lambda target_: model)
     feeds = {"x": np.ones((1, 256), dtype=np.float32), "n": np.array(5000, dtype=np.int64)}
     runner.run(target("slow"), feeds, ["y"])  # load and warm up
-    alone = min(_timed(lambda: runner.run(target("slow"), feeds, ["y"])) for _ in range(3))
-    results = []
-    threads = [
-        threading.Thread(target=lambda: results.append(runner.run(target("slow"), feeds, ["y"]))) for _ in range(2)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    queued = sorted(r.queue_ns for r in results)
-    assert queued[1] > 0.5 * alone * 1e9  # the second waited for the first's instance
-
-
-def _timed(call) -> float:
-    started = time.perf_counter()
-    call()
-    return time.perf_counter() - started
+    model.spans.clear()
+    model.running.clear()
+    results = {}
+    first = threading.Thread(target=lambda: results.update(first=runner.run(target("slow"), feeds, ["y"])))
+    first.start()
+    assert model.running.wait(30)  # the first holds the one instance
+    called = time.perf_counter()
+    second = runner.run(target("slow"), feeds, ["y"])
+    first.join()
+    (_, a_end), (b_start, _) = sorted(model.spans)
+    assert a_end <= b_start  # one after the other
+    assert second.queue_ns > 0 and second.queue_ns >= 0.9 * (a_end - called) * 1e9  # it waited for the first
+    np.testing.assert_array_equal(second.outputs[0], results["first"].outputs[0])
 
 
 class Memory:

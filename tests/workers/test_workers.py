@@ -592,6 +592,52 @@ def test_redis_going_away_mid_run(repository, tmp_path, private_redis):
         assert live.stop() == 0
 
 
+def test_redis_going_away_as_a_worker_starts(repository, tmp_path, private_redis):
+    """Redis goes away the moment a new worker's heartbeat appears (after its
+    start-up check, before Celery's consumer connects): the worker that has
+    announced itself stays up, and its Celery consumer connects when Redis is
+    back (with Celery's start-up retry off it shut down, draining), and it
+    serves. (A front end that had not read the heartbeat before Redis went
+    knows no worker meanwhile: 503; test_redis_going_away_mid_run serves
+    through an outage.)"""
+    from inference.workers.placement import HEARTBEAT_PREFIX
+
+    url = f"redis://127.0.0.1:{private_redis['port']}/0"
+    live = LiveServer(
+        repository, tmp_path / "live", extra_env={"INFERENCE_EXECUTOR": "workers", "REDIS_URL": url}, devices=("cpu",)
+    )
+    client = redis.Redis.from_url(url)
+    live.start()
+    try:
+        assert wait_for(lambda: any(client.scan_iter(f"{HEARTBEAT_PREFIX}*")), timeout=120, interval=0.01)
+        private_redis["process"].kill()
+        private_redis["process"].wait()
+        time.sleep(5)
+        worker = live.worker_processes["cpu"]
+        assert worker.poll() is None, live.worker_log_path("cpu").read_text()
+        private_redis["process"] = private_redis["start"]()
+        live.wait_for_workers()
+        assert wait_for(lambda: _celery_consumes(url), timeout=30, interval=0.5)
+        http = httpclient.InferenceServerClient(live.http_url)
+        x, y = _affine(http, httpclient, "anywhere")
+        np.testing.assert_allclose(y, x + 5)
+        assert worker.poll() is None and "Shutting down" not in live.worker_log_path("cpu").read_text()
+    finally:
+        assert live.stop() == 0
+
+
+def _celery_consumes(url: str) -> bool:
+    """Whether a Celery worker connected to the broker at ``url`` answers a
+    broadcast ping (its consumer is connected)."""
+    from celery import Celery
+
+    app = Celery(broker=url)
+    try:
+        return bool(app.control.ping(timeout=1.0))
+    finally:
+        app.close()
+
+
 def test_container_health_checks(server):
     """The health commands docker-compose.yml uses, against live processes."""
     assert manage(server, "worker_health", "--device", "cpu").returncode == 0
