@@ -260,6 +260,7 @@ def _runner(loader, budget_mb: int, processes: int = 1, **gpu) -> ModelRunner:
         on_wait=_observe_wait,
         load_wait_seconds=settings.MODEL_LOAD_WAIT_SECONDS,
         release=residency.release_freed_memory if in_rss else None,
+        first_run=settings.SESSION_FIRST_RUN,
         **gpu,
     )
 

@@ -42,7 +42,7 @@ from inference.runtime.onnx import OnnxModel
 from inference.runtime.queue_policy import Schedule
 from inference.runtime.residency import Admission, Costs, rss_bytes
 from inference.runtime.sequences.policy import SequenceRequest
-from inference.runtime.warmup import warm_up
+from inference.runtime.warmup import first_run, warm_up
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +102,7 @@ class ModelRunner:
         costs: Costs | None = None,
         load_wait_seconds: float = 0.0,
         release: Callable[[], object] | None = None,
+        first_run: bool = False,
     ):
         """``drain_seconds``: how long a version that stopped serving keeps
         its sessions (:meth:`retain`), so that requests routed to it before
@@ -114,11 +115,14 @@ class ModelRunner:
         called before and after each load so that what a load is charged is
         what its sessions hold; a growth of half the artifact's size is then
         a measurement (without it, anything less than the size is taken for
-        reused memory)."""
+        reused memory). ``first_run``: each instance of a version without
+        ``model_warmup`` runs zeros once at load
+        (:func:`~inference.runtime.warmup.first_run`; SESSION_FIRST_RUN)."""
         self._load = load
         self.budget = budget_bytes
         self.cost_factor = cost_factor
         self._release = release
+        self._first_runs = first_run
         self.costs = costs or Costs(cost_factor, credible=0.5 if release else 1.0)
         self.admission = Admission()
         self._on_load = on_load
@@ -141,7 +145,9 @@ class ModelRunner:
         self._serving: set | None = None  # the keys of the last retain()
         self._draining: dict[tuple, float] = {}  # key -> when it is unloaded (time.monotonic())
         self._sweeper: threading.Timer | None = None
-        self.counts = {"loads": 0, "transient_loads": 0, "evictions": 0, "hits": 0, "misses": 0, "warmups": 0}
+        self.counts = dict.fromkeys(
+            ("loads", "transient_loads", "evictions", "hits", "misses", "warmups", "first_runs"), 0
+        )
 
     # -- running ---------------------------------------------------------
     def run(
@@ -299,6 +305,8 @@ class ModelRunner:
                 instances = [self._load(target) for _ in range(max(1, target.instances))]
                 if target.warmup:  # Triton's model_warmup, on every instance, before the version serves
                     self.counts["warmups"] += sum(warm_up(instance, target) for instance in instances)
+                elif self._first_runs:  # ONNX Runtime's first-run work at load, not in a request (zeros)
+                    self.counts["first_runs"] += sum(first_run(instance, target) for instance in instances)
             except InferenceError:
                 raise
             except Exception as exc:

@@ -22,6 +22,10 @@ is not next to the model is skipped with a warning. Each sample run is one
 log line; the runner counts them (``counts["warmups"]``). Warm-up runs are
 not inference requests: the statistics extension counts clients' requests
 only.
+
+A version without ``model_warmup`` gets one run of zeros per instance at
+load instead (:func:`first_run`, SESSION_FIRST_RUN; beyond Triton, whose
+default is none): a failure there does not fail the load.
 """
 
 from __future__ import annotations
@@ -31,8 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 
-from inference.protocol.datatypes import BY_NAME, BY_TRITON
+from inference.protocol.datatypes import BY_NAME, BY_ORT, BY_TRITON
 from inference.protocol.errors import ModelNotReady
 from inference.runtime import cuda
 
@@ -184,3 +189,41 @@ def warm_up(instance, target, where: str = "") -> int:
             reason = getattr(exc, "message", None) or str(exc)
             raise WarmupFailed(f"failed to run warmup sample '{sample.name}': {reason}") from None
     return runs
+
+
+#: The most input bytes a first run (:func:`first_run`) allocates; a model that takes more is not warmed.
+FIRST_RUN_MAX_BYTES = 16 * 1024 * 1024
+
+
+def first_run(instance, target) -> bool:
+    """One run of zeros on a freshly loaded instance (an OnnxModel) of a
+    version without ``model_warmup`` (SESSION_FIRST_RUN), so that ONNX
+    Runtime's first-run work (allocation planning, the arena's growth,
+    kernels' lazy set-up) is done at load, not in a caller's request or in
+    the compute latency a rollout's analysis compares. Only for numeric
+    inputs whose dims are all known (a symbolic dim counts as 1) and at most
+    FIRST_RUN_MAX_BYTES in all; a run that fails (a model that zeros do not
+    suit) is skipped with a debug line: the version loads either way. GPU
+    failures are raised as for any run. Returns whether it ran."""
+    session = instance.session
+    given = {}
+    size = 0
+    for arg in session.get_inputs():
+        datatype = BY_ORT.get(arg.type)
+        if datatype is None or datatype.is_bytes:
+            return False
+        shape = tuple(d if isinstance(d, int) and d >= 0 else 1 for d in arg.shape)
+        size += int(np.prod(shape)) * datatype.itemsize
+        if size > FIRST_RUN_MAX_BYTES:
+            return False
+        given[arg.name] = np.zeros(shape, dtype=datatype.numpy)
+    quiet = ort.RunOptions()
+    quiet.log_severity_level = 4  # a failed run is expected of some models: no ONNX Runtime error line
+    try:
+        instance.run(given, [o.name for o in session.get_outputs()], quiet)
+    except (cuda.DeviceFailed, cuda.GpuOutOfMemory):
+        raise
+    except Exception as exc:
+        logger.debug("%s: no first run of zeros (%s)", target.describe(), exc)
+        return False
+    return True
