@@ -305,6 +305,7 @@ class WorkerServeTarget(ServeTarget):
     ):
         executor = "celery" if transport == "celery" else "workers"  # celery: a baseline checkout's Celery tasks
         env = {"INFERENCE_EXECUTOR": executor, "REDIS_URL": redis_url, "SECRET_KEY": secrets.token_urlsafe(50)}
+        env.update(kwargs.pop("extra_env", None) or {})  # front end and worker alike
         if transport:
             env["WORKER_TRANSPORT"] = transport.removesuffix("-tcp")
         super().__init__(repository, work_dir, name=name, extra_env=env, **kwargs)

@@ -2,7 +2,7 @@
 once per variant (each with its own environment), loaded in turns.
 
     .venv/bin/python bench/variants.py [--model tiny] [--transports rest-binary]
-        [--concurrency 1,8] [--seconds 3] [--rounds 4] default: one:HTTP_THREADS=1,HTTP_BODY_THREADS=0
+        [--concurrency 1,8] [--seconds 3] [--rounds 4] [--workers] default: one:HTTP_THREADS=1,HTTP_BODY_THREADS=0
 
 A variant is ``name:VAR=value,VAR=value`` (``name:`` alone: the defaults);
 the first one is the baseline of the ratios. Each round loads every
@@ -17,6 +17,11 @@ blocking-thread pool grows while requests overlap and keeps its threads for
 
 On a shared two-core machine a single round's ratio varies by ±20% or more
 (bench/README.md, "Fewer Python threads"): compare medians of several rounds.
+
+``--workers``: every variant in worker mode (``serve-workers`` as run.py
+starts it: one ``runworker --device cpu`` with the variant's environment
+too, each variant on its own Redis database from 12 on; at most 3
+variants); the CPU and context switches then include the worker's.
 """
 
 from __future__ import annotations
@@ -32,8 +37,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import models as bench_models  # noqa: E402
-from bench.targets import ServeTarget  # noqa: E402
+from bench.targets import ServeTarget, WorkerServeTarget  # noqa: E402
 from bench.worker_cost import cells, measure, prepare, role_pids  # noqa: E402
+from bench.workloads import TRANSPORTS  # noqa: E402
 
 WORK = ROOT / "bench" / "work"
 
@@ -69,23 +75,35 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--concurrency", default="1,8")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--workers", action="store_true", help="every variant in worker mode")
     args = parser.parse_args(argv)
+    if args.workers and len(args.variants) > 3:
+        parser.error("--workers: at most 3 variants (Redis databases 12-14)")
     prepared = prepare(bench_models.MODELS[args.model], args.transports, "variants-repository")
     if prepared is None:
         return 2
     repository, transports, requests, loaders = prepared
     targets = [
-        ServeTarget(repository, WORK, name=f"variant-{name}", extra_env=env)
-        for name, env in map(parse_variant, args.variants)
+        WorkerServeTarget(repository, WORK, f"variant-{name}", f"redis://127.0.0.1:6379/{12 + number}", extra_env=env)
+        if args.workers
+        else ServeTarget(repository, WORK, name=f"variant-{name}", extra_env=env)
+        for number, (name, env) in enumerate(map(parse_variant, args.variants))
     ]
+    if args.workers:  # ready once an inference has gone through the worker
+        probe = requests.get("rest-binary") or TRANSPORTS["rest-binary"].build_request(
+            bench_models.MODELS[args.model], bench_models.MODELS[args.model].sample_inputs(repository)
+        )
+        for target in targets:
+            target.probe = (probe.path, probe.body, probe.headers)
     results: dict[tuple, list] = {}
     try:
         for target in targets:
             target.start()
         concurrencies = [int(c) for c in args.concurrency.split(",")]
         for round_no, transport, concurrency, target in cells(args.rounds, transports, concurrencies, targets):
+            sessions = {target.process.pid} | ({target.worker.pid} if getattr(target, "worker", None) else set())
             load, costs = measure(loaders[transport.loader], target, transport.name, requests[transport.name],
-                                  concurrency, args.seconds, {target.process.pid})  # fmt: skip
+                                  concurrency, args.seconds, sessions)  # fmt: skip
             cpu, switches = sum(c[0] for c in costs.values()), sum(c[1] for c in costs.values())
             results.setdefault((transport.name, concurrency, target.name), []).append(
                 (load.rps, load.p50_ms, cpu, switches)
@@ -96,6 +114,8 @@ def main(argv: list[str]) -> int:
     finally:
         for target in targets:
             target.stop()
+            if getattr(target, "worker", None) is not None:
+                target.terminate(target.worker)
     print_table(results, targets[0].name, args)
     print("\nThreads of each HTTP process after the run: "
           + "; ".join(f"{name} {counts}" for name, counts in threads.items()))  # fmt: skip
