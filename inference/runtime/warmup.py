@@ -193,6 +193,9 @@ def warm_up(instance, target, where: str = "") -> int:
 
 #: The most input bytes a first run (:func:`first_run`) allocates; a model that takes more is not warmed.
 FIRST_RUN_MAX_BYTES = 16 * 1024 * 1024
+#: Versions this big (bytes) get no first run: one run of theirs costs far more than what a first run saves
+#: (their load is bench/shared_weights.py's, which a run of zeros would lengthen).
+FIRST_RUN_MAX_MODEL_BYTES = 256 * 1024 * 1024
 
 
 def first_run(instance, target) -> bool:
@@ -200,11 +203,14 @@ def first_run(instance, target) -> bool:
     version without ``model_warmup`` (SESSION_FIRST_RUN), so that ONNX
     Runtime's first-run work (allocation planning, the arena's growth,
     kernels' lazy set-up) is done at load, not in a caller's request or in
-    the compute latency a rollout's analysis compares. Only for numeric
-    inputs whose dims are all known (a symbolic dim counts as 1) and at most
-    FIRST_RUN_MAX_BYTES in all; a run that fails (a model that zeros do not
-    suit) is skipped with a debug line: the version loads either way. GPU
-    failures are raised as for any run. Returns whether it ran."""
+    the compute latency a rollout's analysis compares. Only for versions
+    under FIRST_RUN_MAX_MODEL_BYTES (``target.size``) with numeric inputs
+    (a symbolic dim counts as 1) of at most FIRST_RUN_MAX_BYTES in all; a
+    run that fails (a model that zeros do not suit) is skipped with a debug
+    line: the version loads either way. GPU failures are raised as for any
+    run. Returns whether it ran."""
+    if target.size >= FIRST_RUN_MAX_MODEL_BYTES:
+        return False
     session = instance.session
     given = {}
     size = 0

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 from inference.runtime.execution import RunTarget
 from inference.runtime.onnx import OnnxModel
 from inference.runtime.runner import ModelRunner
-from inference.runtime.warmup import FIRST_RUN_MAX_BYTES, WarmupInput, WarmupSample
+from inference.runtime.warmup import FIRST_RUN_MAX_BYTES, FIRST_RUN_MAX_MODEL_BYTES, WarmupInput, WarmupSample
 from tests.support import onnx_models as m
 
 
@@ -37,8 +37,8 @@ def _runner(payload: bytes, first_run: bool = True) -> tuple[ModelRunner, list[R
     return ModelRunner(load, first_run=first_run), made
 
 
-def _target(instances: int = 1, **kwargs) -> RunTarget:
-    return RunTarget("m", 1, "sha-m", "m", 100, instances=instances, **kwargs)
+def _target(instances: int = 1, size: int = 100, **kwargs) -> RunTarget:
+    return RunTarget("m", 1, "sha-m", "m", size, instances=instances, **kwargs)
 
 
 def _int_division() -> bytes:
@@ -77,7 +77,7 @@ def test_a_model_that_zeros_do_not_suit_still_loads_and_serves():
     assert len(made[0].feeds) == 2  # the failed first run, then the request
 
 
-def test_no_first_run_for_strings_large_inputs_configured_warmups_or_when_off():
+def test_no_first_run_for_strings_large_inputs_big_versions_configured_warmups_or_when_off():
     strings, made = _runner(m.string_suffix())
     strings.run(_target(), {"text": np.array([b"a"], dtype=object)}, ["out"], rows=1)
     assert strings.counts["first_runs"] == 0 and len(made[0].feeds) == 1
@@ -86,6 +86,10 @@ def test_no_first_run_for_strings_large_inputs_configured_warmups_or_when_off():
     large, made = _runner(m.identity("FP32", shape=(side, side)))
     large.run(_target(), {"INPUT0": np.ones((side, side), dtype=np.float32)}, ["OUTPUT0"], rows=1)
     assert large.counts["first_runs"] == 0 and len(made[0].feeds) == 1
+
+    big, made = _runner(m.affine(2.0, 1.0))  # a version as big as the cap (its target's size)
+    big.run(_target(size=FIRST_RUN_MAX_MODEL_BYTES), {"x": np.ones((1, 4), dtype=np.float32)}, ["y"], rows=1)
+    assert big.counts["first_runs"] == 0 and len(made[0].feeds) == 1
 
     sample = WarmupSample("ones", 1, 1, (WarmupInput("x", "FP32", (4,)),), batched=True)
     configured, made = _runner(m.affine(2.0, 1.0))
