@@ -64,9 +64,9 @@ SERVING_PROCESSES = env.int("SERVING_PROCESSES", default=1)
 #: Sessions load on a version's first request; this bounds that request's wait for the load, seconds
 #: (0: only the request's deadline): past it the request is refused (503 / UNAVAILABLE, "still loading;
 #: retry") while the load goes on for the next requests (inference/runtime/runner.py).
-#: Each instance of a version without model_warmup runs zeros once at load (inference/runtime/warmup.py first_run).
-SESSION_FIRST_RUN = env.bool("SESSION_FIRST_RUN", default=True)
 MODEL_LOAD_WAIT_SECONDS = env.float("MODEL_LOAD_WAIT_SECONDS", default=120.0)
+#: Each instance of a version without model_warmup runs zeros once at load (inference/runtime/warmup.py first_runs).
+SESSION_FIRST_RUN = env.bool("SESSION_FIRST_RUN", default=True)
 #: Models whose serving versions every serving process (and worker) loads at its start, before it is
 #: ready, and never unloads for the memory budget: comma-separated names or shell-style patterns
 #: (``fraud-*``; ``*``: every model). A model's config can ask for it too (parameter ``always_loaded``).

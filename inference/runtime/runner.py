@@ -42,7 +42,7 @@ from inference.runtime.onnx import OnnxModel
 from inference.runtime.queue_policy import Schedule
 from inference.runtime.residency import Admission, Costs, rss_bytes
 from inference.runtime.sequences.policy import SequenceRequest
-from inference.runtime.warmup import first_run, warm_up
+from inference.runtime.warmup import first_runs, warm_up
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class ModelRunner:
         a measurement (without it, anything less than the size is taken for
         reused memory). ``first_run``: each instance of a version without
         ``model_warmup`` runs zeros once at load
-        (:func:`~inference.runtime.warmup.first_run`; SESSION_FIRST_RUN)."""
+        (:func:`~inference.runtime.warmup.first_runs`; SESSION_FIRST_RUN)."""
         self._load = load
         self.budget = budget_bytes
         self.cost_factor = cost_factor
@@ -306,7 +306,7 @@ class ModelRunner:
                 if target.warmup:  # Triton's model_warmup, on every instance, before the version serves
                     self.counts["warmups"] += sum(warm_up(instance, target) for instance in instances)
                 elif self._first_runs:  # ONNX Runtime's first-run work at load, not in a request (zeros)
-                    self.counts["first_runs"] += sum(first_run(instance, target) for instance in instances)
+                    self.counts["first_runs"] += first_runs(instances, target)
             except InferenceError:
                 raise
             except Exception as exc:

@@ -24,22 +24,24 @@ not inference requests: the statistics extension counts clients' requests
 only.
 
 A version without ``model_warmup`` gets one run of zeros per instance at
-load instead (:func:`first_run`, SESSION_FIRST_RUN; beyond Triton, whose
+load instead (:func:`first_runs`, SESSION_FIRST_RUN; beyond Triton, whose
 default is none): a failure there does not fail the load.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
-from inference.protocol.datatypes import BY_NAME, BY_ORT, BY_TRITON
+from inference.protocol.datatypes import BY_NAME, BY_TRITON
 from inference.protocol.errors import ModelNotReady
 from inference.runtime import cuda
+from inference.runtime.onnx import describe_tensors
 
 logger = logging.getLogger(__name__)
 
@@ -191,45 +193,48 @@ def warm_up(instance, target, where: str = "") -> int:
     return runs
 
 
-#: The most input bytes a first run (:func:`first_run`) allocates; a model that takes more is not warmed.
+#: The most input bytes a first run (:func:`first_runs`) allocates; a model that takes more is not warmed.
 FIRST_RUN_MAX_BYTES = 16 * 1024 * 1024
 #: Versions this big (bytes) get no first run: one run of theirs costs far more than what a first run saves
 #: (their load is bench/shared_weights.py's, which a run of zeros would lengthen).
 FIRST_RUN_MAX_MODEL_BYTES = 256 * 1024 * 1024
 
 
-def first_run(instance, target) -> bool:
-    """One run of zeros on a freshly loaded instance (an OnnxModel) of a
-    version without ``model_warmup`` (SESSION_FIRST_RUN), so that ONNX
-    Runtime's first-run work (allocation planning, the arena's growth,
-    kernels' lazy set-up) is done at load, not in a caller's request or in
-    the compute latency a rollout's analysis compares. Only for versions
-    under FIRST_RUN_MAX_MODEL_BYTES (``target.size``) with numeric inputs
-    (a symbolic dim counts as 1) of at most FIRST_RUN_MAX_BYTES in all; a
-    run that fails (a model that zeros do not suit) is skipped with a debug
-    line: the version loads either way. GPU failures are raised as for any
-    run. Returns whether it ran."""
-    if target.size >= FIRST_RUN_MAX_MODEL_BYTES:
-        return False
-    session = instance.session
-    given = {}
-    size = 0
-    for arg in session.get_inputs():
-        datatype = BY_ORT.get(arg.type)
-        if datatype is None or datatype.is_bytes:
-            return False
-        shape = tuple(d if isinstance(d, int) and d >= 0 else 1 for d in arg.shape)
-        size += int(np.prod(shape)) * datatype.itemsize
-        if size > FIRST_RUN_MAX_BYTES:
-            return False
-        given[arg.name] = np.zeros(shape, dtype=datatype.numpy)
+def first_runs(instances, target) -> int:
+    """One run of zeros on each freshly loaded instance (OnnxModels of one
+    version) of a version without ``model_warmup`` (SESSION_FIRST_RUN), so
+    that ONNX Runtime's first-run work (allocation planning, the arena's
+    growth, kernels' lazy set-up) is done at load, not in a caller's request
+    or in the compute latency a rollout's analysis compares. Only for
+    versions under FIRST_RUN_MAX_MODEL_BYTES (``target.size``) with numeric
+    inputs (a symbolic dim counts as 1) of at most FIRST_RUN_MAX_BYTES in
+    all; a run that fails (a model that zeros do not suit) is skipped with a
+    debug line: the version loads either way. GPU failures are raised as for
+    any run. Returns the runs made."""
+    if target.size >= FIRST_RUN_MAX_MODEL_BYTES or not instances:
+        return 0
+    session = instances[0].session
+    try:
+        inputs = describe_tensors(session.get_inputs(), "input")
+    except TypeError:  # a type the protocol cannot carry: no request could feed it either
+        return 0
+    shapes = {t.name: (BY_NAME[t.datatype], tuple(max(d, 1) for d in t.shape)) for t in inputs}
+    if any(datatype.is_bytes for datatype, _ in shapes.values()):
+        return 0
+    if sum(math.prod(shape) * datatype.itemsize for datatype, shape in shapes.values()) > FIRST_RUN_MAX_BYTES:
+        return 0  # checked before anything is allocated
+    given = {name: np.zeros(shape, dtype=datatype.numpy) for name, (datatype, shape) in shapes.items()}
+    outputs = [o.name for o in session.get_outputs()]
     quiet = ort.RunOptions()
     quiet.log_severity_level = 4  # a failed run is expected of some models: no ONNX Runtime error line
-    try:
-        instance.run(given, [o.name for o in session.get_outputs()], quiet)
-    except (cuda.DeviceFailed, cuda.GpuOutOfMemory):
-        raise
-    except Exception as exc:
-        logger.debug("%s: no first run of zeros (%s)", target.describe(), exc)
-        return False
-    return True
+    runs = 0
+    for instance in instances:
+        try:
+            instance.run(given, outputs, quiet)
+        except (cuda.DeviceFailed, cuda.GpuOutOfMemory):
+            raise
+        except Exception as exc:
+            logger.debug("%s: no first run of zeros (%s)", target.describe(), exc)
+            return runs
+        runs += 1
+    return runs
