@@ -38,8 +38,7 @@ if str(ROOT) not in sys.path:
 
 from bench import models as bench_models  # noqa: E402
 from bench.targets import ServeTarget, WorkerServeTarget  # noqa: E402
-from bench.worker_cost import cells, measure, prepare, role_pids  # noqa: E402
-from bench.workloads import TRANSPORTS  # noqa: E402
+from bench.worker_cost import cells, measure, prepare, rest_probe, role_pids, stop_all, target_sessions  # noqa: E402
 
 WORK = ROOT / "bench" / "work"
 
@@ -90,20 +89,16 @@ def main(argv: list[str]) -> int:
         for number, (name, env) in enumerate(map(parse_variant, args.variants))
     ]
     if args.workers:  # ready once an inference has gone through the worker
-        probe = requests.get("rest-binary") or TRANSPORTS["rest-binary"].build_request(
-            bench_models.MODELS[args.model], bench_models.MODELS[args.model].sample_inputs(repository)
-        )
         for target in targets:
-            target.probe = (probe.path, probe.body, probe.headers)
+            target.probe = rest_probe(bench_models.MODELS[args.model], repository, requests)
     results: dict[tuple, list] = {}
     try:
         for target in targets:
             target.start()
         concurrencies = [int(c) for c in args.concurrency.split(",")]
         for round_no, transport, concurrency, target in cells(args.rounds, transports, concurrencies, targets):
-            sessions = {target.process.pid} | ({target.worker.pid} if getattr(target, "worker", None) else set())
             load, costs = measure(loaders[transport.loader], target, transport.name, requests[transport.name],
-                                  concurrency, args.seconds, sessions)  # fmt: skip
+                                  concurrency, args.seconds, target_sessions(target))  # fmt: skip
             cpu, switches = sum(c[0] for c in costs.values()), sum(c[1] for c in costs.values())
             results.setdefault((transport.name, concurrency, target.name), []).append(
                 (load.rps, load.p50_ms, cpu, switches)
@@ -112,10 +107,7 @@ def main(argv: list[str]) -> int:
                   f"req/s  {cpu:5.0f} us CPU  {switches:4.1f} cs", flush=True)  # fmt: skip
         threads = {target.name: http_threads(target) for target in targets}
     finally:
-        for target in targets:
-            target.stop()
-            if getattr(target, "worker", None) is not None:
-                target.terminate(target.worker)
+        stop_all(targets)
     print_table(results, targets[0].name, args)
     print("\nThreads of each HTTP process after the run: "
           + "; ".join(f"{name} {counts}" for name, counts in threads.items()))  # fmt: skip

@@ -129,6 +129,29 @@ def prepare(model, transport_names: str, repository_name: str):
     return repository, transports, {t.name: t.build_request(model, inputs) for t in transports}, loaders
 
 
+def rest_probe(model, repository: Path, requests: dict) -> tuple[str, bytes, dict[str, str]]:
+    """Worker mode's readiness probe (a REST binary inference, whatever the
+    transports measured): the prepared request when there is one."""
+    rest = requests.get("rest-binary") or TRANSPORTS["rest-binary"].build_request(
+        model, model.sample_inputs(repository)
+    )
+    return rest.path, rest.body, rest.headers
+
+
+def target_sessions(target) -> set[int]:
+    """The sessions of a target's processes: its server's, and its worker's in worker mode."""
+    worker = getattr(target, "worker", None)
+    return {target.process.pid} | ({worker.pid} if worker is not None else set())
+
+
+def stop_all(targets) -> None:
+    """Stop every target, and its worker in worker mode."""
+    for target in targets:
+        target.stop()
+        if getattr(target, "worker", None) is not None:
+            target.terminate(target.worker)
+
+
 def cells(rounds: int, transports, concurrencies, targets):
     """(round, transport, concurrency, target), interleaved: in each round,
     cell after cell, every target in turn on each."""
@@ -167,30 +190,21 @@ def main(argv: list[str]) -> int:
     repository, transports, requests, loaders = prepared
     serve = ServeTarget(repository, WORK)
     workers = WorkerServeTarget(repository, WORK)
-    rest = requests.get("rest-binary") or TRANSPORTS["rest-binary"].build_request(
-        model, model.sample_inputs(repository)
-    )  # worker mode's readiness probe is a REST inference, whatever the transports measured
-    workers.probe = (rest.path, rest.body, rest.headers)
+    workers.probe = rest_probe(model, repository, requests)
     targets = [serve, workers]
     results: dict[tuple, list] = {}
     try:
         for target in targets:
             target.start()
         for round_no, transport, concurrency, target in cells(args.rounds, transports, (1, 8), targets):
-            sessions = {target.process.pid}
-            if getattr(target, "worker", None) is not None:
-                sessions.add(target.worker.pid)
             load, costs = measure(loaders[transport.loader], target, transport.name, requests[transport.name],
-                                  concurrency, args.seconds, sessions)  # fmt: skip
+                                  concurrency, args.seconds, target_sessions(target))  # fmt: skip
             results.setdefault((transport.name, concurrency, target.name), []).append((load.rps, costs))
             cpu = sum(c[0] for c in costs.values())
             print(f"round {round_no} {target.name:14} {transport.name:12} c{concurrency}  "
                   f"{load.rps:8,.0f} req/s  {cpu:6.0f} us CPU/request", flush=True)  # fmt: skip
     finally:
-        for target in targets:
-            target.stop()
-            if getattr(target, "worker", None) is not None:
-                target.terminate(target.worker)
+        stop_all(targets)
     print_table(results, args)
     return 0
 
