@@ -1,5 +1,7 @@
 # The two commands of the README: `make run` (server with demo models) and `make test`.
-PYTHON ?= python3
+# The interpreter .venv is built from: scripts/pick_python.sh (the distribution's optimised CPython
+# 3.11 where it has venv, else python3). A venv built from another interpreter is rebuilt.
+PYTHON ?= $(shell scripts/pick_python.sh)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
@@ -7,7 +9,7 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 PG_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: venv test-tools run demo docs test test-docs test-sqlite test-postgres test-worker-mode bench profile triton-qa proto lint clean
+.PHONY: FORCE venv test-tools run demo docs test test-docs test-sqlite test-postgres test-worker-mode bench profile triton-qa proto lint clean
 
 venv: $(VENV)/.installed node_modules/.installed
 
@@ -16,7 +18,15 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --ignore-scripts
 	touch $@
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+# Which interpreter the venv was built from; rewritten (and the venv removed) only when it changes.
+$(VENV)/.interpreter: FORCE
+	@want=$$(realpath "$$(command -v $(PYTHON))"); \
+	if [ "$$(cat $@ 2>/dev/null)" != "$$want" ]; then \
+	  [ ! -e $(VENV) ] || echo "$(VENV) was built from another interpreter: rebuilding it from $$want"; \
+	  rm -rf $(VENV); mkdir -p $(VENV); echo "$$want" > $@; \
+	fi
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt $(VENV)/.interpreter
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -r requirements-dev.txt

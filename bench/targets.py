@@ -206,8 +206,10 @@ class ServeTarget(ProcessTarget):
         threads: int | None = None,
         extra_env: dict[str, str] | None = None,
         root: Path = ROOT,
+        python: str | None = None,
     ):
         self.var_dir = run_dir(work_dir, name)
+        self.python = python or sys.executable  # the interpreter of manage.py (and its worker)
         super().__init__(name, self.var_dir / "serve.log")
         self.root = root  # the checkout whose manage.py runs (another for a baseline)
         self.repository = repository
@@ -226,7 +228,7 @@ class ServeTarget(ProcessTarget):
             extra += ["--workers", str(self.workers)]
         if self.threads is not None:
             extra += ["--threads", str(self.threads)]
-        return serve_command(self.repository, self.http_port, self.grpc_port, *extra)
+        return [self.python, *serve_command(self.repository, self.http_port, self.grpc_port, *extra)[1:]]
 
     #: Server settings recorded next to the results, as the server resolves them.
     RECORDED = ("HTTP_WORKERS", "HTTP_THREADS", "GRPC_PROCESSES", "GRPC_THREADS")
@@ -238,7 +240,7 @@ class ServeTarget(ProcessTarget):
             f"print(json.dumps({{k: str(getattr(s, k)) for k in {self.RECORDED!r} if hasattr(s, k)}}))"
         )
         out = subprocess.run(
-            [sys.executable, "manage.py", "shell", "-c", code],
+            [self.python, "manage.py", "shell", "-c", code],
             cwd=self.root,
             env=self.env,
             capture_output=True,
@@ -336,7 +338,7 @@ class WorkerServeTarget(ServeTarget):
         redis.Redis.from_url(self.redis_url, socket_connect_timeout=3).flushdb()
 
     def worker_command(self) -> list[str]:
-        command = [sys.executable, "manage.py", "runworker", "--device", "cpu"]
+        command = [self.python, "manage.py", "runworker", "--device", "cpu"]
         return command + (["--concurrency", "4"] if self.transport == "celery" else [])
 
     def start(self, timeout: float = 120) -> None:

@@ -5,7 +5,10 @@ once per variant (each with its own environment), loaded in turns.
         [--concurrency 1,8] [--seconds 3] [--rounds 4] [--workers] default: one:HTTP_THREADS=1,HTTP_BODY_THREADS=0
 
 A variant is ``name:VAR=value,VAR=value`` (``name:`` alone: the defaults);
-the first one is the baseline of the ratios. Each round loads every
+the first one is the baseline of the ratios. ``PYTHON=/path/to/python`` is
+not passed on as a variable: it is the interpreter that runs the variant's
+``manage.py`` (a venv's python with the project's requirements installed),
+e.g. ``pyenv:PYTHON=/tmp/venv-pyenv/bin/python debian:``. Each round loads every
 variant in turn on each transport and concurrency (wrk for REST, h2load for
 gRPC, 1 s of warm-up first, not counted), so that the machine's drift falls
 on every variant alike. Per cell, medians over rounds: req/s, the ratio to
@@ -82,11 +85,13 @@ def main(argv: list[str]) -> int:
     if prepared is None:
         return 2
     repository, transports, requests, loaders = prepared
+    variants = [(name, env, env.pop("PYTHON", None)) for name, env in map(parse_variant, args.variants)]
     targets = [
-        WorkerServeTarget(repository, WORK, f"variant-{name}", f"redis://127.0.0.1:6379/{12 + number}", extra_env=env)
+        WorkerServeTarget(repository, WORK, f"variant-{name}", f"redis://127.0.0.1:6379/{12 + number}",
+                          extra_env=env, python=python)  # fmt: skip
         if args.workers
-        else ServeTarget(repository, WORK, name=f"variant-{name}", extra_env=env)
-        for number, (name, env) in enumerate(map(parse_variant, args.variants))
+        else ServeTarget(repository, WORK, name=f"variant-{name}", extra_env=env, python=python)
+        for number, (name, env, python) in enumerate(variants)
     ]
     if args.workers:  # ready once an inference has gone through the worker
         for target in targets:
