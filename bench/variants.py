@@ -87,8 +87,9 @@ def main(argv: list[str]) -> int:
     repository, transports, requests, loaders = prepared
     variants = [(name, env, env.pop("PYTHON", None)) for name, env in map(parse_variant, args.variants)]
     targets = [
-        WorkerServeTarget(repository, WORK, f"variant-{name}", f"redis://127.0.0.1:6379/{12 + number}",
-                          extra_env=env, python=python)  # fmt: skip
+        WorkerServeTarget(
+            repository, WORK, f"variant-{name}", f"redis://127.0.0.1:6379/{12 + number}", extra_env=env, python=python
+        )
         if args.workers
         else ServeTarget(repository, WORK, name=f"variant-{name}", extra_env=env, python=python)
         for number, (name, env, python) in enumerate(variants)
