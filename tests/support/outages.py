@@ -70,12 +70,14 @@ class Switch:
     """A TCP relay on 127.0.0.1:``port`` to ``target``. ``off()``: the port
     refuses connections and open ones are cut (a server that went away);
     ``on()``: it accepts again. ``hold()``: new connections wait, not relayed,
-    until ``release()`` (``held``: how many wait)."""
+    until ``release()`` (``held``: how many wait; ``held_requests``: the first
+    line each sent, e.g. ``b"PUT /bucket/key HTTP/1.1"``, to tell whose)."""
 
     def __init__(self, target: tuple[str, int]):
         self.target = target
         self.port = free_port()
         self.held = 0
+        self.held_requests: list[bytes] = []
         self._gate = threading.Event()
         self._gate.set()
         self._lock = threading.Lock()
@@ -130,8 +132,10 @@ class Switch:
         with self._lock:
             self._open.add(client)
         if not self._gate.is_set():
+            first = self._first_line(client)
             with self._lock:
                 self.held += 1
+                self.held_requests.append(first)
             self._gate.wait()
         try:
             upstream = socket.create_connection(self.target)
@@ -142,6 +146,17 @@ class Switch:
             self._open.add(upstream)
         threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
         self._pump(client, upstream)
+
+    @staticmethod
+    def _first_line(client: socket.socket) -> bytes:
+        """The first line the client sent, left unread (b"" if none within 5 s)."""
+        client.settimeout(5)
+        try:
+            return client.recv(1024, socket.MSG_PEEK).split(b"\r\n", 1)[0]
+        except OSError:
+            return b""
+        finally:
+            client.settimeout(None)
 
     @staticmethod
     def _pump(source: socket.socket, sink: socket.socket) -> None:
