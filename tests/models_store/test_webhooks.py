@@ -17,6 +17,7 @@ import pytest
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
+from hosting.celery import app as celery_app
 from models_store.intake import services as intake
 from models_store.models import AuditEvent, ModelVersion, WebhookDelivery
 from models_store.registry import selectors
@@ -221,6 +222,9 @@ def test_a_celery_worker_delivers_in_worker_mode(alice, two_versions, monkeypatc
     """Where no thread delivers, the Celery task does (eager here: no broker in
     this test, and an eager task does not wait for its countdown: no back-off)."""
     settings.WEBHOOK_RETRY_SECONDS = 0
+    # Eager whatever an earlier test of this process left in Celery's configuration (a CI run found
+    # a broker URL of another test's Redis there: the task could not be queued).
+    monkeypatch.setitem(celery_app.conf, "task_always_eager", True)
     monkeypatch.setattr(webhook_delivery, "_delivers_here", lambda: False)
     monkeypatch.setattr(webhook_delivery, "_start_timer", lambda *a: pytest.fail("a thread was started"))
     with Receiver([500]) as hooks:
