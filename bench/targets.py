@@ -228,7 +228,7 @@ class ServeTarget(ProcessTarget):
             extra += ["--workers", str(self.workers)]
         if self.threads is not None:
             extra += ["--threads", str(self.threads)]
-        return [self.python, *serve_command(self.repository, self.http_port, self.grpc_port, *extra)[1:]]
+        return serve_command(self.repository, self.http_port, self.grpc_port, *extra, python=self.python)
 
     #: Server settings recorded next to the results, as the server resolves them.
     RECORDED = ("HTTP_WORKERS", "HTTP_THREADS", "GRPC_PROCESSES", "GRPC_THREADS")

@@ -6,10 +6,9 @@
 # than in a plain source build with a shared libpython (pyenv's default, this machine's `python3`):
 # serve answers 3-16% more small requests per second (bench/README.md, "The interpreter"). Else python3.
 set -euo pipefail
-for candidate in /usr/bin/python3.11; do
-  if [ -x "$candidate" ] && "$candidate" -c "import ensurepip, venv" >/dev/null 2>&1; then
-    echo "$candidate"
-    exit 0
-  fi
-done
-echo python3
+candidate=/usr/bin/python3.11
+if [ -x "$candidate" ] && "$candidate" -c "import ensurepip, venv" >/dev/null 2>&1; then
+  echo "$candidate"
+else
+  echo python3
+fi

@@ -43,6 +43,10 @@ class PrivatePostgres:
         self._run(_pg_bin("createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "modelhost")
 
     @property
+    def held(self) -> int:
+        return len(self.held_requests)
+
+    @property
     def url(self) -> str:
         return f"postgres://postgres@127.0.0.1:{self.port}/modelhost"
 
@@ -76,7 +80,6 @@ class Switch:
     def __init__(self, target: tuple[str, int]):
         self.target = target
         self.port = free_port()
-        self.held = 0
         self.held_requests: list[bytes] = []
         self._gate = threading.Event()
         self._gate.set()
@@ -134,7 +137,6 @@ class Switch:
         if not self._gate.is_set():
             first = self._first_line(client)
             with self._lock:
-                self.held += 1
                 self.held_requests.append(first)
             self._gate.wait()
         try:

@@ -39,10 +39,11 @@ def http_ok(url: str, timeout: float = 2) -> bool:
         return False
 
 
-def serve_command(repository: Path, http_port: int, grpc_port: int, *extra: str) -> list[str]:
-    """``manage.py serve`` on a model repository and two ports (the tests' and the benchmark's)."""
+def serve_command(repository: Path, http_port: int, grpc_port: int, *extra: str, python: str = "") -> list[str]:
+    """``manage.py serve`` on a model repository and two ports (the tests' and the benchmark's),
+    run by ``python`` (default: this interpreter)."""
     return [
-        sys.executable, "manage.py", "serve", "--model-repository", str(repository),
+        python or sys.executable, "manage.py", "serve", "--model-repository", str(repository),
         "--http-port", str(http_port), "--grpc-port", str(grpc_port), *extra,
     ]  # fmt: skip
 
