@@ -203,7 +203,8 @@ class DataPlane:
         """Run ``request`` on the resolved model version (``version``, when the adapter resolved it already
         for this request) for a caller ``admission`` (:meth:`admit`) admitted to its model, once checked
         (:mod:`inference.requests.checks`, :mod:`inference.requests.jobs`), when its flow's turn at the version's
-        seats comes (:mod:`inference.admission.fair_share`; ``seated``: the caller took the seat already;
+        seats comes (:mod:`inference.admission.fair_share`; ``seated``: the caller checked the admission, routed
+        the request to ``version`` and took the seat already;
         ``started``: when the request arrived, ``time.perf_counter_ns()``, if it waited for that seat already:
         its deadline counts from then). Outputs
         requested with ``classification: N`` come back as their top N (Triton's classification extension).
@@ -221,9 +222,12 @@ class DataPlane:
         started: int | None,
     ):  # fmt: skip
         started = _now() if started is None else started
-        admission.check(request)
         runtime_settings.follow()  # the machine's trace and log settings (one memory read)
-        entry = self._route(admission, request, version)
+        if seated:  # from infer_async, which checked and routed it
+            entry = version
+        else:
+            admission.check(request)
+            entry = self._route(admission, request, version)
         if entry.ensemble is not None:  # a graph of other versions (inference/ensembles/runs.py)
             if seated:
                 return self._ensembles.infer(admission, request, entry, started)

@@ -61,6 +61,8 @@ _FIELD_DTYPES = {
 
 def parameters_from_proto(params) -> dict:
     """A ``map<string, InferParameter>`` as a dict of Python values."""
+    if not params:  # most requests have none: no iteration over the map
+        return {}
     out = {}
     for key, value in params.items():
         choice = value.WhichOneof("parameter_choice")

@@ -167,17 +167,17 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
         try:
             admission = await self.dataplane.admit_async(token, request.model_name)
             async with admission:  # the caller is admitted: its tensors may now be decoded
-                with tracing.step("decode"):
-                    if converters.decodes_inline(request):
-                        infer_request, received = converters.infer_request_from_proto(request, self.max_request_bytes)
-                    else:
-                        infer_request, received = await asyncio.to_thread(
-                            converters.infer_request_from_proto, request, self.max_request_bytes
-                        )
+                if tracing.ENABLED:
+                    with tracing.step("decode"):
+                        infer_request, received = await self._decode(request)
+                elif converters.decodes_inline(request):  # untraced and small: no span, no coroutine
+                    infer_request, received = converters.infer_request_from_proto(request, self.max_request_bytes)
+                else:
+                    infer_request, received = await self._decode(request)
                 result = await self.dataplane.infer_async(admission, infer_request)
-            with tracing.step("encode"):
-                answer = streaming.new_answer() if streamed else None
-                response = converters.infer_response_to_proto(result, None if answer is None else answer.infer_response)
+            answer = streaming.new_answer() if streamed else None
+            into = None if answer is None else answer.infer_response
+            response = tracing.in_step("encode", converters.infer_response_to_proto, result, into)
             outcome, version = "success", response.model_version
         except InferenceError as exc:
             outcome, error, version = exc.code.lower(), exc, exc.served_version
@@ -187,7 +187,8 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
         finally:
             observability.observe(
                 "grpc",
-                request.model_name if self.dataplane.knows(request.model_name) else "",
+                # a version answered: its model is known; else labelled only when it exists
+                request.model_name if version or self.dataplane.knows(request.model_name) else "",
                 version,
                 outcome,
                 time.perf_counter() - started,
@@ -199,6 +200,14 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
         if error is not None:
             return None, error
         return (answer if streamed else response), None
+
+    async def _decode(self, request) -> tuple:
+        """(InferenceRequest, raw bytes) of a ModelInferRequest
+        (:func:`converters.infer_request_from_proto`): inline when cheap
+        (:func:`converters.decodes_inline`), else in a thread."""
+        if converters.decodes_inline(request):
+            return converters.infer_request_from_proto(request, self.max_request_bytes)
+        return await asyncio.to_thread(converters.infer_request_from_proto, request, self.max_request_bytes)
 
     # -- extensions ----------------------------------------------------------
     @rpc

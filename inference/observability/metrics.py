@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import logging
 import os
+from bisect import bisect_left
 
 from django.conf import settings
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
@@ -137,18 +138,36 @@ _bytes_children: dict[str, tuple] = {}
 _level: int | None = None
 
 
-def _series(model: str, version: str, protocol: str, outcome: str):
+def _series(model: str, version: str, protocol: str, outcome: str) -> tuple:
+    """The request counter's and latency histogram's values of one label set:
+    (count, sum, buckets, upper bounds). The values are prometheus_client's
+    own (``_value``, ``_sum``, ``_buckets``: a lock and, in multiprocess mode,
+    an mmap write each), updated without the children's per-call checks
+    (~1.3 us of the ~3.5 us the public calls cost per request in
+    multiprocess mode; prometheus_client is pinned and the metrics tests read
+    the exposition)."""
     key = (model, version, protocol, outcome)
-    pair = _children.get(key)
-    if pair is None:
-        pair = _children[key] = (REQUESTS.labels(*key), LATENCY.labels(*key))
-    return pair
+    series = _children.get(key)
+    if series is None:
+        counter, histogram = REQUESTS.labels(*key), LATENCY.labels(*key)
+        series = _children[key] = (counter._value, histogram._sum, histogram._buckets, histogram._upper_bounds)
+    return series
 
 
-def _bytes(protocol: str):
+def _count(series: tuple, seconds: float) -> None:
+    """One request of ``seconds`` in ``series`` (:func:`_series`): the counter, the histogram's sum and
+    the first bucket whose upper bound holds it (as ``Histogram.observe``)."""
+    count, total, buckets, bounds = series
+    count.inc(1)
+    total.inc(seconds)
+    buckets[bisect_left(bounds, seconds)].inc(1)
+
+
+def _bytes(protocol: str) -> tuple:
+    """The byte counters' values of ``protocol`` (in, out), as :func:`_series`'s."""
     pair = _bytes_children.get(protocol)
     if pair is None:
-        pair = _bytes_children[protocol] = (BYTES.labels(protocol, "in"), BYTES.labels(protocol, "out"))
+        pair = _bytes_children[protocol] = (BYTES.labels(protocol, "in")._value, BYTES.labels(protocol, "out")._value)
     return pair
 
 
@@ -169,11 +188,10 @@ def observe(
 ) -> None:
     """Record one inference request (metrics, the log line when enabled, and
     a refused one in the summary of refusals, :data:`outage.REFUSALS`)."""
-    counter, histogram = _series(model, version, protocol, outcome)
+    series = _series(model, version, protocol, outcome)
     if outcome in REFUSED:
         REFUSALS.record(outcome.upper(), model)
-    counter.inc()
-    histogram.observe(seconds)
+    _count(series, seconds)
     counted_in, counted_out = _bytes(protocol)
     if bytes_in:
         counted_in.inc(bytes_in)
@@ -201,9 +219,7 @@ def count_step(protocol: str, model: str, version: str, outcome: str, seconds: f
     its pinned version; ``protocol``: the ensemble request's transport;
     ``outcome`` as :func:`observe`'s) in the request counter and histogram;
     no log line or bytes."""
-    counter, histogram = _series(model, version, protocol, outcome)
-    counter.inc()
-    histogram.observe(seconds)
+    _count(_series(model, version, protocol, outcome), seconds)
 
 
 _pending_children: dict[tuple[str, str], object] = {}

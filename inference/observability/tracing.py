@@ -175,6 +175,15 @@ def step(name: str, **attributes):
     return tracer().start_as_current_span(name, attributes=attributes or None)
 
 
+def in_step(name: str, function, *args):
+    """``function(*args)`` inside :func:`step` ``name``; called directly,
+    without even a no-op span, while tracing is off (the hot path's steps)."""
+    if not ENABLED:
+        return function(*args)
+    with step(name):
+        return function(*args)
+
+
 def annotate(**attributes) -> None:
     """Set attributes on the current span (when traced)."""
     if ENABLED and recording():

@@ -99,7 +99,13 @@ def check_inputs(entry: VersionEntry, request: InferenceRequest) -> tuple[dict, 
             raise triton_texts.datatype_mismatch(tensor.name, tensor.datatype, entry.model_name, spec.datatype.name)
         shape = tensor.shape
         expected = spec.shape
-        if len(shape) != len(expected) or any(e >= 0 and e != s for s, e in zip(shape, expected)):
+        fits = len(shape) == len(expected)
+        if fits:
+            for size, wanted in zip(shape, expected):  # a loop: no generator per request
+                if wanted >= 0 and wanted != size:
+                    fits = False
+                    break
+        if not fits:
             raise InvalidInput(
                 f"input '{tensor.name}' has shape {list(shape)}, but model '{entry.model_name}' "
                 f"expects {list(expected)} (-1: any size)"
@@ -114,7 +120,8 @@ def check_inputs(entry: VersionEntry, request: InferenceRequest) -> tuple[dict, 
                 raise InvalidInput(f"inputs disagree on the batch size ({batch} and {shape[0]})")
             batch = shape[0]
         feeds[tensor.name] = tensor.data
-    if any(name not in feeds and name not in entry.optional_inputs for name in specs):
+    # every input given (names are unique and known by now) needs no search for a missing one
+    if len(feeds) < len(specs) and any(name not in feeds and name not in entry.optional_inputs for name in specs):
         raise triton_texts.input_count(entry.model_name, given, list(specs), entry.optional_inputs)
     return feeds, (batch if batch is not None else 1)
 

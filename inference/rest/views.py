@@ -109,13 +109,13 @@ class InferView(DirectPostView):
         dataplane = self.dataplane
         with dataplane.admit(self.token(request), model_name) as admission:  # 401/403/429 before the body
             served = self.served = dataplane.route(model_name, model_version)  # 404/503 before the body
-            with tracing.step("decode"):
-                infer_request = parse_infer_request(request, model_name, model_version, served)
+            infer_request = tracing.in_step("decode", parse_infer_request, request, model_name, model_version, served)
             self.request_id = infer_request.id
             response = dataplane.infer(admission, infer_request, served)
         binary_default = bool(infer_request.parameters.get("binary_data_output", False))
-        with tracing.step("encode"):
-            body, header_length = message.encode_response(response, infer_request.outputs, binary_default)
+        body, header_length = tracing.in_step(
+            "encode", message.encode_response, response, infer_request.outputs, binary_default
+        )
         coding = compression.choose(request.META.get("HTTP_ACCEPT_ENCODING"))
         if coding is None:
             return inference_response(body, header_length)

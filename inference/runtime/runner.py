@@ -164,7 +164,7 @@ class ModelRunner:
         if self.budget:
             self.admission.touch(target.key)
         version = self._loaded.get(target.key)
-        if version is not None and version.target == target:
+        if version is not None and (version.target is target or version.target == target):
             if self.budget:
                 self.counts["hits"] += 1
             version.last_used = time.monotonic()
@@ -448,7 +448,7 @@ class ModelRunner:
     def has(self, target: RunTarget) -> bool:
         """Whether ``target``'s sessions are loaded (a request for it waits for no load)."""
         version = self._loaded.get(target.key)
-        return version is not None and version.target == target
+        return version is not None and (version.target is target or version.target == target)
 
     def loaded(self) -> list[RunTarget]:
         """Targets of the loaded versions, least recently used first."""
