@@ -8,7 +8,9 @@ A variant is ``name:VAR=value,VAR=value`` (``name:`` alone: the defaults);
 the first one is the baseline of the ratios. ``PYTHON=/path/to/python`` is
 not passed on as a variable: it is the interpreter that runs the variant's
 ``manage.py`` (a venv's python with the project's requirements installed),
-e.g. ``pyenv:PYTHON=/tmp/venv-pyenv/bin/python debian:``. Each round loads every
+e.g. ``pyenv:PYTHON=/tmp/venv-pyenv/bin/python debian:``. ``CHECKOUT=/path``
+is not passed on either: the checkout whose ``manage.py`` runs (a git
+worktree of another commit, e.g. ``before:CHECKOUT=/tmp/before after:``). Each round loads every
 variant in turn on each transport and concurrency (wrk for REST, h2load for
 gRPC, 1 s of warm-up first, not counted), so that the machine's drift falls
 on every variant alike. Per cell, medians over rounds: req/s, the ratio to
@@ -85,14 +87,17 @@ def main(argv: list[str]) -> int:
     if prepared is None:
         return 2
     repository, transports, requests, loaders = prepared
-    variants = [(name, env, env.pop("PYTHON", None)) for name, env in map(parse_variant, args.variants)]
+    variants = [
+        (name, env, {"python": env.pop("PYTHON", None), "root": Path(env.pop("CHECKOUT", ROOT)).resolve()})
+        for name, env in map(parse_variant, args.variants)
+    ]
     targets = [
         WorkerServeTarget(
-            repository, WORK, f"variant-{name}", f"redis://127.0.0.1:6379/{12 + number}", extra_env=env, python=python
+            repository, WORK, f"variant-{name}", f"redis://127.0.0.1:6379/{12 + number}", extra_env=env, **where
         )
         if args.workers
-        else ServeTarget(repository, WORK, name=f"variant-{name}", extra_env=env, python=python)
-        for number, (name, env, python) in enumerate(variants)
+        else ServeTarget(repository, WORK, name=f"variant-{name}", extra_env=env, **where)
+        for number, (name, env, where) in enumerate(variants)
     ]
     if args.workers:  # ready once an inference has gone through the worker
         for target in targets:
