@@ -1,7 +1,8 @@
 """Fixed-answer servers: the transport floor of the hot-path profile.
 
 The same HTTP server as ``manage.py serve`` (granian, WSGI, the same workers,
-threads and options) and the same gRPC server (grpc.aio, SO_REUSEPORT, the
+threads and options) and the same gRPC server (grpc.aio, SO_REUSEPORT, grpc core's
+experiments as `profile_hot_path.py` passes them (GRPC_EXPERIMENTS), the
 same number of processes), running an application that reads the whole
 request body and answers fixed bytes: what is left of a request when the
 application costs nothing. ``FIXED_ANSWER_FILE`` holds the answer (a real

@@ -264,7 +264,10 @@ class FixedAnswerTarget(ProcessTarget):
             "bench.fixed_answer:application",
         ]  # fmt: skip
         self.process = self.spawn(command, rest_env, ROOT, self.log_path)
-        grpc_env = dict(env, FIXED_ANSWER_FILE=str(WORK / "grpc-answer.bin"))
+        # grpc core's experiments as serve's gRPC processes run them (GRPC_EXPERIMENTS, docs/configuration.md)
+        grpc_env = dict(
+            env, FIXED_ANSWER_FILE=str(WORK / "grpc-answer.bin"), GRPC_EXPERIMENTS=settings.GRPC_EXPERIMENTS
+        )
         self.grpc_children = [
             self.spawn(
                 [sys.executable, "-m", "bench.fixed_answer", "--grpc-port", str(self.grpc_port)],

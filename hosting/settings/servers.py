@@ -25,6 +25,16 @@ BODY_MIN_BYTES_PER_SECOND = env.int("BODY_MIN_BYTES_PER_SECOND", default=64 * 10
 GRPC_PROCESSES = env.int("GRPC_PROCESSES", default=2)
 GRPC_THREADS = env.int("GRPC_THREADS", default=16)
 GRPC_GRACE_SECONDS = env.float("GRPC_GRACE_SECONDS", default=10.0)
+#: grpc core's experiments for the gRPC server processes (grpc's own
+#: GRPC_EXPERIMENTS variable, which `rungrpc` and `serve` set for them): the
+#: default turns off the EventEngine listener and endpoints and the EventEngine
+#: poller for Python, which on grpcio 1.81 cost a small request ~80 us more CPU
+#: and ~20% of its rate (bench/README.md, "grpc core's experiments"); "" keeps
+#: grpcio's defaults.
+GRPC_EXPERIMENTS = env.str(
+    "GRPC_EXPERIMENTS",
+    default="-event_engine_listener,-event_engine_for_all_other_endpoints,-event_engine_poller_for_python",
+)
 #: Set by `serve --grpc-port` for its children: the gRPC server creates this
 #: file once it listens (and removes it on stop), and the HTTP ready route
 #: answers 503 while it is missing, so that "ready" means both transports.

@@ -25,6 +25,9 @@ class Command(BaseCommand):
     def handle(self, *args, host, port, processes, threads, **options):
         if processes < 1:
             raise CommandError("--processes must be at least 1")
+        # grpc core reads its experiments when it starts, which is after this (no server or channel yet),
+        # and the children inherit them.
+        os.environ["GRPC_EXPERIMENTS"] = settings.GRPC_EXPERIMENTS
         self.stdout.write(f"serving OIP gRPC on {host}:{port} ({processes} process(es))")
         self.stdout.flush()
         if processes == 1:

@@ -192,6 +192,7 @@ class Command(BaseCommand):
         ready_file = None
         grpc_processes = settings.GRPC_PROCESSES if options["grpc_port"] is not None else 0
         env["SERVING_PROCESSES"] = str(options["workers"] + grpc_processes)  # they share SESSION_MEMORY_BUDGET_MB
+        env["GRPC_EXPERIMENTS"] = settings.GRPC_EXPERIMENTS  # grpc core's, from the gRPC processes' start
         if options["grpc_port"] is not None:  # ready means both transports listen
             ready_file = Path(settings.VAR_DIR) / "run" / f"grpc-{options['grpc_port']}.ready"
             ready_file.unlink(missing_ok=True)
