@@ -36,7 +36,7 @@ def test_observed_requests_render_their_counts_buckets_and_sums():
     labels = f'model="{model}",outcome="success",protocol="grpc",version="3"'
     for bound in bounds:
         expected = int(np.count_nonzero(durations <= bound))
-        assert latency[f"modelhost_inference_request_duration_seconds_bucket{{le=\"{bound}\",{labels}}}"] == expected
+        assert latency[f'modelhost_inference_request_duration_seconds_bucket{{le="{bound}",{labels}}}'] == expected
     assert latency[f'modelhost_inference_request_duration_seconds_bucket{{le="+Inf",{labels}}}'] == len(durations)
     assert latency[f"modelhost_inference_request_duration_seconds_count{{{labels}}}"] == len(durations)
     assert np.isclose(latency[f"modelhost_inference_request_duration_seconds_sum{{{labels}}}"], durations.sum())
