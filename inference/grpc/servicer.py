@@ -167,13 +167,15 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
         try:
             admission = await self.dataplane.admit_async(token, request.model_name)
             async with admission:  # the caller is admitted: its tensors may now be decoded
-                if tracing.ENABLED:
+                if converters.decodes_inline(request):  # small: on the loop, no span object while untraced
+                    infer_request, received = tracing.in_step(
+                        "decode", converters.infer_request_from_proto, request, self.max_request_bytes
+                    )
+                else:  # large: in a thread
                     with tracing.step("decode"):
-                        infer_request, received = await self._decode(request)
-                elif converters.decodes_inline(request):  # untraced and small: no span, no coroutine
-                    infer_request, received = converters.infer_request_from_proto(request, self.max_request_bytes)
-                else:
-                    infer_request, received = await self._decode(request)
+                        infer_request, received = await asyncio.to_thread(
+                            converters.infer_request_from_proto, request, self.max_request_bytes
+                        )
                 result = await self.dataplane.infer_async(admission, infer_request)
             answer = streaming.new_answer() if streamed else None
             into = None if answer is None else answer.infer_response
@@ -200,14 +202,6 @@ class InferenceServicer(oip_pb2_grpc.GRPCInferenceServiceServicer):
         if error is not None:
             return None, error
         return (answer if streamed else response), None
-
-    async def _decode(self, request) -> tuple:
-        """(InferenceRequest, raw bytes) of a ModelInferRequest
-        (:func:`converters.infer_request_from_proto`): inline when cheap
-        (:func:`converters.decodes_inline`), else in a thread."""
-        if converters.decodes_inline(request):
-            return converters.infer_request_from_proto(request, self.max_request_bytes)
-        return await asyncio.to_thread(converters.infer_request_from_proto, request, self.max_request_bytes)
 
     # -- extensions ----------------------------------------------------------
     @rpc

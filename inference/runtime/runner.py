@@ -163,8 +163,8 @@ class ModelRunner:
         queue timeout (:mod:`inference.runtime.batching`)."""
         if self.budget:
             self.admission.touch(target.key)
-        version = self._loaded.get(target.key)
-        if version is not None and (version.target is target or version.target == target):
+        version = self._loaded_as(target)
+        if version is not None:
             if self.budget:
                 self.counts["hits"] += 1
             version.last_used = time.monotonic()
@@ -447,8 +447,15 @@ class ModelRunner:
 
     def has(self, target: RunTarget) -> bool:
         """Whether ``target``'s sessions are loaded (a request for it waits for no load)."""
+        return self._loaded_as(target) is not None
+
+    def _loaded_as(self, target: RunTarget):
+        """The loaded version of ``target``'s key if it was loaded as ``target`` (the same object, the
+        registry's usual case, before a field-by-field comparison), else None."""
         version = self._loaded.get(target.key)
-        return version is not None and (version.target is target or version.target == target)
+        if version is not None and (version.target is target or version.target == target):
+            return version
+        return None
 
     def loaded(self) -> list[RunTarget]:
         """Targets of the loaded versions, least recently used first."""

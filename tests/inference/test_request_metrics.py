@@ -9,16 +9,12 @@ from __future__ import annotations
 import numpy as np
 
 from inference.observability import metrics
+from tests.support.exposition import samples
 
 
-def samples(text: bytes, prefix: str, model: str) -> dict[str, float]:
-    """{sample line's name and labels: value} of the lines for ``model`` starting with ``prefix``."""
-    out = {}
-    for line in text.decode().splitlines():
-        if line.startswith(prefix) and f'model="{model}"' in line:
-            key, number = line.rsplit(" ", 1)
-            out[key] = float(number)
-    return out
+def samples_of(text: bytes, prefix: str, model: str) -> dict[str, float]:
+    """The samples (:func:`samples`) of ``model`` whose name starts with ``prefix``."""
+    return {key: value for key, value in samples(text).items() if key.startswith(prefix) and f'model="{model}"' in key}
 
 
 def test_observed_requests_render_their_counts_buckets_and_sums():
@@ -32,7 +28,7 @@ def test_observed_requests_render_their_counts_buckets_and_sums():
     durations = np.append(durations, 0.0004)
 
     text = metrics.render_metrics()
-    latency = samples(text, "modelhost_inference_request_duration_seconds", model)
+    latency = samples_of(text, "modelhost_inference_request_duration_seconds", model)
     labels = f'model="{model}",outcome="success",protocol="grpc",version="3"'
     for bound in bounds:
         expected = int(np.count_nonzero(durations <= bound))
@@ -40,7 +36,7 @@ def test_observed_requests_render_their_counts_buckets_and_sums():
     assert latency[f'modelhost_inference_request_duration_seconds_bucket{{le="+Inf",{labels}}}'] == len(durations)
     assert latency[f"modelhost_inference_request_duration_seconds_count{{{labels}}}"] == len(durations)
     assert np.isclose(latency[f"modelhost_inference_request_duration_seconds_sum{{{labels}}}"], durations.sum())
-    requests = samples(text, "modelhost_inference_requests_total", model)
+    requests = samples_of(text, "modelhost_inference_requests_total", model)
     assert requests == {f"modelhost_inference_requests_total{{{labels}}}": float(len(durations))}
 
 
@@ -54,9 +50,12 @@ def test_observed_bytes_add_up_per_direction():
 
 
 def _bytes(text: bytes) -> dict[str, float]:
-    out = {}
-    for line in text.decode().splitlines():
-        if line.startswith("modelhost_inference_request_bytes_total") and 'protocol="tfserving"' in line:
-            direction = "in" if 'direction="in"' in line else "out"
-            out[direction] = float(line.rsplit(" ", 1)[1])
-    return out
+    """{direction: bytes} of the tfserving byte counters."""
+    return {
+        direction: value
+        for key, value in samples(text).items()
+        for direction in ("in", "out")
+        if key.startswith("modelhost_inference_request_bytes_total")
+        and 'protocol="tfserving"' in key
+        and f'direction="{direction}"' in key
+    }

@@ -13,16 +13,7 @@ from inference.observability import statistics_local as local
 from inference.observability.statistics import StatisticsRecorder, failure_reason
 from inference.observability.triton_metrics import HostMetrics, TritonMetrics
 from inference.protocol.errors import DeadlineExceeded, InferenceError, InvalidInput, ModelNotReady
-
-
-def samples(text: bytes) -> dict[str, float]:
-    """{sample line's name and labels as written: value}."""
-    out = {}
-    for line in text.decode().splitlines():
-        if line and not line.startswith("#"):
-            key, number = line.rsplit(" ", 1)
-            out[key] = float(number)
-    return out
+from tests.support.exposition import samples
 
 
 def test_the_counters_of_known_requests_render_as_triton_writes_them():
