@@ -17,10 +17,13 @@ in one run:
 
 Results go to stdout and bench/PROFILE.md.
 
-    .venv/bin/python bench/profile_hot_path.py [--seconds 4] [--rounds 3] [--triton]
+    .venv/bin/python bench/profile_hot_path.py [--seconds 4] [--rounds 3] [--triton] [--before PATH]
 
 ``--triton`` adds Triton (bench/peers/triton.py, as ``make bench`` runs it)
 to the live rounds: the floor, ``serve`` and Triton in one interleaved run.
+``--before PATH`` adds ``serve`` of an earlier commit (a git worktree at
+PATH) and the gRPC floor with grpcio's defaults, the one that commit ran
+on: each one's p50 above its own floor, in the same rounds.
 """
 
 from __future__ import annotations
@@ -34,7 +37,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import defaultdict
 from pathlib import Path
 
@@ -57,11 +59,14 @@ from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
 from bench import models as bench_models  # noqa: E402
+from bench.floor import FixedAnswerTarget, capture_answers  # noqa: E402
 from bench.loads import make_loaders  # noqa: E402
-from bench.targets import ProcessTarget, ServeTarget, ort_env  # noqa: E402
+from bench.targets import ServeTarget, ort_env  # noqa: E402
 from bench.workloads import GRPC_INFER_PATH, Request, RestBinary, grpc_frame  # noqa: E402
 
 MODEL = bench_models.MODELS["tiny"]
+#: The gRPC floor with grpcio's defaults (GRPC_EXPERIMENTS unset): the floor of a ``--before`` commit.
+DEFAULT_FLOOR = "fixed answer (grpcio defaults)"
 
 #: Where sampled code lives -> the group it is reported under (first match wins).
 GROUPS = (
@@ -237,66 +242,6 @@ def sampled_groups(call, seconds: float) -> tuple[int, dict[str, float], list[tu
 # -- live -------------------------------------------------------------------------------------------
 
 
-class FixedAnswerTarget(ProcessTarget):
-    """bench/fixed_answer.py in granian (REST) and grpc.aio (gRPC), configured like ``serve``."""
-
-    transports = ("rest-binary", "grpc")
-    ours = False
-
-    def __init__(self, workers: int, threads: int, grpc_processes: int, rest_answer: tuple[bytes, str],
-                 grpc_answer: bytes):  # fmt: skip
-        super().__init__("fixed answer", WORK / "fixed-answer.log")
-        self.workers, self.threads, self.grpc_processes = workers, threads, grpc_processes
-        (WORK / "rest-answer.bin").write_bytes(rest_answer[0])
-        (WORK / "grpc-answer.bin").write_bytes(grpc_answer)
-        self.header_length = rest_answer[1]
-        self.grpc_children: list[subprocess.Popen] = []
-
-    def start(self) -> None:
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        rest_env = dict(env, FIXED_ANSWER_FILE=str(WORK / "rest-answer.bin"),
-                        FIXED_ANSWER_HEADER_LENGTH=self.header_length)  # fmt: skip
-        command = [
-            sys.executable, "-m", "granian", "--interface", "wsgi", "--http", "1", "--no-ws",
-            "--host", "127.0.0.1", "--port", str(self.http_port),
-            "--workers", str(self.workers), "--blocking-threads", str(self.threads),
-            "--runtime-threads", "1", "--backlog", "2048", "--log-level", "warning",
-            "bench.fixed_answer:application",
-        ]  # fmt: skip
-        self.process = self.spawn(command, rest_env, ROOT, self.log_path)
-        # grpc core's experiments as serve's gRPC processes run them (GRPC_EXPERIMENTS, docs/configuration.md)
-        grpc_env = dict(
-            env, FIXED_ANSWER_FILE=str(WORK / "grpc-answer.bin"), GRPC_EXPERIMENTS=settings.GRPC_EXPERIMENTS
-        )
-        self.grpc_children = [
-            self.spawn(
-                [sys.executable, "-m", "bench.fixed_answer", "--grpc-port", str(self.grpc_port)],
-                grpc_env,
-                ROOT,
-                WORK / f"fixed-answer-grpc-{i}.log",
-            )
-            for i in range(self.grpc_processes)
-        ]
-        self.wait_ready(60, ready_path="/")
-
-    def stop(self) -> None:
-        for child in self.grpc_children:
-            self.terminate(child)
-        super().stop()
-
-
-def capture_answers(serve: ServeTarget, rest: Request, grpc_message: bytes) -> tuple[tuple[bytes, str], bytes]:
-    """serve's real answers to the two requests (REST: body and header length; gRPC: the message)."""
-    import grpc
-
-    http = urllib.request.Request(serve.base_url + rest.path, data=rest.body, headers=rest.headers, method="POST")
-    with urllib.request.urlopen(http, timeout=30) as response:
-        rest_answer = (response.read(), response.headers["Inference-Header-Content-Length"])
-    with grpc.insecure_channel(serve.grpc_address) as channel:
-        grpc_answer = channel.unary_unary(GRPC_INFER_PATH)(grpc_message, timeout=30)
-    return rest_answer, grpc_answer
-
-
 def live(targets: list, requests: dict[str, dict[str, Request]], seconds: float,
          rounds: int) -> dict[tuple[str, str, int], list]:  # fmt: skip
     """``requests``: transport -> target name -> the request (its answer's size is the target's own)."""
@@ -307,7 +252,9 @@ def live(targets: list, requests: dict[str, dict[str, Request]], seconds: float,
             loader = loaders["wrk" if transport == "rest-binary" else "h2load"]
             for concurrency in (1, 8):
                 for target in targets:
-                    request = by_target[target.name]
+                    request = by_target.get(target.name)
+                    if request is None:  # a floor of one transport only
+                        continue
                     url = target.base_url if transport == "rest-binary" else f"http://{target.grpc_address}"
                     loader.run(url, request, concurrency, 1)  # warm-up
                     result = loader.run(url, request, concurrency, seconds)
@@ -328,6 +275,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved live rounds; medians reported (3)")
     parser.add_argument("--sample-seconds", type=float, default=3, help="pyinstrument sampling per path (3)")
     parser.add_argument("--triton", action="store_true", help="also Triton in the live rounds")
+    parser.add_argument("--before", type=Path, help="a checkout of an earlier commit (git worktree): its serve "
+                        "in the live rounds too, against the gRPC floor with grpcio's defaults")  # fmt: skip
     args = parser.parse_args()
 
     repository = WORK / "repository"
@@ -372,9 +321,16 @@ def main() -> None:
         workers = int(serve.settings().get("HTTP_WORKERS", 2))
         threads = int(serve.settings().get("HTTP_THREADS", 4))
         processes = int(serve.settings().get("GRPC_PROCESSES", 2))
-        fixed = FixedAnswerTarget(workers, threads, processes, *answers)
+        fixed = FixedAnswerTarget(WORK, workers, threads, processes, *answers, settings.GRPC_EXPERIMENTS)
         fixed.start()
         started.append(fixed)
+        if args.before is not None:  # an earlier commit, as it ran: grpcio's defaults, its own floor
+            before = ServeTarget(repository, WORK, name="before", root=args.before.resolve())
+            before.start()
+            started.append(before)
+            floor = FixedAnswerTarget(WORK, workers, threads, processes, *answers, None, name=DEFAULT_FLOOR)
+            floor.start()
+            started.append(floor)
         if args.triton:
             from bench.peers.triton import TritonTarget
 
@@ -383,10 +339,11 @@ def main() -> None:
             started.append(triton)
         grpc_requests = {}
         for target in started:  # each answers with its own bytes (h2load checks their size)
-            answer = answers[1] if target is fixed else capture_answers(target, rest, grpc_message)[1]
+            fixed_bytes = isinstance(target, FixedAnswerTarget)
+            answer = answers[1] if fixed_bytes else capture_answers(target, rest, grpc_message)[1]
             grpc_requests[target.name] = Request(grpc_request.path, grpc_request.body, grpc_request.headers,
                                                  response_bytes=len(grpc_frame(answer)))  # fmt: skip
-        requests = {"rest-binary": {t.name: rest for t in started}, "grpc": grpc_requests}
+        requests = {"rest-binary": {t.name: rest for t in started if t.name != DEFAULT_FLOOR}, "grpc": grpc_requests}
         results = live(started, requests, args.seconds, args.rounds)
     finally:
         for target in reversed(started):
@@ -405,6 +362,32 @@ def main() -> None:
     print("\n" + report)
     (ROOT / "bench" / "PROFILE.md").write_text(report)
     print("wrote bench/PROFILE.md")
+
+
+def before_section(args, med) -> list[str]:
+    """The ``--before`` commit's overhead above its floor against ours above ours (same rounds)."""
+    lines = [
+        "",
+        f"### Against {args.before.resolve().name} (`--before`), in the same rounds",
+        "",
+        "Each server's p50 above the floor it runs on: for gRPC the earlier commit's is grpc.aio with "
+        "grpcio's defaults (GRPC_EXPERIMENTS unset), ours with serve's GRPC_EXPERIMENTS; REST: one floor.",
+        "",
+        "| transport | conc. | floor p50 ms (before / ours) | before p50 ms | serve p50 ms | before's added (us) "
+        "| ours added (us) | ours / before's |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for transport in ("rest-binary", "grpc"):
+        for c in (1, 8):
+            floor = med(DEFAULT_FLOOR if transport == "grpc" else "fixed answer", transport, c, "p50_ms")
+            ours_floor = med("fixed answer", transport, c, "p50_ms")
+            before, serve = med("before", transport, c, "p50_ms"), med("serve", transport, c, "p50_ms")
+            added_before, added = (before - floor) * 1000, (serve - ours_floor) * 1000
+            lines.append(
+                f"| {transport} | {c} | {floor:.3f} / {ours_floor:.3f} | {before:.3f} | {serve:.3f} | "
+                f"{added_before:.0f} | {added:.0f} | {added / added_before:.2f} |"
+            )
+    return lines
 
 
 def render(args, timed, sampled, results, workers, threads, processes, sizes) -> str:
@@ -448,6 +431,8 @@ def render(args, timed, sampled, results, workers, threads, processes, sizes) ->
                 t_rps = med("triton", transport, c, "rps")
                 row += f" {t_rps:,.0f} | {s_rps / t_rps:.2f}x | {f_rps / t_rps:.2f}x |"
             lines.append(row)
+    if any(name == "before" for name, _, _ in results):
+        lines += before_section(args, med)
     lines += [
         "",
         "## 2. In process",
