@@ -67,6 +67,12 @@ async def _serve(address: str, threads: int | None) -> None:
 
 
 def serve_forever(address: str, threads: int | None = None) -> None:
-    """Serve until SIGTERM/SIGINT, then stop gracefully (in-flight calls finish)."""
+    """Serve until SIGTERM/SIGINT, then stop gracefully (in-flight calls finish),
+    on the event loop GRPC_EVENT_LOOP names (uvloop or asyncio)."""
     get_dataplane()  # loads the registry with the ORM, which refuses to run inside the event loop
-    asyncio.run(_serve(address, threads))
+    if settings.GRPC_EVENT_LOOP == "uvloop":
+        import uvloop
+
+        uvloop.run(_serve(address, threads))
+    else:
+        asyncio.run(_serve(address, threads))

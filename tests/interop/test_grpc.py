@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from django.core.management import CommandError, call_command
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
@@ -476,3 +477,26 @@ def test_the_grpc_processes_start_with_grpc_cores_experiments(model_server):
             b"GRPC_EXPERIMENTS=-event_engine_listener,-event_engine_for_all_other_endpoints,"
             b"-event_engine_poller_for_python" in environ
         ), pid
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_grpc_serving_processes_run_uvloop(model_server):
+    """GRPC_EVENT_LOOP's default: each serving gRPC process (rungrpc's
+    children, ``--processes 1``) runs its server on uvloop, whose extension
+    it has mapped; the supervising ``rungrpc`` imports no event loop."""
+    serving = []
+    for pid in _grpc_processes(model_server):
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        maps = Path(f"/proc/{pid}/maps").read_text()
+        if b"--processes" in argv and argv[argv.index(b"--processes") + 1] == b"1":
+            serving.append(pid)
+            assert "/uvloop/loop.cpython" in maps, pid
+        else:
+            assert "/uvloop/" not in maps, pid
+    assert len(serving) == 2, serving
+
+
+def test_rungrpc_refuses_an_unknown_event_loop(settings):
+    settings.GRPC_EVENT_LOOP = "trio"
+    with pytest.raises(CommandError, match="GRPC_EVENT_LOOP must be uvloop or asyncio, not 'trio'"):
+        call_command("rungrpc", "--processes", "1")

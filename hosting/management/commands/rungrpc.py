@@ -25,6 +25,8 @@ class Command(BaseCommand):
     def handle(self, *args, host, port, processes, threads, **options):
         if processes < 1:
             raise CommandError("--processes must be at least 1")
+        if settings.GRPC_EVENT_LOOP not in ("uvloop", "asyncio"):
+            raise CommandError(f"GRPC_EVENT_LOOP must be uvloop or asyncio, not {settings.GRPC_EVENT_LOOP!r}")
         # grpc core reads its experiments when it starts, which is after this (no server or channel yet),
         # and the children inherit them.
         os.environ["GRPC_EXPERIMENTS"] = settings.GRPC_EXPERIMENTS
