@@ -362,7 +362,10 @@ class FairShare:
 
 class LoopLag:
     """Whether an event loop is behind: a tick it should run every
-    ``PERIOD`` seconds is overdue by more than ``late`` seconds. A loop
+    ``PERIOD`` seconds is overdue by more than ``late`` seconds, or the last
+    tick ran that late (it stays behind until a tick runs on time: uvloop
+    runs due timers before the calls that arrived meanwhile, so there a
+    held loop shows only in its tick's delay). A loop
     that runs requests inline (gRPC in process) sees only the calls it has
     taken; once it is behind, calls queue in gRPC's own FIFO, where a flood
     would come before everyone else: then requests wait at their gates
@@ -377,20 +380,23 @@ class LoopLag:
         self.last = loop.time()
         self.asked = self.last
         self._ticking = False
+        self._late_tick = False  # the last tick ran more than ``late`` after its time
 
     def behind(self) -> bool:
         """Whether the loop is behind now (starts the tick if it was stopped)."""
         now = self.loop.time()
         self.asked = now
         if not self._ticking:
-            self._ticking = True
+            self._ticking, self._late_tick = True, False
             self.last = now
             self.loop.call_later(self.PERIOD, self._tick)
             return False
-        return now - self.last > self.PERIOD + self.late
+        return self._late_tick or now - self.last > self.PERIOD + self.late
 
     def _tick(self) -> None:
-        self.last = now = self.loop.time()
+        now = self.loop.time()
+        self._late_tick = now - self.last > self.PERIOD + self.late
+        self.last = now
         if now - self.asked < 1.0:
             self.loop.call_later(self.PERIOD, self._tick)
         else:

@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+import uvloop
 
 from inference.admission.fair_share import ANONYMOUS_FLOW, FairShare, Gate, LoopLag, flow_of
 from inference.ports import Principal
@@ -207,6 +208,26 @@ def test_the_loop_lag_says_behind_only_while_the_loop_is_blocked():
         return calm, blocked, lag.behind()
 
     assert asyncio.run(scenario()) == (False, True, False)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_the_loop_lag_says_behind_once_the_loop_was_held_on_either_loop(loop):
+    """An inline run holds the loop past its tick; on the loop's next turn
+    the lag says behind, also on uvloop, which runs the overdue tick before
+    the calls that arrived meanwhile (GRPC_EVENT_LOOP)."""
+
+    async def scenario():
+        lag = LoopLag(asyncio.get_running_loop())
+        assert not lag.behind()  # starts the tick
+        await asyncio.sleep(0.02)
+        calm = lag.behind()
+        time.sleep(0.03)  # an inline run holds the loop
+        await asyncio.sleep(0)  # the loop's next turn
+        held = lag.behind()
+        await asyncio.sleep(0.02)  # ticks on time again
+        return calm, held, lag.behind()
+
+    assert (uvloop.run if loop == "uvloop" else asyncio.run)(scenario()) == (False, True, False)
 
 
 def test_an_ensemble_has_two_seats_per_process_and_none_when_fair_share_is_off():
