@@ -35,10 +35,11 @@ GRPC_EXPERIMENTS = env.str(
     "GRPC_EXPERIMENTS",
     default="-event_engine_listener,-event_engine_for_all_other_endpoints,-event_engine_poller_for_python",
 )
-#: The gRPC server processes' event loop: "uvloop" (libuv's, the uvloop
-#: package: a small request's rate +8-14% at concurrency 8, bench/README.md,
-#: "The gRPC processes' event loop") or "asyncio" (the standard library's).
-GRPC_EVENT_LOOP = env.str("GRPC_EVENT_LOOP", default="uvloop")
+#: The gRPC server processes' event loop: "asyncio" (the standard library's)
+#: or "uvloop" (libuv's, the uvloop package: a small request's rate +8-14% at
+#: concurrency 8, but team B's turn after a burst came later on a loaded
+#: machine; bench/README.md, "The gRPC processes' event loop").
+GRPC_EVENT_LOOP = env.str("GRPC_EVENT_LOOP", default="asyncio")
 #: Set by `serve --grpc-port` for its children: the gRPC server creates this
 #: file once it listens (and removes it on stop), and the HTTP ready route
 #: answers 503 while it is missing, so that "ready" means both transports.

@@ -479,13 +479,35 @@ def test_the_grpc_processes_start_with_grpc_cores_experiments(model_server):
         ), pid
 
 
+@pytest.fixture(scope="module")
+def uvloop_server(test_repository, tmp_path_factory):
+    """``serve`` with ``GRPC_EVENT_LOOP=uvloop``."""
+    server = LiveServer(test_repository, tmp_path_factory.mktemp("uvloop-live"), {"GRPC_EVENT_LOOP": "uvloop"})
+    yield server.start()
+    server.stop()
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_the_grpc_serving_processes_run_uvloop(model_server):
-    """GRPC_EVENT_LOOP's default: each serving gRPC process (rungrpc's
-    children, ``--processes 1``) runs its server on uvloop, whose extension
-    it has mapped; the supervising ``rungrpc`` imports no event loop."""
-    serving = []
+def test_the_grpc_serving_processes_run_the_default_loop(model_server):
+    """GRPC_EVENT_LOOP's default, asyncio: no gRPC process maps uvloop."""
     for pid in _grpc_processes(model_server):
+        assert "/uvloop/" not in Path(f"/proc/{pid}/maps").read_text(), pid
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_with_uvloop_the_grpc_serving_processes_run_it_and_answer(uvloop_server):
+    """GRPC_EVENT_LOOP=uvloop: each serving gRPC process (rungrpc's children,
+    ``--processes 1``) runs its server on uvloop, whose extension it has
+    mapped, and answers inferences (``versioned`` version 2: y = x + 2); the
+    supervising ``rungrpc`` imports no event loop."""
+    client = grpcclient.InferenceServerClient(uvloop_server.grpc_url)
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    inp = grpcclient.InferInput("x", [2, 4], "FP32")
+    inp.set_data_from_numpy(x)
+    for _ in range(4):
+        np.testing.assert_allclose(client.infer("versioned", [inp]).as_numpy("y"), x + 2)
+    serving = []
+    for pid in _grpc_processes(uvloop_server):
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         maps = Path(f"/proc/{pid}/maps").read_text()
         if b"--processes" in argv and argv[argv.index(b"--processes") + 1] == b"1":
