@@ -506,16 +506,18 @@ def test_with_uvloop_the_grpc_serving_processes_run_it_and_answer(uvloop_server)
     inp.set_data_from_numpy(x)
     for _ in range(4):
         np.testing.assert_allclose(client.infer("versioned", [inp]).as_numpy("y"), x + 2)
-    serving = []
-    for pid in _grpc_processes(uvloop_server):
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        maps = Path(f"/proc/{pid}/maps").read_text()
-        if b"--processes" in argv and argv[argv.index(b"--processes") + 1] == b"1":
-            serving.append(pid)
-            assert "/uvloop/loop.cpython" in maps, pid
-        else:
-            assert "/uvloop/" not in maps, pid
-    assert len(serving) == 2, serving
+
+    def loops() -> dict[int, tuple[bool, bool]]:
+        """pid -> (a serving process, uvloop mapped)."""
+        found = {}
+        for pid in _grpc_processes(uvloop_server):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            serving = b"--processes" in argv and argv[argv.index(b"--processes") + 1] == b"1"
+            found[pid] = (serving, "/uvloop/loop.cpython" in Path(f"/proc/{pid}/maps").read_text())
+        return found
+
+    # Ready means one gRPC process listens (it marks the ready file): the other may still be starting.
+    assert wait_for(lambda: sorted(loops().values()) == [(False, False), (True, True), (True, True)]), loops()
 
 
 def test_rungrpc_refuses_an_unknown_event_loop(settings):
