@@ -27,6 +27,11 @@ application = BodyGate(
     queue_per_flow=max(1, settings.HTTP_BODY_THREADS // 2),  # one team never holds every waiting thread
 )
 
+if settings.HTTP_CPU_AFFINITY == "soft":
+    from hosting import affinity
+
+    affinity.start("http")
+
 if os.environ.get("MODELHOST_WARM_START", "1") == "1":
     # Each server process loads the registry snapshot (and starts its poller)
     # before its first request, not during it.

@@ -175,6 +175,14 @@ def _bytes(protocol: str) -> tuple:
 REFUSED = frozenset({"unavailable", "deadline_exceeded", "rate_limited", "internal", "resource_exhausted"})
 
 
+#: Seconds of inference requests answered in this process, summed (their
+#: latencies): its growth over an interval divided by the interval is the mean
+#: number of requests in flight then (Little's law; hosting/affinity.py reads
+#: it). Updated without a lock: a lost update under a thread switch only
+#: blurs the mean.
+SERVED_SECONDS = [0.0]
+
+
 def observe(
     protocol: str,
     model: str,
@@ -188,6 +196,7 @@ def observe(
 ) -> None:
     """Record one inference request (metrics, the log line when enabled, and
     a refused one in the summary of refusals, :data:`outage.REFUSALS`)."""
+    SERVED_SECONDS[0] += seconds
     series = _series(model, version, protocol, outcome)
     if outcome in REFUSED:
         REFUSALS.record(outcome.upper(), model)

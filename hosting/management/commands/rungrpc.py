@@ -27,6 +27,8 @@ class Command(BaseCommand):
             raise CommandError("--processes must be at least 1")
         if settings.GRPC_EVENT_LOOP not in ("uvloop", "asyncio"):
             raise CommandError(f"GRPC_EVENT_LOOP must be uvloop or asyncio, not {settings.GRPC_EVENT_LOOP!r}")
+        if settings.GRPC_CPU_AFFINITY not in ("soft", "off"):
+            raise CommandError(f"GRPC_CPU_AFFINITY must be soft or off, not {settings.GRPC_CPU_AFFINITY!r}")
         # grpc core reads its experiments when it starts, which is after this (no server or channel yet),
         # and the children inherit them.
         os.environ["GRPC_EXPERIMENTS"] = settings.GRPC_EXPERIMENTS
@@ -37,6 +39,10 @@ class Command(BaseCommand):
             # protobuf names (tritonclient, in test processes, registers them too).
             from inference.grpc.server import serve_forever
 
+            if settings.GRPC_CPU_AFFINITY == "soft":
+                from hosting import affinity
+
+                affinity.start("grpc", offset=settings.HTTP_WORKERS)
             serve_forever(f"{host}:{port}", threads)
             return
         argv = [sys.executable, "manage.py", "rungrpc", "--host", host, "--port", str(port), "--processes", "1",

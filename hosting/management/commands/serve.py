@@ -153,6 +153,9 @@ class Command(BaseCommand):
         for warning in control.warnings:
             self.stderr.write(f"warning: {warning}")
         _check_executor()
+        for name in ("HTTP_CPU_AFFINITY", "GRPC_CPU_AFFINITY"):
+            if getattr(settings, name) not in ("soft", "off"):
+                raise CommandError(f"{name} must be soft or off, not {getattr(settings, name)!r}")
         migrate()
         log = triton_flags.log_settings(options)
         if log:
