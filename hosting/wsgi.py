@@ -6,6 +6,7 @@ standard one (see hosting/wsgi_dispatch.py). In front of both, the body gate
 """
 
 import os
+import sys
 
 import django
 
@@ -27,7 +28,9 @@ application = BodyGate(
     queue_per_flow=max(1, settings.HTTP_BODY_THREADS // 2),  # one team never holds every waiting thread
 )
 
-if settings.HTTP_CPU_AFFINITY == "soft":
+if settings.HTTP_CPU_AFFINITY == "soft" and "granian" in sys.modules:
+    # In a granian worker (serve's HTTP server) only: a process that imports this
+    # module for another reason (a test, a shell) keeps its placement.
     from hosting import affinity
 
     affinity.start("http")

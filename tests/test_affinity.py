@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -116,9 +117,20 @@ def test_idle_http_workers_keep_their_threads_on_cpus_of_their_own(server):
         return [_home(pid) for pid in _http_workers(server)]
 
     assert wait_for(lambda: len(homes()) == 2 and None not in homes() and len(set(homes())) == 2, timeout=60), homes()
-    # GRPC_CPU_AFFINITY is off by default: the gRPC processes' threads may run where this test's may.
-    serving = _grpc_serving(server)
-    assert len(serving) == 2 and all(_cpus(pid) == _cpus(os.getpid()) for pid in serving), [_cpus(p) for p in serving]
+    # GRPC_CPU_AFFINITY is off by default: the gRPC processes' threads may run where serve's may.
+    serving, everywhere = _grpc_serving(server), _cpus(server.process.pid)
+    assert len(everywhere) == 1 and _home(server.process.pid) is None, everywhere
+    assert len(serving) == 2 and all(_cpus(pid) == everywhere for pid in serving), [_cpus(p) for p in serving]
+
+
+def test_a_process_that_imports_the_wsgi_module_keeps_its_placement(monkeypatch):
+    """Only granian's workers are placed: this test process imported
+    hosting.wsgi (the server tests do) and may still run on every CPU."""
+    monkeypatch.setenv("MODELHOST_WARM_START", "0")  # no registry load (no database here)
+    import hosting.wsgi  # noqa: F401
+
+    time.sleep(0.3)  # a monitor would have placed it by now (it looks every 50 ms)
+    assert _home(os.getpid()) is None and _cpus(os.getpid()) == _cpus(os.getppid()), _cpus(os.getpid())
 
 
 def test_overlapping_requests_let_a_worker_use_every_cpu_then_it_returns_home(server):
