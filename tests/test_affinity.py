@@ -130,7 +130,10 @@ def test_a_process_that_imports_the_wsgi_module_keeps_its_placement(monkeypatch)
     import hosting.wsgi  # noqa: F401
 
     time.sleep(0.3)  # a monitor would have placed it by now (it looks every 50 ms)
-    assert _home(os.getpid()) is None and _cpus(os.getpid()) == _cpus(os.getppid()), _cpus(os.getpid())
+    # The main thread (ONNX Runtime may place its own pool threads) and no monitor thread.
+    main = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/status").read_text()
+    assert f"Cpus_allowed_list:\t{next(iter(_cpus(os.getppid())))}\n" in main
+    assert not [thread.name for thread in threading.enumerate() if thread.name.startswith("affinity-")]
 
 
 def test_overlapping_requests_let_a_worker_use_every_cpu_then_it_returns_home(server):
