@@ -28,7 +28,9 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from django.conf import settings
 
 from inference.observability.metrics import SERVED_SECONDS
 
@@ -41,29 +43,29 @@ class Decision:
     hold: float = 0.0
 
 
+@dataclass
 class SoftPin:
-    """The soft pin's policy and state: pinned or wide, the current hold (s)
-    after contention and when it ends.
+    """The soft pin's policy (its thresholds, below) and state: pinned or
+    wide, the current hold (s) after contention and when it ends.
 
     :meth:`decide` is the whole policy (no system calls), so that it can be
     tested on its own; :func:`start` applies it to the process's threads.
     """
 
-    def __init__(
-        self, widen_above: float = 1.5, pin_below: float = 1.1, widen_share: float = 0.25,
-        long_wait: float = 100e-6, min_hold: float = 1.0, max_hold: float = 32.0,
-    ):  # fmt: skip
-        self.widen_above = widen_above
-        self.pin_below = pin_below
-        self.widen_share = widen_share
-        self.long_wait = long_wait
-        self.min_hold = min_hold
-        self.max_hold = max_hold
-        self.pinned = False
-        self.hold = min_hold
-        self.wide_until = 0.0
-        self.pinned_at = 0.0
-        self.contended = False  # widened for contention before
+    widen_above: float = 1.5
+    pin_below: float = 1.1
+    widen_share: float = 0.25
+    long_wait: float = 100e-6
+    min_hold: float = 1.0
+    max_hold: float = 32.0
+    pinned: bool = field(default=False, init=False)
+    hold: float = field(default=0.0, init=False)
+    wide_until: float = field(default=0.0, init=False)
+    pinned_at: float = field(default=0.0, init=False)
+    contended: bool = field(default=False, init=False)  # widened for contention before
+
+    def __post_init__(self) -> None:
+        self.hold = self.min_hold
 
     def decide(self, now: float, elapsed: float, in_flight: float, waited: float, runs: int) -> Decision:
         """The action after an interval of ``elapsed`` seconds ending at
@@ -95,10 +97,6 @@ class SoftPin:
         return Decision(None)
 
 
-def allowed_cpus() -> list[int]:
-    return sorted(os.sched_getaffinity(0))
-
-
 def rank_among_siblings() -> int:
     """This process's rank, by pid, among its parent's children (0 when
     they cannot be read): the n-th worker a server started."""
@@ -109,6 +107,18 @@ def rank_among_siblings() -> int:
     except (OSError, ValueError):
         return 0
     return children.index(os.getpid()) if os.getpid() in children else 0
+
+
+MODES = ("soft", "off")
+
+
+def unknown_mode(*names: str) -> str | None:
+    """The error for the first of the settings ``names`` (HTTP_CPU_AFFINITY,
+    GRPC_CPU_AFFINITY) whose value is not one of :data:`MODES`, or None."""
+    for name in names:
+        if getattr(settings, name) not in MODES:
+            return f"{name} must be soft or off, not {getattr(settings, name)!r}"
+    return None
 
 
 def _threads() -> list[int]:
@@ -148,9 +158,9 @@ def _run_queue(previous: dict[int, tuple[int, int]]) -> tuple[float, int]:
     return waited / 1e9, runs
 
 
-def home_cpu(offset: int = 0) -> int | None:
-    """The CPU this process keeps its threads on (None: only one allowed)."""
-    cpus = allowed_cpus()
+def home_cpu(cpus: list[int], offset: int = 0) -> int | None:
+    """The CPU of ``cpus`` (the allowed ones, sorted) this process keeps its
+    threads on (None: only one allowed)."""
     if len(cpus) < 2:
         return None
     return cpus[(rank_among_siblings() + offset) % len(cpus)]
@@ -160,10 +170,10 @@ def start(role: str, offset: int = 0, period: float = 0.05) -> threading.Thread 
     """Keep this process's threads on its home CPU, softly (see the module):
     a daemon thread applies :class:`SoftPin` every ``period`` seconds.
     Returns the thread, or None when one CPU is allowed (nothing to choose)."""
-    home = home_cpu(offset)
+    everywhere = os.sched_getaffinity(0)
+    home = home_cpu(sorted(everywhere), offset)
     if home is None:
         return None
-    everywhere = set(allowed_cpus())
     policy = SoftPin()
 
     def monitor() -> None:

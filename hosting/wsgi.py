@@ -28,16 +28,17 @@ application = BodyGate(
     queue_per_flow=max(1, settings.HTTP_BODY_THREADS // 2),  # one team never holds every waiting thread
 )
 
-if settings.HTTP_CPU_AFFINITY == "soft" and "granian" in sys.modules:
-    # In a granian worker (serve's HTTP server) only: a process that imports this
-    # module for another reason (a test, a shell) keeps its placement.
-    from hosting import affinity
-
-    affinity.start("http")
-
 if os.environ.get("MODELHOST_WARM_START", "1") == "1":
     # Each server process loads the registry snapshot (and starts its poller)
     # before its first request, not during it.
     from inference.dataplane import get_dataplane
 
     get_dataplane()
+
+if settings.HTTP_CPU_AFFINITY == "soft" and "granian" in sys.modules:
+    # In a granian worker (serve's HTTP server) only: a process that imports this
+    # module for another reason (a test, a shell) keeps its placement. After the
+    # warm start: loading the models is not confined to one CPU.
+    from hosting import affinity
+
+    affinity.start("http")

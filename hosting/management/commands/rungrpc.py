@@ -10,6 +10,7 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from hosting import affinity
 from hosting.supervisor import Child, Supervisor
 
 
@@ -27,8 +28,8 @@ class Command(BaseCommand):
             raise CommandError("--processes must be at least 1")
         if settings.GRPC_EVENT_LOOP not in ("uvloop", "asyncio"):
             raise CommandError(f"GRPC_EVENT_LOOP must be uvloop or asyncio, not {settings.GRPC_EVENT_LOOP!r}")
-        if settings.GRPC_CPU_AFFINITY not in ("soft", "off"):
-            raise CommandError(f"GRPC_CPU_AFFINITY must be soft or off, not {settings.GRPC_CPU_AFFINITY!r}")
+        if error := affinity.unknown_mode("GRPC_CPU_AFFINITY"):
+            raise CommandError(error)
         # grpc core reads its experiments when it starts, which is after this (no server or channel yet),
         # and the children inherit them.
         os.environ["GRPC_EXPERIMENTS"] = settings.GRPC_EXPERIMENTS
@@ -40,8 +41,6 @@ class Command(BaseCommand):
             from inference.grpc.server import serve_forever
 
             if settings.GRPC_CPU_AFFINITY == "soft":
-                from hosting import affinity
-
                 affinity.start("grpc", offset=settings.HTTP_WORKERS)
             serve_forever(f"{host}:{port}", threads)
             return

@@ -27,7 +27,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
-from hosting import granian_logging, metrics_port, triton_flags
+from hosting import affinity, granian_logging, metrics_port, triton_flags
 from hosting.composition import IN_PROCESS, WORKERS, executor_mode
 from hosting.deployment import DeploymentError, check_worker_mode
 from hosting.supervisor import Child, Supervisor
@@ -153,9 +153,8 @@ class Command(BaseCommand):
         for warning in control.warnings:
             self.stderr.write(f"warning: {warning}")
         _check_executor()
-        for name in ("HTTP_CPU_AFFINITY", "GRPC_CPU_AFFINITY"):
-            if getattr(settings, name) not in ("soft", "off"):
-                raise CommandError(f"{name} must be soft or off, not {getattr(settings, name)!r}")
+        if error := affinity.unknown_mode("HTTP_CPU_AFFINITY", "GRPC_CPU_AFFINITY"):
+            raise CommandError(error)
         migrate()
         log = triton_flags.log_settings(options)
         if log:
