@@ -197,14 +197,17 @@ class H2LoadLoader(Loader):
     """h2load -c<concurrency> -m1 -t<threads> -D<seconds> -d <body> -H ... --log-file <log> <url>.
 
     One stream per connection (``-m1``), so concurrency means the same as
-    for wrk; threads: 1 for one connection, else 2.
+    for wrk; threads: 1 for one connection, else 2. ``streams`` > 1: that
+    many concurrent calls per connection (``-c<concurrency / streams>
+    -m<streams>``: a gRPC client sending many calls on one channel).
     """
 
     name = "h2load"
 
-    def __init__(self, work_dir: Path, max_threads: int = 2):
+    def __init__(self, work_dir: Path, max_threads: int = 2, streams: int = 1):
         self.work_dir = work_dir
         self.max_threads = max_threads
+        self.streams = streams
         self.last_output = ""
 
     def available(self) -> str | None:
@@ -218,14 +221,16 @@ class H2LoadLoader(Loader):
         return match.group(1) if match else "unknown"
 
     def run(self, base_url: str, request: Request, concurrency: int, seconds: float) -> LoadResult:
-        threads = max(1, min(self.max_threads, concurrency))
+        streams = min(self.streams, concurrency)
+        connections = max(1, concurrency // streams)
+        threads = max(1, min(self.max_threads, connections))
         log_path = self.work_dir / "requests.log"
         self.work_dir.mkdir(parents=True, exist_ok=True)
         log_path.unlink(missing_ok=True)
         command = [
             "h2load",
-            f"-c{concurrency}",
-            "-m1",
+            f"-c{connections}",
+            f"-m{streams}",
             f"-t{threads}",
             f"-D{max(1, round(seconds))}",
             "-d", str(_body_file(self.work_dir, request)),

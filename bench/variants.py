@@ -80,6 +80,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--workers", action="store_true", help="every variant in worker mode")
+    parser.add_argument(
+        "--grpc-streams", type=int, default=1, help="concurrent gRPC calls per connection (h2load -m; default 1)"
+    )
     args = parser.parse_args(argv)
     if args.workers and len(args.variants) > 3:
         parser.error("--workers: at most 3 variants (Redis databases 12-14)")
@@ -87,6 +90,7 @@ def main(argv: list[str]) -> int:
     if prepared is None:
         return 2
     repository, transports, requests, loaders = prepared
+    loaders["h2load"].streams = max(1, args.grpc_streams)
     variants = [
         (name, env, {"python": env.pop("PYTHON", None), "root": Path(env.pop("CHECKOUT", ROOT)).resolve()})
         for name, env in map(parse_variant, args.variants)

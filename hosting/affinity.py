@@ -1,4 +1,5 @@
-"""Soft CPU affinity for the serving processes (``SERVING_CPU_AFFINITY``).
+"""Soft CPU affinity for the serving processes (``HTTP_CPU_AFFINITY``,
+``GRPC_CPU_AFFINITY``).
 
 A small request is a chain of hand-offs between one process's threads:
 granian's I/O thread and the Python thread that runs the application; grpc
@@ -11,12 +12,19 @@ concurrency 1 (bench/README.md, "CPU affinity").
 
 A pinned process cannot use a second CPU when it has parallel work (a
 gRPC client sending many calls on one channel, large decodes in threads), so
-the pin is soft: :class:`SoftPin` reads how long the process's threads
-waited in the run queue (``/proc/self/task/*/schedstat``, the kernel's
-scheduler statistics) every ``period``; once they waited more than
-``widen_share`` of it, every thread may run on every allowed CPU again, for
-a hold that doubles (up to ``max_hold``) each time contention comes back
-soon after the pin returned, and is pinned again when the hold ends.
+the pin is soft: every ``period``, :class:`SoftPin` reads how many requests
+the process had in flight (from the seconds of the requests it answered) and
+how long its threads ran and waited in the run queue
+(``/proc/self/task/*/schedstat``, the kernel's scheduler statistics). While
+requests overlap, or another process holds the home CPU (long run-queue
+waits), every thread may run on every allowed CPU again. When the home CPU
+is full, nothing the process sees tells whether a second CPU would serve
+more (a gRPC channel's concurrent calls queue inside grpc core, where no
+request is counted yet), so it probes: a moment on every CPU, and it keeps
+the placement that answered more requests per second. Widenings for a
+neighbour and probes' outcomes last a hold that doubles (up to
+``max_hold``) while they recur; they are logged at INFO, the others at
+DEBUG.
 
 Homes: the n-th process of a role (its rank among its parent's children,
 by pid) gets the n-th allowed CPU, after an ``offset`` per role, so that
@@ -25,6 +33,7 @@ by pid) gets the n-th allowed CPU, after an ``offset`` per role, so that
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -32,21 +41,26 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from inference.observability.metrics import SERVED_SECONDS
+from inference.observability.metrics import SERVED
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
 class Decision:
-    """What :meth:`SoftPin.decide` asks for: ``"pin"``, ``"widen"`` or None."""
+    """What :meth:`SoftPin.decide` asks for: ``"pin"``, ``"widen"`` or None
+    (keep the placement), for ``hold`` seconds at least, and why."""
 
     action: str | None
     hold: float = 0.0
+    why: str = ""
 
 
 @dataclass
 class SoftPin:
     """The soft pin's policy (its thresholds, below) and state: pinned or
-    wide, the current hold (s) after contention and when it ends.
+    wide, the holds (s) after contention and after a probe, and the
+    requests answered in the last intervals of the current placement.
 
     :meth:`decide` is the whole policy (no system calls), so that it can be
     tested on its own; :func:`start` applies it to the process's threads.
@@ -54,6 +68,9 @@ class SoftPin:
 
     widen_above: float = 1.5
     pin_below: float = 1.1
+    full_share: float = 0.9
+    probe_intervals: int = 4
+    probe_gain: float = 1.05
     widen_share: float = 0.25
     long_wait: float = 100e-6
     min_hold: float = 1.0
@@ -63,38 +80,92 @@ class SoftPin:
     wide_until: float = field(default=0.0, init=False)
     pinned_at: float = field(default=0.0, init=False)
     contended: bool = field(default=False, init=False)  # widened for contention before
+    probing: bool = field(default=False, init=False)
+    pinned_rate: float = field(default=0.0, init=False)  # requests/s pinned, before the probe under way
+    probe_hold: float = field(default=0.0, init=False)
+    probe_won: bool | None = field(default=None, init=False)  # the last probe's outcome: wide served more
+    next_probe: float = field(default=0.0, init=False)
+    window: list[tuple[float, int, bool]] = field(default_factory=list, init=False)  # (s, requests, full)
 
     def __post_init__(self) -> None:
-        self.hold = self.min_hold
+        self.hold = self.probe_hold = self.min_hold
 
-    def decide(self, now: float, elapsed: float, in_flight: float, waited: float, runs: int) -> Decision:
+    def decide(
+        self,
+        now: float,
+        elapsed: float,
+        in_flight: float,
+        waited: float,
+        runs: int,
+        ran: float = 0.0,
+        served: int = 0,
+    ) -> Decision:
         """The action after an interval of ``elapsed`` seconds ending at
         monotonic time ``now``, in which the process had ``in_flight``
-        requests under way on average and its threads waited ``waited``
-        seconds in the run queue before ``runs`` turns on a CPU.
+        requests under way on average, answered ``served`` requests, and its
+        threads ran ``ran`` CPU seconds in all and waited ``waited`` seconds
+        in the run queue before ``runs`` turns on a CPU.
 
         Pinned, it widens when requests overlap (more than ``widen_above``
-        in flight: work that can run in parallel), or when its threads were
-        kept from their CPU (they waited more than ``widen_share`` of the
-        interval, more than ``long_wait`` per turn: another busy process on
-        the home CPU; the hand-offs between the process's own threads wait a
-        few microseconds each) for a hold that doubles while that comes back
-        soon after each re-pin. Wide, it pins again once fewer than
-        ``pin_below`` requests are in flight and the hold has ended."""
+        in flight: work that can run in parallel); for a hold that doubles
+        while it comes back soon after each re-pin, when its threads were
+        kept from the home CPU (they waited more than ``widen_share`` of the
+        interval, more than ``long_wait`` per turn: another busy process
+        there; the hand-offs between the process's own threads wait a few
+        microseconds each). When the home CPU is full (the threads ran more
+        than ``full_share`` of each of the last ``probe_intervals``
+        intervals) nothing the process sees tells
+        whether a second CPU would help (one request at a time, hand-offs
+        on one CPU: no; a gRPC channel's calls queued in grpc core, which no
+        request count shows: yes), so it tries: wide for ``probe_intervals``
+        intervals, it stays wide (for the probe hold) if it answered more
+        than ``probe_gain`` times the requests per second of the last
+        ``probe_intervals`` pinned ones, and pins again (probing no sooner
+        than the probe hold) if not; the probe hold doubles while probes
+        end the same way. Wide, it pins again once fewer than ``pin_below``
+        requests are in flight and the holds have ended."""
+        full = ran > self.full_share * elapsed
+        self.window = [*self.window, (elapsed, served, full)][-self.probe_intervals :]
+        if self.probing:
+            return self._end_probe(now) if len(self.window) == self.probe_intervals else Decision(None)
         if not self.pinned:
             if now >= self.wide_until and in_flight < self.pin_below:
-                self.pinned, self.pinned_at = True, now
-                return Decision("pin")
+                return self._place(now, pinned=True, why=f"{in_flight:.2f} requests in flight")
             return Decision(None)
         if in_flight > self.widen_above:
-            self.pinned = False
-            return Decision("widen")
+            return self._place(now, pinned=False, why=f"{in_flight:.2f} requests in flight")
         if waited > self.widen_share * elapsed and waited > self.long_wait * max(1, runs):
             recent = self.contended and now - self.pinned_at < 2 * self.hold  # again right after re-pinning
             self.hold = min(self.max_hold, self.hold * 2) if recent else self.min_hold
-            self.pinned, self.wide_until, self.contended = False, now + self.hold, True
-            return Decision("widen", self.hold)
+            self.wide_until, self.contended = now + self.hold, True
+            return self._place(now, pinned=False, hold=self.hold, why=f"run-queue waits {waited / elapsed:.0%}")
+        if now >= self.next_probe and len(self.window) == self.probe_intervals and all(w[2] for w in self.window):
+            self.pinned_rate, self.probing = self._rate(), True
+            why = f"probing: the home CPU is full at {self.pinned_rate:.0f} req/s"
+            return self._place(now, pinned=False, hold=self.probe_intervals * elapsed, why=why)
         return Decision(None)
+
+    def _rate(self) -> float:
+        seconds = sum(elapsed for elapsed, _, _ in self.window)
+        return sum(served for _, served, _ in self.window) / seconds if seconds > 0 else 0.0
+
+    def _place(self, now: float, pinned: bool, hold: float = 0.0, why: str = "") -> Decision:
+        self.pinned, self.window = pinned, []
+        if pinned:
+            self.pinned_at = now
+        return Decision("pin" if pinned else "widen", hold, why)
+
+    def _end_probe(self, now: float) -> Decision:
+        rate = self._rate()
+        won = rate > self.probe_gain * self.pinned_rate
+        self.probe_hold = min(self.max_hold, self.probe_hold * 2) if won == self.probe_won else self.min_hold
+        self.probing, self.probe_won = False, won
+        why = f"probe: {rate:.0f} req/s wide, {self.pinned_rate:.0f} pinned; for {self.probe_hold:.0f} s"
+        if won:
+            self.wide_until = now + self.probe_hold
+            return Decision(None, self.probe_hold, why)
+        self.next_probe = now + self.probe_hold
+        return self._place(now, pinned=True, hold=self.probe_hold, why=why)
 
 
 def rank_among_siblings() -> int:
@@ -136,26 +207,27 @@ def _set_all(cpus: set[int]) -> None:
             continue
 
 
-def _run_queue(previous: dict[int, tuple[int, int]]) -> tuple[float, int]:
-    """(seconds the process's threads waited in the run queue, times they
-    were put on a CPU) since the last call (``previous``: each thread's
-    totals so far, updated in place)."""
-    waited = runs = 0
+def _schedstat(previous: dict[int, tuple[int, int, int]]) -> tuple[float, float, int]:
+    """(CPU seconds the process's threads ran, seconds they waited in the run
+    queue, times they were put on a CPU) since the last call (``previous``:
+    each thread's totals so far, updated in place)."""
+    ran = waited = runs = 0
     seen = {}
     for tid in _threads():
         try:
             with open(f"/proc/self/task/{tid}/schedstat", "rb") as handle:
                 fields = handle.read().split()
-            total = int(fields[1]), int(fields[2])
+            total = int(fields[0]), int(fields[1]), int(fields[2])
         except (OSError, ValueError, IndexError):
             continue
         seen[tid] = total
-        before = previous.get(tid, total)
-        waited += max(0, total[0] - before[0])
-        runs += max(0, total[1] - before[1])
+        before = previous.get(tid, (0, 0, 0) if previous else total)  # a thread started meanwhile: all of it
+        ran += max(0, total[0] - before[0])
+        waited += max(0, total[1] - before[1])
+        runs += max(0, total[2] - before[2])
     previous.clear()
     previous.update(seen)
-    return waited / 1e9, runs
+    return ran / 1e9, waited / 1e9, runs
 
 
 def home_cpu(cpus: list[int], offset: int = 0) -> int | None:
@@ -177,19 +249,26 @@ def start(role: str, offset: int = 0, period: float = 0.05) -> threading.Thread 
     policy = SoftPin()
 
     def monitor() -> None:
-        totals: dict[int, tuple[int, int]] = {}
-        _run_queue(totals)
-        last, served = time.monotonic(), SERVED_SECONDS[0]
+        totals: dict[int, tuple[int, int, int]] = {}
+        _schedstat(totals)
+        last, (seconds, answered) = time.monotonic(), SERVED
         while True:
             time.sleep(period)
-            now, now_served = time.monotonic(), SERVED_SECONDS[0]
-            waited, runs = _run_queue(totals)
-            decision = policy.decide(now, now - last, (now_served - served) / (now - last), waited, runs)
-            last, served = now, now_served
+            now, (now_seconds, now_answered) = time.monotonic(), SERVED
+            ran, waited, runs = _schedstat(totals)
+            elapsed = now - last
+            in_flight = (now_seconds - seconds) / elapsed
+            decision = policy.decide(now, elapsed, in_flight, waited, runs, ran, now_answered - answered)
+            last, seconds, answered = now, now_seconds, now_answered
             if decision.action == "pin":
                 _set_all({home})
             elif decision.action == "widen":
                 _set_all(everywhere)
+            if (
+                decision.why
+            ):  # a probe's or contention's: at most one per hold; requests in flight: as often as they change
+                level = logging.INFO if decision.hold else logging.DEBUG
+                logger.log(level, "%s %d: %s (%s)", role, os.getpid(), decision.action or "stays wide", decision.why)
 
     thread = threading.Thread(target=monitor, name=f"affinity-{role}", daemon=True)
     thread.start()

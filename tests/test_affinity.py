@@ -1,13 +1,14 @@
 """Soft CPU affinity (hosting/affinity.py, HTTP_CPU_AFFINITY / GRPC_CPU_AFFINITY).
 
 The policy alone (:class:`SoftPin`), then a real ``serve``: idle, each HTTP
-worker keeps its threads on a CPU of its own; overlapping requests let a
-worker's threads on every CPU; idle again, they return home. The gRPC
-processes are left to the kernel by default."""
+worker and gRPC process keeps its threads on a CPU of its own; overlapping
+requests let a worker's threads on every CPU; idle again, they return home;
+a gRPC process whose CPU is full probes every CPU, and says so in its log."""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from django.core.management import CommandError, call_command
 
@@ -62,6 +64,55 @@ def test_the_policy_widens_for_a_hold_when_another_process_holds_the_cpu():
     # Long after the last re-pin: back to the shortest hold.
     pin.decide(11.7, 0.05, 0.0, 0.0, 0)
     assert pin.decide(40.0, 0.05, 0.5, 0.02, 10).hold == 1.0
+
+
+def _pinned_and_full(pin: SoftPin, start: float, rate: float) -> float:
+    """Feed ``pin`` pinned intervals with its home CPU full (one request in
+    flight, 96% of the time running) at ``rate`` requests/s until it
+    widens to probe (pinning it first if it is wide); returns the time it
+    did."""
+    now = start
+    while True:
+        now += 0.05
+        decision = pin.decide(now, 0.05, 1.0, 0.001, 200, ran=0.048, served=round(rate * 0.05))
+        if decision.action == "widen":
+            return now
+        assert decision.action in (None, "pin") and now < start + 60
+
+
+def _wide(pin: SoftPin, start: float, rate: float, intervals: int):
+    now, decision = start, None
+    for _ in range(intervals):
+        now += 0.05
+        decision = pin.decide(now, 0.05, 1.0, 0.0, 0, ran=0.07, served=round(rate * 0.05))
+    return now, decision
+
+
+def test_a_full_home_cpu_is_tested_by_a_probe_that_keeps_the_faster_placement():
+    pin = SoftPin(min_hold=1.0, max_hold=4.0)
+    pin.decide(0.0, 0.05, 0.0, 0.0, 0)
+    # Pinned and 80% running: not full, no probe.
+    for tick in range(1, 10):
+        assert pin.decide(tick * 0.05, 0.05, 1.0, 0.001, 200, ran=0.04, served=50).action is None
+    # Full for 4 intervals (their rate is the pinned one): it widens to probe.
+    now = _pinned_and_full(pin, 0.5, rate=1000)
+    assert now == pytest.approx(0.70) and pin.probing
+    # Wide, 1,400 requests/s (a channel's calls in parallel): it stays wide for the probe hold (1 s).
+    now, decision = _wide(pin, now, 1400, 4)
+    assert (decision.action, decision.hold, pin.pinned, pin.probing) == (None, 1.0, False, False)
+    assert pin.decide(now + 0.5, 0.05, 1.0, 0.0, 0).action is None  # held
+    assert pin.decide(now + 1.05, 0.05, 1.0, 0.0, 0).action == "pin"  # the hold is over
+    # Full again; wide wins again: the hold doubles.
+    now, decision = _wide(pin, _pinned_and_full(pin, now + 1.05, rate=1000), 1400, 4)
+    assert decision.hold == 2.0
+    # Then wide serves no more (one request at a time): pinned again, and no probe within the probe hold (1 s).
+    now = _pinned_and_full(pin, pin.wide_until, rate=1000)
+    now, decision = _wide(pin, now, 1020, 4)
+    assert decision.action == "pin" and pin.next_probe == pytest.approx(now + 1.0)
+    assert _pinned_and_full(pin, now, rate=1000) >= now + 1.0
+    # Pinned wins again: the next probe waits twice as long.
+    now, decision = _wide(pin, pin.next_probe + 0.05, 900, 4)
+    assert decision.action == "pin" and pin.next_probe == pytest.approx(now + 2.0)
 
 
 def test_short_waits_of_many_turns_do_not_widen():
@@ -117,10 +168,10 @@ def test_idle_http_workers_keep_their_threads_on_cpus_of_their_own(server):
         return [_home(pid) for pid in _http_workers(server)]
 
     assert wait_for(lambda: len(homes()) == 2 and None not in homes() and len(set(homes())) == 2, timeout=60), homes()
-    # GRPC_CPU_AFFINITY is off by default: the gRPC processes' threads may run where serve's may.
-    serving, everywhere = _grpc_serving(server), _cpus(server.process.pid)
-    assert len(everywhere) == 1 and _home(server.process.pid) is None, everywhere
-    assert len(serving) == 2 and all(_cpus(pid) == everywhere for pid in serving), [_cpus(p) for p in serving]
+    # The gRPC processes too (GRPC_CPU_AFFINITY=soft), while serve itself is left where it was.
+    assert wait_for(lambda: len({_home(pid) for pid in _grpc_serving(server)} - {None}) == 2, timeout=60)
+    assert len(_grpc_serving(server)) == 2
+    assert _home(server.process.pid) is None, _cpus(server.process.pid)
 
 
 def test_a_process_that_imports_the_wsgi_module_keeps_its_placement(monkeypatch):
@@ -170,6 +221,33 @@ def test_overlapping_requests_let_a_worker_use_every_cpu_then_it_returns_home(se
     assert widened
     assert answers and all(np.allclose(a, expected, atol=1e-5) for a in answers)
     assert wait_for(lambda: pinned_count() == 2, timeout=60)  # idle again: home
+
+
+def test_a_grpc_process_whose_cpu_is_full_probes_every_cpu_and_logs_its_finding(server):
+    """One gRPC client calling ``slow`` back to back keeps its process's
+    home CPU full: the process widens for a probe, logs the rates it
+    compared, and is home again once idle."""
+    x = np.full((1, 256), 0.5, dtype=np.float32)
+    expected = slow_loop_expected(x, 3000)
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    inputs = [grpcclient.InferInput("x", [1, 256], "FP32"), grpcclient.InferInput("n", [], "INT64")]
+    inputs[0].set_data_from_numpy(x)
+    inputs[1].set_data_from_numpy(np.array(3000, dtype=np.int64))
+    probed = re.compile(r"hosting\.affinity grpc (\d+): widen \(probing: the home CPU is full at (\d+) req/s\)")
+    found = re.compile(r"hosting\.affinity grpc (\d+): (pin|stays wide) \(probe: (\d+) req/s wide, (\d+) pinned")
+    before = len(found.findall(server.log()))
+    deadline, answers = time.monotonic() + 90, 0  # a busy neighbour (CI) widens it for holds first
+    while time.monotonic() < deadline and len(found.findall(server.log())) == before:
+        np.testing.assert_allclose(client.infer("slow", inputs).as_numpy("y"), expected, atol=1e-5)
+        answers += 1
+    client.close()
+    outcomes = found.findall(server.log())[before:]
+    assert outcomes, server.log()[-3000:]
+    pid, placement, wide, pinned = outcomes[0]
+    assert int(pid) in _grpc_serving(server)
+    assert any(match[0] == pid and int(match[1]) == int(pinned) for match in probed.findall(server.log()))
+    assert int(pinned) > 0 and (placement == "stays wide") == (int(wide) > 1.05 * int(pinned))
+    assert wait_for(lambda: _home(int(pid)) is not None, timeout=60)  # idle again: home
 
 
 def test_serve_refuses_an_unknown_affinity(settings):

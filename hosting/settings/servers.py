@@ -42,15 +42,15 @@ GRPC_EXPERIMENTS = env.str(
 GRPC_EVENT_LOOP = env.str("GRPC_EVENT_LOOP", default="asyncio")
 #: Where the HTTP (granian) worker processes run: "soft" keeps each one's
 #: threads on a CPU of its own while it serves one request at a time, and on
-#: every CPU while its requests overlap or another process holds that CPU
+#: every CPU while its requests overlap, another process holds that CPU, or
+#: a probe finds that a full CPU serves fewer requests than every CPU
 #: (hosting/affinity.py); "off" leaves placement to the kernel. Tiny REST at
-#: concurrency 1: +16-18% req/s (bench/README.md, "CPU affinity").
+#: concurrency 1: +13-18% req/s (bench/README.md, "CPU affinity").
 HTTP_CPU_AFFINITY = env.str("HTTP_CPU_AFFINITY", default="soft")
-#: The same for the gRPC server processes, "off" by default: a channel's
-#: calls overlap inside grpc core before the servicer sees them, so a
-#: process pinned to one CPU served one channel's concurrent CNN calls at
-#: 0.76x (while one call at a time: +22%).
-GRPC_CPU_AFFINITY = env.str("GRPC_CPU_AFFINITY", default="off")
+#: The same for the gRPC server processes (the probe is what finds one
+#: channel's overlapping calls, which no request count shows). Tiny gRPC at
+#: concurrency 1: +20-25% req/s.
+GRPC_CPU_AFFINITY = env.str("GRPC_CPU_AFFINITY", default="soft")
 #: Set by `serve --grpc-port` for its children: the gRPC server creates this
 #: file once it listens (and removes it on stop), and the HTTP ready route
 #: answers 503 while it is missing, so that "ready" means both transports.

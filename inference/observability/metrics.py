@@ -175,12 +175,12 @@ def _bytes(protocol: str) -> tuple:
 REFUSED = frozenset({"unavailable", "deadline_exceeded", "rate_limited", "internal", "resource_exhausted"})
 
 
-#: Seconds of inference requests answered in this process, summed (their
-#: latencies): its growth over an interval divided by the interval is the mean
-#: number of requests in flight then (Little's law; hosting/affinity.py reads
-#: it). Updated without a lock: a lost update under a thread switch only
-#: blurs the mean.
-SERVED_SECONDS = [0.0]
+#: [seconds, requests]: the inference requests answered in this process, their
+#: latencies summed and their number. The seconds' growth over an interval
+#: divided by the interval is the mean number of requests in flight then
+#: (Little's law); the number's, their rate (hosting/affinity.py reads both).
+#: Updated without a lock: a lost update under a thread switch only blurs them.
+SERVED: list = [0.0, 0]
 
 
 def observe(
@@ -196,7 +196,8 @@ def observe(
 ) -> None:
     """Record one inference request (metrics, the log line when enabled, and
     a refused one in the summary of refusals, :data:`outage.REFUSALS`)."""
-    SERVED_SECONDS[0] += seconds
+    SERVED[0] += seconds
+    SERVED[1] += 1
     series = _series(model, version, protocol, outcome)
     if outcome in REFUSED:
         REFUSALS.record(outcome.upper(), model)

@@ -38,9 +38,11 @@ class Command(BaseCommand):
         if processes == 1:
             # Imported here: loading the command must not register the inference.*
             # protobuf names (tritonclient, in test processes, registers them too).
+            from inference.dataplane import get_dataplane
             from inference.grpc.server import serve_forever
 
             if settings.GRPC_CPU_AFFINITY == "soft":
+                get_dataplane()  # loading the models is not confined to one CPU
                 affinity.start("grpc", offset=settings.HTTP_WORKERS)
             serve_forever(f"{host}:{port}", threads)
             return
