@@ -16,15 +16,14 @@ the pin is soft: every ``period``, :class:`SoftPin` reads how many requests
 the process had in flight (from the seconds of the requests it answered) and
 how long its threads ran and waited in the run queue
 (``/proc/self/task/*/schedstat``, the kernel's scheduler statistics). While
-requests overlap, or another process holds the home CPU (long run-queue
-waits), every thread may run on every allowed CPU again. When the home CPU
-is full, nothing the process sees tells whether a second CPU would serve
+requests overlap, every thread may run on every allowed CPU again. When
+the home CPU is full or shared with another busy process (long run-queue
+waits), nothing the process sees tells whether a second CPU would serve
 more (a gRPC channel's concurrent calls queue inside grpc core, where no
 request is counted yet), so it probes: a moment on every CPU, and it keeps
-the placement that answered more requests per second. Widenings for a
-neighbour and probes' outcomes last a hold that doubles (up to
-``max_hold``) while they recur; they are logged at INFO, the others at
-DEBUG.
+the placement that answered more requests per second, for a hold that
+doubles (up to ``max_hold``) while probes agree. Probes are logged at INFO,
+the widenings for overlapping requests at DEBUG.
 
 Homes: the n-th process of a role (its rank among its parent's children,
 by pid) gets the n-th allowed CPU, after an ``offset`` per role, so that
@@ -59,8 +58,8 @@ class Decision:
 @dataclass
 class SoftPin:
     """The soft pin's policy (its thresholds, below) and state: pinned or
-    wide, the holds (s) after contention and after a probe, and the
-    requests answered in the last intervals of the current placement.
+    wide, a probe under way, the probe hold (s) and the last intervals of
+    the current placement.
 
     :meth:`decide` is the whole policy (no system calls), so that it can be
     tested on its own; :func:`start` applies it to the process's threads.
@@ -69,26 +68,23 @@ class SoftPin:
     widen_above: float = 1.5
     pin_below: float = 1.1
     full_share: float = 0.9
+    wait_share: float = 0.25
+    long_wait: float = 100e-6
     probe_intervals: int = 4
     probe_gain: float = 1.05
-    widen_share: float = 0.25
-    long_wait: float = 100e-6
     min_hold: float = 1.0
     max_hold: float = 32.0
     pinned: bool = field(default=False, init=False)
-    hold: float = field(default=0.0, init=False)
     wide_until: float = field(default=0.0, init=False)
-    pinned_at: float = field(default=0.0, init=False)
-    contended: bool = field(default=False, init=False)  # widened for contention before
     probing: bool = field(default=False, init=False)
     pinned_rate: float = field(default=0.0, init=False)  # requests/s pinned, before the probe under way
-    probe_hold: float = field(default=0.0, init=False)
-    probe_won: bool | None = field(default=None, init=False)  # the last probe's outcome: wide served more
+    hold: float = field(default=0.0, init=False)  # the probe hold
+    won: bool | None = field(default=None, init=False)  # the last probe's outcome: wide served more
     next_probe: float = field(default=0.0, init=False)
-    window: list[tuple[float, int, bool]] = field(default_factory=list, init=False)  # (s, requests, full)
+    window: list[tuple[float, int, str]] = field(default_factory=list, init=False)  # (s, requests, why cramped)
 
     def __post_init__(self) -> None:
-        self.hold = self.probe_hold = self.min_hold
+        self.hold = self.min_hold
 
     def decide(
         self,
@@ -107,65 +103,63 @@ class SoftPin:
         in the run queue before ``runs`` turns on a CPU.
 
         Pinned, it widens when requests overlap (more than ``widen_above``
-        in flight: work that can run in parallel); for a hold that doubles
-        while it comes back soon after each re-pin, when its threads were
-        kept from the home CPU (they waited more than ``widen_share`` of the
-        interval, more than ``long_wait`` per turn: another busy process
-        there; the hand-offs between the process's own threads wait a few
-        microseconds each). When the home CPU is full (the threads ran more
-        than ``full_share`` of each of the last ``probe_intervals``
-        intervals) nothing the process sees tells
-        whether a second CPU would help (one request at a time, hand-offs
-        on one CPU: no; a gRPC channel's calls queued in grpc core, which no
-        request count shows: yes), so it tries: wide for ``probe_intervals``
-        intervals, it stays wide (for the probe hold) if it answered more
-        than ``probe_gain`` times the requests per second of the last
-        ``probe_intervals`` pinned ones, and pins again (probing no sooner
-        than the probe hold) if not; the probe hold doubles while probes
-        end the same way. Wide, it pins again once fewer than ``pin_below``
-        requests are in flight and the holds have ended."""
-        full = ran > self.full_share * elapsed
-        self.window = [*self.window, (elapsed, served, full)][-self.probe_intervals :]
+        in flight: work that can run in parallel). The home CPU may also be
+        cramped: full (the threads ran more than ``full_share`` of the
+        interval) or shared (they waited more than ``wait_share`` of it,
+        more than ``long_wait`` per turn: another busy process there, or the
+        load generator woken onto it; the hand-offs between the process's own
+        threads wait a few microseconds each). Whether a second CPU would
+        then serve more, nothing the process sees tells (one request at a
+        time, hand-offs on one CPU: no; a gRPC channel's calls queued in
+        grpc core, which no request count shows: yes), so after
+        ``probe_intervals`` cramped intervals with requests answered it
+        tries: wide for ``probe_intervals`` intervals, it stays wide (for
+        the probe hold) if it answered more than ``probe_gain`` times the
+        requests per second of the pinned ones, and pins again (probing no
+        sooner than the probe hold) if not; the hold doubles, up to
+        ``max_hold``, while probes end the same way. Wide, it pins again
+        once fewer than ``pin_below`` requests are in flight and the hold
+        has ended."""
+        cramped = ""
+        if ran > self.full_share * elapsed:
+            cramped = "full"
+        elif waited > self.wait_share * elapsed and waited > self.long_wait * max(1, runs):
+            cramped = f"shared (run-queue waits {waited / elapsed:.0%})"
+        self.window = [*self.window, (elapsed, served, cramped)][-self.probe_intervals :]
         if self.probing:
             return self._end_probe(now) if len(self.window) == self.probe_intervals else Decision(None)
         if not self.pinned:
             if now >= self.wide_until and in_flight < self.pin_below:
-                return self._place(now, pinned=True, why=f"{in_flight:.2f} requests in flight")
+                return self._place(pinned=True, why=f"{in_flight:.2f} requests in flight")
             return Decision(None)
         if in_flight > self.widen_above:
-            return self._place(now, pinned=False, why=f"{in_flight:.2f} requests in flight")
-        if waited > self.widen_share * elapsed and waited > self.long_wait * max(1, runs):
-            recent = self.contended and now - self.pinned_at < 2 * self.hold  # again right after re-pinning
-            self.hold = min(self.max_hold, self.hold * 2) if recent else self.min_hold
-            self.wide_until, self.contended = now + self.hold, True
-            return self._place(now, pinned=False, hold=self.hold, why=f"run-queue waits {waited / elapsed:.0%}")
-        if now >= self.next_probe and len(self.window) == self.probe_intervals and all(w[2] for w in self.window):
+            return self._place(pinned=False, why=f"{in_flight:.2f} requests in flight")
+        ready = now >= self.next_probe and len(self.window) == self.probe_intervals
+        if ready and all(why and n for _, n, why in self.window):
             self.pinned_rate, self.probing = self._rate(), True
-            why = f"probing: the home CPU is full at {self.pinned_rate:.0f} req/s"
-            return self._place(now, pinned=False, hold=self.probe_intervals * elapsed, why=why)
+            why = f"probing: the home CPU is {cramped} at {self.pinned_rate:.0f} req/s"
+            return self._place(pinned=False, hold=self.probe_intervals * elapsed, why=why)
         return Decision(None)
 
     def _rate(self) -> float:
         seconds = sum(elapsed for elapsed, _, _ in self.window)
         return sum(served for _, served, _ in self.window) / seconds if seconds > 0 else 0.0
 
-    def _place(self, now: float, pinned: bool, hold: float = 0.0, why: str = "") -> Decision:
+    def _place(self, pinned: bool, hold: float = 0.0, why: str = "") -> Decision:
         self.pinned, self.window = pinned, []
-        if pinned:
-            self.pinned_at = now
         return Decision("pin" if pinned else "widen", hold, why)
 
     def _end_probe(self, now: float) -> Decision:
         rate = self._rate()
         won = rate > self.probe_gain * self.pinned_rate
-        self.probe_hold = min(self.max_hold, self.probe_hold * 2) if won == self.probe_won else self.min_hold
-        self.probing, self.probe_won = False, won
-        why = f"probe: {rate:.0f} req/s wide, {self.pinned_rate:.0f} pinned; for {self.probe_hold:.0f} s"
+        self.hold = min(self.max_hold, self.hold * 2) if won == self.won else self.min_hold
+        self.probing, self.won = False, won
+        why = f"probe: {rate:.0f} req/s wide, {self.pinned_rate:.0f} pinned; for {self.hold:.0f} s"
         if won:
-            self.wide_until = now + self.probe_hold
-            return Decision(None, self.probe_hold, why)
-        self.next_probe = now + self.probe_hold
-        return self._place(now, pinned=True, hold=self.probe_hold, why=why)
+            self.wide_until = now + self.hold
+            return Decision(None, self.hold, why)
+        self.next_probe = now + self.hold
+        return self._place(pinned=True, hold=self.hold, why=why)
 
 
 def rank_among_siblings() -> int:
@@ -264,9 +258,8 @@ def start(role: str, offset: int = 0, period: float = 0.05) -> threading.Thread 
                 _set_all({home})
             elif decision.action == "widen":
                 _set_all(everywhere)
-            if (
-                decision.why
-            ):  # a probe's or contention's: at most one per hold; requests in flight: as often as they change
+            if decision.why:
+                # A probe's (with a hold): two per hold at most; requests in flight: as often as they change.
                 level = logging.INFO if decision.hold else logging.DEBUG
                 logger.log(level, "%s %d: %s (%s)", role, os.getpid(), decision.action or "stays wide", decision.why)
 
