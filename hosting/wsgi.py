@@ -39,6 +39,6 @@ if settings.HTTP_CPU_AFFINITY == "soft" and "granian" in sys.modules:
     # In a granian worker (serve's HTTP server) only: a process that imports this
     # module for another reason (a test, a shell) keeps its placement. After the
     # warm start: loading the models is not confined to one CPU.
-    from hosting import affinity
+    from hosting.processes import affinity
 
     affinity.start("http")

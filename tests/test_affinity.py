@@ -1,4 +1,4 @@
-"""Soft CPU affinity (hosting/affinity.py, HTTP_CPU_AFFINITY / GRPC_CPU_AFFINITY).
+"""Soft CPU affinity (hosting/processes/affinity.py, HTTP_CPU_AFFINITY / GRPC_CPU_AFFINITY).
 
 The policy alone (:class:`SoftPin`), then a real ``serve``: idle, each HTTP
 worker and gRPC process keeps its threads on a CPU of its own; overlapping
@@ -21,7 +21,7 @@ import tritonclient.http as httpclient
 from django.core.management import CommandError, call_command
 
 from bench import worker_cost
-from hosting.affinity import SoftPin
+from hosting.processes.affinity import SoftPin
 from tests.support.live import wait_for
 from tests.support.onnx_models import slow_loop_expected
 from tests.support.server import LiveServer
@@ -233,10 +233,12 @@ def test_a_grpc_process_whose_cpu_is_cramped_probes_every_cpu_and_logs_its_findi
     inputs[0].set_data_from_numpy(x)
     inputs[1].set_data_from_numpy(np.array(3000, dtype=np.int64))
     probed = re.compile(
-        r"hosting\.affinity grpc (\d+): widen \(probing: the home CPU is (?:full|shared \(run-queue waits \d+%\)) "
+        r"hosting\.processes\.affinity grpc (\d+): widen \(probing: the home CPU is (?:full|shared \(run-queue waits \d+%\)) "
         r"at (\d+) req/s\)"
     )
-    found = re.compile(r"hosting\.affinity grpc (\d+): (pin|stays wide) \(probe: (\d+) req/s wide, (\d+) pinned")
+    found = re.compile(
+        r"hosting\.processes\.affinity grpc (\d+): (pin|stays wide) \(probe: (\d+) req/s wide, (\d+) pinned"
+    )
     before = len(found.findall(server.log()))
     deadline, answers = time.monotonic() + 90, 0  # a busy neighbour (CI) widens it for holds first
     while time.monotonic() < deadline and len(found.findall(server.log())) == before:

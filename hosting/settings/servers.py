@@ -44,7 +44,7 @@ GRPC_EVENT_LOOP = env.str("GRPC_EVENT_LOOP", default="asyncio")
 #: threads on a CPU of its own while it serves one request at a time, and on
 #: every CPU while its requests overlap, another process holds that CPU, or
 #: a probe finds that a full CPU serves fewer requests than every CPU
-#: (hosting/affinity.py); "off" leaves placement to the kernel. Tiny REST at
+#: (hosting/processes/affinity.py); "off" leaves placement to the kernel. Tiny REST at
 #: concurrency 1: +13-18% req/s (bench/README.md, "CPU affinity").
 HTTP_CPU_AFFINITY = env.str("HTTP_CPU_AFFINITY", default="soft")
 #: The same for the gRPC server processes (the probe is what finds one

@@ -178,7 +178,7 @@ REFUSED = frozenset({"unavailable", "deadline_exceeded", "rate_limited", "intern
 #: [seconds, requests]: the inference requests answered in this process, their
 #: latencies summed and their number. The seconds' growth over an interval
 #: divided by the interval is the mean number of requests in flight then
-#: (Little's law); the number's, their rate (hosting/affinity.py reads both).
+#: (Little's law); the number's, their rate (hosting/processes/affinity.py reads both).
 #: Updated without a lock: a lost update under a thread switch only blurs them.
 SERVED: list = [0.0, 0]
 

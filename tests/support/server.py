@@ -197,7 +197,7 @@ class LiveServer:
 def kill_session(sid: int) -> None:
     """SIGKILL every process of session ``sid`` (a process started with
     ``start_new_session``: its pid), also those in process groups of their
-    own (``serve``'s children, hosting/supervisor.py) and those whose parent
+    own (``serve``'s children, hosting/processes/supervisor.py) and those whose parent
     is gone."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

@@ -10,8 +10,8 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from hosting import affinity
-from hosting.supervisor import Child, Supervisor
+from hosting.processes import affinity
+from hosting.processes.supervisor import Child, Supervisor
 
 
 class Command(BaseCommand):

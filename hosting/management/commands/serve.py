@@ -4,7 +4,7 @@ REST (V2 and TF Serving) runs in granian, a Rust HTTP server driving the
 Django WSGI application (HTTP_WORKERS processes x HTTP_THREADS threads;
 chosen by measurement, see bench/README.md); with ``--grpc-port`` the gRPC
 server runs as a second child (``manage.py rungrpc``). Both read the same
-registry. This process supervises them (hosting/supervisor.py): SIGTERM or
+registry. This process supervises them (hosting/processes/supervisor.py): SIGTERM or
 SIGINT stops both cleanly; a child that crashes is restarted.
 
 Triton's options (hosting/triton_flags.py, docs/command-line.md): the model
@@ -27,10 +27,11 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
-from hosting import affinity, granian_logging, metrics_port, triton_flags
+from hosting import triton_flags
 from hosting.composition import IN_PROCESS, WORKERS, executor_mode
 from hosting.deployment import DeploymentError, check_worker_mode
-from hosting.supervisor import Child, Supervisor
+from hosting.processes import affinity, granian_logging, metrics_port
+from hosting.processes.supervisor import Child, Supervisor
 from inference import runtime_settings
 from inference.protocol.errors import InvalidInput
 from inference.runtime import residency
@@ -190,7 +191,7 @@ class Command(BaseCommand):
         # No --workers-kill-timeout: granian 2.8 then checks a worker 1 ms after its exit is signalled (the
         # worker's sentinel pipe closes), often before the worker can be reaped, and logs "Killing worker-N
         # after it refused to gracefully stop" for a worker that exited 0. A worker that really hangs is killed
-        # with its process group by the supervisor's grace period (hosting/supervisor.py).
+        # with its process group by the supervisor's grace period (hosting/processes/supervisor.py).
         ready_file = None
         grpc_processes = settings.GRPC_PROCESSES if options["grpc_port"] is not None else 0
         env["SERVING_PROCESSES"] = str(options["workers"] + grpc_processes)  # they share SESSION_MEMORY_BUDGET_MB
@@ -220,7 +221,7 @@ class Command(BaseCommand):
         upkeep = maintenance.start()  # the reaper and the cleanup of interrupted uploads, on a timer
         rollouts = maintenance.start_rollouts()  # the steps of progressive rollouts judged when due
         polling = maintenance.start_repository_poll(poll.run, control.poll_seconds) if poll else None
-        metrics = metrics_port.start(options, self.stdout)  # hosting/metrics_port.py
+        metrics = metrics_port.start(options, self.stdout)  # hosting/processes/metrics_port.py
         try:
             failed = Supervisor(children, on_exit=on_exit).run() != 0
         finally:
