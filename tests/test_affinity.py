@@ -61,7 +61,7 @@ def test_another_busy_process_on_the_home_cpu_is_probed_too():
     for tick in range(5, 9):
         decision = pin.decide(0.5 + tick * 0.05, 0.05, 0.5, 0.0, 10, ran=0.04, served=80)
     assert (decision.action, decision.hold) == (None, 1.0)
-    assert decision.why == "probe: 1600 req/s wide, 800 pinned; for 1 s"
+    assert decision.why == "probe of a shared (run-queue waits 40%) home CPU: 1600 req/s wide, 800 pinned; for 1 s"
 
 
 def _pinned_and_full(pin: SoftPin, start: float, rate: float) -> float:
@@ -232,24 +232,19 @@ def test_a_grpc_process_whose_cpu_is_cramped_probes_every_cpu_and_logs_its_findi
     inputs = [grpcclient.InferInput("x", [1, 256], "FP32"), grpcclient.InferInput("n", [], "INT64")]
     inputs[0].set_data_from_numpy(x)
     inputs[1].set_data_from_numpy(np.array(3000, dtype=np.int64))
-    probed = re.compile(
-        r"hosting\.processes\.affinity grpc (\d+): widen \(probing: the home CPU is (?:full|shared \(run-queue waits \d+%\)) "
-        r"at (\d+) req/s\)"
-    )
     found = re.compile(
-        r"hosting\.processes\.affinity grpc (\d+): (pin|stays wide) \(probe: (\d+) req/s wide, (\d+) pinned"
+        r"hosting\.processes\.affinity grpc (\d+): (pin|stays wide) \(probe of a (full|shared \(run-queue waits \d+%\)) "
+        r"home CPU: (\d+) req/s wide, (\d+) pinned; for \d+ s\)"
     )
     before = len(found.findall(server.log()))
-    deadline, answers = time.monotonic() + 90, 0  # a busy neighbour (CI) widens it for holds first
+    deadline = time.monotonic() + 90
     while time.monotonic() < deadline and len(found.findall(server.log())) == before:
         np.testing.assert_allclose(client.infer("slow", inputs).as_numpy("y"), expected, atol=1e-5)
-        answers += 1
     client.close()
     outcomes = found.findall(server.log())[before:]
     assert outcomes, server.log()[-3000:]
-    pid, placement, wide, pinned = outcomes[0]
+    pid, placement, _, wide, pinned = outcomes[0]
     assert int(pid) in _grpc_serving(server)
-    assert any(match[0] == pid and int(match[1]) == int(pinned) for match in probed.findall(server.log()))
     assert int(pinned) > 0 and (placement == "stays wide") == (int(wide) > 1.05 * int(pinned))
     assert wait_for(lambda: _home(int(pid)) is not None, timeout=60)  # idle again: home
 

@@ -22,8 +22,8 @@ waits), nothing the process sees tells whether a second CPU would serve
 more (a gRPC channel's concurrent calls queue inside grpc core, where no
 request is counted yet), so it probes: a moment on every CPU, and it keeps
 the placement that answered more requests per second, for a hold that
-doubles (up to ``max_hold``) while probes agree. Probes are logged at INFO,
-the widenings for overlapping requests at DEBUG.
+doubles (up to ``max_hold``) while probes agree. Probes' outcomes are logged
+at INFO, the rest at DEBUG.
 
 Homes: the n-th process of a role (its rank among its parent's children,
 by pid) gets the n-th allowed CPU, after an ``offset`` per role, so that
@@ -48,11 +48,13 @@ logger = logging.getLogger(__name__)
 @dataclass
 class Decision:
     """What :meth:`SoftPin.decide` asks for: ``"pin"``, ``"widen"`` or None
-    (keep the placement), for ``hold`` seconds at least, and why."""
+    (keep the placement), for ``hold`` seconds at least, why, and the level
+    to log it at (a probe's outcome: INFO, at most one per probe hold)."""
 
     action: str | None
     hold: float = 0.0
     why: str = ""
+    level: int = logging.DEBUG
 
 
 @dataclass
@@ -78,6 +80,7 @@ class SoftPin:
     wide_until: float = field(default=0.0, init=False)
     probing: bool = field(default=False, init=False)
     pinned_rate: float = field(default=0.0, init=False)  # requests/s pinned, before the probe under way
+    cramped: str = field(default="", init=False)  # why the probe under way began
     hold: float = field(default=0.0, init=False)  # the probe hold
     won: bool | None = field(default=None, init=False)  # the last probe's outcome: wide served more
     next_probe: float = field(default=0.0, init=False)
@@ -136,7 +139,7 @@ class SoftPin:
             return self._place(pinned=False, why=f"{in_flight:.2f} requests in flight")
         ready = now >= self.next_probe and len(self.window) == self.probe_intervals
         if ready and all(why and n for _, n, why in self.window):
-            self.pinned_rate, self.probing = self._rate(), True
+            self.pinned_rate, self.probing, self.cramped = self._rate(), True, cramped
             why = f"probing: the home CPU is {cramped} at {self.pinned_rate:.0f} req/s"
             return self._place(pinned=False, hold=self.probe_intervals * elapsed, why=why)
         return Decision(None)
@@ -154,12 +157,15 @@ class SoftPin:
         won = rate > self.probe_gain * self.pinned_rate
         self.hold = min(self.max_hold, self.hold * 2) if won == self.won else self.min_hold
         self.probing, self.won = False, won
-        why = f"probe: {rate:.0f} req/s wide, {self.pinned_rate:.0f} pinned; for {self.hold:.0f} s"
+        rates = f"{rate:.0f} req/s wide, {self.pinned_rate:.0f} pinned"
+        why = f"probe of a {self.cramped} home CPU: {rates}; for {self.hold:.0f} s"
         if won:
             self.wide_until = now + self.hold
-            return Decision(None, self.hold, why)
+            return Decision(None, self.hold, why, logging.INFO)
         self.next_probe = now + self.hold
-        return self._place(pinned=True, hold=self.hold, why=why)
+        decision = self._place(pinned=True, hold=self.hold, why=why)
+        decision.level = logging.INFO
+        return decision
 
 
 def rank_among_siblings() -> int:
@@ -259,9 +265,8 @@ def start(role: str, offset: int = 0, period: float = 0.05) -> threading.Thread 
             elif decision.action == "widen":
                 _set_all(everywhere)
             if decision.why:
-                # A probe's (with a hold): two per hold at most; requests in flight: as often as they change.
-                level = logging.INFO if decision.hold else logging.DEBUG
-                logger.log(level, "%s %d: %s (%s)", role, os.getpid(), decision.action or "stays wide", decision.why)
+                action = decision.action or "stays wide"
+                logger.log(decision.level, "%s %d: %s (%s)", role, os.getpid(), action, decision.why)
 
     thread = threading.Thread(target=monitor, name=f"affinity-{role}", daemon=True)
     thread.start()
