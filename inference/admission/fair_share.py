@@ -391,11 +391,15 @@ class LoopLag:
             self.last = now
             self.loop.call_later(self.PERIOD, self._tick)
             return False
-        return self._late_tick or now - self.last > self.PERIOD + self.late
+        return self._late_tick or self._overdue(now)
+
+    def _overdue(self, now: float) -> bool:
+        """Whether the tick due ``PERIOD`` after the last one is more than ``late`` behind at ``now``."""
+        return now - self.last > self.PERIOD + self.late
 
     def _tick(self) -> None:
         now = self.loop.time()
-        self._late_tick = now - self.last > self.PERIOD + self.late
+        self._late_tick = self._overdue(now)
         self.last = now
         if now - self.asked < 1.0:
             self.loop.call_later(self.PERIOD, self._tick)
