@@ -113,8 +113,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.rounds, args.duration = 1, 2
         args.minilm_rounds, args.minilm_duration = 1, 3
     args.results_given = args.results is not None
-    if args.results is None:
-        args.results = WORK / "RESULTS-quick.md" if args.quick else RESULTS
+    # bench/RESULTS.md keeps the latest full run: a quick or narrowed one (fewer servers or cells) goes to bench/work/.
+    narrowed = args.only or args.no_peers or args.no_minilm or args.servers != ",".join(DEFAULT_SERVERS)
+    if args.results is None and args.quick:
+        args.results = WORK / "RESULTS-quick.md"
+    elif args.results is None:
+        args.results = WORK / "RESULTS-narrowed.md" if narrowed else RESULTS
     if min(args.rounds, args.duration, args.minilm_rounds, args.minilm_duration) < 1:
         parser.error("--rounds, --duration, --minilm-rounds and --minilm-duration must be at least 1")
     args.server_names = [s.strip() for s in args.servers.split(",") if s.strip()]
