@@ -60,7 +60,7 @@ def test_another_busy_process_on_the_home_cpu_is_probed_too():
     # Wide, twice the rate: it stays wide for the hold.
     for tick in range(5, 9):
         decision = pin.decide(0.5 + tick * 0.05, 0.05, 0.5, 0.0, 10, ran=0.04, served=80)
-    assert (decision.action, decision.hold) == (None, 1.0)
+    assert (decision.action, pin.hold) == (None, 1.0)
     assert decision.why == "probe of a shared (run-queue waits 40%) home CPU: 1600 req/s wide, 800 pinned; for 1 s"
 
 
@@ -97,12 +97,12 @@ def test_a_full_home_cpu_is_tested_by_a_probe_that_keeps_the_faster_placement():
     assert now == pytest.approx(0.70) and pin.probing
     # Wide, 1,400 requests/s (a channel's calls in parallel): it stays wide for the probe hold (1 s).
     now, decision = _wide(pin, now, 1400, 4)
-    assert (decision.action, decision.hold, pin.pinned, pin.probing) == (None, 1.0, False, False)
+    assert (decision.action, pin.hold, pin.pinned, pin.probing) == (None, 1.0, False, False)
     assert pin.decide(now + 0.5, 0.05, 1.0, 0.0, 0).action is None  # held
     assert pin.decide(now + 1.05, 0.05, 1.0, 0.0, 0).action == "pin"  # the hold is over
     # Full again; wide wins again: the hold doubles.
     now, decision = _wide(pin, _pinned_and_full(pin, now + 1.05, rate=1000), 1400, 4)
-    assert decision.hold == 2.0
+    assert (decision.action, pin.hold) == (None, 2.0)
     # Then wide serves no more (one request at a time): pinned again, and no probe within the probe hold (1 s).
     now = _pinned_and_full(pin, pin.wide_until, rate=1000)
     now, decision = _wide(pin, now, 1020, 4)

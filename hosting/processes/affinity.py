@@ -48,11 +48,10 @@ logger = logging.getLogger(__name__)
 @dataclass
 class Decision:
     """What :meth:`SoftPin.decide` asks for: ``"pin"``, ``"widen"`` or None
-    (keep the placement), for ``hold`` seconds at least, why, and the level
-    to log it at (a probe's outcome: INFO, at most one per probe hold)."""
+    (keep the placement), why, and the level to log it at (a probe's
+    outcome: INFO, at most one per probe hold)."""
 
     action: str | None
-    hold: float = 0.0
     why: str = ""
     level: int = logging.DEBUG
 
@@ -141,16 +140,16 @@ class SoftPin:
         if ready and all(why and n for _, n, why in self.window):
             self.pinned_rate, self.probing, self.cramped = self._rate(), True, cramped
             why = f"probing: the home CPU is {cramped} at {self.pinned_rate:.0f} req/s"
-            return self._place(pinned=False, hold=self.probe_intervals * elapsed, why=why)
+            return self._place(pinned=False, why=why)
         return Decision(None)
 
     def _rate(self) -> float:
         seconds = sum(elapsed for elapsed, _, _ in self.window)
         return sum(served for _, served, _ in self.window) / seconds if seconds > 0 else 0.0
 
-    def _place(self, pinned: bool, hold: float = 0.0, why: str = "") -> Decision:
+    def _place(self, pinned: bool, why: str = "", level: int = logging.DEBUG) -> Decision:
         self.pinned, self.window = pinned, []
-        return Decision("pin" if pinned else "widen", hold, why)
+        return Decision("pin" if pinned else "widen", why, level)
 
     def _end_probe(self, now: float) -> Decision:
         rate = self._rate()
@@ -161,11 +160,9 @@ class SoftPin:
         why = f"probe of a {self.cramped} home CPU: {rates}; for {self.hold:.0f} s"
         if won:
             self.wide_until = now + self.hold
-            return Decision(None, self.hold, why, logging.INFO)
+            return Decision(None, why, logging.INFO)
         self.next_probe = now + self.hold
-        decision = self._place(pinned=True, hold=self.hold, why=why)
-        decision.level = logging.INFO
-        return decision
+        return self._place(pinned=True, why=why, level=logging.INFO)
 
 
 def rank_among_siblings() -> int:
