@@ -222,7 +222,9 @@ class H2LoadLoader(Loader):
 
     def run(self, base_url: str, request: Request, concurrency: int, seconds: float) -> LoadResult:
         streams = min(self.streams, concurrency)
-        connections = max(1, concurrency // streams)
+        if concurrency % streams:
+            raise ValueError(f"concurrency {concurrency} is not a multiple of {streams} streams per connection")
+        connections = concurrency // streams
         threads = max(1, min(self.max_threads, connections))
         log_path = self.work_dir / "requests.log"
         self.work_dir.mkdir(parents=True, exist_ok=True)
