@@ -8,7 +8,6 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import subprocess
 import time
 import zlib
 from pathlib import Path
@@ -23,6 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.conftest import EXECUTOR
 from tests.interop.test_rest_wire import Wire
+from tests.support import stalls
 from tests.support.live import people_with_tokens, request, wait_for
 from tests.support.server import ROOT
 
@@ -273,11 +273,11 @@ def test_perf_analyzer_runs_against_the_server(model_server, protocol):
     sends inferences and reads the statistics extension."""
     assert PERF_ANALYZER.exists(), "run `make test-tools` (scripts/install_perf_analyzer.sh)"
     url = model_server.http_url if protocol == "http" else model_server.grpc_url
-    done = subprocess.run(
+    done = stalls.run(
         [str(PERF_ANALYZER), "-m", "affine", "-u", url, "-i", protocol, "-b", "2", "--concurrency-range", "2",
          "--measurement-mode", "count_windows", "--measurement-request-count", "200",
          "--stability-percentage", "500", "--max-trials", "20"],
-        capture_output=True, text=True, timeout=120,
+        120,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     throughput = float(re.search(r"throughput: ([\d.]+) infer/sec", done.stdout).group(1))

@@ -1,0 +1,126 @@
+"""Run a child process with a timeout that tells a hung child from a
+machine that stopped running the tests.
+
+CI machines are shared virtual machines. Once (2026-11-29, a fresh CI
+machine) two unrelated children started within a second of each other,
+``runworker --device cuda:0`` (which had already printed its refusal) and
+``perf_analyzer`` against the session's server, both ran past their
+timeouts (60 and 120 s), while the same commit passed everywhere else and
+each child takes seconds. A stall of the whole machine explains both; a hang
+of our code would not have hit two unrelated children at once.
+
+:func:`run` is ``subprocess.run(..., capture_output=True, text=True,
+timeout=...)`` with two differences:
+
+* a thread of this process notes the stalls of its own clock (a sleep of
+  0.2 s that took over 2 s); when the timeout passed and the machine stalled
+  for at least a quarter of it meanwhile, the command runs once more;
+* a timeout without such a stall raises ``subprocess.TimeoutExpired`` whose
+  ``stderr`` holds the Python stacks of every thread of a Python child
+  (``PYTHONFAULTHANDLER`` and SIGABRT) and the stalls seen, so that a real
+  hang names where it hung.
+
+The result's ``elapsed`` is the wall time of the attempt that answered,
+less the stalls during it (seconds).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+#: A sleep of TICK seconds that took over GAP seconds: the machine did not run this process meanwhile.
+TICK = 0.2
+GAP = 2.0
+
+
+class _Watch:
+    """Stalls of this process's clock, as (start, end) in ``time.monotonic()``."""
+
+    def __init__(self):
+        self.stalls: list[tuple[float, float]] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._run, name="stall-watch", daemon=True).start()
+
+    def _run(self) -> None:
+        last = time.monotonic()
+        while True:
+            time.sleep(TICK)
+            now = time.monotonic()
+            if now - last > GAP:
+                with self._lock:
+                    self.stalls.append((last, now))
+            last = now
+
+    def stalled(self, since: float, until: float) -> float:
+        """Seconds of stall between ``since`` and ``until``."""
+        with self._lock:
+            return sum(max(0.0, min(end, until) - max(start, since)) for start, end in self.stalls)
+
+
+_watch: _Watch | None = None
+_watch_lock = threading.Lock()
+
+
+def watch() -> _Watch:
+    global _watch
+    with _watch_lock:
+        if _watch is None:
+            _watch = _Watch()
+        return _watch
+
+
+def _is_python(args) -> bool:
+    return os.path.basename(str(args[0])).startswith("python") or str(args[0]) == sys.executable
+
+
+def run(args: list, timeout: float, env: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(args, capture_output=True, text=True, timeout=timeout,
+    env=env, **kwargs)``, once more after a timeout that a stall of the
+    machine explains (see the module doc). Raises ``subprocess.TimeoutExpired``."""
+    clock = watch()
+    env = dict(os.environ if env is None else env, PYTHONFAULTHANDLER="1")
+    for attempt in (1, 2):
+        started = time.monotonic()
+        if _is_python(args):
+            kwargs.setdefault("preexec_fn", _no_core)
+        child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **kwargs)
+        try:
+            out, err = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            out, err = _stop(child, args)
+            now = time.monotonic()
+            stalled = clock.stalled(started, now)
+            if attempt == 1 and stalled >= timeout / 4:
+                print(f"the machine stalled for {stalled:.1f} s of {now - started:.1f} s: {args[0]} once more",
+                      file=sys.stderr)  # fmt: skip
+                continue
+            note = f"\n[timed out after {now - started:.1f} s; the machine stalled {stalled:.1f} s meanwhile]\n"
+            raise subprocess.TimeoutExpired(args, timeout, output=out, stderr=(err or "") + note) from None
+        done = subprocess.CompletedProcess(args, child.returncode, out, err)
+        now = time.monotonic()
+        done.elapsed = now - started - clock.stalled(started, now)
+        return done
+    raise AssertionError("unreachable")
+
+
+def _no_core() -> None:
+    """In the child: SIGABRT (the stacks, then the end) leaves no core file."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _stop(child: subprocess.Popen, args) -> tuple[str, str]:
+    """End a child past its timeout (a Python child first prints its threads' stacks) and read what it wrote."""
+    if _is_python(args):
+        child.send_signal(signal.SIGABRT)
+        try:
+            return child.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+    child.kill()
+    return child.communicate()
