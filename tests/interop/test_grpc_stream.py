@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import queue
 import re
-import subprocess
 import time
 
 import numpy as np
@@ -21,6 +20,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from tests.interop.test_extensions import PERF_ANALYZER
+from tests.support import stalls
 from tests.support.live import run_coroutine, wait_for
 
 pytestmark = pytest.mark.interop
@@ -222,11 +222,11 @@ def test_perf_analyzer_streams(model_server):
     """``perf_analyzer --streaming``: every request over gRPC streams, at
     concurrency 2, counted by the statistics extension."""
     assert PERF_ANALYZER.exists(), "run `make test-tools` (scripts/install_perf_analyzer.sh)"
-    done = subprocess.run(
+    done = stalls.run(
         [str(PERF_ANALYZER), "-m", "stream_probe", "-u", model_server.grpc_url, "-i", "grpc", "--streaming",
          "-b", "2", "--concurrency-range", "2", "--measurement-mode", "count_windows",
          "--measurement-request-count", "200", "--stability-percentage", "500", "--max-trials", "20"],
-        capture_output=True, text=True, timeout=120,
+        120,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert float(re.search(r"throughput: ([\d.]+) infer/sec", done.stdout).group(1)) > 0
