@@ -48,6 +48,8 @@ def test_a_timeout_without_a_stall_is_a_hang_with_the_child_s_stacks(tmp_path):
 
 
 def test_an_answer_in_time_is_returned_as_subprocess_run_returns_it():
-    done = stalls.run([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"], 30)
+    done = stalls.run(
+        [sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"], 30
+    )
     assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
     assert 0 < done.elapsed < 30
