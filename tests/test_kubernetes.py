@@ -23,7 +23,6 @@ from __future__ import annotations
 import io
 import re
 import shutil
-import subprocess
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
@@ -38,6 +37,7 @@ from django.urls import resolve
 
 from hosting.wsgi_dispatch import PROTOCOL_PREFIXES, PROTOCOL_URLCONF, Dispatcher, ProtocolHandler
 from inference.workers.placement import pool_depth_key
+from tests.support import stalls
 
 ROOT = Path(__file__).resolve().parents[1]
 KUSTOMIZE = ROOT / "deploy" / "kubernetes"
@@ -62,7 +62,7 @@ K8S_VERSION = "1.33.0"
 def render(name: str) -> list[dict]:
     if not Path(KUBECTL).exists():
         pytest.skip("kubectl (for kustomize) is not installed")
-    done = subprocess.run([KUBECTL, "kustomize", str(KUSTOMIZE / name)], capture_output=True, text=True, timeout=60)
+    done = stalls.run([KUBECTL, "kustomize", str(KUSTOMIZE / name)], 60)
     assert done.returncode == 0, done.stderr
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 

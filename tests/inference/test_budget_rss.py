@@ -8,7 +8,6 @@ budget, and numpy's ``x @ W`` for the answers."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 
 from inference.runtime import residency
 from tests.support import onnx_models as m
+from tests.support import stalls
 
 MIB = 2**20
 SIDE = 2048  # W: 2048 x 2048 FP32 = 16 MiB
@@ -85,9 +85,9 @@ _DRIVER = textwrap.dedent(
 
 def _drive(mode: str, budget: int, rounds: int, paths: list[Path]) -> dict:
     root = Path(__file__).resolve().parents[2]
-    out = subprocess.run(
-        [sys.executable, "-c", _DRIVER, mode, str(budget), str(rounds), *map(str, paths)],
-        cwd=root, capture_output=True, text=True, timeout=300, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+    out = stalls.run(
+        [sys.executable, "-c", _DRIVER, mode, str(budget), str(rounds), *map(str, paths)], 300,
+        cwd=root, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])

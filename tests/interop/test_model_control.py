@@ -18,6 +18,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.support import onnx_models as m
+from tests.support import stalls
 from tests.support.live import people_with_tokens, wait_for
 from tests.support.server import ROOT, LiveServer
 
@@ -216,7 +217,7 @@ def serve(tmp_path, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, VAR_DIR=str(tmp_path / "var"))
     env.pop("DATABASE_URL", None)
     command = [sys.executable, "manage.py", "serve", "--http-port", "0", *args]
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    return stalls.run(command, 120, cwd=ROOT, env=env)
 
 
 def test_bad_flags_and_exit_on_error_end_serve_with_a_clear_error(tmp_path):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 import urllib.request
@@ -17,6 +16,7 @@ import urllib.request
 import pytest
 
 from tests.support import onnx_models as m
+from tests.support import stalls
 from tests.support.server import ROOT, LiveServer
 
 pytestmark = pytest.mark.interop
@@ -26,9 +26,7 @@ NOISE = ("AXES: BEGIN", "seems quite high", "refused to gracefully stop", "Killi
 
 def test_a_management_command_prints_no_axes_banner(tmp_path):
     env = dict(os.environ, VAR_DIR=str(tmp_path / "var"))
-    done = subprocess.run(
-        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
-    )
+    done = stalls.run([sys.executable, "manage.py", "check"], 120, cwd=ROOT, env=env)
     assert done.returncode == 0, done.stderr
     output = done.stdout + done.stderr
     assert "System check identified no issues" in output
