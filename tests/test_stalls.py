@@ -53,3 +53,13 @@ def test_an_answer_in_time_is_returned_as_subprocess_run_returns_it():
     )
     assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
     assert 0 < done.elapsed < 30
+
+
+def test_stalls_are_counted_within_the_window_and_one_still_going_on_counts():
+    watch = stalls._Watch(start=False)
+    watch.stalls = [(10.0, 14.0), (20.0, 23.0)]
+    watch.last = 30.0
+    assert watch.stalled(12.0, 21.0) == 3.0  # 12-14 and 20-21
+    assert watch.stalled(15.0, 19.0) == 0.0
+    assert watch.stalled(25.0, 31.0) == 0.0  # the thread ticked 1 s ago: no stall going on
+    assert watch.stalled(25.0, 36.0) == 6.0  # no tick for 6 s: a stall going on since 30

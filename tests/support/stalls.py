@@ -40,27 +40,33 @@ GAP = 2.0
 
 
 class _Watch:
-    """Stalls of this process's clock, as (start, end) in ``time.monotonic()``."""
+    """Stalls of this process's clock, as (start, end) in ``time.monotonic()``;
+    ``start``: run the thread that notes them (off in the unit tests)."""
 
-    def __init__(self):
+    def __init__(self, start: bool = True):
         self.stalls: list[tuple[float, float]] = []
+        self.last = time.monotonic()  # the thread's last tick
         self._lock = threading.Lock()
-        threading.Thread(target=self._run, name="stall-watch", daemon=True).start()
+        if start:
+            threading.Thread(target=self._run, name="stall-watch", daemon=True).start()
 
     def _run(self) -> None:
-        last = time.monotonic()
         while True:
             time.sleep(TICK)
             now = time.monotonic()
-            if now - last > GAP:
-                with self._lock:
-                    self.stalls.append((last, now))
-            last = now
+            with self._lock:
+                if now - self.last > GAP:
+                    self.stalls.append((self.last, now))
+                self.last = now
 
     def stalled(self, since: float, until: float) -> float:
-        """Seconds of stall between ``since`` and ``until``."""
+        """Seconds of stall between ``since`` and ``until``, counting one
+        still going on: the thread has not ticked for over GAP seconds (a
+        timeout and the thread wake together when the machine runs again;
+        the timeout may be read first)."""
         with self._lock:
-            return sum(max(0.0, min(end, until) - max(start, since)) for start, end in self.stalls)
+            spans = self.stalls + ([(self.last, until)] if until - self.last > GAP else [])
+            return sum(max(0.0, min(end, until) - max(start, since)) for start, end in spans)
 
 
 _watch: _Watch | None = None
