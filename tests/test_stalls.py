@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -63,3 +64,13 @@ def test_stalls_are_counted_within_the_window_and_one_still_going_on_counts():
     assert watch.stalled(15.0, 19.0) == 0.0
     assert watch.stalled(25.0, 31.0) == 0.0  # the thread ticked 1 s ago: no stall going on
     assert watch.stalled(25.0, 36.0) == 6.0  # no tick for 6 s: a stall going on since 30
+
+
+def test_a_deadline_does_not_count_the_machine_s_stalls():
+    deadline = stalls.Deadline(0.5)
+    deadline.clock = stalls._Watch(start=False)  # its own, so that the stall set here reaches no other test
+    deadline.clock.stalls = [(deadline.started, deadline.started + 0.4)]
+    time.sleep(0.6)
+    assert not deadline.passed()  # 0.6 s, 0.4 of them stalled
+    time.sleep(0.4)
+    assert deadline.passed()

@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 
+from tests.support import stalls
 from tests.support.server import ROOT, LiveServer
 
 
@@ -108,9 +109,10 @@ def infer_json(server: LiveServer, token: str | None, model: str, x, version: st
 
 
 def wait_for(predicate, timeout: float = 15.0, interval: float = 0.05) -> bool:
-    """Poll ``predicate`` until it is true (True) or ``timeout`` seconds pass (False)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Poll ``predicate`` until it is true (True) or ``timeout`` seconds pass
+    (False), the machine's stalls meanwhile not counted (tests/support/stalls.py)."""
+    deadline = stalls.Deadline(timeout)
+    while not deadline.passed():
         if predicate():
             return True
         time.sleep(interval)

@@ -21,7 +21,8 @@ timeout=...)`` with two differences:
   hang names where it hung.
 
 The result's ``elapsed`` is the wall time of the attempt that answered,
-less the stalls during it (seconds).
+less the stalls during it (seconds). :class:`Deadline` bounds a poll loop
+the same way (``wait_for``, a live server's start).
 """
 
 from __future__ import annotations
@@ -79,6 +80,20 @@ def watch() -> _Watch:
         if _watch is None:
             _watch = _Watch()
         return _watch
+
+
+class Deadline:
+    """``timeout`` seconds from now, not counting the machine's stalls
+    meanwhile (a poll loop's bound: :func:`tests.support.live.wait_for`)."""
+
+    def __init__(self, timeout: float):
+        self.clock = watch()
+        self.started = time.monotonic()
+        self.timeout = timeout
+
+    def passed(self) -> bool:
+        now = time.monotonic()
+        return now - self.started - self.clock.stalled(self.started, now) >= self.timeout
 
 
 def _is_python(args) -> bool:
