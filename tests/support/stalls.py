@@ -27,6 +27,7 @@ the same way (``wait_for``, a live server's start).
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
 import signal
@@ -70,16 +71,10 @@ class _Watch:
             return sum(max(0.0, min(end, until) - max(start, since)) for start, end in spans)
 
 
-_watch: _Watch | None = None
-_watch_lock = threading.Lock()
-
-
+@functools.cache
 def watch() -> _Watch:
-    global _watch
-    with _watch_lock:
-        if _watch is None:
-            _watch = _Watch()
-        return _watch
+    """This process's watch (started on first use)."""
+    return _Watch()
 
 
 class Deadline:
@@ -91,9 +86,13 @@ class Deadline:
         self.started = time.monotonic()
         self.timeout = timeout
 
-    def passed(self) -> bool:
+    def elapsed(self) -> float:
+        """Seconds since the start, less the machine's stalls."""
         now = time.monotonic()
-        return now - self.started - self.clock.stalled(self.started, now) >= self.timeout
+        return now - self.started - self.clock.stalled(self.started, now)
+
+    def passed(self) -> bool:
+        return self.elapsed() >= self.timeout
 
 
 def _is_python(args) -> bool:
@@ -104,30 +103,26 @@ def run(args: list, timeout: float, env: dict | None = None, **kwargs) -> subpro
     """``subprocess.run(args, capture_output=True, text=True, timeout=timeout,
     env=env, **kwargs)``, once more after a timeout that a stall of the
     machine explains (see the module doc). Raises ``subprocess.TimeoutExpired``."""
-    clock = watch()
     env = dict(os.environ if env is None else env, PYTHONFAULTHANDLER="1")
-    for attempt in (1, 2):
-        started = time.monotonic()
-        if _is_python(args):
-            kwargs.setdefault("preexec_fn", _no_core)
+    if _is_python(args):
+        kwargs.setdefault("preexec_fn", _no_core)
+    for last in (False, True):
+        deadline = Deadline(timeout)
         child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **kwargs)
         try:
             out, err = child.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             out, err = _stop(child, args)
             now = time.monotonic()
-            stalled = clock.stalled(started, now)
-            if attempt == 1 and stalled >= timeout / 4:
-                print(f"the machine stalled for {stalled:.1f} s of {now - started:.1f} s: {args[0]} once more",
-                      file=sys.stderr)  # fmt: skip
+            wall, stalled = now - deadline.started, deadline.clock.stalled(deadline.started, now)
+            if not last and stalled >= timeout / 4:
+                print(f"the machine stalled for {stalled:.1f} s of {wall:.1f} s: {args[0]} once more", file=sys.stderr)
                 continue
-            note = f"\n[timed out after {now - started:.1f} s; the machine stalled {stalled:.1f} s meanwhile]\n"
+            note = f"\n[timed out after {wall:.1f} s; the machine stalled {stalled:.1f} s meanwhile]\n"
             raise subprocess.TimeoutExpired(args, timeout, output=out, stderr=(err or "") + note) from None
         done = subprocess.CompletedProcess(args, child.returncode, out, err)
-        now = time.monotonic()
-        done.elapsed = now - started - clock.stalled(started, now)
+        done.elapsed = deadline.elapsed()
         return done
-    raise AssertionError("unreachable")
 
 
 def _no_core() -> None:
