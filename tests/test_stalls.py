@@ -39,13 +39,44 @@ def test_a_timeout_while_the_machine_stalled_runs_the_command_once_more(tmp_path
     assert done.elapsed < 5
 
 
-def test_a_timeout_without_a_stall_is_a_hang_with_the_child_s_stacks(tmp_path):
+def test_a_timeout_without_a_stall_is_a_hang_with_the_child_s_stacks(tmp_path, monkeypatch):
+    monkeypatch.setattr(stalls, "too_busy", lambda shares: False)  # however busy the test run keeps this machine
     marker = tmp_path / "marker"
-    with pytest.raises(subprocess.TimeoutExpired) as info:
+    with pytest.raises(stalls.Hang) as info:
         stalls.run([sys.executable, "-c", CHILD, str(marker), "0"], 5)
     assert marker.exists()  # it ran once, not twice: the second run would have answered
     assert "in waiting_forever" in info.value.stderr  # faulthandler's stack of the hung child
     assert "the machine stalled 0.0 s meanwhile" in info.value.stderr
+    message = str(info.value)  # what pytest prints: the stack's end and the machine's busiest processes
+    assert "timed out after 5 seconds" in message and "in waiting_forever" in message
+    assert "the busiest processes:" in message and "COMMAND" in message.split("the busiest processes:")[1]  # ps
+
+
+def test_a_timeout_on_a_machine_too_busy_runs_the_command_once_more(tmp_path, monkeypatch, capfd):
+    seen = []
+    monkeypatch.setattr(stalls, "too_busy", lambda shares: seen.append(shares) or True)
+    marker = tmp_path / "marker"
+    done = stalls.run([sys.executable, "-c", CHILD, str(marker), "0"], 3)
+    assert (done.returncode, done.stdout) == (0, "second run\n")
+    assert len(seen) == 1 and set(seen[0]) <= {"cpu", "memory", "io"}
+    assert "tasks waited for" in capfd.readouterr().err
+
+
+def test_pressure_shares_and_the_busy_rule():
+    assert stalls.busy({"cpu": 10.0, "memory": 1.0}, {"cpu": 58.0, "memory": 1.0, "io": 9.0}, 60.0) == {
+        "cpu": 0.8,
+        "memory": 0.0,
+    }  # io: not read before, left out
+    assert stalls.busy({"cpu": 1.0}, {"cpu": 2.0}, 0.0) == {}
+    assert stalls.too_busy({"cpu": 0.8}) and stalls.too_busy({"cpu": 0.1, "memory": 0.2})
+    assert not stalls.too_busy({"cpu": 0.79, "memory": 0.19, "io": 1.0}) and not stalls.too_busy({})
+
+
+def test_pressure_reads_the_kernel_s_totals(tmp_path, monkeypatch):
+    (tmp_path / "cpu").write_text("some avg10=1.00 avg60=2.00 avg300=3.00 total=2500000\nfull avg10=0 total=7\n")
+    (tmp_path / "io").write_text("garbage\n")
+    monkeypatch.setattr(stalls, "PRESSURE", tmp_path)
+    assert stalls.pressure() == {"cpu": 2.5}  # memory missing, io unreadable: left out
 
 
 def test_an_answer_in_time_is_returned_as_subprocess_run_returns_it():

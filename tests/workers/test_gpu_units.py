@@ -284,7 +284,6 @@ def test_runworker_on_a_gpu_refuses_to_start_on_this_machine(tmp_path):
     assert "cuda:0 (ordinal 0 in this process): this ONNX Runtime" in done.stderr, done.stderr
     assert "is built without CUDA" in done.stderr and "the worker does not start" in done.stderr
     assert "unreachable" not in done.stderr  # refused before Redis
-    assert done.elapsed < 30  # less any stall of the machine (tests/support/stalls.py)
     disagree = stalls.run(
         [sys.executable, "manage.py", "runworker", "--device", "cuda:1"], 60,
         cwd=ROOT, env=dict(env, CUDA_VISIBLE_DEVICES="0"),
