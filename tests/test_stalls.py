@@ -4,7 +4,6 @@ child's Python stacks."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 
