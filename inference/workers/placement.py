@@ -188,6 +188,7 @@ class WorkerDirectory:
         self.error: str = ""
         self._round_robin: dict[tuple, itertools.count] = {}
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
         self._refreshed = float("-inf")  # time.monotonic() of the last read from Redis
         self._catch_up = threading.Lock()
         self._caught_up = float("-inf")  # time.monotonic() of the last read for a miss
@@ -293,9 +294,15 @@ class WorkerDirectory:
             self._thread = threading.Thread(target=self._run, name="worker-directory", daemon=True)
             self._thread.start()
 
+    def stop(self) -> None:
+        """End the refreshing thread (within ``interval``); the last view stays readable."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval + 5.0)
+            self._thread = None
+
     def _run(self) -> None:
-        while True:
-            time.sleep(self.interval)
+        while not self._stopping.wait(self.interval):
             self.refresh()
 
     def live_devices(self) -> frozenset[str]:

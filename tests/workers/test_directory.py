@@ -26,6 +26,37 @@ def client():
     client.flushdb()
 
 
+@pytest.fixture
+def started():
+    """``started(directory)`` starts it for the test; it stops at the end (no thread left reading Redis)."""
+    directories = []
+
+    def start(directory: WorkerDirectory) -> WorkerDirectory:
+        directory.start()
+        directories.append(directory)
+        return directory
+
+    yield start
+    for directory in directories:
+        directory.stop()
+
+
+def test_stop_ends_the_refreshing_thread(client):
+    _beat(client, "infer.cpu", "cpu-w-1", 0, 0.0, "cpu")
+    directory = WorkerDirectory(client, interval=0.05)
+    directory.start()
+    thread = directory._thread
+    assert thread.is_alive() and [w.id for w in directory.workers()] == ["cpu-w-1"]
+    directory.stop()
+    assert not thread.is_alive()
+    client.delete(heartbeat_key("infer.cpu", "cpu-w-1"))
+    import time
+
+    time.sleep(0.2)  # four intervals: a thread still refreshing would have dropped the worker
+    assert [w.id for w in directory.workers()] == ["cpu-w-1"]  # the last view stays readable
+    observability.watch_workers(None)
+
+
 def _beat(client, queue, worker_id, busy, fraction, pool):
     announced = messages.Announcement(
         "cpu" if queue == "infer.cpu" else "cuda:0", address="127.0.0.1:7070", host=worker_id.rsplit("-", 1)[0],
@@ -35,14 +66,14 @@ def _beat(client, queue, worker_id, busy, fraction, pool):
 
 
 @pytest.mark.django_db  # /metrics reads the served models too (Triton's nv_* series)
-def test_depths_for_prometheus_and_keda(client):
+def test_depths_for_prometheus_and_keda(client, started):
     _beat(client, "infer.cuda0", "a100-x-1", 3, 0.75, "gpu-a100")
     _beat(client, "infer.cuda0", "a100-y-1", 2, 0.5, "gpu-a100")
     _beat(client, "infer.cuda0", "t4-z-1", 4, 1.0, "gpu-t4")
     _beat(client, "infer.cpu", "cpu-w-1", 0, 0.0, "cpu")
     directory = WorkerDirectory(client, publish_depth=True)
     other = WorkerDirectory(client, publish_depth=True)  # another front-end process
-    directory.start()
+    started(directory)
     other.refresh()
     assert client.llen(depth_key("infer.cuda0")) == 9 and client.llen(depth_key("infer.cpu")) == 0
     assert client.llen(pool_depth_key("gpu-a100")) == 5 and client.llen(pool_depth_key("gpu-t4")) == 4
@@ -70,7 +101,7 @@ class CountingRedis(redis.Redis):
         return super().scan_iter(*args, **kwargs)
 
 
-def test_a_miss_reads_the_heartbeats_again(client):
+def test_a_miss_reads_the_heartbeats_again(client, started):
     """A request that finds no worker reads the heartbeats again unless a
     read started after its miss; misses at once share one read; while they
     keep coming, at most one read per CATCH_UP_SECONDS."""
@@ -81,7 +112,7 @@ def test_a_miss_reads_the_heartbeats_again(client):
 
     counting = CountingRedis.from_url(REDIS_URL)
     directory = WorkerDirectory(counting, interval=3600)  # its own refresh never comes during the test
-    directory.start()
+    started(directory)
     assert directory.candidates(()) == []
     _beat(client, "infer.cpu", "late-1", 0, 0.0, "cpu")  # a worker starts right after the last read
     assert directory.candidates(()) == []  # the directory has not seen it yet
