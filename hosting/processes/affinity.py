@@ -36,6 +36,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -83,10 +84,12 @@ class SoftPin:
     hold: float = field(default=0.0, init=False)  # the probe hold
     won: bool | None = field(default=None, init=False)  # the last probe's outcome: wide served more
     next_probe: float = field(default=0.0, init=False)
-    window: list[tuple[float, int, str]] = field(default_factory=list, init=False)  # (s, requests, why cramped)
+    #: The last ``probe_intervals`` intervals of the current placement: (s, requests, why cramped).
+    window: deque[tuple[float, int, str]] = field(init=False)
 
     def __post_init__(self) -> None:
         self.hold = self.min_hold
+        self.window = deque(maxlen=self.probe_intervals)
 
     def decide(
         self,
@@ -127,7 +130,7 @@ class SoftPin:
             cramped = "full"
         elif waited > self.wait_share * elapsed and waited > self.long_wait * max(1, runs):
             cramped = f"shared (run-queue waits {waited / elapsed:.0%})"
-        self.window = [*self.window, (elapsed, served, cramped)][-self.probe_intervals :]
+        self.window.append((elapsed, served, cramped))
         if self.probing:
             return self._end_probe(now) if len(self.window) == self.probe_intervals else Decision(None)
         if not self.pinned:
@@ -148,7 +151,8 @@ class SoftPin:
         return sum(served for _, served, _ in self.window) / seconds if seconds > 0 else 0.0
 
     def _place(self, pinned: bool, why: str = "", level: int = logging.DEBUG) -> Decision:
-        self.pinned, self.window = pinned, []
+        self.pinned = pinned
+        self.window.clear()
         return Decision("pin" if pinned else "widen", why, level)
 
     def _end_probe(self, now: float) -> Decision:
