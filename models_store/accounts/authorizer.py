@@ -9,8 +9,11 @@ answers from memory: a
 rebuilt (off the request path) each time the registry's change stamp moves
 (token and membership changes bump it), and at the latest every
 ``INFERENCE_TOKEN_CACHE_SECONDS`` as a backstop for changes made behind the
-services' back. An unknown token is therefore answered without a query too
-(it reloads the scopes at most once a second per process). A model the
+services' back. A token the snapshot does not know (perhaps created a moment
+ago through another process, before this one noticed) reloads the scopes
+when the snapshot is over a second old, else when the registry's change
+stamp moved since it was loaded; made-up tokens cost at most one stamp read
+per ``MISS_STAMP_SECONDS`` and one reload per second, per process. A model the
 snapshot does not know costs one stamp read: if the registry changed since
 the snapshot was loaded (the model was uploaded a moment ago through another
 process), the scopes are reloaded at once, so a new model is callable with a
@@ -41,6 +44,9 @@ logger = logging.getLogger(__name__)
 
 #: A token the checker does not know reloads the scopes at most this often (per process), in seconds.
 MISS_RELOAD_SECONDS = 1.0
+#: ... and, within that second, reads the registry's change stamp at most this often (per process), in seconds:
+#: a token created since the snapshot (the stamp moved) is known at once; made-up ones cost at most these reads.
+MISS_STAMP_SECONDS = 0.05
 
 #: A token's stored form, computed once per token a process sees (the checks of
 #: one request ask for it three or four times: inference, principal, regions).
@@ -49,12 +55,16 @@ token_key = functools.lru_cache(maxsize=4096)(hash_token)
 
 def _known(cache, token: str) -> tuple[Scopes, TokenScope | None, str]:
     """(the scopes, ``token``'s scope or None, its key): from the current
-    snapshot, reloaded once (at most every MISS_RELOAD_SECONDS per process)
-    for a token it does not know, perhaps created a moment ago."""
+    snapshot; for a token it does not know, perhaps created a moment ago,
+    reloaded when older than MISS_RELOAD_SECONDS, else when the registry
+    changed since (a stamp read, at most every MISS_STAMP_SECONDS per
+    process)."""
     key = token_key(token)
     scopes = cache.get()
     if key not in scopes.tokens:
         scopes = cache.reload_if_older(MISS_RELOAD_SECONDS)
+    if key not in scopes.tokens:
+        scopes = cache.catch_up_every(MISS_STAMP_SECONDS)
     return scopes, scopes.tokens.get(key), key
 
 
@@ -156,6 +166,7 @@ class TokenCache:
         self._ttl = ttl
         self._scopes: Scopes | None = None
         self._lock = threading.Lock()
+        self._stamp_read_at = float("-inf")  # time.monotonic() of the last stamp read for a miss
         self.database = DependencyWatch("the database (API token scopes)", logger)
 
     def refresh(self) -> Scopes:
@@ -206,6 +217,16 @@ class TokenCache:
             finally:
                 self._lock.release()
         return scopes
+
+    def catch_up_every(self, seconds: float) -> Scopes:
+        """:meth:`catch_up` unless it ran for this reason less than ``seconds``
+        ago (then the current scopes): what a token the snapshot does not know
+        costs within a second of the last reload."""
+        now = time.monotonic()
+        if now - self._stamp_read_at < seconds:
+            return self._scopes or self.refresh()
+        self._stamp_read_at = now
+        return self.catch_up()
 
     def catch_up(self) -> Scopes:
         """The scopes, reloaded first if the registry's change stamp moved since

@@ -57,9 +57,7 @@ def server(request, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def token(server, stub) -> str:
-    """An operator's token, once every server process knows it (REST and gRPC:
-    a process that reloaded its token scopes for an unknown token less than
-    MISS_RELOAD_SECONDS ago learns of a new one at its next registry poll)."""
+    """An operator's token, once every server process answers with it (REST and gRPC)."""
     token = people_with_tokens(server, root="superuser")["root"]
     body = json.dumps({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [0, 1, 2, 3]}]})
     message = pb.ModelInferRequest(model_name="affine")

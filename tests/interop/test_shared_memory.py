@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 import uuid
 
 import numpy as np
@@ -21,7 +20,6 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient import utils
 from tritonclient.utils import InferenceServerException
 
-from models_store.accounts.authorizer import MISS_RELOAD_SECONDS
 from tests.support.live import bearer, manage, people_with_tokens, request
 
 pytestmark = pytest.mark.interop
@@ -250,9 +248,7 @@ def test_a_region_belongs_to_its_team(model_server):
     """Team A's region: team B (and anonymous callers) cannot see it, read
     it as an input, write an output into it, register its key under another
     name, or unregister it; B's own region of the same name is B's."""
-    tokens = people_with_tokens(model_server, shm_alice="shm-a", shm_bob="shm-b")
-    # A process that reloaded its token scopes in the last MISS_RELOAD_SECONDS does not know a new token yet.
-    time.sleep(MISS_RELOAD_SECONDS + 0.1)
+    tokens = people_with_tokens(model_server, shm_alice="shm-a", shm_bob="shm-b")  # known at once in every process
     alice, bob = {"Authorization": f"Bearer {tokens['shm_alice']}"}, {"Authorization": f"Bearer {tokens['shm_bob']}"}
     grpc_bob = {"authorization": f"Bearer {tokens['shm_bob']}"}
     a, b = _simple_data()

@@ -185,6 +185,7 @@ def test_every_token_is_charged_to_a_team_or_to_its_users_own_bucket(world):
 
 def test_checker_answers_from_memory(world, checker, monkeypatch):
     monkeypatch.setattr(token_authorizer, "MISS_RELOAD_SECONDS", 3600)
+    monkeypatch.setattr(token_authorizer, "MISS_STAMP_SECONDS", 3600)
     people, _ = world
     _, plain = accounts.token_create(user=people["alice"], name="a")
     checker.cache.refresh()
@@ -195,7 +196,7 @@ def test_checker_answers_from_memory(world, checker, monkeypatch):
                 checker("mh_random-guess", "iris")
             with pytest.raises(PermissionDenied):
                 checker(plain, "resnet")
-    assert len(queries) == 0
+    assert len(queries) == 1 and "counter" in queries[0]["sql"]  # one stamp read for the made-up tokens
 
 
 def test_a_new_token_works_at_once_and_unknown_ones_reload_at_most_once_a_second(world, checker):
@@ -210,7 +211,30 @@ def test_a_new_token_works_at_once_and_unknown_ones_reload_at_most_once_a_second
         for _ in range(20):
             with pytest.raises(Unauthenticated):
                 checker("mh_made-up", "iris")
-    assert len(queries) == 0  # the snapshot is younger than a second
+    assert len(queries) <= 1  # the snapshot is younger than a second: one stamp read (per MISS_STAMP_SECONDS)
+
+
+def test_a_token_created_within_a_second_of_a_reload_works_at_once(world, checker, monkeypatch):
+    """Another process created the token after this one reloaded its scopes
+    (for a made-up token, say) and before it noticed the change: the stamp
+    moved, so the first call reloads; made-up tokens meanwhile cost one stamp
+    read per MISS_STAMP_SECONDS, not a reload each."""
+    monkeypatch.setattr(token_authorizer, "MISS_STAMP_SECONDS", 3600)
+    people, _ = world
+    checker.cache.refresh()  # loaded a moment ago
+    with CaptureQueriesContext(connection) as queries:
+        for _ in range(20):
+            with pytest.raises(Unauthenticated):
+                checker("mh_made-up", "iris")
+    assert len(queries) == 1  # the stamp, which did not move
+    _, plain = accounts.token_create(user=people["alice"], name="new")  # no listener here: as if elsewhere
+    monkeypatch.setattr(token_authorizer, "MISS_STAMP_SECONDS", 0)
+    with CaptureQueriesContext(connection) as queries:
+        checker(plain, "iris")
+        checker(plain, "iris")
+    assert len(queries) == 6  # the stamp, then one reload (five queries); the second call answers from memory
+    with pytest.raises(PermissionDenied):
+        checker(plain, "resnet")  # known now, and held to its scope
 
 
 def test_a_model_created_after_the_snapshot_is_callable_at_once(world, checker):

@@ -185,9 +185,9 @@ def people_with_tokens(server: LiveServer, **teams) -> dict[str, str]:
 def _known_everywhere(server: LiveServer, token: str, tries: int = 4) -> bool:
     """Whether REST and gRPC processes accept ``token`` (a read that checks
     any token: the shared-memory status; ``tries`` calls each, on new
-    connections, so that every process answers). A process that reloaded its
-    tokens for an unknown one less than MISS_RELOAD_SECONDS ago learns of a
-    new token at its next registry poll, by design."""
+    connections, so that most likely every process answers). Every process
+    knows a new token at once (a miss reads the registry's change stamp:
+    models_store.accounts.authorizer), so this is a check, not a wait."""
     import grpc
     from tritonclient.grpc import service_pb2 as pb
     from tritonclient.grpc import service_pb2_grpc as pb_grpc
