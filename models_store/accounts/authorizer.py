@@ -62,9 +62,10 @@ def _known(cache, token: str) -> tuple[Scopes, TokenScope | None, str]:
     key = token_key(token)
     scopes = cache.get()
     if key not in scopes.tokens:
+        known = scopes
         scopes = cache.reload_if_older(MISS_RELOAD_SECONDS)
-    if key not in scopes.tokens:
-        scopes = cache.catch_up_every(MISS_STAMP_SECONDS)
+        if scopes is known:  # not reloaded just now (which read the stamp): has the registry changed since?
+            scopes = cache.catch_up_every(MISS_STAMP_SECONDS)
     return scopes, scopes.tokens.get(key), key
 
 

@@ -207,6 +207,11 @@ def test_a_new_token_works_at_once_and_unknown_ones_reload_at_most_once_a_second
     with CaptureQueriesContext(connection) as queries:
         checker(plain, "iris")
     assert len(queries) == 5  # one reload: the stamp and four queries
+    checker.cache._scopes = dataclasses.replace(checker.cache._scopes, loaded_at=time.monotonic() - 5)
+    with CaptureQueriesContext(connection) as queries:
+        with pytest.raises(Unauthenticated):
+            checker("mh_made-up-after-a-second", "iris")
+    assert len(queries) == 5  # the reload, and no stamp read after it (the reload read it)
     with CaptureQueriesContext(connection) as queries:
         for _ in range(20):
             with pytest.raises(Unauthenticated):
