@@ -166,13 +166,14 @@ def run(args: list, timeout: float, env: dict | None = None, **kwargs) -> subpro
             now = time.monotonic()
             wall, stalled = now - deadline.started, deadline.clock.stalled(deadline.started, now)
             shares = busy(before, pressure(), wall)
-            machine = _machine()  # before the child ends: it is among the processes
-            out, err = _stop(child, args)
             waited = ", ".join(f"{kind} {share:.0%}" for kind, share in sorted(shares.items())) or "not reported"
             if not last and (stalled >= timeout / 4 or too_busy(shares)):
+                _stop(child, args)
                 print(f"the machine stalled for {stalled:.1f} s of {wall:.1f} s, tasks waited for {waited} of "
                       f"it: {args[0]} once more", file=sys.stderr)  # fmt: skip
                 continue
+            machine = _machine()  # before the child ends: it is among the processes
+            out, err = _stop(child, args)
             note = f"\n[timed out after {wall:.1f} s; the machine stalled {stalled:.1f} s meanwhile]\n"
             tail = "\n".join((err or "").splitlines()[-40:])
             report = (f"the machine stalled {stalled:.1f} s of {wall:.1f} s; some task waited for {waited} of it\n"

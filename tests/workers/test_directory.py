@@ -5,6 +5,8 @@ KEDA's Redis scaler, and nothing stale once a worker is gone."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import redis
 
@@ -50,8 +52,6 @@ def test_stop_ends_the_refreshing_thread(client):
     directory.stop()
     assert not thread.is_alive()
     client.delete(heartbeat_key("infer.cpu", "cpu-w-1"))
-    import time
-
     time.sleep(0.2)  # four intervals: a thread still refreshing would have dropped the worker
     assert [w.id for w in directory.workers()] == ["cpu-w-1"]  # the last view stays readable
     observability.watch_workers(None)
@@ -106,7 +106,6 @@ def test_a_miss_reads_the_heartbeats_again(client, started):
     read started after its miss; misses at once share one read; while they
     keep coming, at most one read per CATCH_UP_SECONDS."""
     import threading
-    import time
 
     from inference.workers.placement import CATCH_UP_SECONDS
 
