@@ -26,6 +26,7 @@ from schemathesis.core.parameters import ParameterLocation
 
 from tests.conftest import EXECUTOR
 from tests.support import onnx_models as m
+from tests.support import stalls
 from tests.support.live import bearer, multipart, people_with_tokens, request, token_server
 from tests.support.server import ROOT
 
@@ -99,7 +100,7 @@ def schemathesis(
         "--report", "json,har", "--report-json-path", str(report), "--report-har-path", str(report.with_suffix(".har")),
         *options, *(("--header", f"Authorization: Bearer {token}") if token else ()),
     ]  # fmt: skip
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)  # a busy machine
+    result = stalls.run(command, timeout=300, cwd=ROOT)  # a busy machine
     output = result.stdout[-12000:] + result.stderr[-4000:]
     assert report.exists(), output
     summary = json.loads(report.read_text())
@@ -347,7 +348,7 @@ def test_generated_client_example_from_the_docs(server, tokens, tmp_path):
     client_dir = tmp_path / "var" / "client"
     client_dir.mkdir(parents=True)
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    result = subprocess.run(generate, cwd=client_dir, env=env, capture_output=True, text=True, timeout=120)
+    result = stalls.run(generate, timeout=120, env=env, cwd=client_dir)
     assert result.returncode == 0, result.stdout + result.stderr
     assert (client_dir / "modelhost_management_api_client" / "api" / "models" / "models_versions_create.py").exists()
 

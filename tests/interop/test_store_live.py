@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from tritonclient.utils import InferenceServerException
 
 from models_store.registry.snippets import snippets
 from tests.support import onnx_models as m
+from tests.support import stalls
 from tests.support.live import (
     bearer,
     infer_json,
@@ -181,7 +181,7 @@ def test_client_snippets_run_as_written(server, tokens, uploaded):
         "double", 1, uploaded["inputs"], uploaded["outputs"], server.http_url, server.grpc_url, token=True
     ):
         command = ["bash", "-c", snippet.code] if snippet.language == "shell" else [sys.executable, "-c", snippet.code]
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+        result = stalls.run(command, timeout=60, env=env)
         assert result.returncode == 0, (snippet.key, result.stderr)
         if snippet.key == "curl-v2":
             assert '"data":[1.0,1.0,1.0,1.0]' in result.stdout, result.stdout

@@ -22,6 +22,7 @@ from models_store.accounts import services as accounts
 from models_store.models import ModelVersion, RegisteredModel
 from models_store.registry.services import states
 from tests.support import onnx_models as m
+from tests.support import stalls
 from tests.support.store import PASSWORD, person
 
 pytestmark = [pytest.mark.db, pytest.mark.django_db(transaction=True)]
@@ -220,13 +221,13 @@ def test_an_outage_escaping_a_grpc_handler_is_unavailable(tmp_path):
     ``retry-after``, never INTERNAL (CI met INTERNAL on an unload while
     PostgreSQL was stopped: tests/workers/test_outages.py)."""
     import json
-    import subprocess
     import sys
 
     env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
     env["VAR_DIR"] = str(tmp_path)
-    done = subprocess.run([sys.executable, "-c", _GRPC_OUTAGE], env=env, capture_output=True, text=True, timeout=120,
-                          cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    done = stalls.run(
+        [sys.executable, "-c", _GRPC_OUTAGE], timeout=120, env=env, cwd=Path(__file__).resolve().parents[2]
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     code, details, trailing = json.loads(done.stdout.strip().splitlines()[-1])
     assert (code, details, trailing) == (
