@@ -288,10 +288,14 @@ class WorkerDirectory:
             self.refresh()
 
     def start(self) -> None:
+        """Read the heartbeats now and keep refreshing every ``interval`` in a
+        daemon thread (again after :meth:`stop`)."""
         self.refresh()
         observability.watch_workers(self.workers)  # /metrics: each live worker's busy fraction
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="worker-directory", daemon=True)
+            self._stopping = threading.Event()  # a fresh one: a thread that stop() missed keeps its own, set
+            self._thread = threading.Thread(target=self._run, args=(self._stopping,), name="worker-directory",
+                                            daemon=True)  # fmt: skip
             self._thread.start()
 
     def stop(self) -> None:
@@ -301,8 +305,8 @@ class WorkerDirectory:
             self._thread.join(timeout=self.interval + 5.0)
             self._thread = None
 
-    def _run(self) -> None:
-        while not self._stopping.wait(self.interval):
+    def _run(self, stopping: threading.Event) -> None:
+        while not stopping.wait(self.interval):
             self.refresh()
 
     def live_devices(self) -> frozenset[str]:

@@ -54,6 +54,14 @@ def test_stop_ends_the_refreshing_thread(client):
     client.delete(heartbeat_key("infer.cpu", "cpu-w-1"))
     time.sleep(0.2)  # four intervals: a thread still refreshing would have dropped the worker
     assert [w.id for w in directory.workers()] == ["cpu-w-1"]  # the last view stays readable
+    directory.start()  # started again: it refreshes again
+    assert directory._thread.is_alive() and directory._thread is not thread
+    assert directory.workers() == []  # start() read the heartbeats: the worker's is gone
+    _beat(client, "infer.cpu", "cpu-w-2", 0, 0.0, "cpu")
+    time.sleep(0.3)  # six intervals
+    assert [w.id for w in directory.workers()] == ["cpu-w-2"]
+    directory.stop()
+    client.delete(heartbeat_key("infer.cpu", "cpu-w-2"))
     observability.watch_workers(None)
 
 
