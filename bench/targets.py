@@ -218,7 +218,7 @@ class ServeTarget(ProcessTarget):
         self.env = dict(os.environ)
         for key in ("DATABASE_URL", "HTTP_BIND", "REDIS_URL", "INFERENCE_EXECUTOR"):
             self.env.pop(key, None)
-        self.env.update(VAR_DIR=str(self.var_dir), **ort_env(), **(extra_env or {}))
+        self.env.update({"VAR_DIR": str(self.var_dir), **ort_env(), **(extra_env or {})})  # a variant's own ORT_* win
         self._resolved: dict[str, str] = {}
         self._commit = ""
 
