@@ -23,7 +23,7 @@ implementations with :func:`install`. Tests install fakes the same way.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -92,11 +92,17 @@ class ModelRecord:
 
 
 class RegistrySource(Protocol):
-    def models(self) -> list[ModelRecord]:
-        """Every registered model (a consistent read)."""
+    def models(self, names: Collection[str] | None = None) -> list[ModelRecord]:
+        """Every registered model (a consistent read), or those of ``names``
+        (a name with no model left out)."""
 
     def stamp(self) -> int:
         """The registry's change counter; it moves with every committed write."""
+
+    def changed(self, after: int, upto: int) -> frozenset[str] | None:
+        """The names of the models whose records the writes that moved the
+        stamp from ``after`` to ``upto`` changed (empty: none, e.g. a
+        token); None when that is not known (read every model again)."""
 
     def subscribe(self, callback) -> None:
         """Call ``callback()`` after each registry write committed in this process."""

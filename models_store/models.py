@@ -8,14 +8,14 @@ app label ``models_store`` (their database tables keep their names).
 - :mod:`models_store.accounts.models`: Team, TeamMembership, ServiceAccount, ApiToken;
 - :mod:`models_store.webhooks.models`: WebhookSubscription, WebhookDelivery, WebhookAttempt;
 - :mod:`models_store.rollouts.models`: Rollout;
-- :mod:`models_store.audit`: AuditEvent; :mod:`models_store.stamp`: RegistryStamp.
+- :mod:`models_store.audit`: AuditEvent; :mod:`models_store.stamp`: RegistryStamp, RegistryChange.
 """
 
 from models_store.accounts.models import ApiToken, Role, ServiceAccount, Team, TeamMembership
 from models_store.audit import AuditEvent
 from models_store.registry.models import ModelVersion, RegisteredModel, VersionLabel, VersionPolicy
 from models_store.rollouts.models import Rollout
-from models_store.stamp import RegistryStamp
+from models_store.stamp import RegistryChange, RegistryStamp
 from models_store.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEvent, WebhookSubscription
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "AuditEvent",
     "ModelVersion",
     "RegisteredModel",
+    "RegistryChange",
     "RegistryStamp",
     "Role",
     "Rollout",

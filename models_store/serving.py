@@ -5,6 +5,7 @@ files. The composition root (``hosting``) installs them."""
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ from models_store.errors import Conflict, NotFound, RegistryError, UploadRefused
 from models_store.intake import services as intake
 from models_store.registry import selectors
 from models_store.registry.services import models as model_services
-from models_store.stamp import registry_changed, stamp_get
+from models_store.stamp import changed_models, registry_changed, stamp_get
 
 logger = logging.getLogger(__name__)
 
@@ -31,11 +32,14 @@ class StoreRegistrySource:
     def __init__(self):
         self._receivers: dict = {}
 
-    def models(self) -> list[ModelRecord]:
-        return selectors.serving_records()
+    def models(self, names=None) -> list[ModelRecord]:
+        return selectors.serving_records(names)
 
     def stamp(self) -> int:
         return stamp_get()
+
+    def changed(self, after: int, upto: int) -> frozenset[str] | None:
+        return changed_models(after, upto)
 
     def subscribe(self, callback) -> None:
         def receiver(**_kwargs):
@@ -143,40 +147,43 @@ class CacheJanitor:
         self.root = Path(root)
         self.layout = layout
         self.min_age = min_age
-        self._known: set[Path] | None = None
-
-    def _directory(self, version) -> Path:
-        if self.layout == "sha256":
-            return self.root / version.sha256
-        return self.root / Path(version.artifact).parent
+        self._known: set[str] | None = None  # directories under root, as relative paths
 
     def on_snapshot(self, snapshot: dict) -> None:
-        """Registry listener (``snapshot``: model name -> entry with ``versions``)."""
-        keep = {self._directory(v) for model in snapshot.values() for v in model.versions.values() if v.artifact}
+        """Registry listener (``snapshot``: model name -> entry with ``versions``).
+        Strings, not Paths, for every version: ~1 ms at 10,000 versions."""
+        if self.layout == "sha256":
+            keep = {v.sha256 for model in snapshot.values() for v in model.versions.values() if v.artifact}
+        else:
+            versions = (v for model in snapshot.values() for v in model.versions.values())
+            keep = {os.path.dirname(v.artifact) for v in versions if v.artifact}
         try:
             if self._known is None:
                 self._sweep(keep)
             else:
                 for directory in sorted(self._known - keep):
-                    self._remove(directory)
+                    self._remove(self.root / directory)
         except OSError:
             logger.exception("cleaning the artifact cache %s failed", self.root)
         self._known = keep
 
     def _candidates(self):
+        """(relative path, path) of each artifact directory under root."""
         if not self.root.is_dir():
             return
         if self.layout == "sha256":
-            yield from self.root.iterdir()
+            for path in self.root.iterdir():
+                yield path.name, path
             return
         for model_dir in self.root.iterdir():
             if model_dir.is_dir() and model_dir.name != storage.STAGING_DIRNAME:
-                yield from model_dir.iterdir()
+                for path in model_dir.iterdir():
+                    yield f"{model_dir.name}/{path.name}", path
 
-    def _sweep(self, keep: set[Path]) -> None:
+    def _sweep(self, keep: set[str]) -> None:
         now = time.time()
-        for path in list(self._candidates()):
-            if path in keep or not path.is_dir():
+        for relative, path in list(self._candidates()):
+            if relative in keep or not path.is_dir():
                 continue
             try:
                 age = now - path.lstat().st_mtime

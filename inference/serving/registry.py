@@ -22,6 +22,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from inference.ensembles.plan import PLATFORM as ENSEMBLE
 from inference.observability.outage import REFUSALS, DependencyWatch
 from inference.ports import RegistrySource
 from inference.protocol import triton_texts
@@ -68,19 +69,51 @@ class ModelRegistry:
         self._listeners.append(callback)
 
     def refresh(self, force: bool = False) -> bool:
-        """Rebuild the snapshot if the stamp moved (or ``force``); True if rebuilt."""
+        """Rebuild the snapshot if the stamp moved (or ``force``); True if rebuilt.
+
+        Only the models the writes since the last rebuild changed are read
+        again (:meth:`_patched`) when the source knows them; else, and for
+        ``force``, every model."""
         with self._lock:
             stamp = self.source.stamp()
             if stamp == self._stamp and not force and self.loaded:
                 return False
-            with _collector_paused():  # 10,000 models are ~10^5 new objects: no collection passes over them midway
-                models = build_snapshot(self.source.models())
+            models = self._patched(stamp) if self.loaded and not force and stamp > self._stamp else None
+            if models is None:
+                with _collector_paused():  # 10,000 models are ~10^5 new objects: no collection passes over them midway
+                    models = build_snapshot(self.source.models())
             self._models = models
             self._stamp = stamp
             self.loaded = True
         for callback in self._listeners:
             callback(models)
         return True
+
+    def _patched(self, stamp: int) -> dict[str, ModelEntry] | None:
+        """The snapshot at ``stamp`` from the current one with only the
+        models changed since read again (a deleted one dropped); None when
+        the source does not know which changed, or when one of them is an
+        ensemble, a step of one or run by one (an ensemble's serving state
+        follows its steps': those read whole)."""
+        names = self.source.changed(self._stamp, stamp)
+        if names is None:
+            return None
+        current = self._models
+        if not names:
+            return current
+        if names & _ensemble_related(current):
+            return None
+        records = self.source.models(names)
+        if any(record.platform == ENSEMBLE or record.pinned for record in records):
+            return None
+        fresh = build_snapshot(records)
+        models = dict(current)
+        for name in names - fresh.keys():
+            models.pop(name, None)  # deleted
+        models.update(fresh)  # a model that was there keeps its place
+        if any(name not in current for name in fresh):
+            models = dict(sorted(models.items()))  # in name order, as a whole read
+        return models
 
     def catch_up(self, seen: dict | None = None) -> bool:
         """Make the snapshot at least as new as the registry's change stamp now;
@@ -293,6 +326,19 @@ class ModelRegistry:
             inputs=entry.inputs,
             outputs=entry.outputs,
         )
+
+
+def _ensemble_related(snapshot: dict[str, ModelEntry]) -> set[str]:
+    """The names of the ensembles in ``snapshot`` and of every model their
+    versions' plans run."""
+    related = set()
+    for entry in snapshot.values():
+        if entry.platform == ENSEMBLE:
+            related.add(entry.name)
+            for version in entry.versions.values():
+                if version.ensemble is not None:
+                    related.update(step.model for step in version.ensemble.steps)
+    return related
 
 
 @contextlib.contextmanager

@@ -167,7 +167,7 @@ def team_set_limits(*, team: Team, rate: float | None, burst: int | None, in_fli
     locked.rate_limit_rps, locked.rate_limit_burst, locked.max_in_flight = rate, burst, in_flight
     locked.save(update_fields=["rate_limit_rps", "rate_limit_burst", "max_in_flight"])
     audit.record(actor, "team.limits", None, team=locked.name, rate=rate, burst=burst, in_flight=in_flight)
-    bump_stamp()
+    bump_stamp(changed=[])  # the token scopes' (team limits), no model's record
     return locked
 
 
@@ -216,7 +216,7 @@ def token_create(
         role=role or "",
         expires_at=expires_at.isoformat() if expires_at else "",
     )
-    bump_stamp()
+    bump_stamp(changed=[])  # the token scopes', no model's record
     return token, plain
 
 
@@ -228,7 +228,7 @@ def token_revoke(*, token: ApiToken, actor) -> ApiToken:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
         audit.record(actor, "token.revoke", token=token.name, prefix=token.prefix, owner=token.user.get_username())
-        bump_stamp()
+        bump_stamp(changed=[])  # the token scopes', no model's record
     return token
 
 

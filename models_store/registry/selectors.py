@@ -10,6 +10,7 @@ over :func:`model_record`, the same computation as the serving registry's).
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from sys import intern
 
@@ -108,10 +109,11 @@ def _as_text(*fields: str) -> dict:
     return {f"{name}_text": Cast(name, TextField()) for name in fields}
 
 
-def serving_records() -> list[ModelRecord]:
+def serving_records(names: Collection[str] | None = None) -> list[ModelRecord]:
     """Every model as the serving registry reads it (:func:`model_record` of
-    each, by name), in four queries that build no ORM objects: models,
-    versions, labels, the ensembles' pins. A JSON column's text is parsed
+    each, by name), or only those of ``names`` (a name with no model is left
+    out), in four queries that build no ORM objects: models, versions,
+    labels, the ensembles' pins. A JSON column's text is parsed
     once per distinct text and the result shared by the records that hold
     it (10,000 models with one signature hold one parsed signature): the
     serving side treats records as immutable."""
@@ -129,6 +131,13 @@ def serving_records() -> list[ModelRecord]:
     version_numbers: dict[int, int] = {}  # a version's row id -> its number
     owners: dict[int, int] = {}  # a version's row id -> its model's
     rows = ModelVersion.objects.order_by("model_id", "-number").annotate(**_as_text(*_VERSION_JSON))
+    label_rows = VersionLabel.objects.order_by("model_id", "name")
+    models = RegisteredModel.objects.order_by("name").annotate(**_as_text(*_MODEL_JSON))
+    if names is not None:
+        names = list(names)
+        rows = rows.filter(model__name__in=names)
+        label_rows = label_rows.filter(model__name__in=names)
+        models = models.filter(name__in=names)
     for row in rows.values_list(*_VERSION_COLUMNS, *(f"{n}_text" for n in _VERSION_JSON)).iterator(2000):
         model_id, pk, number, state, reason, sha256, artifact, size, held, inputs, outputs, properties = row
         version_numbers[pk], owners[pk] = number, model_id
@@ -137,13 +146,10 @@ def serving_records() -> list[ModelRecord]:
                           size, load(inputs), load(outputs), load(properties), held)
         )  # fmt: skip
     labels: dict[int, dict[str, int]] = {}
-    for model_id, name, version_id in VersionLabel.objects.order_by("model_id", "name").values_list(
-        "model_id", "name", "version_id"
-    ):
+    for model_id, name, version_id in label_rows.values_list("model_id", "name", "version_id"):
         labels.setdefault(model_id, {})[name] = version_numbers[version_id]
     pins = ensemble_pins()
     records = []
-    models = RegisteredModel.objects.order_by("name").annotate(**_as_text(*_MODEL_JSON))
     for row in models.values_list(*_MODEL_COLUMNS, *(f"{n}_text" for n in _MODEL_JSON)).iterator(2000):
         (pk, name, platform, max_batch_size, policy, latest, loaded, team, log_rate, log_bytes, shadow_id,
          shadow_percent, specific, groups, config, traffic, output_labels) = row  # fmt: skip

@@ -38,7 +38,7 @@ class _Source:
         self.counter = 0
         self.on_load = on_load
 
-    def models(self):
+    def models(self, names=None):
         self.loads += 1
         if self.on_load:
             self.on_load()
@@ -46,6 +46,9 @@ class _Source:
 
     def stamp(self):
         return self.counter
+
+    def changed(self, after, upto):
+        return None  # not known: every rebuild reads every model
 
     def subscribe(self, callback):
         pass

@@ -242,9 +242,12 @@ def test_cache_janitor_drops_what_left_the_registry(tmp_path):
     janitor.on_snapshot(snapshot(version("a"), version("c")))  # b deleted; c is new (not fetched yet)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".fetch-new", "a", "young"]
     store = tmp_path / "store"
-    (store / "m" / "a").mkdir(parents=True)
+    for name in ("a", "gone"):
+        (store / "m" / name).mkdir(parents=True)
+        os.utime(store / "m" / name, (old, old))
     local = CacheJanitor(store, "store")
-    local.on_snapshot(snapshot(version("a")))
+    local.on_snapshot(snapshot(version("a")))  # start: the old copy no version uses goes, the used one stays
+    assert sorted(p.name for p in (store / "m").iterdir()) == ["a"]
     local.on_snapshot(snapshot())
     assert not (store / "m").exists()  # the model directory went with its last artifact
 

@@ -66,7 +66,7 @@ def model_create(*, name: str, team, actor, description: str = "") -> Registered
     except IntegrityError:
         raise Conflict(f"a model named '{name}' already exists") from None
     audit.record(actor, "model.create", model, team=team.name)
-    bump_stamp()
+    bump_stamp(changed=[model.name])
     return model
 
 
@@ -89,7 +89,7 @@ def model_get_or_create(*, name: str, team, actor, description: str = "") -> Reg
             except IntegrityError:
                 continue  # created meanwhile by another upload: read it
             audit.record(actor, "model.create", model, team=team.name)
-            bump_stamp()
+            bump_stamp(changed=[model.name])
             return model
         refuse_other_team(model=model, team=team)
         return model
@@ -118,7 +118,7 @@ def model_upsert(
         changed = True
     if changed:
         model.save()
-        bump_stamp()
+        bump_stamp(changed=[model.name])
     return model
 
 
@@ -128,7 +128,7 @@ def model_update(*, model: RegisteredModel, actor, description: str) -> Register
     model.description = description
     model.save(update_fields=["description", "updated_at"])
     audit.record(actor, "model.update", model, description=description)
-    bump_stamp()
+    bump_stamp(changed=[model.name])
     return model
 
 
@@ -189,7 +189,7 @@ def model_set_config(
     _set_config_fields(locked, config, {k: v for k, v in (locked.output_labels or {}).items() if k in kept})
     locked.save()
     audit.record(actor, "model.config", locked, source=source, config=config.raw)
-    bump_stamp()
+    bump_stamp(changed=[locked.name])
     return locked
 
 
@@ -260,7 +260,7 @@ def model_set_policy(
     model.specific_versions = specific if policy == VersionPolicy.SPECIFIC else []
     model.save(update_fields=["version_policy", "latest_versions", "specific_versions", "updated_at"])
     audit.record(actor, "model.policy", model, policy=policy, latest=latest, specific=specific, **forced)
-    bump_stamp()
+    bump_stamp(changed=[model.name])
     return model
 
 
@@ -284,7 +284,7 @@ def model_set_instance_group(*, model: RegisteredModel, groups: list[dict], acto
     locked.instance_group = clean
     locked.save(update_fields=["instance_group", "updated_at"])
     audit.record(actor, "model.instance_group", locked, instance_group=clean)
-    bump_stamp()
+    bump_stamp(changed=[locked.name])
     return locked
 
 
@@ -301,7 +301,7 @@ def model_set_payload_logging(*, model: RegisteredModel, rate: float, max_bytes:
     locked.payload_log_rate, locked.payload_log_max_bytes = rate, max_bytes
     locked.save(update_fields=["payload_log_rate", "payload_log_max_bytes", "updated_at"])
     audit.record(actor, "model.payload_logging", locked, rate=rate, max_bytes=max_bytes)
-    bump_stamp()
+    bump_stamp(changed=[locked.name])
     return locked
 
 
@@ -324,7 +324,7 @@ def model_set_loaded(
         locked.loaded = loaded
         locked.save(update_fields=["loaded", "updated_at"])
         audit.record(actor, "model.load" if loaded else "model.unload", locked)
-        bump_stamp()
+        bump_stamp(changed=[locked.name])
     if not loaded and unload_dependents and locked.platform == ENSEMBLE:
         for name in selectors.ensemble_composing_models(locked):
             step = RegisteredModel.objects.select_for_update().filter(name=name, loaded=True).first()
@@ -374,4 +374,4 @@ def model_delete(*, model: RegisteredModel, actor=None) -> None:
     audit.record(actor, "model.delete", model, team=model.team.name if model.team else "")
     webhooks.model_event(model=model, event="model.deleted", actor=audit.actor_name(actor))
     model.delete()
-    bump_stamp()
+    bump_stamp(changed=[model.name])

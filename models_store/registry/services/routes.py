@@ -84,7 +84,7 @@ def label_set(*, model: RegisteredModel, name: str, number: int, actor=None, for
     label, _ = VersionLabel.objects.update_or_create(model=model, name=name, defaults={"version": version})
     audit.record(actor, "label.set", model, number, label=name, **forced)
     _label_moved(model, name, current.version.number if current else None, number, actor, bool(forced))
-    bump_stamp()
+    bump_stamp(changed=[model.name])
     return label
 
 
@@ -103,7 +103,7 @@ def label_delete(*, model: RegisteredModel, name: str, actor=None) -> bool:
     label.delete()
     audit.record(actor, "label.delete", model, label=name)
     _label_moved(model, name, previous, None, actor)
-    bump_stamp()
+    bump_stamp(changed=[model.name])
     return True
 
 
@@ -165,7 +165,7 @@ def release_from_split(*, model: RegisteredModel, labels, actor, what: str = "")
         versions=_traffic_versions(model, model.traffic), dropped=dropped,
     )  # fmt: skip
     _traffic_changed(model, "dropped", before, actor)
-    bump_stamp()
+    bump_stamp(changed=[model.name])
 
 
 @transaction.atomic
@@ -188,7 +188,7 @@ def traffic_set(*, model: RegisteredModel, weights: dict[str, int], actor=None, 
         **forced,
     )  # fmt: skip
     _traffic_changed(locked, "set", before, actor, bool(forced))
-    bump_stamp()
+    bump_stamp(changed=[locked.name])
     return locked
 
 
@@ -230,7 +230,7 @@ def traffic_promote(*, model: RegisteredModel, actor=None, force: bool = False) 
     )  # fmt: skip
     _label_moved(locked, STABLE, stable.number if stable else None, canary.number, actor, bool(forced))
     _traffic_changed(locked, "promote", before, actor, bool(forced))
-    bump_stamp()
+    bump_stamp(changed=[locked.name])
     return locked
 
 
@@ -251,5 +251,5 @@ def traffic_rollback(*, model: RegisteredModel, actor=None) -> RegisteredModel:
         canary=canary.number if canary else None, before=before, traffic=locked.traffic,
     )  # fmt: skip
     _traffic_changed(locked, "rollback", before, actor)
-    bump_stamp()
+    bump_stamp(changed=[locked.name])
     return locked

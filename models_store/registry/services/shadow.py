@@ -68,7 +68,7 @@ def shadow_set(*, model: RegisteredModel, number: int, percent: float, actor=Non
     locked.shadow_percent = percent
     locked.save(update_fields=["shadow_version", "shadow_percent", "updated_at"])
     audit.record(actor, "shadow.set", locked, number, percent=percent, before=before)
-    bump_stamp()
+    bump_stamp(changed=[locked.name])
     return locked
 
 
@@ -83,5 +83,5 @@ def shadow_clear(*, model: RegisteredModel, actor=None) -> bool:
     locked.shadow_percent = 0.0
     locked.save(update_fields=["shadow_version", "shadow_percent", "updated_at"])
     audit.record(actor, "shadow.clear", locked, before["version"], before=before)
-    bump_stamp()
+    bump_stamp(changed=[locked.name])
     return True

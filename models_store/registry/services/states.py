@@ -175,7 +175,7 @@ def version_create(
     )  # fmt: skip
     if announce and state != State.UPLOADED:
         _announce(version)
-    bump_stamp()
+    bump_stamp(changed=[locked.name])
     return version
 
 
@@ -243,7 +243,7 @@ def transition(
     locked.save(update_fields=[*fields, "held"])
     if step.event:
         _announce(locked)
-    bump_stamp()
+    bump_stamp(changed=[locked.model.name])
     return locked
 
 
@@ -254,7 +254,7 @@ def _delete(version: ModelVersion, actor, detail: dict) -> None:
     labels = sorted(version.labels.values_list("name", flat=True))
     audit.record(actor, "version.delete", version.model, version.number, sha256=version.sha256, labels=labels, **detail)
     version.delete()
-    bump_stamp()
+    bump_stamp(changed=[version.model.name])
     if artifact and not selectors.artifact_in_use(artifact):  # an ensemble's has none
         transaction.on_commit(lambda: storage.remove_artifact(artifact))
 
@@ -281,7 +281,7 @@ def promote(*, version: ModelVersion, actor, force: bool = False) -> ModelVersio
     locked.log = [*locked.log, f"promoted by {audit.actor_name(actor)}" + (" (forced)" if differences else "")]
     locked.save(update_fields=["held", "reason", "log", "updated_at"])
     audit.record(actor, "version.promote", model, locked.number, **forced)
-    bump_stamp()
+    bump_stamp(changed=[model.name])
     return locked
 
 
