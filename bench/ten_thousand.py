@@ -15,6 +15,9 @@ empty registry and once with the N models, and reports:
 - the first request to a model no process has loaded (its session loads
   inside the request), the next request to it, and RSS after them; the
   answers are checked against numpy (``2x + i``);
+- what another model's registry write costs a request: a version label
+  set through the management API, then requests to another model (the
+  slowest of each round: the process that follows the change first);
 - list latencies, median of ``--repeat``: ``POST /v2/repository/index``
   (every version, what tritonclient asks), the management API's model list
   (a page, ``limit`` at its cap, a deep page by ``offset`` and by the keyset
@@ -329,9 +332,39 @@ def measure(server: Server, count: int, token: str, repeat: int, first: int) -> 
             rows[f"{label}, ms"] = f"refused ({str(exc)[:60]})"
     size = len(_call("POST", index, b"{}")[1])
     rows["repository index size (KB)"] = f"{size / 1000:.0f}"
+    rows.update(_after_writes(server, auth, rng))
     after = server.serving_rss_kib()
     rows[f"RSS per serving process after {first} first requests (MiB)"] = ", ".join(f"{k / 1024:.0f}" for k in after)
     return rows
+
+
+def _after_writes(server: Server, auth: dict, rng, writes: int = 5, requests: int = 6) -> dict[str, str]:
+    """What another team's registry write costs a request: ``writes`` times,
+    a version label set on ``m00002`` through the management API, then
+    ``requests`` inference requests to ``m00001`` (they spread over the HTTP
+    processes, each of which follows the change before its first lookup
+    after it); the slowest of each round, in ms."""
+    x = rng.standard_normal((1, 16)).astype(np.float32)
+    for _ in range(10):
+        _infer(server.base, "m00001", x)  # every process has it loaded
+    headers = {**auth, "Content-Type": "application/json"}
+    slowest, took = [], []
+    for i in range(writes):
+        started = time.perf_counter()
+        status, body = _call("PUT", f"{server.base}/api/models/m00002/labels/w{i}/", b'{"version": 1}', headers)
+        took.append((time.perf_counter() - started) * 1000)
+        assert status == 200, body[:300]
+        answers = [_infer(server.base, "m00001", x) for _ in range(requests)]
+        for _seconds, y in answers:
+            np.testing.assert_allclose(y, 2 * x + np.float32(1), rtol=1e-6)
+        slowest.append(max(seconds for seconds, _y in answers) * 1000)
+        time.sleep(1)
+    return {
+        "a label set on another model (management API), ms (median)": f"{statistics.median(took):.0f}",
+        f"the slowest of the next {requests} requests after it, ms (median; max of {writes})": (
+            f"{statistics.median(slowest):.1f}; {max(slowest):.1f}"
+        ),
+    }
 
 
 def main() -> None:
