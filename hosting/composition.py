@@ -412,7 +412,7 @@ def _build_parts() -> ServingParts:
         )
     executor.start()
     registry.add_listener(executor.on_snapshot)
-    registry.add_listener(ports.container.authorizer.cache.on_registry_change)
+    registry.add_listener(ports.container.authorizer.cache.on_registry_change, teams_only=True)
     registry.add_listener(CacheJanitor(shared_weights_dir(), "sha256").on_snapshot)
     if storage.is_remote():
         # Local copies of artifacts kept in S3: dropped when their version is deleted anywhere.

@@ -64,9 +64,13 @@ class ModelRegistry:
         self.database = DependencyWatch("the model registry's database", logger)
 
     # -- change tracking -------------------------------------------------
-    def add_listener(self, callback) -> None:
-        """``callback(snapshot)`` runs after every rebuild (e.g. to drop stale sessions)."""
-        self._listeners.append(callback)
+    def add_listener(self, callback, teams_only: bool = False) -> None:
+        """``callback(snapshot)`` runs after every rebuild (e.g. to drop stale
+        sessions); with ``teams_only``, only after one that may have changed
+        who may call what: a whole read, writes that changed no model's
+        record (API tokens), a model created, deleted or given to another
+        team (the token scopes' listener)."""
+        self._listeners.append((callback, teams_only))
 
     def refresh(self, force: bool = False) -> bool:
         """Rebuild the snapshot if the stamp moved (or ``force``); True if rebuilt.
@@ -78,29 +82,33 @@ class ModelRegistry:
             stamp = self.source.stamp()
             if stamp == self._stamp and not force and self.loaded:
                 return False
-            models = self._patched(stamp) if self.loaded and not force and stamp > self._stamp else None
-            if models is None:
+            patch = self._patched(stamp) if self.loaded and not force and stamp > self._stamp else None
+            if patch is None:
                 with _collector_paused():  # 10,000 models are ~10^5 new objects: no collection passes over them midway
-                    models = build_snapshot(self.source.models())
+                    models, teams = build_snapshot(self.source.models()), True
+            else:
+                models, teams = patch
             self._models = models
             self._stamp = stamp
             self.loaded = True
-        for callback in self._listeners:
-            callback(models)
+        for callback, teams_only in self._listeners:
+            if teams or not teams_only:
+                callback(models)
         return True
 
-    def _patched(self, stamp: int) -> dict[str, ModelEntry] | None:
+    def _patched(self, stamp: int) -> tuple[dict[str, ModelEntry], bool] | None:
         """The snapshot at ``stamp`` from the current one with only the
-        models changed since read again (a deleted one dropped); None when
-        the source does not know which changed, or when one of them is an
-        ensemble, a step of one or run by one (an ensemble's serving state
-        follows its steps': those read whole)."""
+        models changed since read again (a deleted one dropped), and whether
+        who may call what may have changed (see :meth:`add_listener`); None
+        when the source does not know which changed, or when one of them is
+        an ensemble, a step of one or run by one (an ensemble's serving
+        state follows its steps': those read whole)."""
         names = self.source.changed(self._stamp, stamp)
         if names is None:
             return None
         current = self._models
         if not names:
-            return current
+            return current, True
         if names & _ensemble_related(current):
             return None
         records = self.source.models(names)
@@ -113,7 +121,10 @@ class ModelRegistry:
         models.update(fresh)  # a model that was there keeps its place
         if any(name not in current for name in fresh):
             models = dict(sorted(models.items()))  # in name order, as a whole read
-        return models
+        teams = any(
+            name not in current or name not in fresh or current[name].team != fresh[name].team for name in names
+        )  # fmt: skip
+        return models, teams
 
     def catch_up(self, seen: dict | None = None) -> bool:
         """Make the snapshot at least as new as the registry's change stamp now;

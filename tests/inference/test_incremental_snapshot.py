@@ -184,3 +184,21 @@ def test_changed_models_knows_only_what_every_write_named(registry):
     assert changed_models(start, start + 3) is None and changed_models(start + 3, start + 3) == frozenset()
     assert changed_models(start, start + KEEP_CHANGES) is None  # too far behind: read whole
     assert RegistryChange.objects.filter(counter=start + 1).count() == 2
+
+
+def test_the_token_scopes_listener_hears_only_changes_of_who_may_call_what(registry):
+    registry, _source = registry
+    root = accounts.user_create(username="root", password="Pw-for-tests-123", superuser=True)
+    team = accounts.team_get_or_create(name="ml", actor=root)
+    heard, every = [], []
+    registry.add_listener(lambda snapshot: heard.append(sorted(snapshot)), teams_only=True)
+    registry.add_listener(lambda snapshot: every.append(sorted(snapshot)))
+    a = RegisteredModel.objects.get(name="a")
+    routes.label_set(model=a, name="stable", number=1, actor=root)  # a record, the same team
+    model_services.model_update(model=a, actor=root, description="d")
+    assert heard == [] and len(every) == 2
+    model_services.model_create(name="new", team=team, actor=root)  # a model the scopes do not know
+    assert heard == [["a", "b", "c", "new"]]
+    accounts.token_create(user=root, name="t")  # no model's record
+    model_services.model_delete(model=RegisteredModel.objects.get(name="c"), actor=root)
+    assert len(heard) >= 3 and heard[-1] == ["a", "b", "new"] and len(every) >= len(heard) + 2
