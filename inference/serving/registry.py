@@ -66,7 +66,8 @@ class ModelRegistry:
     # -- change tracking -------------------------------------------------
     def add_listener(self, callback, teams_only: bool = False) -> None:
         """``callback(snapshot)`` runs after every rebuild (e.g. to drop stale
-        sessions); with ``teams_only``, only after one that may have changed
+        sessions; an exception it raises is logged, and the next listener
+        runs); with ``teams_only``, only after one that may have changed
         who may call what: a whole read, writes that changed no model's
         record (API tokens), a model created, deleted or given to another
         team (the token scopes' listener)."""
@@ -93,7 +94,10 @@ class ModelRegistry:
             self.loaded = True
         for callback, teams_only in self._listeners:
             if teams or not teams_only:
-                callback(models)
+                try:
+                    callback(models)
+                except Exception:  # its own bug, not the database's: logged as such; the others still hear
+                    logger.exception("a registry listener (%s) failed on the new snapshot", _name(callback))
         return True
 
     def _patched(self, stamp: int) -> tuple[dict[str, ModelEntry], bool] | None:
@@ -337,6 +341,10 @@ class ModelRegistry:
             inputs=entry.inputs,
             outputs=entry.outputs,
         )
+
+
+def _name(callback) -> str:
+    return getattr(callback, "__qualname__", None) or repr(callback)
 
 
 def _ensemble_related(snapshot: dict[str, ModelEntry]) -> set[str]:

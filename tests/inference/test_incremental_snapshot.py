@@ -202,3 +202,21 @@ def test_the_token_scopes_listener_hears_only_changes_of_who_may_call_what(regis
     accounts.token_create(user=root, name="t")  # no model's record
     model_services.model_delete(model=RegisteredModel.objects.get(name="c"), actor=root)
     assert len(heard) >= 3 and heard[-1] == ["a", "b", "new"] and len(every) >= len(heard) + 2
+
+
+def test_a_failing_listener_is_logged_as_itself_and_the_next_one_still_hears(registry, caplog):
+    registry, _source = registry
+    heard = []
+
+    def broken(snapshot):
+        raise TypeError("a listener's own bug")
+
+    registry.add_listener(broken)
+    registry.add_listener(lambda snapshot: heard.append(len(snapshot)))
+    root = accounts.user_create(username="root", password="Pw-for-tests-123", superuser=True)
+    routes.label_set(model=RegisteredModel.objects.get(name="a"), name="stable", number=1, actor=root)
+    assert heard and heard[-1] == 3
+    failures = [r for r in caplog.records if "registry listener" in r.getMessage()]
+    assert failures and "broken" in failures[0].getMessage() and failures[0].exc_info[0] is TypeError
+    assert not [r for r in caplog.records if "unreachable" in r.getMessage()]  # not taken for an outage
+    assert registry.database.failures == 0
