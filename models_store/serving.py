@@ -152,11 +152,11 @@ class CacheJanitor:
     def on_snapshot(self, snapshot: dict) -> None:
         """Registry listener (``snapshot``: model name -> entry with ``versions``).
         Strings, not Paths, for every version: ~1 ms at 10,000 versions."""
+        versions = (v for model in snapshot.values() for v in model.versions.values() if v.artifact)
         if self.layout == "sha256":
-            keep = {v.sha256 for model in snapshot.values() for v in model.versions.values() if v.artifact}
+            keep = {v.sha256 for v in versions}
         else:
-            versions = (v for model in snapshot.values() for v in model.versions.values())
-            keep = {os.path.dirname(v.artifact) for v in versions if v.artifact}
+            keep = {os.path.dirname(v.artifact) for v in versions}
         try:
             if self._known is None:
                 self._sweep(keep)

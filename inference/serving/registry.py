@@ -53,6 +53,8 @@ class ModelRegistry:
         self._listeners: list = []
         self._stamp = -1
         self._models: dict[str, ModelEntry] = {}
+        #: The ensembles and the models they run, as of the last whole read (a patch never changes them).
+        self._related: frozenset[str] = frozenset()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._beacon = beacon
@@ -87,6 +89,7 @@ class ModelRegistry:
             if patch is None:
                 with _collector_paused():  # 10,000 models are ~10^5 new objects: no collection passes over them midway
                     models, teams = build_snapshot(self.source.models()), True
+                self._related = _ensemble_related(models)
             else:
                 models, teams = patch
             self._models = models
@@ -113,7 +116,7 @@ class ModelRegistry:
         current = self._models
         if not names:
             return current, True
-        if names & _ensemble_related(current):
+        if names & self._related:
             return None
         records = self.source.models(names)
         if any(record.platform == ENSEMBLE or record.pinned for record in records):
@@ -347,17 +350,18 @@ def _name(callback) -> str:
     return getattr(callback, "__qualname__", None) or repr(callback)
 
 
-def _ensemble_related(snapshot: dict[str, ModelEntry]) -> set[str]:
+def _ensemble_related(snapshot: dict[str, ModelEntry]) -> frozenset[str]:
     """The names of the ensembles in ``snapshot`` and of every model their
-    versions' plans run."""
+    versions' plans run (a patch that touches one is refused, so this holds
+    from one whole read to the next)."""
     related = set()
     for entry in snapshot.values():
         if entry.platform == ENSEMBLE:
             related.add(entry.name)
             for version in entry.versions.values():
                 if version.ensemble is not None:
-                    related.update(step.model for step in version.ensemble.steps)
-    return related
+                    related.update(model for model, _number in version.ensemble.pins())
+    return frozenset(related)
 
 
 @contextlib.contextmanager
